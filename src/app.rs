@@ -1,0 +1,205 @@
+//! The composition root: database, migrations, notifier, broker and HTTP server, started and
+//! stopped together.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{Broker, Settings};
+use crate::config::{self, Config};
+use crate::http::{self, AppState, HttpSettings};
+use crate::job::envelope::Limits;
+use crate::notifier::Notifier;
+
+/// A built server, bound to its port, not yet serving.
+pub struct Application {
+    listener: TcpListener,
+    pool: PgPool,
+    state: AppState,
+    notifier: Notifier,
+    shutdown: CancellationToken,
+    shutdown_timeout: Duration,
+}
+
+/// Creates the database if needed and applies pending migrations (under an advisory lock, so
+/// replicas starting together are safe).
+pub async fn migrate(config: &Config) -> anyhow::Result<ojsd_migrate::Report> {
+    let options = config.connect_options()?;
+    if ojsd_migrate::ensure_database(&options)
+        .await
+        .context("cannot reach PostgreSQL to create the database")?
+    {
+        tracing::info!(
+            database = options.get_database().unwrap_or_default(),
+            "created database"
+        );
+    }
+    let report = ojsd_migrate::run_with(&options)
+        .await
+        .context("applying migrations failed")?;
+    for name in &report.applied {
+        tracing::info!(migration = %name, "applied migration");
+    }
+    Ok(report)
+}
+
+impl Application {
+    /// Connects, migrates (unless disabled) and binds the listener.
+    pub async fn build(config: &Config) -> anyhow::Result<Application> {
+        config.validate()?;
+        if !config.skip_migrations {
+            migrate(config).await?;
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(config.db_max_connections)
+            .min_connections(config.db_min_connections)
+            .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+            // A ping before every checkout doubles the round trips of every statement; a dead
+            // connection surfaces as a failed statement (503) and is dropped instead.
+            .test_before_acquire(false)
+            .connect_with(config.connect_options()?)
+            .await
+            .context("cannot connect to PostgreSQL")?;
+
+        let notifier = Notifier::default();
+        let shutdown = CancellationToken::new();
+        let broker = Broker::new(
+            pool.clone(),
+            Settings {
+                limits: Limits {
+                    max_priority: config.max_priority,
+                    default_timeout_ms: (config.default_timeout_secs * 1_000) as i64,
+                },
+                default_visibility_timeout_ms: (config.default_visibility_timeout_secs * 1_000)
+                    as i64,
+                fetch_poll_interval: Duration::from_millis(config.fetch_poll_interval_ms),
+            },
+            notifier.clone(),
+        );
+        let state = AppState::new(
+            broker,
+            HttpSettings {
+                max_envelope_bytes: config.max_envelope_bytes,
+                // Room for whitespace around a maximal envelope.
+                max_request_bytes: config.max_envelope_bytes * 2,
+                max_batch_bytes: config.max_batch_bytes,
+                max_batch_jobs: config.max_batch_size,
+                max_fetch_count: config::MAX_FETCH_COUNT,
+                max_wait: config::MAX_FETCH_WAIT,
+                heartbeat_interval_secs: config.heartbeat_interval_secs,
+                request_timeout: Duration::from_secs(config.request_timeout_secs),
+                test_hooks: config.test_hooks,
+            },
+            shutdown.clone(),
+        );
+        let listener = TcpListener::bind(config.listen_addr)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
+        Ok(Application {
+            listener,
+            pool,
+            state,
+            notifier,
+            shutdown,
+            shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
+        })
+    }
+
+    /// The address the server listens on (useful with port 0).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `stop` resolves, then shuts down gracefully: readiness turns 503, long
+    /// polls return, in-flight requests get `shutdown_timeout` to finish, and the pool closes.
+    pub async fn run_until_stopped(
+        self,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Application {
+            listener,
+            pool,
+            state,
+            notifier,
+            shutdown,
+            shutdown_timeout,
+        } = self;
+        tracing::info!(addr = %listener.local_addr()?, "ojsd listening");
+        let listen = tokio::spawn(notifier.listen(pool.clone(), shutdown.clone()));
+
+        let router = http::router(state.clone());
+        let draining = shutdown.clone();
+        let on_stop = {
+            let state = state.clone();
+            async move {
+                stop.await;
+                tracing::info!("shutting down: finishing in-flight requests");
+                state.stop_accepting();
+                draining.cancel();
+            }
+        };
+        let serve = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(on_stop)
+                .await
+        });
+        let mut serve = std::pin::pin!(serve);
+        let served = tokio::select! {
+            r = &mut serve => Some(r),
+            () = shutdown.cancelled() => None,
+        };
+        let served = match served {
+            Some(r) => r,
+            None => match tokio::time::timeout(shutdown_timeout, &mut serve).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(
+                        timeout_secs = shutdown_timeout.as_secs(),
+                        "in-flight requests did not finish in time; closing them"
+                    );
+                    serve.abort();
+                    Ok(Ok(()))
+                }
+            },
+        };
+        shutdown.cancel();
+        let _ = listen.await;
+        pool.close().await;
+        served
+            .context("server task failed")?
+            .context("server failed")?;
+        tracing::info!("ojsd stopped");
+        Ok(())
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}

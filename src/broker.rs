@@ -1,0 +1,603 @@
+//! The OJS operations — PUSH, INFO, CANCEL, ACTIVATE, FETCH, ACK, FAIL (NACK), BEAT — on top
+//! of the store.
+//!
+//! HTTP handlers parse and validate requests, call one operation here and render its result.
+//! An operation runs its statements (in one transaction when it needs several to be atomic)
+//! and turns "nothing matched" into the precise reason: not found, wrong state, wrong owner.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::job::envelope::{Limits, NewJob};
+use crate::job::failure::{self, JobError, Outcome};
+use crate::job::retry::RetryPolicy;
+use crate::job::unique::OnConflict;
+use crate::job::{Job, JobId, JobState};
+use crate::notifier::Notifier;
+use crate::store;
+use crate::store::job::{ClaimParams, FailParams, FailTarget};
+use crate::store::worker::{HeartbeatOutcome, HeartbeatParams};
+
+/// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
+/// service handles the rest of a large backlog).
+const FETCH_PROMOTE_LIMIT: i64 = 1_000;
+
+/// Settings of the broker operations.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Envelope validation limits and defaults.
+    pub limits: Limits,
+    /// Reservation length when neither the fetch nor the job names one, in milliseconds.
+    pub default_visibility_timeout_ms: i64,
+    /// How often a long-polling fetch polls even without a notification.
+    pub fetch_poll_interval: Duration,
+}
+
+/// The broker: a pool, settings, and the availability notifier.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    pool: PgPool,
+    settings: Settings,
+    notifier: Notifier,
+}
+
+/// How a pushed job came to be in the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// A new job was created.
+    Created,
+    /// A unique `ignore` policy returned the existing job; nothing was created.
+    Deduplicated,
+    /// A unique `replace_except_schedule` policy updated the existing scheduled job in place.
+    ReplacedInPlace,
+}
+
+/// One job of a PUSH response.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    pub job: Job,
+    pub outcome: PushOutcome,
+}
+
+/// A FETCH request, validated.
+#[derive(Debug, Clone)]
+pub struct FetchRequest {
+    /// Queues in order of preference (deduplicated).
+    pub queues: Vec<String>,
+    /// Jobs wanted, 1..=1000.
+    pub count: usize,
+    pub worker_id: Option<String>,
+    pub visibility_timeout_ms: Option<i64>,
+    /// How long to wait for work when none is available right away.
+    pub wait: Duration,
+}
+
+/// A NACK request, validated.
+#[derive(Debug, Clone)]
+pub struct NackRequest {
+    pub job_id: JobId,
+    pub worker_id: Option<String>,
+    /// The reported error (optional only with `requeue`).
+    pub error: Option<JobError>,
+    pub requeue: bool,
+}
+
+/// What a NACK did.
+#[derive(Debug, Clone)]
+pub struct Nacked {
+    pub job: Job,
+    /// Whether the job went to the dead-letter queue.
+    pub dead_lettered: bool,
+}
+
+/// Result of a CANCEL.
+#[derive(Debug, Clone)]
+pub struct Cancelled {
+    pub job: Job,
+    /// The state the job was cancelled from (`cancelled` when it already was).
+    pub previous_state: JobState,
+}
+
+impl Broker {
+    pub fn new(pool: PgPool, settings: Settings, notifier: Notifier) -> Broker {
+        Broker {
+            pool,
+            settings,
+            notifier,
+        }
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The broker's settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// PUSH: writes validated jobs atomically (all or none) and returns them in request order.
+    pub async fn push(&self, jobs: Vec<NewJob>) -> Result<Vec<Pushed>> {
+        let mut seen = HashSet::with_capacity(jobs.len());
+        for (index, job) in jobs.iter().enumerate() {
+            if !seen.insert(job.id) {
+                return Err(Error::DuplicateId {
+                    job_id: job.id,
+                    index: Some(index),
+                });
+            }
+        }
+        let batch = jobs.len() > 1;
+        let result = if jobs.iter().any(|j| j.unique.is_some()) {
+            self.push_unique(&jobs, batch).await
+        } else {
+            store::job::insert_many(&self.pool, &jobs)
+                .await
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|job| Pushed {
+                            job,
+                            outcome: PushOutcome::Created,
+                        })
+                        .collect()
+                })
+                .map_err(Error::from)
+        };
+        match result {
+            // A client-supplied id is taken (possibly by a concurrent request).
+            Err(Error::Database(e)) if is_violation(&e, "ojs_job_pkey") => {
+                Err(self.duplicate_id_error(&jobs, batch).await)
+            }
+            other => other,
+        }
+    }
+
+    /// After a primary-key violation: the first job whose client-supplied id exists.
+    async fn duplicate_id_error(&self, jobs: &[NewJob], batch: bool) -> Error {
+        let supplied: Vec<Uuid> = jobs
+            .iter()
+            .filter(|j| j.id_supplied)
+            .map(|j| j.id.0)
+            .collect();
+        let existing: HashSet<Uuid> = match store::job::existing_ids(&self.pool, &supplied).await {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => return e.into(),
+        };
+        match jobs.iter().position(|j| existing.contains(&j.id.0)) {
+            Some(index) => Error::DuplicateId {
+                job_id: jobs[index].id,
+                index: batch.then_some(index),
+            },
+            // The clashing row is gone again; report the first supplied id.
+            None => match jobs.iter().position(|j| j.id_supplied) {
+                Some(index) => Error::DuplicateId {
+                    job_id: jobs[index].id,
+                    index: batch.then_some(index),
+                },
+                None => {
+                    Error::Unsupported("a generated job id collided; retry the request".to_owned())
+                }
+            },
+        }
+    }
+
+    /// PUSH when some jobs carry a unique policy: checks and writes under per-key locks.
+    async fn push_unique(&self, jobs: &[NewJob], batch: bool) -> Result<Vec<Pushed>> {
+        let mut tx = self.pool.begin().await?;
+        let keys: Vec<&str> = jobs
+            .iter()
+            .filter_map(|j| j.unique.as_ref().map(|u| u.key.as_str()))
+            .collect();
+        store::job::lock_unique_keys(&mut *tx, &keys).await?;
+        let (candidates, now) = store::job::unique_candidates(&mut *tx, &keys).await?;
+
+        enum Plan {
+            Create,
+            Existing(Job, PushOutcome),
+            ReplaceInPlace(Job),
+            CancelThenCreate(Job),
+        }
+        let mut plans: Vec<Plan> = Vec::with_capacity(jobs.len());
+        // Unique keys taken by earlier jobs of this request.
+        let mut planned: HashMap<&str, usize> = HashMap::new();
+        for (index, job) in jobs.iter().enumerate() {
+            let index_hint = batch.then_some(index);
+            let Some(unique) = &job.unique else {
+                plans.push(Plan::Create);
+                continue;
+            };
+            if let Some(&earlier) = planned.get(unique.key.as_str()) {
+                return Err(Error::DuplicateUnique {
+                    existing: jobs[earlier].id,
+                    existing_state: JobState::Available,
+                    unique_key: unique.key.clone(),
+                    index: index_hint,
+                });
+            }
+            let duplicate = candidates
+                .iter()
+                .filter(|c| c.unique_key.as_deref() == Some(unique.key.as_str()))
+                .filter(|c| unique.policy.states.contains(&c.state))
+                .filter(|c| match (unique.policy.period_ms, now) {
+                    (Some(period), Some(now)) => {
+                        c.created_at + chrono::Duration::milliseconds(period as i64) > now
+                    }
+                    _ => true,
+                })
+                .max_by_key(|c| c.created_at);
+            let plan = match duplicate {
+                None => Plan::Create,
+                Some(existing) => {
+                    let reject = || Error::DuplicateUnique {
+                        existing: existing.id,
+                        existing_state: existing.state,
+                        unique_key: unique.key.clone(),
+                        index: index_hint,
+                    };
+                    match unique.policy.on_conflict {
+                        OnConflict::Reject => return Err(reject()),
+                        OnConflict::Ignore => {
+                            let mut kept = existing.clone();
+                            if unique.policy.upgrade_priority
+                                && job.priority < existing.priority
+                                && let Some(raised) =
+                                    store::job::raise_priority(&mut *tx, existing.id, job.priority)
+                                        .await?
+                            {
+                                kept = raised;
+                            }
+                            Plan::Existing(kept, PushOutcome::Deduplicated)
+                        }
+                        // A running job is never replaced under the worker's feet.
+                        _ if existing.state == JobState::Active => return Err(reject()),
+                        OnConflict::ReplaceExceptSchedule
+                            if existing.state == JobState::Scheduled =>
+                        {
+                            Plan::ReplaceInPlace(existing.clone())
+                        }
+                        OnConflict::Replace | OnConflict::ReplaceExceptSchedule => {
+                            if existing.state.is_terminal() {
+                                // Nothing to cancel: a finished job only blocks while in `states`.
+                                Plan::Create
+                            } else {
+                                Plan::CancelThenCreate(existing.clone())
+                            }
+                        }
+                    }
+                }
+            };
+            if matches!(plan, Plan::Create | Plan::CancelThenCreate(_)) {
+                planned.insert(unique.key.as_str(), index);
+            }
+            plans.push(plan);
+        }
+
+        let to_cancel: Vec<Uuid> = plans
+            .iter()
+            .filter_map(|p| match p {
+                Plan::CancelThenCreate(existing) => Some(existing.id.0),
+                _ => None,
+            })
+            .collect();
+        if !to_cancel.is_empty() {
+            let cancelled = store::job::cancel_replaced(&mut *tx, &to_cancel).await?;
+            if cancelled.len() != to_cancel.len() {
+                // A replaced job was claimed meanwhile (it is active now): keep it, refuse.
+                let done: HashSet<Uuid> = cancelled.iter().map(|j| j.id.0).collect();
+                let (index, existing) = plans
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, p)| match p {
+                        Plan::CancelThenCreate(e) if !done.contains(&e.id.0) => Some((i, e)),
+                        _ => None,
+                    })
+                    .expect("a job that was not cancelled is among the planned ones");
+                return Err(Error::DuplicateUnique {
+                    existing: existing.id,
+                    existing_state: JobState::Active,
+                    unique_key: existing.unique_key.clone().unwrap_or_default(),
+                    index: batch.then_some(index),
+                });
+            }
+        }
+
+        let mut replaced: HashMap<usize, Job> = HashMap::new();
+        let mut create_indexes: Vec<usize> = Vec::new();
+        for (index, plan) in plans.iter().enumerate() {
+            match plan {
+                Plan::Create | Plan::CancelThenCreate(_) => create_indexes.push(index),
+                Plan::ReplaceInPlace(existing) => {
+                    match store::job::replace_scheduled(&mut *tx, existing.id, &jobs[index]).await?
+                    {
+                        Some(job) => {
+                            replaced.insert(index, job);
+                        }
+                        // Promoted meanwhile: replace it like any available job.
+                        None => {
+                            let cancelled =
+                                store::job::cancel_replaced(&mut *tx, &[existing.id.0]).await?;
+                            if cancelled.is_empty() {
+                                return Err(Error::DuplicateUnique {
+                                    existing: existing.id,
+                                    existing_state: JobState::Active,
+                                    unique_key: existing.unique_key.clone().unwrap_or_default(),
+                                    index: batch.then_some(index),
+                                });
+                            }
+                            create_indexes.push(index);
+                        }
+                    }
+                }
+                Plan::Existing(..) => {}
+            }
+        }
+        create_indexes.sort_unstable();
+        let to_create: Vec<NewJob> = create_indexes.iter().map(|&i| jobs[i].clone()).collect();
+        let created = store::job::insert_many(&mut *tx, &to_create).await?;
+        tx.commit().await?;
+
+        let mut created: HashMap<usize, Job> = create_indexes.into_iter().zip(created).collect();
+        let out = plans
+            .into_iter()
+            .enumerate()
+            .map(|(index, plan)| match plan {
+                Plan::Existing(job, outcome) => Pushed { job, outcome },
+                Plan::ReplaceInPlace(_) if replaced.contains_key(&index) => Pushed {
+                    job: replaced.remove(&index).expect("checked"),
+                    outcome: PushOutcome::ReplacedInPlace,
+                },
+                _ => Pushed {
+                    job: created
+                        .remove(&index)
+                        .expect("every created index has a row"),
+                    outcome: PushOutcome::Created,
+                },
+            })
+            .collect();
+        Ok(out)
+    }
+
+    /// INFO: one job.
+    pub async fn info(&self, id: JobId) -> Result<Job> {
+        store::job::get(&self.pool, id)
+            .await?
+            .ok_or(Error::JobNotFound(id))
+    }
+
+    /// CANCEL: any non-terminal job (an active one included) becomes `cancelled`; cancelling a
+    /// cancelled job again succeeds and changes nothing.
+    pub async fn cancel(&self, id: JobId) -> Result<Cancelled> {
+        let error = JobError::server("cancelled", "The job was cancelled while it was running.");
+        if let Some((job, previous_state)) =
+            store::job::cancel(&self.pool, id, &error.to_json()).await?
+        {
+            return Ok(Cancelled {
+                job,
+                previous_state,
+            });
+        }
+        let job = self.info(id).await?;
+        if job.state == JobState::Cancelled {
+            return Ok(Cancelled {
+                previous_state: JobState::Cancelled,
+                job,
+            });
+        }
+        Err(Error::InvalidTransition {
+            job_id: id,
+            operation: "cancel",
+            current: job.state,
+            allowed: &JobState::CANCELLABLE,
+        })
+    }
+
+    /// ACTIVATE: `pending` → `available`.
+    pub async fn activate(&self, id: JobId) -> Result<Job> {
+        if let Some(job) = store::job::activate(&self.pool, id).await? {
+            return Ok(job);
+        }
+        let job = self.info(id).await?;
+        Err(Error::InvalidTransition {
+            job_id: id,
+            operation: "activate",
+            current: job.state,
+            allowed: &[JobState::Pending],
+        })
+    }
+
+    /// FETCH: claims up to `count` jobs, strictly in the given queue order, waiting up to
+    /// `wait` for work when none is available. Returns early (empty) on `shutdown`.
+    pub async fn fetch(
+        &self,
+        req: &FetchRequest,
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<Job>> {
+        // Subscribe before the first attempt so a job enqueued in between still wakes us.
+        let mut wakeups = (!req.wait.is_zero()).then(|| self.notifier.subscribe());
+        let deadline = Instant::now() + req.wait;
+        loop {
+            let jobs = self.try_fetch(req).await?;
+            let now = Instant::now();
+            if !jobs.is_empty() || now >= deadline || shutdown.is_cancelled() {
+                return Ok(jobs);
+            }
+            let Some(rx) = wakeups.as_mut() else {
+                return Ok(jobs);
+            };
+            let poll_at = (now + self.settings.fetch_poll_interval).min(deadline);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(Vec::new()),
+                    () = tokio::time::sleep_until(poll_at) => break,
+                    wakeup = rx.recv() => match wakeup {
+                        Ok(w) if !w.concerns(&req.queues) => continue,
+                        // Relevant, lagged (missed some) or closed: poll now.
+                        _ => break,
+                    },
+                }
+            }
+        }
+    }
+
+    async fn try_fetch(&self, req: &FetchRequest) -> Result<Vec<Job>> {
+        let queues: Vec<&str> = req.queues.iter().map(String::as_str).collect();
+        store::job::promote_due(&self.pool, &queues, FETCH_PROMOTE_LIMIT).await?;
+        let mut jobs: Vec<Job> = Vec::new();
+        for queue in &queues {
+            let wanted = req.count - jobs.len();
+            if wanted == 0 {
+                break;
+            }
+            let mut claimed = store::job::claim(
+                &self.pool,
+                ClaimParams {
+                    queue,
+                    limit: wanted as i64,
+                    worker_id: req.worker_id.as_deref(),
+                    visibility_timeout_ms: req.visibility_timeout_ms,
+                    default_visibility_timeout_ms: self.settings.default_visibility_timeout_ms,
+                },
+            )
+            .await?;
+            // The claim returns rows in no particular order; hand them out most urgent first.
+            claimed.sort_by_key(|j| (j.priority, j.enqueued_at, j.seq));
+            jobs.append(&mut claimed);
+        }
+        Ok(jobs)
+    }
+
+    /// ACK: `active` → `completed`.
+    pub async fn ack(
+        &self,
+        id: JobId,
+        worker_id: Option<&str>,
+        result: Option<&str>,
+    ) -> Result<Job> {
+        if let Some(job) = store::job::complete(&self.pool, id, worker_id, result).await? {
+            return Ok(job);
+        }
+        Err(self.not_held(id, "acknowledge", worker_id).await)
+    }
+
+    /// NACK: records the failure and lets the retry policy choose retryable or discarded
+    /// (or puts the job straight back with `requeue`).
+    pub async fn nack(&self, req: NackRequest) -> Result<Nacked> {
+        let job = self.info(req.job_id).await?;
+        if job.state != JobState::Active {
+            return Err(invalid_for_worker(&job, "fail"));
+        }
+        if let (Some(worker), Some(owner)) = (req.worker_id.as_deref(), job.worker_id.as_deref())
+            && worker != owner
+        {
+            return Err(Error::NotOwner {
+                job_id: job.id,
+                owner: owner.to_owned(),
+            });
+        }
+        let outcome = match (&req.error, req.requeue) {
+            (_, true) => Outcome::Requeue,
+            (Some(error), false) => {
+                let policy = RetryPolicy::from_stored(&job.retry.0);
+                failure::decide(&policy, job.attempt, error, &mut rand::rng())
+            }
+            (None, false) => return Err(Error::invalid("$.error", "'error' is required")),
+        };
+        let (target, dead_lettered) = match outcome {
+            Outcome::Requeue => (FailTarget::Available, false),
+            Outcome::Retry { delay_ms } => (
+                FailTarget::Retryable {
+                    delay_ms: i64::try_from(delay_ms).unwrap_or(i64::MAX),
+                },
+                false,
+            ),
+            Outcome::Discard { dead_letter, .. } => {
+                (FailTarget::Discarded { dead_letter }, dead_letter)
+            }
+        };
+        let error_json = req.error.as_ref().map(JobError::to_json);
+        let failed = store::job::fail(
+            &self.pool,
+            FailParams {
+                id: job.id,
+                attempt: job.attempt,
+                worker_id: req.worker_id.as_deref(),
+                error: error_json.as_deref(),
+                target,
+            },
+        )
+        .await?;
+        match failed {
+            Some(job) => Ok(Nacked { job, dead_lettered }),
+            // The claim changed between the read and the write (cancelled, reclaimed, ...).
+            None => Err(self
+                .not_held(req.job_id, "fail", req.worker_id.as_deref())
+                .await),
+        }
+    }
+
+    /// Explains why `worker_id` cannot complete or fail job `id`.
+    async fn not_held(&self, id: JobId, operation: &'static str, worker_id: Option<&str>) -> Error {
+        match store::job::get(&self.pool, id).await {
+            Err(e) => e.into(),
+            Ok(None) => Error::JobNotFound(id),
+            Ok(Some(job)) => match (job.state, job.worker_id.as_deref(), worker_id) {
+                (JobState::Active, Some(owner), Some(worker)) if owner != worker => {
+                    Error::NotOwner {
+                        job_id: id,
+                        owner: owner.to_owned(),
+                    }
+                }
+                _ => invalid_for_worker(&job, operation),
+            },
+        }
+    }
+
+    /// BEAT: records the worker as alive and extends the reservations it still holds.
+    pub async fn heartbeat(&self, params: &HeartbeatParams<'_>) -> Result<HeartbeatOutcome> {
+        Ok(store::worker::heartbeat(&self.pool, params).await?)
+    }
+
+    /// Looks at one job the worker claims to hold, to explain a refused single-job heartbeat.
+    pub async fn reservation_lost(&self, id: JobId, worker_id: &str) -> Error {
+        match store::job::get(&self.pool, id).await {
+            Err(e) => e.into(),
+            Ok(None) => Error::JobNotFound(id),
+            Ok(Some(job)) => Error::ReservationLost {
+                job_id: id,
+                current: job.state,
+                owner: job.worker_id.filter(|owner| owner != worker_id),
+            },
+        }
+    }
+
+    /// Deletes all jobs and workers (test hook).
+    pub async fn reset(&self) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        store::job::delete_all(&mut *tx).await?;
+        store::worker::delete_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The 409 for an ACK/NACK on a job that is not active.
+fn invalid_for_worker(job: &Job, operation: &'static str) -> Error {
+    Error::InvalidTransition {
+        job_id: job.id,
+        operation,
+        current: job.state,
+        allowed: &[JobState::Active],
+    }
+}
+
+/// Whether `e` is a violation of the named constraint.
+fn is_violation(e: &sqlx::Error, constraint: &str) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.constraint() == Some(constraint))
+}

@@ -1,0 +1,74 @@
+//! The error type of the broker operations and the store.
+
+use crate::job::envelope::Rejection;
+use crate::job::{JobId, JobState};
+
+/// Why a broker operation did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request field is invalid (not an enqueue envelope; see [`Error::Rejected`]).
+    #[error("{message}")]
+    InvalidRequest {
+        /// JSON path of the offending field.
+        field: String,
+        message: String,
+    },
+    /// An enqueue envelope was refused; `index` is its position in a batch.
+    #[error("job envelope rejected")]
+    Rejected {
+        index: Option<usize>,
+        rejection: Rejection,
+    },
+    /// The job does not exist (or no longer exists).
+    #[error("job {0} not found")]
+    JobNotFound(JobId),
+    /// The job's state does not allow the operation.
+    #[error("cannot {operation} job {job_id} in state '{current}'")]
+    InvalidTransition {
+        job_id: JobId,
+        /// The operation, as a verb ("acknowledge", "fail", "cancel", ...).
+        operation: &'static str,
+        current: JobState,
+        allowed: &'static [JobState],
+    },
+    /// The job's reservation belongs to another worker.
+    #[error("job {job_id} is reserved by another worker")]
+    NotOwner { job_id: JobId, owner: String },
+    /// A heartbeat for one job whose reservation this worker no longer holds.
+    #[error("worker no longer holds job {job_id}")]
+    ReservationLost {
+        job_id: JobId,
+        current: JobState,
+        owner: Option<String>,
+    },
+    /// A client-supplied job id is already taken (or repeated within a batch).
+    #[error("job id {job_id} already exists")]
+    DuplicateId { job_id: JobId, index: Option<usize> },
+    /// A unique policy found a duplicate and its `on_conflict` refuses the new job.
+    #[error("a duplicate of this job exists: {existing}")]
+    DuplicateUnique {
+        existing: JobId,
+        existing_state: JobState,
+        unique_key: String,
+        index: Option<usize>,
+    },
+    /// The request asks for something this server does not offer.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The database failed or could not be reached.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Result alias of the broker and store.
+pub type Result<T = (), E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A field-level request error.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::InvalidRequest {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

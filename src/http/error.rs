@@ -1,0 +1,451 @@
+//! `ApiError`: every non-2xx response, rendered as the OJS error body (contract §1.6).
+//!
+//! A handler returns `ApiError` (usually converted from [`crate::Error`] with `?`). Its
+//! `IntoResponse` only sets the status and headers and parks the error in the response's
+//! extensions; the request middleware (`http::middleware`) then writes the body — it knows the
+//! request id — and logs the internal cause inside the request's span. Causes are never sent.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::error::Error;
+use crate::job::JobState;
+use crate::job::envelope::{Rejection, Violation};
+
+/// A client-visible error.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// OJS error code (`invalid_request`, `not_found`, ...).
+    pub code: &'static str,
+    pub message: String,
+    pub retryable: bool,
+    pub details: Option<Value>,
+    /// `Retry-After` seconds (429 and 503).
+    pub retry_after: Option<u32>,
+    /// What went wrong inside the server; logged, never sent.
+    pub cause: Option<String>,
+}
+
+/// The error parked in a response until the middleware renders it.
+#[derive(Debug, Clone)]
+pub struct PendingError(pub Arc<ApiError>);
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            retryable: false,
+            details: None,
+            retry_after: None,
+            cause: None,
+        }
+    }
+
+    /// Adds structured details.
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+
+    /// 400 `invalid_payload`: no body, not JSON, or not a JSON object.
+    pub fn invalid_payload(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_payload", message)
+    }
+
+    /// 400 `invalid_request` about one field.
+    pub fn invalid_field(field: &str, message: impl Into<String>) -> ApiError {
+        let message = message.into();
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message.clone()).with_details(
+            json!({"field": field, "validation_errors": [{"path": field, "message": message}]}),
+        )
+    }
+
+    /// 400 `invalid_request` without a field (bad content type, bad header, ...).
+    pub fn invalid_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    /// 404 `not_found` for a resource.
+    pub fn not_found(resource_type: &str, resource_id: &str) -> ApiError {
+        let label = match resource_type {
+            "job" => "Job",
+            "worker" => "Worker",
+            _ => "Resource",
+        };
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{label} '{resource_id}' not found."),
+        )
+        .with_details(json!({"resource_type": resource_type, "resource_id": resource_id}))
+    }
+
+    /// 404 `not_found` for a path the server does not serve.
+    pub fn route_not_found(path: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("No endpoint at '{path}'."),
+        )
+        .with_details(json!({"resource_type": "route", "resource_id": path}))
+    }
+
+    /// 405 for a known path with an unsupported method (axum adds the `Allow` header).
+    pub fn method_not_allowed(method: &str, path: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request",
+            format!("Method {method} is not allowed on '{path}'; see the Allow header."),
+        )
+    }
+
+    /// 413 `envelope_too_large`.
+    pub fn too_large(field: Option<&str>, size: Option<usize>, max: usize) -> ApiError {
+        let what = field.map_or_else(|| "the request body".to_owned(), |f| format!("'{f}'"));
+        let message = match size {
+            Some(size) => format!("{what} is {size} bytes; the maximum is {max} bytes."),
+            None => format!("{what} is larger than the maximum of {max} bytes."),
+        };
+        let mut details = json!({"max_size": max});
+        if let Some(size) = size {
+            details["size"] = json!(size);
+        }
+        if let Some(field) = field {
+            details["field"] = json!(field);
+        }
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "envelope_too_large", message)
+            .with_details(details)
+    }
+
+    /// 422 `unsupported`.
+    pub fn unsupported(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported", message)
+    }
+
+    /// 500 `internal_error` (a bug or panic); `cause` is logged.
+    pub fn internal(cause: impl Into<String>) -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "The server failed to handle the request.",
+        );
+        e.retryable = true;
+        e.cause = Some(cause.into());
+        e
+    }
+
+    /// 503 `backend_error` with `Retry-After`: the database is unreachable or overloaded, or the
+    /// server is shutting down.
+    pub fn unavailable(message: impl Into<String>, cause: Option<String>) -> ApiError {
+        let mut e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "backend_error", message);
+        e.retryable = true;
+        e.retry_after = Some(1);
+        e.cause = cause;
+        e
+    }
+
+    /// Remediation advice for the code.
+    fn hint(&self) -> &'static str {
+        match self.code {
+            "invalid_payload" => "Send a JSON object with Content-Type: application/json.",
+            "invalid_request" => "Fix the field named in details.field and send the request again.",
+            "validation_error" => "Fix the retry policy field named in the message.",
+            "not_found" => "Check the id or path; jobs removed by retention are gone permanently.",
+            "conflict" => "Read the job's current state (GET /ojs/v1/jobs/{id}) before retrying.",
+            "duplicate" => {
+                "The job already exists; use the existing job (details.existing_job_id)."
+            }
+            "envelope_too_large" => {
+                "Make the payload smaller, e.g. pass references instead of data."
+            }
+            "unsupported" => "Use only the features listed in GET /ojs/manifest.",
+            "backend_error" => "Retry after the number of seconds in the Retry-After header.",
+            _ => "Retry the request; if the problem persists, report it with the request_id.",
+        }
+    }
+
+    /// The OJS error body for `request_id`.
+    pub fn body<'a>(&'a self, request_id: &'a str) -> ErrorBody<'a> {
+        ErrorBody {
+            error: ErrorFields {
+                code: self.code,
+                r#type: self.code,
+                message: &self.message,
+                retryable: self.retryable,
+                details: self.details.as_ref(),
+                request_id,
+                hint: self.hint(),
+                docs_url: format!("https://openjobspec.org/errors/{}", self.code),
+            },
+        }
+    }
+}
+
+/// `{"error": {...}}`.
+#[derive(Serialize)]
+pub struct ErrorBody<'a> {
+    error: ErrorFields<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorFields<'a> {
+    code: &'a str,
+    r#type: &'a str,
+    message: &'a str,
+    retryable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<&'a Value>,
+    request_id: &'a str,
+    hint: &'a str,
+    docs_url: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = self.status.into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+            .extensions_mut()
+            .insert(PendingError(Arc::new(self)));
+        response
+    }
+}
+
+fn validation_details(violations: &[Violation], index: Option<usize>) -> Value {
+    let mut details = json!({
+        "field": violations.first().map(|v| v.path.as_str()).unwrap_or("$"),
+        "validation_errors": violations
+            .iter()
+            .map(|v| json!({"path": v.path, "message": v.message}))
+            .collect::<Vec<_>>(),
+    });
+    if let Some(index) = index {
+        details["index"] = json!(index);
+    }
+    details
+}
+
+/// `"jobs[2]: message"` inside a batch, the message alone otherwise; notes further problems.
+fn validation_message(violations: &[Violation], index: Option<usize>) -> String {
+    let first = violations
+        .first()
+        .map(|v| v.message.as_str())
+        .unwrap_or("invalid request");
+    let mut message = match index {
+        Some(i) => format!("jobs[{i}]: {first}"),
+        None => first.to_owned(),
+    };
+    if violations.len() > 1 {
+        message.push_str(&format!(
+            " (and {} more problem{}; see details.validation_errors)",
+            violations.len() - 1,
+            if violations.len() == 2 { "" } else { "s" }
+        ));
+    }
+    message
+}
+
+fn prefixed(index: Option<usize>, message: &str) -> String {
+    match index {
+        Some(i) => format!("jobs[{i}]: {message}"),
+        None => message.to_owned(),
+    }
+}
+
+fn with_index(mut details: Value, index: Option<usize>) -> Value {
+    if let Some(i) = index {
+        details["index"] = json!(i);
+    }
+    details
+}
+
+fn state_names(states: &[JobState]) -> Vec<&'static str> {
+    states.iter().map(|s| s.as_str()).collect()
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        match e {
+            Error::InvalidRequest { field, message } => ApiError::invalid_field(&field, message),
+            Error::Rejected { index, rejection } => match rejection {
+                Rejection::TooLarge { field, size, max } => {
+                    let mut err = ApiError::too_large(Some(field), Some(size), max);
+                    err.message = prefixed(index, &err.message);
+                    err.details = err.details.map(|d| with_index(d, index));
+                    err
+                }
+                Rejection::Invalid(violations) => ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    validation_message(&violations, index),
+                )
+                .with_details(validation_details(&violations, index)),
+                Rejection::PriorityOutOfRange {
+                    violation,
+                    value,
+                    max,
+                } => {
+                    let mut details = validation_details(std::slice::from_ref(&violation), index);
+                    details["value"] = json!(value);
+                    details["min"] = json!(0);
+                    details["max_priority"] = json!(max);
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_request",
+                        prefixed(index, &violation.message),
+                    )
+                    .with_details(details)
+                }
+                Rejection::InvalidRetry(violations) => ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "validation_error",
+                    validation_message(&violations, index),
+                )
+                .with_details(validation_details(&violations, index)),
+                Rejection::Unsupported { path, message } => {
+                    ApiError::unsupported(prefixed(index, &message))
+                        .with_details(with_index(json!({"field": path}), index))
+                }
+            },
+            Error::JobNotFound(id) => ApiError::not_found("job", &id.to_string()),
+            Error::InvalidTransition {
+                job_id,
+                operation,
+                current,
+                allowed,
+            } => {
+                let expected = match allowed {
+                    [one] => format!("expected '{one}'"),
+                    many => format!("expected one of {}", state_names(many).join(", ")),
+                };
+                let mut details = json!({
+                    "job_id": job_id.to_string(),
+                    "current_state": current,
+                    "allowed_states": state_names(allowed),
+                });
+                if let [one] = allowed {
+                    details["expected_state"] = json!(one);
+                }
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    "conflict",
+                    format!("Cannot {operation} job in state '{current}'; {expected}."),
+                )
+                .with_details(details)
+            }
+            Error::NotOwner { job_id, owner } => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("Job '{job_id}' is reserved by worker '{owner}', not by the caller."),
+            )
+            .with_details(json!({
+                "job_id": job_id.to_string(),
+                "current_state": JobState::Active,
+                "worker_id": owner,
+            })),
+            Error::ReservationLost {
+                job_id,
+                current,
+                owner,
+            } => {
+                let why = match (&owner, current) {
+                    (Some(owner), JobState::Active) => {
+                        format!("it is reserved by worker '{owner}'")
+                    }
+                    _ => format!("it is in state '{current}'"),
+                };
+                let mut details = json!({"job_id": job_id.to_string(), "current_state": current});
+                if let Some(owner) = owner {
+                    details["worker_id"] = json!(owner);
+                }
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    "conflict",
+                    format!("The worker no longer holds job '{job_id}': {why}."),
+                )
+                .with_details(details)
+            }
+            Error::DuplicateId { job_id, index } => ApiError::new(
+                StatusCode::CONFLICT,
+                "duplicate",
+                prefixed(index, &format!("A job with id '{job_id}' already exists.")),
+            )
+            .with_details(with_index(
+                json!({"job_id": job_id.to_string(), "existing_job_id": job_id.to_string()}),
+                index,
+            )),
+            Error::DuplicateUnique {
+                existing,
+                existing_state,
+                unique_key,
+                index,
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "duplicate",
+                prefixed(
+                    index,
+                    &format!(
+                        "A duplicate job exists ('{existing}', state '{existing_state}') under the job's unique policy."
+                    ),
+                ),
+            )
+            .with_details(with_index(
+                json!({
+                    "existing_job_id": existing.to_string(),
+                    "existing_job_state": existing_state,
+                    "unique_key": unique_key,
+                }),
+                index,
+            )),
+            Error::Unsupported(message) => ApiError::unsupported(message),
+            Error::Database(e) => database_error(&e),
+        }
+    }
+}
+
+/// 503 when the database cannot be reached (or the pool is exhausted), 500 otherwise.
+fn database_error(e: &sqlx::Error) -> ApiError {
+    match e {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => ApiError::unavailable(
+            "The database is unavailable; retry shortly.",
+            Some(e.to_string()),
+        ),
+        // 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now, 53300 too_many_connections.
+        sqlx::Error::Database(db)
+            if matches!(
+                db.code().as_deref(),
+                Some("57P01" | "57P02" | "57P03" | "53300")
+            ) =>
+        {
+            ApiError::unavailable(
+                "The database is unavailable; retry shortly.",
+                Some(e.to_string()),
+            )
+        }
+        _ => {
+            let mut err = ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "backend_error",
+                "The database failed to handle the request.",
+            );
+            err.retryable = true;
+            err.cause = Some(e.to_string());
+            err
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Extractors whose rejections are OJS errors.
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use http_body_util::BodyExt;
+use serde_json::value::RawValue;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::job::JobId;
+use crate::json::{self, Kind, Object};
+
+/// Read limit of a route's body, in bytes (set per route with an `Extension`).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// A JSON request body: content type checked, size limited, nesting depth checked, and
+/// insignificant whitespace removed. Parse it with [`JsonBody::object`].
+#[derive(Debug)]
+pub struct JsonBody {
+    text: String,
+}
+
+impl JsonBody {
+    /// The compact body text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The body as a JSON object (400 `invalid_payload` if it is not one).
+    pub fn object(&self) -> Result<Fields<'_>, ApiError> {
+        Object::parse(&self.text)
+            .map(|obj| Fields { obj })
+            .map_err(|e| {
+                let what = if e.is_data() {
+                    "The request body must be a JSON object"
+                } else {
+                    "The request body is not valid JSON"
+                };
+                ApiError::invalid_payload(format!("{what}: {e}."))
+            })
+    }
+}
+
+impl FromRequest<AppState> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(value) = req.headers().get(CONTENT_TYPE) {
+            let media_type = value
+                .to_str()
+                .unwrap_or_default()
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase();
+            if media_type != "application/json" && media_type != "application/openjobspec+json" {
+                return Err(ApiError::invalid_request(format!(
+                    "Content-Type '{}' is not supported; send application/json or application/openjobspec+json.",
+                    value.to_str().unwrap_or("?")
+                )));
+            }
+        }
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(state.settings().max_request_bytes, |l| l.0);
+        let body = http_body_util::Limited::new(req.into_body(), limit);
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(ApiError::too_large(None, None, limit));
+            }
+            Err(e) => {
+                return Err(ApiError::invalid_payload(format!(
+                    "The request body could not be read: {e}."
+                )));
+            }
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(ApiError::invalid_payload(
+                "A request body is required: a JSON object.",
+            ));
+        }
+        let compact = json::compact(&bytes, json::MAX_DEPTH).map_err(|_| {
+            ApiError::invalid_request(format!(
+                "The request body is nested deeper than {} levels.",
+                json::MAX_DEPTH
+            ))
+        })?;
+        let text = String::from_utf8(compact.into_owned())
+            .map_err(|_| ApiError::invalid_payload("The request body is not valid UTF-8."))?;
+        Ok(JsonBody { text })
+    }
+}
+
+/// Typed access to the members of a request object, with field-named 400 errors.
+pub struct Fields<'a> {
+    obj: Object<'a>,
+}
+
+fn field_error(key: &str, expected: &str, raw: &RawValue) -> ApiError {
+    ApiError::invalid_field(
+        &format!("$.{key}"),
+        format!(
+            "'{key}' must be {expected}, got {}",
+            Kind::of(raw).article_name()
+        ),
+    )
+}
+
+impl<'a> Fields<'a> {
+    /// The underlying object (for envelope validation).
+    pub fn object(&self) -> &Object<'a> {
+        &self.obj
+    }
+
+    /// The raw value of `key` (`null` counts as absent).
+    pub fn raw(&self, key: &str) -> Option<&'a RawValue> {
+        self.obj.get(key)
+    }
+
+    /// An optional string.
+    pub fn string(&self, key: &str) -> Result<Option<String>, ApiError> {
+        match self.obj.get(key) {
+            None => Ok(None),
+            Some(raw) => json::decode::<String>(raw)
+                .map(Some)
+                .map_err(|_| field_error(key, "a string", raw)),
+        }
+    }
+
+    /// A required string.
+    pub fn required_string(&self, key: &str) -> Result<String, ApiError> {
+        self.string(key)?.ok_or_else(|| {
+            ApiError::invalid_field(&format!("$.{key}"), format!("'{key}' is required"))
+        })
+    }
+
+    /// An optional integer.
+    pub fn integer(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        match self.obj.get(key) {
+            None => Ok(None),
+            Some(raw) => json::as_integer(raw)
+                .map(Some)
+                .ok_or_else(|| field_error(key, "an integer", raw)),
+        }
+    }
+
+    /// An optional boolean.
+    pub fn boolean(&self, key: &str) -> Result<Option<bool>, ApiError> {
+        match self.obj.get(key) {
+            None => Ok(None),
+            Some(raw) => json::decode::<bool>(raw)
+                .map(Some)
+                .map_err(|_| field_error(key, "a boolean", raw)),
+        }
+    }
+
+    /// An optional array of strings.
+    pub fn strings(&self, key: &str) -> Result<Option<Vec<String>>, ApiError> {
+        match self.obj.get(key) {
+            None => Ok(None),
+            Some(raw) => json::decode::<Vec<String>>(raw)
+                .map(Some)
+                .map_err(|_| field_error(key, "an array of strings", raw)),
+        }
+    }
+
+    /// A required job id. A malformed id is a 400 (it is a field of the request).
+    pub fn job_id(&self, key: &str) -> Result<JobId, ApiError> {
+        let text = self.required_string(key)?;
+        text.parse().map_err(|_| {
+            ApiError::invalid_field(
+                &format!("$.{key}"),
+                format!("'{key}' must be a lowercase UUIDv7 job id, got {text:?}"),
+            )
+        })
+    }
+
+    /// An optional worker id (1–255 characters, no control characters).
+    pub fn worker_id(&self, key: &str) -> Result<Option<String>, ApiError> {
+        match self.string(key)? {
+            Some(id) if !crate::job::is_valid_worker_id(&id) => Err(ApiError::invalid_field(
+                &format!("$.{key}"),
+                format!("'{key}' must be 1-255 characters without control characters"),
+            )),
+            other => Ok(other),
+        }
+    }
+}
+
+/// A job id taken from the path. A segment that is not a valid UUIDv7 names no job: 404.
+#[derive(Debug, Clone, Copy)]
+pub struct JobIdPath(pub JobId);
+
+impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(segment) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::route_not_found(parts.uri.path()))?;
+        segment
+            .parse()
+            .map(JobIdPath)
+            .map_err(|_| ApiError::not_found("job", &segment))
+    }
+}

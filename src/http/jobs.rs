@@ -1,0 +1,200 @@
+//! `/ojs/v1/jobs`: PUSH (single and batch), INFO, CANCEL, ACTIVATE.
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::error::ApiError;
+use super::extract::{BodyLimit, JobIdPath, JsonBody};
+use super::{AppState, HttpSettings, Ojs, ok};
+use crate::broker::{PushOutcome, Pushed};
+use crate::error::Error;
+use crate::job::envelope::{self, NewJob};
+use crate::job::wire::WireJob;
+use crate::json::{Kind, Object};
+
+pub fn router(settings: &HttpSettings) -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/jobs", post(push))
+        .route(
+            "/ojs/v1/jobs/batch",
+            post(push_batch).layer(Extension(BodyLimit(settings.max_batch_bytes))),
+        )
+        .route("/ojs/v1/jobs/{id}", get(info).delete(cancel))
+        .route("/ojs/v1/jobs/{id}/activate", post(activate))
+}
+
+#[derive(Serialize)]
+struct JobBody<'a> {
+    job: WireJob<'a>,
+}
+
+/// Validates one envelope; `index` is its position in a batch.
+fn parse_envelope(
+    state: &AppState,
+    obj: &Object<'_>,
+    size: usize,
+    index: Option<usize>,
+) -> Result<NewJob, Error> {
+    let max = state.settings().max_envelope_bytes;
+    if size > max {
+        return Err(Error::Rejected {
+            index,
+            rejection: envelope::Rejection::TooLarge {
+                field: "envelope",
+                size,
+                max,
+            },
+        });
+    }
+    envelope::parse(obj, &state.broker().settings().limits)
+        .map_err(|rejection| Error::Rejected { index, rejection })
+}
+
+/// `POST /ojs/v1/jobs`: 201 with the new job, or 200 with the existing one (unique policy).
+async fn push(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
+    let pushed = state.broker().push(vec![job]).await?;
+    let Some(Pushed { job, outcome }) = pushed.into_iter().next() else {
+        return Err(ApiError::internal("push returned no job"));
+    };
+    Ok(match outcome {
+        PushOutcome::Created => created(&job.id.to_string(), JobBody { job: job.wire() }),
+        PushOutcome::Deduplicated => {
+            #[derive(Serialize)]
+            struct Deduplicated<'a> {
+                job: WireJob<'a>,
+                deduplicated: bool,
+            }
+            ok(Deduplicated {
+                job: job.wire(),
+                deduplicated: true,
+            })
+            .into_response()
+        }
+        PushOutcome::ReplacedInPlace => {
+            #[derive(Serialize)]
+            struct Replaced<'a> {
+                job: WireJob<'a>,
+                deduplicated: bool,
+                replaced: bool,
+            }
+            ok(Replaced {
+                job: job.wire(),
+                deduplicated: true,
+                replaced: true,
+            })
+            .into_response()
+        }
+    })
+}
+
+/// A 201 with `Location: /ojs/v1/jobs/{id}`.
+fn created(id: &str, body: impl Serialize) -> Response {
+    let mut response = Ojs(StatusCode::CREATED, body).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/ojs/v1/jobs/{id}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+/// `POST /ojs/v1/jobs/batch`: all jobs or none, in request order.
+async fn push_batch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let max_jobs = state.settings().max_batch_jobs;
+    let items: Vec<&RawValue> = match fields.raw("jobs") {
+        None => {
+            return Err(ApiError::invalid_field(
+                "$.jobs",
+                "'jobs' is required: an array of job envelopes",
+            ));
+        }
+        Some(raw) => serde_json::from_str::<Vec<&RawValue>>(raw.get()).map_err(|_| {
+            ApiError::invalid_field(
+                "$.jobs",
+                format!(
+                    "'jobs' must be an array, got {}",
+                    Kind::of(raw).article_name()
+                ),
+            )
+        })?,
+    };
+    if items.is_empty() || items.len() > max_jobs {
+        return Err(ApiError::invalid_field(
+            "$.jobs",
+            format!("'jobs' must hold 1 to {max_jobs} jobs, got {}", items.len()),
+        ));
+    }
+    let mut jobs = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let obj = Object::from_raw(item).map_err(|_| {
+            ApiError::invalid_field(
+                &format!("$.jobs[{index}]"),
+                format!(
+                    "jobs[{index}]: each job must be an object, got {}",
+                    Kind::of(item).article_name()
+                ),
+            )
+            .with_details(serde_json::json!({"field": format!("$.jobs[{index}]"), "index": index}))
+        })?;
+        jobs.push(parse_envelope(&state, &obj, item.get().len(), Some(index))?);
+    }
+    let pushed = state.broker().push(jobs).await?;
+
+    #[derive(Serialize)]
+    struct BatchBody<'a> {
+        jobs: Vec<WireJob<'a>>,
+        count: usize,
+    }
+    let body = BatchBody {
+        count: pushed.len(),
+        jobs: pushed
+            .iter()
+            .map(|p| p.job.wire().deduplicated(p.outcome != PushOutcome::Created))
+            .collect(),
+    };
+    Ok(Ojs(StatusCode::CREATED, body).into_response())
+}
+
+/// `GET /ojs/v1/jobs/{id}`.
+async fn info(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Response, ApiError> {
+    let job = state.broker().info(id).await?;
+    Ok(ok(JobBody { job: job.wire() }).into_response())
+}
+
+/// `DELETE /ojs/v1/jobs/{id}`: cancel (idempotent for an already cancelled job).
+async fn cancel(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Response, ApiError> {
+    let cancelled = state.broker().cancel(id).await?;
+    Ok(ok(JobBody {
+        job: cancelled
+            .job
+            .wire()
+            .with_previous_state(cancelled.previous_state),
+    })
+    .into_response())
+}
+
+/// `POST /ojs/v1/jobs/{id}/activate`: pending → available. The body, if any, is ignored.
+async fn activate(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Response, ApiError> {
+    let job = state.broker().activate(id).await?;
+    Ok(ok(JobBody {
+        job: job
+            .wire()
+            .with_previous_state(crate::job::JobState::Pending),
+    })
+    .into_response())
+}

@@ -1,0 +1,279 @@
+//! The OJS HTTP binding (contract `ojs-api.md`): routes, shared state and the request
+//! middleware.
+//!
+//! Every response carries `OJS-Version: 1.0` and `X-Request-Id`; every JSON body (errors
+//! included) is `application/openjobspec+json`. Handlers are thin: parse the request, call one
+//! [`Broker`] operation, render the result.
+
+pub mod error;
+pub mod extract;
+
+mod admin;
+mod jobs;
+mod system;
+mod workers;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::broker::Broker;
+use error::{ApiError, PendingError};
+
+/// Media type of every JSON response.
+pub const OJS_JSON: &str = "application/openjobspec+json";
+/// The `OJS-Version` the server speaks.
+pub const OJS_VERSION: &str = "1.0";
+
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static OJS_VERSION_HEADER: HeaderName = HeaderName::from_static("ojs-version");
+
+/// HTTP-level settings.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// Largest enqueue envelope (compact JSON), in bytes.
+    pub max_envelope_bytes: usize,
+    /// Largest request body read by default (leaves room for whitespace), in bytes.
+    pub max_request_bytes: usize,
+    /// Largest batch enqueue body, in bytes.
+    pub max_batch_bytes: usize,
+    /// Most jobs in one batch enqueue.
+    pub max_batch_jobs: usize,
+    /// Most jobs one FETCH may ask for.
+    pub max_fetch_count: usize,
+    /// Longest long-poll a FETCH may ask for.
+    pub max_wait: Duration,
+    /// Heartbeat cadence told to workers, in seconds.
+    pub heartbeat_interval_secs: u32,
+    /// A request running longer than this is answered 503.
+    pub request_timeout: Duration,
+    /// Whether the test-only endpoints and behaviours are on.
+    pub test_hooks: bool,
+}
+
+/// State shared by every handler.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    broker: Broker,
+    settings: HttpSettings,
+    started: Instant,
+    /// Cancelled when the server starts shutting down (ends long polls early).
+    shutdown: CancellationToken,
+    /// False while shutting down: `/ready` answers 503.
+    accepting: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(broker: Broker, settings: HttpSettings, shutdown: CancellationToken) -> AppState {
+        AppState {
+            inner: Arc::new(Inner {
+                broker,
+                settings,
+                started: Instant::now(),
+                shutdown,
+                accepting: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    pub fn broker(&self) -> &Broker {
+        &self.inner.broker
+    }
+
+    pub fn settings(&self) -> &HttpSettings {
+        &self.inner.settings
+    }
+
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// Marks the server as draining: `/ready` turns 503 so load balancers stop sending work.
+    pub fn stop_accepting(&self) {
+        self.inner.accepting.store(false, Ordering::SeqCst);
+    }
+
+    fn accepting(&self) -> bool {
+        self.inner.accepting.load(Ordering::SeqCst) && !self.inner.shutdown.is_cancelled()
+    }
+
+    fn uptime(&self) -> Duration {
+        self.inner.started.elapsed()
+    }
+}
+
+/// The whole HTTP API.
+pub fn router(state: AppState) -> Router {
+    let mut api = Router::new()
+        .merge(system::router())
+        .merge(jobs::router(state.settings()))
+        .merge(workers::router());
+    if state.settings().test_hooks {
+        api = api.merge(admin::router());
+    }
+    api.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(on_panic))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            ojs_middleware,
+        ))
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::route_not_found(uri.path())
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}
+
+fn on_panic(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("panic");
+    ApiError::internal(format!("handler panicked: {message}")).into_response()
+}
+
+/// A client-supplied request id if usable (1–200 printable ASCII characters), else a new one.
+fn request_id(req: &Request) -> String {
+    req.headers()
+        .get(&X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| (1..=200).contains(&v.len()) && v.bytes().all(|b| (0x20..0x7f).contains(&b)))
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("req_{}", uuid::Uuid::now_v7()))
+}
+
+/// Accepts `OJS-Version` 1.0 in any patch/pre-release spelling (`1.0`, `1.0.0`, `1.0.0-rc.1`).
+fn version_supported(value: &str) -> bool {
+    let mut parts = value.trim().split(['.', '-', '+']);
+    parts.next() == Some("1") && parts.next() == Some("0")
+}
+
+/// Per request: request id, version negotiation, tracing span, time limit, and the final
+/// rendering of error bodies.
+async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let request_id = request_id(&req);
+    let span = tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        request_id = %request_id,
+    );
+    let started = Instant::now();
+    let mut response = async {
+        if let Some(version) = req.headers().get(&OJS_VERSION_HEADER)
+            && !version.to_str().is_ok_and(version_supported)
+        {
+            return ApiError::unsupported(format!(
+                "OJS-Version '{}' is not supported; this server speaks {OJS_VERSION}.",
+                version.to_str().unwrap_or("?")
+            ))
+            .into_response();
+        }
+        match tokio::time::timeout(state.settings().request_timeout, next.run(req)).await {
+            Ok(response) => response,
+            Err(_) => ApiError::unavailable(
+                "The request took too long; retry shortly.",
+                Some("request timed out".to_owned()),
+            )
+            .into_response(),
+        }
+    }
+    .instrument(span.clone())
+    .await;
+
+    let status = response.status();
+    if let Some(PendingError(error)) = response.extensions_mut().remove::<PendingError>() {
+        let body = serde_json::to_vec(&error.body(&request_id)).unwrap_or_default();
+        *response.body_mut() = body.into();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
+        span.in_scope(|| {
+            if status.is_server_error() {
+                tracing::error!(
+                    status = status.as_u16(),
+                    code = error.code,
+                    cause = error.cause.as_deref().unwrap_or(""),
+                    "request failed"
+                );
+            } else {
+                tracing::debug!(status = status.as_u16(), code = error.code, message = %error.message, "request refused");
+            }
+        });
+    } else {
+        span.in_scope(|| {
+            tracing::debug!(
+                status = status.as_u16(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "request done"
+            );
+        });
+    }
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        headers.insert(X_REQUEST_ID.clone(), value);
+    }
+    headers.insert(
+        OJS_VERSION_HEADER.clone(),
+        HeaderValue::from_static(OJS_VERSION),
+    );
+    response
+}
+
+/// A JSON response with the OJS media type.
+pub struct Ojs<T>(pub StatusCode, pub T);
+
+impl<T: Serialize> IntoResponse for Ojs<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_vec(&self.1) {
+            Ok(body) => (
+                self.0,
+                [(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON))],
+                body,
+            )
+                .into_response(),
+            Err(e) => {
+                ApiError::internal(format!("response serialization failed: {e}")).into_response()
+            }
+        }
+    }
+}
+
+/// A 200 JSON response.
+pub fn ok<T: Serialize>(body: T) -> Ojs<T> {
+    Ojs(StatusCode::OK, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_negotiation() {
+        for ok in ["1.0", "1.0.0", "1.0.0-rc.1", " 1.0 ", "1.0.7"] {
+            assert!(version_supported(ok), "{ok}");
+        }
+        for bad in ["2.0", "1.1", "1", "", "10.0", "abc"] {
+            assert!(!version_supported(bad), "{bad}");
+        }
+    }
+}

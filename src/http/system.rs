@@ -1,0 +1,169 @@
+//! `/ojs/manifest`, health and readiness.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+
+use super::{AppState, Ojs, ok};
+
+/// How long a health probe waits for the database before calling it unhealthy.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Database latency above which the server reports itself degraded.
+const DEGRADED_LATENCY: Duration = Duration::from_secs(1);
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/manifest", get(manifest))
+        .route("/ojs/v1/health", get(health))
+        .route("/health", get(health))
+        .route("/ojs/v1/ready", get(ready))
+        .route("/ready", get(ready))
+}
+
+/// What this server implements. Capabilities are listed only once they are complete.
+async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
+    let s = state.settings();
+    let limits = state.broker().settings().limits;
+    ok(json!({
+        "specversion": "1.0",
+        "ojs_version": "1.0",
+        "implementation": {
+            "name": "ojsd",
+            "version": env!("CARGO_PKG_VERSION"),
+            "language": "rust",
+            "homepage": "https://openjobspec.org",
+        },
+        "conformance_level": 0,
+        "conformance_tier": "runtime",
+        "protocols": ["http"],
+        "backend": "postgres",
+        "capabilities": {
+            "batch_enqueue": true,
+            "cron_jobs": false,
+            "dead_letter": false,
+            "delayed_jobs": true,
+            "job_ttl": false,
+            "priority_queues": true,
+            "rate_limiting": false,
+            "schema_validation": false,
+            "unique_jobs": true,
+            "workflows": false,
+            "pause_resume": false,
+            "fair_scheduling": false,
+            "queue_config": false,
+            "events": false,
+            "long_poll_fetch": true,
+        },
+        "extensions": {"official": [], "experimental": []},
+        "schema_validation": false,
+        "unique_job_strength": "strong",
+        "priority": {
+            "default": crate::job::DEFAULT_PRIORITY,
+            "min": 0,
+            "max": limits.max_priority,
+            "order": "ascending",
+            "strategies": ["strict"],
+            "aging": false,
+        },
+        "limits": {
+            "max_envelope_bytes": s.max_envelope_bytes,
+            "max_batch_size": s.max_batch_jobs,
+            "max_fetch_count": s.max_fetch_count,
+            "max_wait_ms": s.max_wait.as_millis() as u64,
+        },
+        "endpoints": {
+            "base_url": "/ojs/v1",
+            "manifest": "/ojs/manifest",
+            "health": "/ojs/v1/health",
+        },
+    }))
+}
+
+/// Probes the database; returns the round-trip time or the failure.
+async fn probe(state: &AppState) -> Result<Duration, String> {
+    let started = Instant::now();
+    match tokio::time::timeout(
+        PROBE_TIMEOUT,
+        sqlx::query("select 1").execute(state.broker().pool()),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(started.elapsed()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {} ms", PROBE_TIMEOUT.as_millis())),
+    }
+}
+
+fn with_retry_after(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
+}
+
+/// Liveness plus backend status: 200 `ok`/`degraded`, or 503 `unhealthy`.
+async fn health(State(state): State<AppState>) -> Response {
+    let uptime = state.uptime().as_secs();
+    match probe(&state).await {
+        Ok(latency) => {
+            let degraded = latency > DEGRADED_LATENCY || !state.accepting();
+            ok(json!({
+                "status": if degraded { "degraded" } else { "ok" },
+                "version": super::OJS_VERSION,
+                "uptime_seconds": uptime,
+                "backend": {
+                    "type": "postgres",
+                    "status": "ok",
+                    "latency_ms": latency.as_millis() as u64,
+                },
+            }))
+            .into_response()
+        }
+        Err(error) => {
+            tracing::warn!(%error, "health probe failed");
+            with_retry_after(
+                Ojs(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({
+                        "status": "unhealthy",
+                        "version": super::OJS_VERSION,
+                        "uptime_seconds": uptime,
+                        "backend": {
+                            "type": "postgres",
+                            "status": "unhealthy",
+                            "error": "database unreachable",
+                        },
+                    }),
+                )
+                .into_response(),
+            )
+        }
+    }
+}
+
+/// Readiness: the database answers and the server is not shutting down. (Migrations are
+/// applied before the server starts listening.)
+async fn ready(State(state): State<AppState>) -> Response {
+    let reason = if !state.accepting() {
+        Some("shutting down")
+    } else if probe(&state).await.is_err() {
+        Some("database unreachable")
+    } else {
+        None
+    };
+    match reason {
+        None => ok(json!({"status": "ready"})).into_response(),
+        Some(reason) => with_retry_after(
+            Ojs(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"status": "not_ready", "reason": reason}),
+            )
+            .into_response(),
+        ),
+    }
+}

@@ -1,0 +1,414 @@
+//! Job failures: the error a worker reports with NACK, and what the retry policy makes of it.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::envelope::Violation;
+use super::retry::{OnExhaustion, RetryPolicy};
+use crate::json::{self, Kind, Object};
+
+/// Frames kept of a reported backtrace.
+pub const MAX_BACKTRACE_FRAMES: usize = 50;
+/// Characters kept of a reported backtrace, all frames together.
+pub const MAX_BACKTRACE_CHARS: usize = 10_000;
+
+/// Error codes a handler can send to steer the outcome directly.
+const DIRECTIVE_DISCARD: &str = "DISCARD";
+const DIRECTIVE_FAIL: &str = "FAIL";
+const DIRECTIVE_DEAD_LETTER: &str = "DEAD_LETTER";
+const DIRECTIVE_RETRY: &str = "RETRY";
+
+/// The error of a failed attempt, as stored in `error` and `errors[]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobError {
+    pub code: String,
+    pub r#type: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backtrace: Option<Vec<String>>,
+}
+
+impl JobError {
+    /// An error raised by the server itself (timeouts, cancellation, expiry, ...).
+    pub fn server(code: &str, message: impl Into<String>) -> JobError {
+        JobError {
+            code: code.to_owned(),
+            r#type: code.to_owned(),
+            message: message.into(),
+            retryable: None,
+            details: None,
+            backtrace: None,
+        }
+    }
+
+    /// Parses the `error` object of a NACK request. `path` names it in violations.
+    pub fn parse_report(raw: &RawValue, path: &str) -> Result<JobError, Vec<Violation>> {
+        let Ok(obj) = Object::from_raw(raw) else {
+            return Err(vec![Violation::new(
+                path,
+                format!(
+                    "'error' must be an object, got {}",
+                    Kind::of(raw).article_name()
+                ),
+            )]);
+        };
+        let mut violations = Vec::new();
+        let mut string_field = |name: &str| -> Option<String> {
+            let v = obj.get(name)?;
+            match json::decode::<String>(v) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    violations.push(Violation::new(
+                        format!("{path}.{name}"),
+                        format!("error.{name} must be a string"),
+                    ));
+                    None
+                }
+            }
+        };
+        let message = string_field("message");
+        let code = string_field("code").filter(|c| !c.is_empty());
+        let r#type = string_field("type").filter(|t| !t.is_empty());
+        if obj.get("message").is_none() {
+            violations.push(Violation::new(
+                format!("{path}.message"),
+                "error.message is required",
+            ));
+        }
+        let retryable = match obj.get("retryable") {
+            None => None,
+            Some(v) => match json::decode::<bool>(v) {
+                Ok(b) => Some(b),
+                Err(_) => {
+                    violations.push(Violation::new(
+                        format!("{path}.retryable"),
+                        "error.retryable must be a boolean",
+                    ));
+                    None
+                }
+            },
+        };
+        let details = match obj.get("details") {
+            None => None,
+            Some(v) if Kind::of(v) == Kind::Object => Some(v.to_owned()),
+            Some(_) => {
+                violations.push(Violation::new(
+                    format!("{path}.details"),
+                    "error.details must be an object",
+                ));
+                None
+            }
+        };
+        let backtrace = match obj.get("backtrace") {
+            None => None,
+            Some(v) => match json::decode::<BacktraceInput>(v) {
+                Ok(b) => Some(truncate_backtrace(b.into_frames())),
+                Err(_) => {
+                    violations.push(Violation::new(
+                        format!("{path}.backtrace"),
+                        "error.backtrace must be an array of strings",
+                    ));
+                    None
+                }
+            },
+        };
+        if !violations.is_empty() {
+            return Err(violations);
+        }
+        let error_class = details
+            .as_deref()
+            .and_then(|d| Object::from_raw(d).ok())
+            .and_then(|d| {
+                d.get("error_class")
+                    .and_then(|v| json::decode::<String>(v).ok())
+            });
+        let code = code.unwrap_or_else(|| "handler_error".to_owned());
+        let r#type = r#type.or(error_class).unwrap_or_else(|| code.clone());
+        Ok(JobError {
+            r#type,
+            code,
+            message: message.unwrap_or_default(),
+            retryable,
+            details,
+            backtrace,
+        })
+    }
+
+    /// `details.error_class`, when the worker sent one.
+    fn error_class(&self) -> Option<String> {
+        let details = Object::from_raw(self.details.as_deref()?).ok()?;
+        json::decode::<String>(details.get("error_class")?).ok()
+    }
+
+    /// The error as compact JSON (for `error` and, with attempt/occurred_at, `errors[]`).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
+    }
+}
+
+/// A backtrace as a list of frames, or as one multi-line string (split into frames).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum BacktraceInput {
+    Frames(Vec<String>),
+    Text(String),
+}
+
+impl BacktraceInput {
+    fn into_frames(self) -> Vec<String> {
+        match self {
+            BacktraceInput::Frames(frames) => frames,
+            BacktraceInput::Text(text) => text.lines().map(str::to_owned).collect(),
+        }
+    }
+}
+
+/// Keeps at most [`MAX_BACKTRACE_FRAMES`] frames and [`MAX_BACKTRACE_CHARS`] characters.
+fn truncate_backtrace(frames: Vec<String>) -> Vec<String> {
+    let mut budget = MAX_BACKTRACE_CHARS;
+    let mut out = Vec::new();
+    for frame in frames.into_iter().take(MAX_BACKTRACE_FRAMES) {
+        if budget == 0 {
+            break;
+        }
+        let kept: String = frame.chars().take(budget).collect();
+        budget -= kept.chars().count();
+        out.push(kept);
+    }
+    out
+}
+
+/// Why a job was discarded (the `reason` of `job.discarded` events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscardReason {
+    /// Every allowed attempt failed.
+    Exhausted,
+    /// The error was marked non-retryable.
+    NonRetryable,
+    /// The handler sent DISCARD, FAIL or DEAD_LETTER.
+    HandlerDirective,
+}
+
+/// What a failed attempt leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Straight back to `available`, no backoff, retry policy not consulted.
+    Requeue,
+    /// `retryable`, available again after `delay_ms`.
+    Retry { delay_ms: u64 },
+    /// `discarded`, into the dead-letter queue when `dead_letter` is set.
+    Discard {
+        dead_letter: bool,
+        reason: DiscardReason,
+    },
+}
+
+/// Applies the retry policy to a failure of attempt `attempt` (contract §4.3.3).
+pub fn decide(
+    policy: &RetryPolicy,
+    attempt: i32,
+    error: &JobError,
+    rng: &mut impl rand::Rng,
+) -> Outcome {
+    let exhausted_to_dlq = policy.on_exhaustion == OnExhaustion::DeadLetter;
+    match error.code.as_str() {
+        DIRECTIVE_DISCARD | DIRECTIVE_FAIL => {
+            return Outcome::Discard {
+                dead_letter: false,
+                reason: DiscardReason::HandlerDirective,
+            };
+        }
+        DIRECTIVE_DEAD_LETTER => {
+            return Outcome::Discard {
+                dead_letter: true,
+                reason: DiscardReason::HandlerDirective,
+            };
+        }
+        _ => {}
+    }
+    if error.code != DIRECTIVE_RETRY {
+        let class = error.error_class();
+        let candidates = [
+            Some(error.r#type.as_str()),
+            class.as_deref(),
+            Some(error.code.as_str()),
+        ];
+        if error.retryable == Some(false)
+            || policy.is_non_retryable(candidates.into_iter().flatten())
+        {
+            return Outcome::Discard {
+                dead_letter: exhausted_to_dlq,
+                reason: DiscardReason::NonRetryable,
+            };
+        }
+    }
+    if attempt >= policy.attempts_allowed() {
+        return Outcome::Discard {
+            dead_letter: exhausted_to_dlq,
+            reason: DiscardReason::Exhausted,
+        };
+    }
+    Outcome::Retry {
+        delay_ms: policy.delay_ms(attempt, rng),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn report(text: &str) -> Result<JobError, Vec<Violation>> {
+        let raw: Box<RawValue> = serde_json::from_str(text).unwrap();
+        JobError::parse_report(&raw, "$.error")
+    }
+
+    fn policy(text: &str) -> RetryPolicy {
+        let raw: Box<RawValue> = serde_json::from_str(text).unwrap();
+        RetryPolicy::parse(&raw, "$.retry").unwrap()
+    }
+
+    fn decide_with(policy_text: &str, attempt: i32, error_text: &str) -> Outcome {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        decide(
+            &policy(policy_text),
+            attempt,
+            &report(error_text).unwrap(),
+            &mut rng,
+        )
+    }
+
+    #[test]
+    fn type_falls_back_to_error_class_then_code() {
+        assert_eq!(
+            report(r#"{"message":"m"}"#).unwrap().r#type,
+            "handler_error"
+        );
+        assert_eq!(
+            report(r#"{"message":"m","code":"E1"}"#).unwrap().r#type,
+            "E1"
+        );
+        let e = report(r#"{"message":"m","code":"E1","details":{"error_class":"Net"}}"#).unwrap();
+        assert_eq!((e.code.as_str(), e.r#type.as_str()), ("E1", "Net"));
+        let e = report(r#"{"message":"m","type":"T","details":{"error_class":"Net"}}"#).unwrap();
+        assert_eq!(e.r#type, "T");
+    }
+
+    #[test]
+    fn report_validation() {
+        assert!(report(r#"{"code":"x"}"#).is_err());
+        assert!(report(r#"{"message":5}"#).is_err());
+        assert!(report(r#"{"message":"m","retryable":"no"}"#).is_err());
+        assert!(report(r#"{"message":"m","details":[1]}"#).is_err());
+        assert!(report(r#""boom""#).is_err());
+    }
+
+    #[test]
+    fn backtrace_is_truncated() {
+        let frames: Vec<String> = (0..80).map(|i| format!("frame {i}")).collect();
+        let text = serde_json::json!({"message": "m", "backtrace": frames}).to_string();
+        assert_eq!(report(&text).unwrap().backtrace.unwrap().len(), 50);
+        let big =
+            serde_json::json!({"message": "m", "backtrace": ["x".repeat(20_000)]}).to_string();
+        assert_eq!(report(&big).unwrap().backtrace.unwrap()[0].len(), 10_000);
+        let lines = report(r#"{"message":"m","backtrace":"a\nb"}"#).unwrap();
+        assert_eq!(lines.backtrace.unwrap(), ["a", "b"]);
+    }
+
+    #[test]
+    fn retries_until_attempts_are_exhausted() {
+        assert!(matches!(
+            decide_with(r#"{"max_attempts":3}"#, 1, r#"{"message":"m"}"#),
+            Outcome::Retry { .. }
+        ));
+        assert_eq!(
+            decide_with(r#"{"max_attempts":3}"#, 3, r#"{"message":"m"}"#),
+            Outcome::Discard {
+                dead_letter: true,
+                reason: DiscardReason::Exhausted
+            }
+        );
+        // max_attempts 0 behaves like 1.
+        assert!(matches!(
+            decide_with(r#"{"max_attempts":0}"#, 1, r#"{"message":"m"}"#),
+            Outcome::Discard { .. }
+        ));
+        assert_eq!(
+            decide_with(
+                r#"{"max_attempts":1,"on_exhaustion":"discard"}"#,
+                1,
+                r#"{"message":"m"}"#
+            ),
+            Outcome::Discard {
+                dead_letter: false,
+                reason: DiscardReason::Exhausted
+            }
+        );
+    }
+
+    #[test]
+    fn non_retryable_errors_and_flag_skip_retries() {
+        let p = r#"{"max_attempts":5,"non_retryable_errors":["ValidationError","db.*"]}"#;
+        for e in [
+            r#"{"message":"m","type":"ValidationError"}"#,
+            r#"{"message":"m","details":{"error_class":"ValidationError"}}"#,
+            r#"{"message":"m","code":"db.locked"}"#,
+            r#"{"message":"m","retryable":false}"#,
+        ] {
+            assert_eq!(
+                decide_with(p, 1, e),
+                Outcome::Discard {
+                    dead_letter: true,
+                    reason: DiscardReason::NonRetryable
+                },
+                "{e}"
+            );
+        }
+        assert!(matches!(
+            decide_with(p, 1, r#"{"message":"m","type":"Timeout","retryable":true}"#),
+            Outcome::Retry { .. }
+        ));
+    }
+
+    #[test]
+    fn handler_directives() {
+        let p = r#"{"max_attempts":5,"non_retryable_errors":["RETRY"]}"#;
+        assert_eq!(
+            decide_with(p, 1, r#"{"message":"m","code":"DISCARD"}"#),
+            Outcome::Discard {
+                dead_letter: false,
+                reason: DiscardReason::HandlerDirective
+            }
+        );
+        assert_eq!(
+            decide_with(p, 1, r#"{"message":"m","code":"FAIL"}"#),
+            Outcome::Discard {
+                dead_letter: false,
+                reason: DiscardReason::HandlerDirective
+            }
+        );
+        assert_eq!(
+            decide_with(p, 1, r#"{"message":"m","code":"DEAD_LETTER"}"#),
+            Outcome::Discard {
+                dead_letter: true,
+                reason: DiscardReason::HandlerDirective
+            }
+        );
+        // RETRY skips the non-retryable check but not the attempt limit.
+        assert!(matches!(
+            decide_with(p, 1, r#"{"message":"m","code":"RETRY","retryable":false}"#),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            decide_with(p, 5, r#"{"message":"m","code":"RETRY"}"#),
+            Outcome::Discard {
+                reason: DiscardReason::Exhausted,
+                ..
+            }
+        ));
+    }
+}

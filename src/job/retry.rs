@@ -1,0 +1,438 @@
+//! The retry policy (`retry` attribute, contract §5.1): validation, defaults, and backoff.
+//!
+//! A job stores its *effective* policy: the client's fields with the defaults filled in and
+//! durations rewritten in ISO 8601. Unknown keys inside `retry` are kept and echoed after the
+//! known ones.
+
+use std::fmt::Write as _;
+
+use rand::Rng;
+use serde_json::value::RawValue;
+
+use super::envelope::Violation;
+use crate::duration;
+use crate::json::{self, Kind, Object};
+
+/// Default total attempts, including the first.
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
+/// Default delay before the first retry.
+pub const DEFAULT_INITIAL_INTERVAL_MS: u64 = 1_000;
+/// Default growth factor of the exponential backoff.
+pub const DEFAULT_BACKOFF_COEFFICIENT: f64 = 2.0;
+/// Default cap on any single backoff delay.
+pub const DEFAULT_MAX_INTERVAL_MS: u64 = 300_000;
+
+/// What happens to a job whose retries are exhausted (or whose error is non-retryable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnExhaustion {
+    /// Discard the job; it does not enter the dead-letter queue.
+    Discard,
+    /// Discard the job into the dead-letter queue (the default).
+    DeadLetter,
+}
+
+/// How the delay grows with the attempt number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackoffStrategy {
+    /// `initial × coefficient^(n−1)`.
+    Exponential,
+    /// `initial × n`.
+    Linear,
+    /// `initial`.
+    Constant,
+    /// `initial` (alias of constant).
+    None,
+    /// `initial × n^coefficient`.
+    Polynomial,
+}
+
+impl BackoffStrategy {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "exponential" => BackoffStrategy::Exponential,
+            "linear" => BackoffStrategy::Linear,
+            "constant" => BackoffStrategy::Constant,
+            "none" => BackoffStrategy::None,
+            "polynomial" => BackoffStrategy::Polynomial,
+            _ => return None,
+        })
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            BackoffStrategy::Exponential => "exponential",
+            BackoffStrategy::Linear => "linear",
+            BackoffStrategy::Constant => "constant",
+            BackoffStrategy::None => "none",
+            BackoffStrategy::Polynomial => "polynomial",
+        }
+    }
+}
+
+/// An effective retry policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Total attempts allowed, including the first; 0 behaves like 1.
+    pub max_attempts: i32,
+    /// Delay before the first retry, in milliseconds.
+    pub initial_interval_ms: u64,
+    /// Growth factor (≥ 1.0).
+    pub backoff_coefficient: f64,
+    /// Cap on any single delay, in milliseconds.
+    pub max_interval_ms: u64,
+    /// Whether delays are multiplied by a random factor in [0.5, 1.5).
+    pub jitter: bool,
+    /// Error types/codes that skip retries; an entry `p.*` matches every value starting `p.`.
+    pub non_retryable_errors: Vec<String>,
+    /// Where an exhausted job goes.
+    pub on_exhaustion: OnExhaustion,
+    /// Growth strategy.
+    pub backoff_strategy: BackoffStrategy,
+    /// Unknown keys, verbatim and in order.
+    pub extra: Vec<(String, String)>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            initial_interval_ms: DEFAULT_INITIAL_INTERVAL_MS,
+            backoff_coefficient: DEFAULT_BACKOFF_COEFFICIENT,
+            max_interval_ms: DEFAULT_MAX_INTERVAL_MS,
+            jitter: true,
+            non_retryable_errors: Vec::new(),
+            on_exhaustion: OnExhaustion::DeadLetter,
+            backoff_strategy: BackoffStrategy::Exponential,
+            extra: Vec::new(),
+        }
+    }
+}
+
+const KNOWN_KEYS: &[&str] = &[
+    "max_attempts",
+    "initial_interval",
+    "backoff_coefficient",
+    "max_interval",
+    "jitter",
+    "non_retryable_errors",
+    "on_exhaustion",
+    "backoff_strategy",
+    "backoff_type",
+];
+
+impl RetryPolicy {
+    /// Parses a client `retry` object at `path`, filling in defaults. Every problem found is
+    /// returned (the caller answers 422 `validation_error`).
+    pub fn parse(raw: &RawValue, path: &str) -> Result<RetryPolicy, Vec<Violation>> {
+        let mut violations = Vec::new();
+        let Ok(obj) = Object::from_raw(raw) else {
+            return Err(vec![Violation::new(
+                path,
+                format!(
+                    "'retry' must be an object, got {}",
+                    Kind::of(raw).article_name()
+                ),
+            )]);
+        };
+        let mut policy = RetryPolicy::default();
+        let field = |name: &str| format!("{path}.{name}");
+
+        if let Some(v) = obj.get("max_attempts") {
+            match json::as_integer(v).and_then(|n| i32::try_from(n).ok()) {
+                Some(n) if n >= 0 => policy.max_attempts = n,
+                _ => violations.push(Violation::new(
+                    field("max_attempts"),
+                    "max_attempts must be an integer >= 0",
+                )),
+            }
+        }
+        let mut initial_given = false;
+        if let Some(v) = obj.get("initial_interval") {
+            match parse_interval(v) {
+                Ok(ms) if ms > 0 => {
+                    policy.initial_interval_ms = ms;
+                    initial_given = true;
+                }
+                Ok(_) => violations.push(Violation::new(
+                    field("initial_interval"),
+                    "initial_interval must be greater than zero",
+                )),
+                Err(e) => violations.push(Violation::new(
+                    field("initial_interval"),
+                    format!("initial_interval is not a valid duration: {e}"),
+                )),
+            }
+        }
+        if let Some(v) = obj.get("backoff_coefficient") {
+            match json::decode::<f64>(v) {
+                Ok(c) if c.is_finite() && c >= 1.0 => policy.backoff_coefficient = c,
+                _ => violations.push(Violation::new(
+                    field("backoff_coefficient"),
+                    "backoff_coefficient must be a number >= 1.0",
+                )),
+            }
+        }
+        let mut max_given = false;
+        if let Some(v) = obj.get("max_interval") {
+            match parse_interval(v) {
+                Ok(ms) if ms > 0 => {
+                    policy.max_interval_ms = ms;
+                    max_given = true;
+                }
+                Ok(_) => violations.push(Violation::new(
+                    field("max_interval"),
+                    "max_interval must be greater than zero",
+                )),
+                Err(e) => violations.push(Violation::new(
+                    field("max_interval"),
+                    format!("max_interval is not a valid duration: {e}"),
+                )),
+            }
+        }
+        if initial_given && max_given && policy.max_interval_ms < policy.initial_interval_ms {
+            violations.push(Violation::new(
+                field("max_interval"),
+                "max_interval must be >= initial_interval",
+            ));
+        } else if initial_given && !max_given {
+            // A long initial interval raises the default cap instead of being cut by it.
+            policy.max_interval_ms = policy.max_interval_ms.max(policy.initial_interval_ms);
+        }
+        if let Some(v) = obj.get("jitter") {
+            match json::decode::<bool>(v) {
+                Ok(b) => policy.jitter = b,
+                Err(_) => {
+                    violations.push(Violation::new(field("jitter"), "jitter must be a boolean"))
+                }
+            }
+        }
+        if let Some(v) = obj.get("non_retryable_errors") {
+            match json::decode::<Vec<String>>(v) {
+                Ok(list) => policy.non_retryable_errors = list,
+                Err(_) => violations.push(Violation::new(
+                    field("non_retryable_errors"),
+                    "non_retryable_errors must be an array of strings",
+                )),
+            }
+        }
+        if let Some(v) = obj.get("on_exhaustion") {
+            match json::decode::<String>(v).as_deref() {
+                Ok("discard") => policy.on_exhaustion = OnExhaustion::Discard,
+                Ok("dead_letter") => policy.on_exhaustion = OnExhaustion::DeadLetter,
+                _ => violations.push(Violation::new(
+                    field("on_exhaustion"),
+                    "on_exhaustion must be \"discard\" or \"dead_letter\"",
+                )),
+            }
+        }
+        let strategy_key = if obj.get("backoff_strategy").is_some() {
+            "backoff_strategy"
+        } else {
+            "backoff_type"
+        };
+        if let Some(v) = obj.get(strategy_key) {
+            match json::decode::<String>(v)
+                .ok()
+                .and_then(|s| BackoffStrategy::parse(&s))
+            {
+                Some(s) => policy.backoff_strategy = s,
+                None => violations.push(Violation::new(
+                    field(strategy_key),
+                    format!(
+                        "{strategy_key} must be one of exponential, linear, constant, none, polynomial"
+                    ),
+                )),
+            }
+        }
+        policy.extra = obj
+            .iter()
+            .filter(|(k, _)| !KNOWN_KEYS.contains(k))
+            .map(|(k, v)| (k.to_owned(), v.get().to_owned()))
+            .collect();
+
+        if violations.is_empty() {
+            Ok(policy)
+        } else {
+            Err(violations)
+        }
+    }
+
+    /// Reads a stored effective policy (as written by [`RetryPolicy::to_json`]).
+    pub fn from_stored(raw: &RawValue) -> RetryPolicy {
+        // Stored policies were validated on the way in; a row edited by hand into something
+        // invalid falls back to the defaults rather than failing the job's transition.
+        RetryPolicy::parse(raw, "$.retry").unwrap_or_default()
+    }
+
+    /// The effective policy as compact JSON, durations in ISO 8601, unknown keys last.
+    pub fn to_json(&self) -> String {
+        let mut out = String::with_capacity(200);
+        let _ = write!(
+            out,
+            "{{\"max_attempts\":{},\"initial_interval\":\"{}\",\"backoff_coefficient\":{},\"max_interval\":\"{}\",\"jitter\":{},\"non_retryable_errors\":{},\"on_exhaustion\":\"{}\",\"backoff_strategy\":\"{}\"",
+            self.max_attempts,
+            duration::format_iso(self.initial_interval_ms),
+            serde_json::to_string(&self.backoff_coefficient).unwrap_or_else(|_| "2.0".into()),
+            duration::format_iso(self.max_interval_ms),
+            self.jitter,
+            serde_json::to_string(&self.non_retryable_errors).unwrap_or_else(|_| "[]".into()),
+            match self.on_exhaustion {
+                OnExhaustion::Discard => "discard",
+                OnExhaustion::DeadLetter => "dead_letter",
+            },
+            self.backoff_strategy.as_str(),
+        );
+        for (key, value) in &self.extra {
+            out.push(',');
+            out.push_str(&serde_json::to_string(key).unwrap_or_default());
+            out.push(':');
+            out.push_str(value);
+        }
+        out.push('}');
+        out
+    }
+
+    /// Attempts allowed in total (a `max_attempts` of 0 behaves like 1).
+    pub fn attempts_allowed(&self) -> i32 {
+        self.max_attempts.max(1)
+    }
+
+    /// The backoff delay after failed attempt `attempt` (1-based), in whole milliseconds.
+    pub fn delay_ms(&self, attempt: i32, rng: &mut impl Rng) -> u64 {
+        let n = f64::from(attempt.max(1));
+        let initial = self.initial_interval_ms as f64;
+        let c = self.backoff_coefficient;
+        let raw = match self.backoff_strategy {
+            BackoffStrategy::Exponential => initial * c.powf(n - 1.0),
+            BackoffStrategy::Linear => initial * n,
+            BackoffStrategy::Constant | BackoffStrategy::None => initial,
+            BackoffStrategy::Polynomial => initial * n.powf(c),
+        };
+        let cap = self.max_interval_ms as f64;
+        let mut delay = raw.min(cap);
+        if self.jitter {
+            delay = (delay * rng.random_range(0.5..1.5)).min(cap);
+        }
+        delay.round().max(0.0) as u64
+    }
+
+    /// Whether any of `values` (error type, class, code) is listed as non-retryable.
+    pub fn is_non_retryable<'v>(&self, values: impl IntoIterator<Item = &'v str>) -> bool {
+        let values: Vec<&str> = values.into_iter().collect();
+        self.non_retryable_errors.iter().any(|entry| {
+            values.iter().any(|value| match entry.strip_suffix('*') {
+                Some(prefix) if entry.ends_with(".*") => value.starts_with(prefix),
+                _ => value == entry,
+            })
+        })
+    }
+}
+
+/// A duration given as an ISO 8601 / short-form string.
+fn parse_interval(raw: &RawValue) -> Result<u64, String> {
+    match json::decode::<String>(raw) {
+        Ok(s) => duration::parse_ms(&s),
+        Err(_) => Err(format!(
+            "expected a duration string such as \"PT1S\", got {}",
+            Kind::of(raw).article_name()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn parse(text: &str) -> Result<RetryPolicy, Vec<Violation>> {
+        let raw: Box<RawValue> = serde_json::from_str(text).unwrap();
+        RetryPolicy::parse(&raw, "$.retry")
+    }
+
+    fn rng() -> rand::rngs::StdRng {
+        rand::rngs::StdRng::seed_from_u64(7)
+    }
+
+    #[test]
+    fn defaults_fill_missing_fields() {
+        let p = parse("{}").unwrap();
+        assert_eq!(p, RetryPolicy::default());
+        assert_eq!(
+            p.to_json(),
+            r#"{"max_attempts":3,"initial_interval":"PT1S","backoff_coefficient":2.0,"max_interval":"PT5M","jitter":true,"non_retryable_errors":[],"on_exhaustion":"dead_letter","backoff_strategy":"exponential"}"#
+        );
+    }
+
+    #[test]
+    fn accepts_both_duration_spellings_and_keeps_unknown_keys() {
+        let p = parse(r#"{"initial_interval":"1s","max_interval":"300s","x_note":[1,2],"backoff_type":"linear"}"#).unwrap();
+        assert_eq!(p.initial_interval_ms, 1_000);
+        assert_eq!(p.max_interval_ms, 300_000);
+        assert_eq!(p.backoff_strategy, BackoffStrategy::Linear);
+        assert!(p.to_json().ends_with(r#","x_note":[1,2]}"#));
+        assert_eq!(RetryPolicy::from_stored(&json::raw(p.to_json())), p);
+    }
+
+    #[test]
+    fn violations_name_the_field() {
+        let err = parse(r#"{"max_attempts":-1,"backoff_coefficient":0.5,"initial_interval":"soon","jitter":"yes","on_exhaustion":"explode"}"#).unwrap_err();
+        let messages: Vec<_> = err.iter().map(|v| v.message.as_str()).collect();
+        assert!(messages[0].contains("max_attempts"));
+        assert!(messages.iter().any(|m| m.contains("backoff_coefficient")));
+        assert!(messages.iter().any(|m| m.contains("initial_interval")));
+        assert!(messages.iter().any(|m| m.contains("jitter")));
+        assert!(messages.iter().any(|m| m.contains("on_exhaustion")));
+        assert!(parse(r#"{"initial_interval":"PT10S","max_interval":"PT1S"}"#).is_err());
+        assert!(parse("[]").is_err());
+    }
+
+    #[test]
+    fn long_initial_interval_raises_default_cap() {
+        let p = parse(r#"{"initial_interval":"PT10M"}"#).unwrap();
+        assert_eq!(p.max_interval_ms, 600_000);
+    }
+
+    #[test]
+    fn backoff_strategies() {
+        let mut r = rng();
+        let exp = parse(r#"{"jitter":false}"#).unwrap();
+        let delays: Vec<u64> = (1..=4).map(|n| exp.delay_ms(n, &mut r)).collect();
+        assert_eq!(delays, [1_000, 2_000, 4_000, 8_000]);
+        let lin = parse(r#"{"jitter":false,"backoff_strategy":"linear"}"#).unwrap();
+        assert_eq!(lin.delay_ms(3, &mut r), 3_000);
+        let con = parse(r#"{"jitter":false,"backoff_strategy":"constant"}"#).unwrap();
+        assert_eq!(con.delay_ms(5, &mut r), 1_000);
+        let poly = parse(r#"{"jitter":false,"backoff_strategy":"polynomial"}"#).unwrap();
+        assert_eq!(poly.delay_ms(3, &mut r), 9_000);
+        let capped =
+            parse(r#"{"jitter":false,"backoff_coefficient":10,"max_interval":"PT2S"}"#).unwrap();
+        let delays: Vec<u64> = (1..=3).map(|n| capped.delay_ms(n, &mut r)).collect();
+        assert_eq!(delays, [1_000, 2_000, 2_000]);
+        // Huge attempt numbers saturate at the cap instead of overflowing.
+        assert_eq!(exp.delay_ms(10_000, &mut r), 300_000);
+    }
+
+    #[test]
+    fn jitter_stays_within_half_to_one_and_a_half_and_the_cap() {
+        let p = parse(r#"{"initial_interval":"PT2S"}"#).unwrap();
+        let mut r = rng();
+        for _ in 0..1000 {
+            let d = p.delay_ms(1, &mut r);
+            assert!((1_000..=3_000).contains(&d), "{d}");
+        }
+        let capped = parse(r#"{"initial_interval":"PT2S","max_interval":"PT2S"}"#).unwrap();
+        for _ in 0..1000 {
+            assert!(capped.delay_ms(1, &mut r) <= 2_000);
+        }
+    }
+
+    #[test]
+    fn non_retryable_matching_is_exact_or_prefix() {
+        let p = parse(r#"{"non_retryable_errors":["ValidationError","auth.*"]}"#).unwrap();
+        assert!(p.is_non_retryable(["ValidationError"]));
+        assert!(!p.is_non_retryable(["validationerror"]));
+        assert!(p.is_non_retryable(["x", "auth.expired"]));
+        assert!(!p.is_non_retryable(["auth"]));
+        assert!(!p.is_non_retryable(["authentication"]));
+    }
+}

@@ -1,0 +1,371 @@
+//! Unique jobs (`unique` attribute, contract §5.2).
+//!
+//! A unique policy names the dimensions of a job (`type` always, plus any of `queue`, `args`,
+//! `meta`) whose canonical JSON is hashed into the job's `unique_key`. Another job with the same
+//! key, in one of the policy's states and inside its period, is a duplicate; `on_conflict` says
+//! what to do about it. The check and the insert are serialized per key with a
+//! transaction-scoped advisory lock (see `store::job::lock_unique_keys`).
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
+use unicode_normalization::UnicodeNormalization;
+
+use super::JobState;
+use super::envelope::Violation;
+use crate::duration;
+use crate::json::{self, Kind, Object};
+
+/// What to do when an enqueue finds a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnConflict {
+    /// Refuse the new job (409 `duplicate`).
+    Reject,
+    /// Return the existing job (200, `deduplicated: true`); nothing is created.
+    Ignore,
+    /// Cancel the existing job and create the new one (an active duplicate is kept: reject).
+    Replace,
+    /// Like replace, except an existing `scheduled` job is updated in place and keeps its time.
+    ReplaceExceptSchedule,
+}
+
+/// A validated unique policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UniquePolicy {
+    /// Include `queue` in the fingerprint.
+    pub by_queue: bool,
+    /// Include `args` in the fingerprint.
+    pub by_args: bool,
+    /// Include `meta` in the fingerprint.
+    pub by_meta: bool,
+    /// Restrict the `args` dimension to these keys of its object elements.
+    pub args_keys: Option<Vec<String>>,
+    /// Restrict the `meta` dimension to these keys (required when `meta` is a dimension).
+    pub meta_keys: Option<Vec<String>>,
+    /// Window, measured from the existing job's `created_at`; `None` = forever.
+    pub period_ms: Option<u64>,
+    /// States in which an existing job counts as a duplicate.
+    pub states: Vec<JobState>,
+    /// Conflict resolution.
+    pub on_conflict: OnConflict,
+    /// Lower an existing duplicate's priority number to the new job's when that is more urgent.
+    pub upgrade_priority: bool,
+}
+
+const DEFAULT_STATES: [JobState; 5] = [
+    JobState::Available,
+    JobState::Active,
+    JobState::Scheduled,
+    JobState::Retryable,
+    JobState::Pending,
+];
+
+impl UniquePolicy {
+    /// Parses a client `unique` object at `path`.
+    pub fn parse(raw: &RawValue, path: &str) -> Result<UniquePolicy, Vec<Violation>> {
+        let Ok(obj) = Object::from_raw(raw) else {
+            return Err(vec![Violation::new(
+                path,
+                format!(
+                    "'unique' must be an object, got {}",
+                    Kind::of(raw).article_name()
+                ),
+            )]);
+        };
+        let mut v = Vec::new();
+        let field = |name: &str| format!("{path}.{name}");
+        let string_list = |name: &str, v: &mut Vec<Violation>| -> Option<Vec<String>> {
+            let raw = obj.get(name)?;
+            match json::decode::<Vec<String>>(raw) {
+                Ok(list) => Some(list),
+                Err(_) => {
+                    v.push(Violation::new(
+                        field(name),
+                        format!("unique.{name} must be an array of strings"),
+                    ));
+                    None
+                }
+            }
+        };
+
+        let mut policy = UniquePolicy {
+            by_queue: false,
+            by_args: false,
+            by_meta: false,
+            args_keys: None,
+            meta_keys: None,
+            period_ms: None,
+            states: DEFAULT_STATES.to_vec(),
+            on_conflict: OnConflict::Reject,
+            upgrade_priority: false,
+        };
+        if let Some(keys) = string_list("keys", &mut v) {
+            for key in &keys {
+                match key.as_str() {
+                    "type" => {}
+                    "queue" => policy.by_queue = true,
+                    "args" => policy.by_args = true,
+                    "meta" => policy.by_meta = true,
+                    other => v.push(Violation::new(
+                        field("keys"),
+                        format!(
+                            "unique.keys may contain type, queue, args and meta, not {other:?}"
+                        ),
+                    )),
+                }
+            }
+        }
+        // `key` (seed spelling): names of fields inside args objects.
+        if let Some(key) = string_list("key", &mut v) {
+            policy.by_args = true;
+            policy.args_keys = Some(key);
+        }
+        if let Some(args_keys) = string_list("args_keys", &mut v) {
+            policy.by_args = true;
+            policy.args_keys = Some(args_keys);
+        }
+        if policy.args_keys.as_ref().is_some_and(Vec::is_empty) {
+            v.push(Violation::new(
+                field("args_keys"),
+                "unique.args_keys must not be empty",
+            ));
+        }
+        policy.meta_keys = string_list("meta_keys", &mut v);
+        if policy.by_meta && policy.meta_keys.as_ref().is_none_or(Vec::is_empty) {
+            v.push(Violation::new(
+                field("meta_keys"),
+                "unique.meta_keys must list at least one key when meta is a unique dimension",
+            ));
+        }
+        if let Some(raw) = obj.get("period") {
+            match json::decode::<String>(raw)
+                .map_err(|_| "expected a duration string".to_owned())
+                .and_then(|s| duration::parse_ms(&s))
+            {
+                Ok(ms) if ms > 0 => policy.period_ms = Some(ms),
+                Ok(_) => v.push(Violation::new(
+                    field("period"),
+                    "unique.period must be greater than zero",
+                )),
+                Err(e) => v.push(Violation::new(
+                    field("period"),
+                    format!("unique.period is not a valid duration: {e}"),
+                )),
+            }
+        }
+        if let Some(states) = string_list("states", &mut v) {
+            let parsed: Option<Vec<JobState>> = states.iter().map(|s| JobState::parse(s)).collect();
+            match parsed {
+                Some(list) if !list.is_empty() => policy.states = list,
+                _ => v.push(Violation::new(
+                    field("states"),
+                    "unique.states must be a non-empty list of job state names",
+                )),
+            }
+        }
+        if let Some(raw) = obj.get("on_conflict") {
+            match json::decode::<String>(raw).as_deref() {
+                Ok("reject") => policy.on_conflict = OnConflict::Reject,
+                Ok("ignore" | "use_existing") => policy.on_conflict = OnConflict::Ignore,
+                Ok("replace") => policy.on_conflict = OnConflict::Replace,
+                Ok("replace_except_schedule") => {
+                    policy.on_conflict = OnConflict::ReplaceExceptSchedule;
+                }
+                _ => v.push(Violation::new(
+                    field("on_conflict"),
+                    "unique.on_conflict must be reject, ignore, replace or replace_except_schedule",
+                )),
+            }
+        }
+        if let Some(raw) = obj.get("upgrade_priority") {
+            match json::decode::<bool>(raw) {
+                Ok(b) => policy.upgrade_priority = b,
+                Err(_) => v.push(Violation::new(
+                    field("upgrade_priority"),
+                    "unique.upgrade_priority must be a boolean",
+                )),
+            }
+        }
+        if v.is_empty() { Ok(policy) } else { Err(v) }
+    }
+
+    /// The job's `unique_key`: SHA-256 (lowercase hex) of the canonical JSON (RFC 8785, strings
+    /// NFC-normalized) of the selected dimensions.
+    pub fn fingerprint(
+        &self,
+        job_type: &str,
+        queue: &str,
+        args: &RawValue,
+        meta: &RawValue,
+        path: &str,
+    ) -> Result<String, Violation> {
+        let mut doc = serde_json::Map::new();
+        doc.insert("type".to_owned(), Value::String(job_type.to_owned()));
+        if self.by_queue {
+            doc.insert("queue".to_owned(), Value::String(queue.to_owned()));
+        }
+        if self.by_args {
+            let args: Value = json::decode(args).unwrap_or(Value::Null);
+            let value = match &self.args_keys {
+                None => args,
+                Some(keys) => {
+                    let reduced: Vec<Value> = args
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_object)
+                        .map(|element| {
+                            let picked: serde_json::Map<String, Value> = element
+                                .iter()
+                                .filter(|(k, _)| keys.contains(k))
+                                .map(|(k, v)| (k.clone(), v.clone()))
+                                .collect();
+                            Value::Object(picked)
+                        })
+                        .collect();
+                    if reduced
+                        .iter()
+                        .all(|o| o.as_object().is_some_and(|m| m.is_empty()))
+                    {
+                        return Err(Violation::new(
+                            format!("{path}.args_keys"),
+                            "none of unique.args_keys occurs in an object element of args",
+                        ));
+                    }
+                    Value::Array(reduced)
+                }
+            };
+            doc.insert("args".to_owned(), value);
+        }
+        if self.by_meta {
+            let meta: Value = json::decode(meta).unwrap_or(Value::Null);
+            let keys = self.meta_keys.as_deref().unwrap_or_default();
+            let picked: serde_json::Map<String, Value> = meta
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| keys.contains(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            doc.insert("meta".to_owned(), Value::Object(picked));
+        }
+        let canonical = serde_jcs::to_string(&nfc(Value::Object(doc)))
+            .map_err(|e| Violation::new(path, format!("cannot fingerprint the job: {e}")))?;
+        Ok(hex::encode(Sha256::digest(canonical.as_bytes())))
+    }
+}
+
+/// NFC-normalizes every string (keys included) so that canonically equal text hashes equally.
+fn nfc(value: Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(s.nfc().collect()),
+        Value::Array(items) => Value::Array(items.into_iter().map(nfc).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k.nfc().collect(), nfc(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        serde_json::from_str(text).unwrap()
+    }
+
+    fn parse(text: &str) -> Result<UniquePolicy, Vec<Violation>> {
+        UniquePolicy::parse(&raw(text), "$.unique")
+    }
+
+    fn key(policy: &str, job_type: &str, queue: &str, args: &str, meta: &str) -> String {
+        parse(policy)
+            .unwrap()
+            .fingerprint(job_type, queue, &raw(args), &raw(meta), "$.unique")
+            .unwrap()
+    }
+
+    #[test]
+    fn defaults() {
+        let p = parse("{}").unwrap();
+        assert!(!p.by_args && !p.by_queue && !p.by_meta);
+        assert_eq!(p.on_conflict, OnConflict::Reject);
+        assert_eq!(p.states, DEFAULT_STATES);
+        assert_eq!(p.period_ms, None);
+    }
+
+    #[test]
+    fn parse_errors() {
+        assert!(parse(r#"{"keys":["type","color"]}"#).is_err());
+        assert!(parse(r#"{"keys":["meta"]}"#).is_err());
+        assert!(parse(r#"{"on_conflict":"merge"}"#).is_err());
+        assert!(parse(r#"{"period":"forever"}"#).is_err());
+        assert!(parse(r#"{"states":["done"]}"#).is_err());
+        assert!(parse(r#"{"states":[]}"#).is_err());
+        assert!(parse(r#"[]"#).is_err());
+        assert_eq!(
+            parse(r#"{"on_conflict":"use_existing"}"#)
+                .unwrap()
+                .on_conflict,
+            OnConflict::Ignore
+        );
+        assert_eq!(
+            parse(r#"{"period":"PT1H"}"#).unwrap().period_ms,
+            Some(3_600_000)
+        );
+    }
+
+    #[test]
+    fn type_only_ignores_args_and_queue() {
+        let a = key("{}", "email.send", "q1", "[1]", "{}");
+        let b = key("{}", "email.send", "q2", "[2]", "{}");
+        assert_eq!(a, b);
+        assert_ne!(a, key("{}", "email.other", "q1", "[1]", "{}"));
+        assert_eq!(a.len(), 64);
+    }
+
+    #[test]
+    fn args_dimension_is_canonical() {
+        let p = r#"{"keys":["type","args"]}"#;
+        assert_eq!(
+            key(p, "t", "q", r#"[{"a":1,"b":2.0}]"#, "{}"),
+            key(p, "t", "q", r#"[{"b":2,"a":1}]"#, "{}")
+        );
+        assert_ne!(key(p, "t", "q", "[1]", "{}"), key(p, "t", "q", "[2]", "{}"));
+        // NFC: "é" precomposed and decomposed are the same text.
+        assert_eq!(
+            key(p, "t", "q", "[\"\u{e9}\"]", "{}"),
+            key(p, "t", "q", "[\"e\u{301}\"]", "{}")
+        );
+    }
+
+    #[test]
+    fn args_keys_select_fields_of_object_elements() {
+        let p = r#"{"key":["user_id"]}"#;
+        assert_eq!(
+            key(p, "t", "q", r#"[{"user_id":1,"at":"x"}]"#, "{}"),
+            key(p, "t", "q", r#"[{"user_id":1,"at":"y"},"ignored"]"#, "{}")
+        );
+        let err = parse(p)
+            .unwrap()
+            .fingerprint("t", "q", &raw(r#"["no objects"]"#), &raw("{}"), "$.unique")
+            .unwrap_err();
+        assert!(err.message.contains("args_keys"));
+    }
+
+    #[test]
+    fn meta_keys_select_meta_fields() {
+        let p = r#"{"keys":["meta"],"meta_keys":["tenant"]}"#;
+        assert_eq!(
+            key(p, "t", "q", "[]", r#"{"tenant":"a","trace":"1"}"#),
+            key(p, "t", "q", "[]", r#"{"trace":"2","tenant":"a"}"#)
+        );
+        assert_ne!(
+            key(p, "t", "q", "[]", r#"{"tenant":"a"}"#),
+            key(p, "t", "q", "[]", r#"{"tenant":"b"}"#)
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! JSON text handling that keeps client data verbatim.
+//!
+//! Job `args`, `meta`, results and unknown attributes are stored and returned exactly as the
+//! client sent them, so request bodies are never parsed into a generic value tree. Instead a
+//! body is [`compact`]ed once (insignificant whitespace removed, nesting depth checked), parsed
+//! into an [`Object`] of borrowed [`RawValue`]s, and only the fields the server interprets are
+//! deserialized.
+
+use std::borrow::Cow;
+
+use indexmap::IndexMap;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+/// The nesting depth limit of every request body (objects and arrays).
+pub const MAX_DEPTH: usize = 32;
+
+/// A body nested deeper than [`MAX_DEPTH`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooDeep;
+
+/// Removes whitespace outside strings and checks the nesting depth.
+///
+/// Does not validate the JSON (the parser that follows does); it only needs to track whether
+/// it is inside a string. Returns the input unchanged (borrowed) when it is already compact.
+pub fn compact(input: &[u8], max_depth: usize) -> Result<Cow<'_, [u8]>, TooDeep> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut output: Option<Vec<u8>> = None;
+    for (i, &byte) in input.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+        } else {
+            match byte {
+                b'"' => in_string = true,
+                b'{' | b'[' => {
+                    depth += 1;
+                    if depth > max_depth {
+                        return Err(TooDeep);
+                    }
+                }
+                b'}' | b']' => depth = depth.saturating_sub(1),
+                b' ' | b'\t' | b'\n' | b'\r' => {
+                    output.get_or_insert_with(|| {
+                        let mut v = Vec::with_capacity(input.len());
+                        v.extend_from_slice(&input[..i]);
+                        v
+                    });
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        if let Some(out) = output.as_mut() {
+            out.push(byte);
+        }
+    }
+    Ok(match output {
+        Some(out) => Cow::Owned(out),
+        None => Cow::Borrowed(input),
+    })
+}
+
+/// The JSON type of a raw value, read from its first byte (raw values are compact and valid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Object,
+    Array,
+    String,
+    Number,
+    Bool,
+    Null,
+}
+
+impl Kind {
+    /// Classifies a raw value.
+    pub fn of(raw: &RawValue) -> Kind {
+        match raw.get().as_bytes().first() {
+            Some(b'{') => Kind::Object,
+            Some(b'[') => Kind::Array,
+            Some(b'"') => Kind::String,
+            Some(b't' | b'f') => Kind::Bool,
+            Some(b'n') => Kind::Null,
+            _ => Kind::Number,
+        }
+    }
+
+    /// The name used in error messages ("an object", "a string", ...).
+    pub fn article_name(self) -> &'static str {
+        match self {
+            Kind::Object => "an object",
+            Kind::Array => "an array",
+            Kind::String => "a string",
+            Kind::Number => "a number",
+            Kind::Bool => "a boolean",
+            Kind::Null => "null",
+        }
+    }
+}
+
+/// A JSON object whose member values are borrowed raw JSON, in document order.
+///
+/// Duplicate keys keep their first position and their last value.
+#[derive(Debug, Default, Clone)]
+pub struct Object<'a> {
+    members: IndexMap<String, &'a RawValue>,
+}
+
+impl<'a> Object<'a> {
+    /// Parses `text` as a JSON object.
+    pub fn parse(text: &'a str) -> Result<Self, serde_json::Error> {
+        let members = serde_json::from_str(text)?;
+        Ok(Object { members })
+    }
+
+    /// Parses a raw value that is known (or required) to be an object.
+    pub fn from_raw(raw: &'a RawValue) -> Result<Self, serde_json::Error> {
+        Self::parse(raw.get())
+    }
+
+    /// The raw value of `key`, treating an explicit JSON `null` as absent.
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.members
+            .get(key)
+            .copied()
+            .filter(|raw| Kind::of(raw) != Kind::Null)
+    }
+
+    /// The raw value of `key`, including an explicit JSON `null`.
+    pub fn get_raw(&self, key: &str) -> Option<&'a RawValue> {
+        self.members.get(key).copied()
+    }
+
+    /// Whether `key` is present (even as `null`).
+    pub fn contains(&self, key: &str) -> bool {
+        self.members.contains_key(key)
+    }
+
+    /// Members in document order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a RawValue)> + '_ {
+        self.members.iter().map(|(k, v)| (k.as_str(), *v))
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the object has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+}
+
+/// Deserializes a raw value into `T`.
+pub fn decode<T: DeserializeOwned>(raw: &RawValue) -> Result<T, serde_json::Error> {
+    serde_json::from_str(raw.get())
+}
+
+/// Reads a raw value as a non-negative or negative integer, rejecting fractions and exponents
+/// that do not denote an integer.
+pub fn as_integer(raw: &RawValue) -> Option<i64> {
+    match serde_json::from_str::<serde_json::Number>(raw.get()) {
+        Ok(n) => n.as_i64(),
+        Err(_) => None,
+    }
+}
+
+/// Writes `members` as a compact JSON object, in order.
+pub fn object_text<'m>(members: impl IntoIterator<Item = (&'m str, &'m RawValue)>) -> String {
+    let mut out = String::from("{");
+    for (i, (key, value)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // Serializing a &str cannot fail.
+        out.push_str(&serde_json::to_string(key).unwrap_or_default());
+        out.push(':');
+        out.push_str(value.get());
+    }
+    out.push('}');
+    out
+}
+
+/// Wraps already-valid JSON text as a raw value without copying it through a parser twice.
+pub fn raw(text: String) -> Box<RawValue> {
+    // The text comes from the database (json columns) or from our own serializer, so it is
+    // valid; fall back to `null` rather than panic if that invariant is ever broken.
+    RawValue::from_string(text).unwrap_or_else(|_| null())
+}
+
+/// A raw JSON `null`.
+pub fn null() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).expect("null is valid JSON")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compacted(s: &str) -> String {
+        String::from_utf8(compact(s.as_bytes(), MAX_DEPTH).unwrap().into_owned()).unwrap()
+    }
+
+    #[test]
+    fn compact_removes_whitespace_outside_strings_only() {
+        assert_eq!(
+            compacted("{ \"a b\" : [1, 2,\n\t3], \"c\":\"x \\\" y\" }"),
+            "{\"a b\":[1,2,3],\"c\":\"x \\\" y\"}"
+        );
+    }
+
+    #[test]
+    fn compact_borrows_when_already_compact() {
+        let input = br#"{"a":[1,{"b":null}]}"#;
+        assert!(matches!(
+            compact(input, MAX_DEPTH).unwrap(),
+            Cow::Borrowed(_)
+        ));
+    }
+
+    #[test]
+    fn compact_handles_escaped_backslash_before_quote() {
+        assert_eq!(compacted(r#"["a\\", 1]"#), r#"["a\\",1]"#);
+    }
+
+    #[test]
+    fn depth_limit_counts_objects_and_arrays() {
+        let ok = "[".repeat(32) + &"]".repeat(32);
+        let deep = "[".repeat(33) + &"]".repeat(33);
+        assert!(compact(ok.as_bytes(), 32).is_ok());
+        assert_eq!(compact(deep.as_bytes(), 32), Err(TooDeep));
+        // Brackets inside strings do not count.
+        let in_string = format!("[\"{}\"]", "[".repeat(100));
+        assert!(compact(in_string.as_bytes(), 32).is_ok());
+    }
+
+    #[test]
+    fn object_keeps_order_and_last_duplicate() {
+        let obj = Object::parse(r#"{"z":1,"a":2,"z":3,"n":null}"#).unwrap();
+        let keys: Vec<_> = obj
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.get()))
+            .collect();
+        assert_eq!(keys, ["z=3", "a=2", "n=null"]);
+        assert!(obj.get("n").is_none());
+        assert!(obj.get_raw("n").is_some());
+    }
+
+    #[test]
+    fn kinds_and_integers() {
+        let obj = Object::parse(r#"{"o":{},"a":[],"s":"x","n":-1.5,"i":42,"b":false}"#).unwrap();
+        assert_eq!(Kind::of(obj.get("o").unwrap()), Kind::Object);
+        assert_eq!(Kind::of(obj.get("a").unwrap()), Kind::Array);
+        assert_eq!(Kind::of(obj.get("s").unwrap()), Kind::String);
+        assert_eq!(Kind::of(obj.get("n").unwrap()), Kind::Number);
+        assert_eq!(Kind::of(obj.get("b").unwrap()), Kind::Bool);
+        assert_eq!(as_integer(obj.get("i").unwrap()), Some(42));
+        assert_eq!(as_integer(obj.get("n").unwrap()), None);
+        assert_eq!(as_integer(obj.get("s").unwrap()), None);
+    }
+
+    #[test]
+    fn object_text_writes_members_in_order() {
+        let obj = Object::parse(r#"{"b":[1],"a\"q":"x"}"#).unwrap();
+        assert_eq!(object_text(obj.iter()), r#"{"b":[1],"a\"q":"x"}"#);
+        assert_eq!(object_text(std::iter::empty()), "{}");
+    }
+}

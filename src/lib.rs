@@ -1,0 +1,32 @@
+//! ojsd: an Open Job Spec (OJS) job server on PostgreSQL.
+//!
+//! A code tour, in reading order: the schema (`migrations/`), then [`job`] (what a job is),
+//! [`store`] (every SQL statement), [`broker`] (the OJS operations), [`http`] (the wire
+//! contract) and [`app`] (how it is all started).
+
+/// The composition root: build and run the server.
+pub mod app;
+/// The OJS operations on top of the store.
+pub mod broker;
+/// Settings from the environment and flags.
+pub mod config;
+/// OJS durations (ISO 8601 and the short form).
+pub mod duration;
+/// The error type of the broker and store.
+pub mod error;
+/// The HTTP binding.
+pub mod http;
+/// Jobs: ids, states, stored rows, envelopes and policies.
+pub mod job;
+/// Client JSON kept verbatim.
+pub mod json;
+/// LISTEN/NOTIFY fan-out for long-polling fetches.
+pub mod notifier;
+/// All SQL, grouped by table.
+pub mod store;
+/// Logging setup.
+pub mod telemetry;
+/// OJS timestamps.
+pub mod timestamp;
+
+pub use error::{Error, Result};

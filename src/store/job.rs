@@ -1,0 +1,576 @@
+//! Statements on `ojs_job`.
+//!
+//! Every state transition is a single statement conditional on the state it expects; moves out
+//! of `active` are also fenced on the claim (the attempt and, when known, the worker), so a
+//! worker whose reservation was lost cannot complete or fail a job that has since moved on.
+//! Job rows come back whole as the table's row type (`returning j`), decoded into [`Job`].
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::job::envelope::NewJob;
+use crate::job::{Job, JobId, JobState};
+
+/// Advisory-lock namespace of unique-key checks (first half of the two-int lock key).
+const UNIQUE_LOCK_NAMESPACE: i32 = 0x6f6a_7375; // "ojsu"
+
+/// Inserts `jobs` in one statement and returns them in input order.
+///
+/// The initial state is decided with the database clock: `pending` when asked, `scheduled` when
+/// `scheduled_at` is in the future, else `available`. Queues that gained available jobs are
+/// notified on [`super::JOB_AVAILABLE_CHANNEL`].
+pub async fn insert_many(
+    db: impl PgExecutor<'_>,
+    jobs: &[NewJob],
+) -> Result<Vec<Job>, sqlx::Error> {
+    let n = jobs.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut types = Vec::with_capacity(n);
+    let mut queues = Vec::with_capacity(n);
+    let mut args = Vec::with_capacity(n);
+    let mut metas = Vec::with_capacity(n);
+    let mut priorities = Vec::with_capacity(n);
+    let mut max_attempts = Vec::with_capacity(n);
+    let mut retries = Vec::with_capacity(n);
+    let mut timeouts = Vec::with_capacity(n);
+    let mut visibility = Vec::with_capacity(n);
+    let mut scheduled_abs = Vec::with_capacity(n);
+    let mut scheduled_rel = Vec::with_capacity(n);
+    let mut scheduled_text = Vec::with_capacity(n);
+    let mut expires_abs = Vec::with_capacity(n);
+    let mut expires_rel = Vec::with_capacity(n);
+    let mut expires_text = Vec::with_capacity(n);
+    let mut ttls = Vec::with_capacity(n);
+    let mut totals = Vec::with_capacity(n);
+    let mut tags = Vec::with_capacity(n);
+    let mut schemas = Vec::with_capacity(n);
+    let mut unique_policies = Vec::with_capacity(n);
+    let mut unique_keys = Vec::with_capacity(n);
+    let mut extras = Vec::with_capacity(n);
+    let mut pendings = Vec::with_capacity(n);
+    for job in jobs {
+        ids.push(job.id.0);
+        types.push(job.r#type.as_str());
+        queues.push(job.queue.as_str());
+        args.push(job.args.as_str());
+        metas.push(job.meta.as_str());
+        priorities.push(job.priority);
+        max_attempts.push(job.retry.max_attempts);
+        retries.push(job.retry.to_json());
+        timeouts.push(job.timeout_ms);
+        visibility.push(job.visibility_timeout_ms);
+        scheduled_abs.push(job.scheduled_at.as_ref().and_then(|t| t.absolute()));
+        scheduled_rel.push(job.scheduled_at.as_ref().and_then(|t| t.relative_ms()));
+        scheduled_text.push(job.scheduled_at.as_ref().and_then(|t| t.text()));
+        expires_abs.push(job.expires_at.as_ref().and_then(|t| t.absolute()));
+        expires_rel.push(job.expires_at.as_ref().and_then(|t| t.relative_ms()));
+        expires_text.push(job.expires_at.as_ref().and_then(|t| t.text()));
+        ttls.push(job.enqueue_ttl_secs);
+        totals.push(job.total_timeout_secs);
+        tags.push(
+            job.tags
+                .as_ref()
+                .map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".to_owned())),
+        );
+        schemas.push(job.schema_uri.as_deref());
+        unique_policies.push(job.unique.as_ref().map(|u| u.raw.as_str()));
+        unique_keys.push(job.unique.as_ref().map(|u| u.key.as_str()));
+        extras.push(job.extra.as_str());
+        pendings.push(job.pending);
+    }
+
+    let rows = sqlx::query!(
+        r#"
+        with input as (
+            select *
+              from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[],
+                          $7::int4[], $8::text[], $9::int8[], $10::int8[], $11::timestamptz[],
+                          $12::int8[], $13::text[], $14::timestamptz[], $15::int8[], $16::text[],
+                          $17::int4[], $18::int4[], $19::text[], $20::text[], $21::text[],
+                          $22::text[], $23::text[], $24::bool[])
+                   with ordinality
+                as t(id, type, queue, args, meta, priority, max_attempts, retry, timeout_ms,
+                     visibility_timeout_ms, scheduled_abs, scheduled_rel_ms, scheduled_at_input,
+                     expires_abs, expires_rel_ms, expires_at_input, enqueue_ttl_secs,
+                     total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
+                     pending, ord)
+        ),
+        resolved as (
+            select i.*, r.scheduled_at, r.expires_at,
+                   case when i.pending then 'pending'
+                        when r.scheduled_at > now() then 'scheduled'
+                        else 'available'
+                   end::ojs_job_state as state
+              from input i,
+                   lateral (select coalesce(i.scheduled_abs,
+                                            now() + i.scheduled_rel_ms * interval '1 millisecond') as scheduled_at,
+                                   coalesce(i.expires_abs,
+                                            now() + i.expires_rel_ms * interval '1 millisecond') as expires_at) r
+        ),
+        inserted as (
+            insert into ojs_job as j
+                   (id, type, queue, args, meta, priority, state, max_attempts, retry, timeout_ms,
+                    visibility_timeout_ms, scheduled_at, scheduled_at_input, expires_at,
+                    expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags, schema_uri,
+                    unique_policy, unique_key, extra, enqueued_at)
+            select id, type, queue, args::json, meta::json, priority, state, max_attempts,
+                   retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
+                   expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
+                   case when tags is not null
+                        then array(select json_array_elements_text(tags::json)) end,
+                   schema_uri, unique_policy::json, unique_key, extra::json,
+                   case when state = 'available' then now() end
+              from resolved
+             -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
+             order by ord
+            returning j as job, j.queue, j.state
+        ),
+        notified as (
+            select count(pg_notify('ojs_job_available', q.queue)) as queues
+              from (select distinct queue from inserted where state = 'available') q
+        )
+        select i.job as "job!: Job", n.queues as "notified_queues!"
+          from inserted i cross join notified n
+        "#,
+        &ids,
+        &types as &[&str],
+        &queues as &[&str],
+        &args as &[&str],
+        &metas as &[&str],
+        &priorities,
+        &max_attempts,
+        &retries,
+        &timeouts,
+        &visibility as &[Option<i64>],
+        &scheduled_abs as &[Option<DateTime<Utc>>],
+        &scheduled_rel as &[Option<i64>],
+        &scheduled_text as &[Option<&str>],
+        &expires_abs as &[Option<DateTime<Utc>>],
+        &expires_rel as &[Option<i64>],
+        &expires_text as &[Option<&str>],
+        &ttls as &[Option<i32>],
+        &totals as &[Option<i32>],
+        &tags as &[Option<String>],
+        &schemas as &[Option<&str>],
+        &unique_policies as &[Option<&str>],
+        &unique_keys as &[Option<&str>],
+        &extras as &[&str],
+        &pendings,
+    )
+    .fetch_all(db)
+    .await?;
+
+    let position: HashMap<Uuid, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    let mut out: Vec<Job> = rows.into_iter().map(|r| r.job).collect();
+    out.sort_by_key(|job| position.get(&job.id.0).copied().unwrap_or(usize::MAX));
+    Ok(out)
+}
+
+/// Which of `ids` already exist.
+pub async fn existing_ids(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(r#"select id from ojs_job where id = any($1::uuid[])"#, ids)
+        .fetch_all(db)
+        .await
+}
+
+/// One job by id.
+pub async fn get(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select j as "job!: Job" from ojs_job j where j.id = $1"#,
+        id as JobId
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Takes the transaction-scoped advisory locks of `keys` (in a fixed order, so two batches with
+/// overlapping keys cannot deadlock). Held until the surrounding transaction ends.
+pub async fn lock_unique_keys(db: impl PgExecutor<'_>, keys: &[&str]) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        select count(pg_advisory_xact_lock($1, hashtext(k))) as "locks!"
+          from (select distinct k from unnest($2::text[]) k order by k) keys
+        "#,
+        UNIQUE_LOCK_NAMESPACE,
+        keys as &[&str],
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(())
+}
+
+/// For each of `keys`, the most recently created job in each state (enough to decide whether a
+/// duplicate exists for any set of states and any period), with the database's "now" (present
+/// whenever a row is: periods are only compared against existing jobs).
+pub async fn unique_candidates(
+    db: impl PgExecutor<'_>,
+    keys: &[&str],
+) -> Result<(Vec<Job>, Option<DateTime<Utc>>), sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select distinct on (j.unique_key, j.state) j as "job!: Job", now() as "now!"
+          from ojs_job j
+         where j.unique_key = any($1::text[])
+         order by j.unique_key, j.state, j.created_at desc
+        "#,
+        keys as &[&str],
+    )
+    .fetch_all(db)
+    .await?;
+    let now = rows.first().map(|r| r.now);
+    Ok((rows.into_iter().map(|r| r.job).collect(), now))
+}
+
+/// Cancels jobs replaced by a unique `replace` (only those still cancellable and not active).
+pub async fn cancel_replaced(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        update ojs_job j
+           set state = 'cancelled', cancelled_at = now()
+         where j.id = any($1::uuid[])
+           and j.state in ('scheduled', 'available', 'pending', 'retryable')
+        returning j as "job!: Job"
+        "#,
+        ids,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Unique `replace_except_schedule`: overwrites a still-`scheduled` job's input attributes with
+/// `job`'s, keeping its id, `scheduled_at` and history.
+pub async fn replace_scheduled(
+    db: impl PgExecutor<'_>,
+    id: JobId,
+    job: &NewJob,
+) -> Result<Option<Job>, sqlx::Error> {
+    let tags = job
+        .tags
+        .as_ref()
+        .map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".to_owned()));
+    sqlx::query_scalar!(
+        r#"
+        update ojs_job j
+           set queue = $2, args = $3::text::json, meta = $4::text::json, priority = $5,
+               max_attempts = $6, retry = $7::text::json, timeout_ms = $8,
+               visibility_timeout_ms = $9, enqueue_ttl_secs = $10, total_timeout_secs = $11,
+               tags = case when $12::text is not null
+                           then array(select json_array_elements_text($12::json)) end,
+               schema_uri = $13, unique_policy = $14::text::json, extra = $15::text::json
+         where j.id = $1 and j.state = 'scheduled'
+        returning j as "job!: Job"
+        "#,
+        id as JobId,
+        job.queue,
+        job.args,
+        job.meta,
+        job.priority,
+        job.retry.max_attempts,
+        job.retry.to_json(),
+        job.timeout_ms,
+        job.visibility_timeout_ms,
+        job.enqueue_ttl_secs,
+        job.total_timeout_secs,
+        tags,
+        job.schema_uri,
+        job.unique.as_ref().map(|u| u.raw.as_str()),
+        job.extra,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Unique `upgrade_priority`: lowers an `available`/`scheduled` job's priority number.
+pub async fn raise_priority(
+    db: impl PgExecutor<'_>,
+    id: JobId,
+    priority: i32,
+) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        update ojs_job j set priority = $2
+         where j.id = $1 and j.state in ('available', 'scheduled') and j.priority > $2
+        returning j as "job!: Job"
+        "#,
+        id as JobId,
+        priority,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Moves due `scheduled` and `retryable` jobs of `queues` to `available` (at most `limit` of
+/// each), so a FETCH issued after the due time never misses them even if the promoter is late.
+/// `enqueued_at` becomes the due time, which keeps FIFO order fair however late promotion runs.
+pub async fn promote_due(
+    db: impl PgExecutor<'_>,
+    queues: &[&str],
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with due_scheduled as (
+            select id, scheduled_at as due
+              from ojs_job
+             where queue = any($1::text[]) and state = 'scheduled' and scheduled_at <= now()
+             limit $2
+               for update skip locked
+        ),
+        due_retry as (
+            select id, next_retry_at as due
+              from ojs_job
+             where queue = any($1::text[]) and state = 'retryable' and next_retry_at <= now()
+             limit $2
+               for update skip locked
+        ),
+        promoted as (
+            update ojs_job j
+               set state = 'available', enqueued_at = d.due, next_retry_at = null
+              from (select * from due_scheduled union all select * from due_retry) d
+             where j.id = d.id
+            returning j.queue
+        )
+        select coalesce(sum(s.jobs), 0)::int8 as "promoted!"
+          from (select queue, count(*) as jobs, count(pg_notify('ojs_job_available', queue))
+                  from promoted group by queue) s
+        "#,
+        queues as &[&str],
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Parameters of [`claim`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimParams<'a> {
+    /// The queue to claim from.
+    pub queue: &'a str,
+    /// At most this many jobs.
+    pub limit: i64,
+    /// The claiming worker, recorded as the reservation owner.
+    pub worker_id: Option<&'a str>,
+    /// Reservation length requested by the fetch (wins over the job's own).
+    pub visibility_timeout_ms: Option<i64>,
+    /// Reservation length when neither the fetch nor the job names one.
+    pub default_visibility_timeout_ms: i64,
+}
+
+/// Claims up to `limit` available jobs of one queue, most urgent first (priority, then FIFO).
+///
+/// One statement: the candidates are locked `for update skip locked` (concurrent claimers never
+/// wait on each other and never get the same job) and updated to `active` with a new attempt,
+/// owner and reservation deadline. Jobs past their `expires_at`, `enqueue_ttl` or
+/// `total_timeout` are never handed out. The returned order is not significant.
+pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with candidate as (
+            select id
+              from ojs_job
+             where queue = $1
+               and state = 'available'
+               and (expires_at is null or expires_at > now())
+               and (enqueue_ttl_secs is null or attempt > 0
+                    or created_at + enqueue_ttl_secs * interval '1 second' > now())
+               and (total_timeout_secs is null
+                    or created_at + total_timeout_secs * interval '1 second' > now())
+             order by priority, enqueued_at, seq
+             limit $2
+               for update skip locked
+        )
+        update ojs_job j
+           set state = 'active',
+               attempt = j.attempt + 1,
+               started_at = now(),
+               worker_id = $3,
+               reservation_ms = coalesce($4, j.visibility_timeout_ms, $5),
+               visible_until = now() + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond'
+          from candidate c
+         where j.id = c.id
+        returning j as "job!: Job"
+        "#,
+        p.queue,
+        p.limit,
+        p.worker_id,
+        p.visibility_timeout_ms,
+        p.default_visibility_timeout_ms,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// ACK: `active` → `completed`, storing `result` and removing `error`.
+///
+/// Fenced on the reservation: a `worker_id` other than the owner's matches nothing. Returns
+/// `None` when the job is not an active job of this worker.
+pub async fn complete(
+    db: impl PgExecutor<'_>,
+    id: JobId,
+    worker_id: Option<&str>,
+    result: Option<&str>,
+) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        update ojs_job j
+           set state = 'completed', completed_at = now(), result = $3::text::json,
+               error = null, visible_until = null
+         where j.id = $1
+           and j.state = 'active'
+           and ($2::text is null or j.worker_id is null or j.worker_id = $2)
+        returning j as "job!: Job"
+        "#,
+        id as JobId,
+        worker_id,
+        result,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Where a failed attempt sends the job (decided by the retry policy, see `job::failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailTarget {
+    /// Back to `available` immediately (NACK `requeue`).
+    Available,
+    /// `retryable` after `delay_ms`.
+    Retryable { delay_ms: i64 },
+    /// `discarded`, dead-lettered or not.
+    Discarded { dead_letter: bool },
+}
+
+/// Parameters of [`fail`].
+#[derive(Debug, Clone, Copy)]
+pub struct FailParams<'a> {
+    pub id: JobId,
+    /// The attempt being failed; the update only applies while it is still the current one.
+    pub attempt: i32,
+    /// Reservation owner check, as for ACK.
+    pub worker_id: Option<&'a str>,
+    /// The error object to record (compact JSON), or `None` for a requeue without error.
+    pub error: Option<&'a str>,
+    pub target: FailTarget,
+}
+
+/// NACK (and server-side failures of active jobs): records the error in `error` and `errors[]`
+/// and moves the job to its target state, only if it is still in the claim that failed.
+pub async fn fail(db: impl PgExecutor<'_>, p: FailParams<'_>) -> Result<Option<Job>, sqlx::Error> {
+    let (state, delay_ms, dead_letter) = match p.target {
+        FailTarget::Available => (JobState::Available, None, false),
+        FailTarget::Retryable { delay_ms } => (JobState::Retryable, Some(delay_ms), false),
+        FailTarget::Discarded { dead_letter } => (JobState::Discarded, None, dead_letter),
+    };
+    sqlx::query_scalar!(
+        r#"
+        with failed as (
+            update ojs_job j
+               set state = $4::ojs_job_state,
+                   error = coalesce($5::text::jsonb, j.error),
+                   errors = case when $5::text is null then j.errors
+                                 else j.errors || jsonb_build_array(
+                                          jsonb_build_object('attempt', j.attempt)
+                                          || $5::text::jsonb
+                                          || jsonb_build_object('occurred_at', ojs_timestamp_text(now())))
+                            end,
+                   next_retry_at = case when $4::ojs_job_state = 'retryable'
+                                        then now() + $6::int8 * interval '1 millisecond' end,
+                   retry_delay_ms = coalesce($6::int8, j.retry_delay_ms),
+                   discarded_at = case when $4::ojs_job_state = 'discarded' then now() end,
+                   completed_at = case when $4::ojs_job_state = 'discarded' then now() else j.completed_at end,
+                   dead_lettered_at = case when $7 then now() end,
+                   started_at = case when $4::ojs_job_state = 'available' then null else j.started_at end,
+                   enqueued_at = case when $4::ojs_job_state = 'available' then now() else j.enqueued_at end,
+                   visible_until = null
+             where j.id = $1
+               and j.state = 'active'
+               and j.attempt = $2
+               and ($3::text is null or j.worker_id is null or j.worker_id = $3)
+            returning j
+        )
+        select f.j as "job!: Job"
+          from failed f
+          left join lateral (select pg_notify('ojs_job_available', (f.j).queue)
+                              where (f.j).state = 'available') n on true
+        "#,
+        p.id as JobId,
+        p.attempt,
+        p.worker_id,
+        state as JobState,
+        p.error,
+        delay_ms,
+        dead_letter,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// CANCEL: moves a `scheduled`, `available`, `pending`, `retryable` or `active` job to
+/// `cancelled` and returns it with its previous state. For an active job `error` (the
+/// cancellation error, compact JSON) is recorded; its worker learns about it from its next
+/// heartbeat, and its later ACK/NACK no longer matches.
+pub async fn cancel(
+    db: impl PgExecutor<'_>,
+    id: JobId,
+    error: &str,
+) -> Result<Option<(Job, JobState)>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        with target as (
+            select id, state from ojs_job where id = $1 for update
+        )
+        update ojs_job j
+           set state = 'cancelled',
+               cancelled_at = now(),
+               visible_until = null,
+               error = case when t.state = 'active' then $2::text::jsonb else j.error end,
+               errors = case when t.state = 'active'
+                             then j.errors || jsonb_build_array(
+                                      jsonb_build_object('attempt', j.attempt)
+                                      || $2::text::jsonb
+                                      || jsonb_build_object('occurred_at', ojs_timestamp_text(now())))
+                             else j.errors
+                        end
+          from target t
+         where j.id = t.id
+           and t.state in ('scheduled', 'available', 'pending', 'active', 'retryable')
+        returning j as "job!: Job", t.state as "previous_state!: JobState"
+        "#,
+        id as JobId,
+        error,
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| (r.job, r.previous_state)))
+}
+
+/// ACTIVATE: `pending` → `available`, notifying the queue.
+pub async fn activate(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with activated as (
+            update ojs_job j
+               set state = 'available', activated_at = now(), enqueued_at = now()
+             where j.id = $1 and j.state = 'pending'
+            returning j
+        )
+        select a.j as "job!: Job"
+          from activated a
+          cross join lateral (select pg_notify('ojs_job_available', (a.j).queue)) n
+        "#,
+        id as JobId,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Deletes every job (test hook `POST /ojs/v1/admin/reset` only).
+pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query!("truncate ojs_job").execute(db).await?;
+    Ok(())
+}
