@@ -133,6 +133,9 @@ create index ojs_job_retry_due_idx on ojs_job (queue, next_retry_at) where state
 -- Reservations whose visibility deadline passed (reclaim, and the ojs_job_overdue view).
 create index ojs_job_reservation_idx on ojs_job (visible_until) where state = 'active';
 
+-- Active jobs of a worker (heartbeats, worker health, releasing a dead worker's jobs).
+create index ojs_job_worker_idx on ojs_job (worker_id) where state = 'active';
+
 -- Jobs that must not start after expires_at.
 create index ojs_job_expiry_idx on ojs_job (queue, expires_at)
     where expires_at is not null and state in ('scheduled', 'available', 'pending', 'retryable');

@@ -67,6 +67,8 @@ impl Application {
             .await
             .context("cannot connect to PostgreSQL")?;
 
+        // Install the metrics recorder before anything records.
+        crate::telemetry::metrics();
         let notifier = Notifier::default();
         let shutdown = CancellationToken::new();
         let broker = Broker::new(
@@ -132,6 +134,7 @@ impl Application {
         } = self;
         tracing::info!(addr = %listener.local_addr()?, "ojsd listening");
         let listen = tokio::spawn(notifier.listen(pool.clone(), shutdown.clone()));
+        let upkeep = tokio::spawn(metrics_upkeep(shutdown.clone()));
 
         let router = http::router(state.clone());
         let draining = shutdown.clone();
@@ -170,12 +173,26 @@ impl Application {
         };
         shutdown.cancel();
         let _ = listen.await;
+        let _ = upkeep.await;
         pool.close().await;
         served
             .context("server task failed")?
             .context("server failed")?;
         tracing::info!("ojsd stopped");
         Ok(())
+    }
+}
+
+/// Periodically folds recorded histogram samples into the exported buckets (the Prometheus
+/// recorder needs this when it is rendered by our own route rather than its own listener).
+async fn metrics_upkeep(shutdown: CancellationToken) {
+    let handle = crate::telemetry::metrics();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => handle.run_upkeep(),
+        }
     }
 }
 

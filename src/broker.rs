@@ -22,7 +22,8 @@ use crate::job::{Job, JobId, JobState};
 use crate::notifier::Notifier;
 use crate::store;
 use crate::store::job::{ClaimParams, FailParams, FailTarget};
-use crate::store::worker::{HeartbeatOutcome, HeartbeatParams};
+use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerHealth};
+use crate::telemetry;
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
 /// service handles the rest of a large backlog).
@@ -150,6 +151,14 @@ impl Broker {
                 })
                 .map_err(Error::from)
         };
+        if let Ok(pushed) = &result {
+            telemetry::jobs_enqueued(
+                pushed
+                    .iter()
+                    .filter(|p| p.outcome == PushOutcome::Created)
+                    .map(|p| &p.job),
+            );
+        }
         match result {
             // A client-supplied id is taken (possibly by a concurrent request).
             Err(Error::Database(e)) if is_violation(&e, "ojs_job_pkey") => {
@@ -378,6 +387,7 @@ impl Broker {
         if let Some((job, previous_state)) =
             store::job::cancel(&self.pool, id, &error.to_json()).await?
         {
+            telemetry::job_cancelled(&job);
             return Ok(Cancelled {
                 job,
                 previous_state,
@@ -470,6 +480,7 @@ impl Broker {
             claimed.sort_by_key(|j| (j.priority, j.enqueued_at, j.seq));
             jobs.append(&mut claimed);
         }
+        telemetry::jobs_started(&jobs);
         Ok(jobs)
     }
 
@@ -481,6 +492,7 @@ impl Broker {
         result: Option<&str>,
     ) -> Result<Job> {
         if let Some(job) = store::job::complete(&self.pool, id, worker_id, result).await? {
+            telemetry::attempt_finished(&job);
             return Ok(job);
         }
         Err(self.not_held(id, "acknowledge", worker_id).await)
@@ -534,7 +546,10 @@ impl Broker {
         )
         .await?;
         match failed {
-            Some(job) => Ok(Nacked { job, dead_lettered }),
+            Some(job) => {
+                telemetry::attempt_finished(&job);
+                Ok(Nacked { job, dead_lettered })
+            }
             // The claim changed between the read and the write (cancelled, reclaimed, ...).
             None => Err(self
                 .not_held(req.job_id, "fail", req.worker_id.as_deref())
@@ -562,6 +577,15 @@ impl Broker {
     /// BEAT: records the worker as alive and extends the reservations it still holds.
     pub async fn heartbeat(&self, params: &HeartbeatParams<'_>) -> Result<HeartbeatOutcome> {
         Ok(store::worker::heartbeat(&self.pool, params).await?)
+    }
+
+    /// A worker's liveness, or `None` if the worker never heartbeated or registered.
+    pub async fn worker_health(
+        &self,
+        worker_id: &str,
+        stale_after: Duration,
+    ) -> Result<Option<WorkerHealth>> {
+        Ok(store::worker::health(&self.pool, worker_id, stale_after).await?)
     }
 
     /// Looks at one job the worker claims to hold, to explain a refused single-job heartbeat.

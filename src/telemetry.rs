@@ -1,20 +1,150 @@
-//! Logging: `RUST_LOG` filters (default `info`), `OJS_LOG_FORMAT` picks text or JSON lines.
+//! Logs and metrics.
+//!
+//! Logs: `RUST_LOG` filters (default `info`), `OJS_LOG_FORMAT` picks text or JSON lines.
+//! Metrics: Prometheus text at `GET /metrics`, named after the OJS metrics (contract §8) plus
+//! HTTP request counters. Labels never carry job ids, arguments or messages.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use metrics::{counter, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
+use crate::job::{Job, JobState};
 
-/// Installs the global subscriber, writing to stderr. Call once per process.
+/// Installs the global log subscriber, writing to stderr. Call once per process.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     // Already installed (tests start several servers in one process): keep the first one.
     let _ = result;
+}
+
+/// Execution-time buckets (seconds), contract §8.
+const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+/// Waiting-time buckets (seconds), contract §8.
+const WAIT_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+/// HTTP request latency buckets (seconds).
+const REQUEST_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
+];
+
+static METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process-wide Prometheus recorder, installed on first use.
+pub fn metrics() -> &'static PrometheusHandle {
+    METRICS.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("ojs_job_duration_seconds".into()),
+                DURATION_BUCKETS,
+            )
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("ojs_job_queue_time_seconds".into()),
+                    WAIT_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("ojs_http_request_duration_seconds".into()),
+                    REQUEST_BUCKETS,
+                )
+            })
+            .expect("bucket lists are non-empty");
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        // Fails only if another recorder was installed first; then ours just stays empty.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+fn seconds(from: chrono::DateTime<chrono::Utc>, to: chrono::DateTime<chrono::Utc>) -> f64 {
+    (to - from).num_microseconds().unwrap_or(0).max(0) as f64 / 1e6
+}
+
+/// Counts newly created jobs per queue and type.
+pub fn jobs_enqueued<'a>(jobs: impl IntoIterator<Item = &'a Job>) {
+    let mut per_label: HashMap<(&str, &str), u64> = HashMap::new();
+    for job in jobs {
+        *per_label
+            .entry((job.queue.as_str(), job.r#type.as_str()))
+            .or_default() += 1;
+    }
+    for ((queue, job_type), n) in per_label {
+        counter!("ojs_job_enqueued_total", "queue" => queue.to_owned(), "type" => job_type.to_owned())
+            .increment(n);
+    }
+}
+
+/// Records how long claimed jobs waited in `available`.
+pub fn jobs_started(jobs: &[Job]) {
+    for job in jobs {
+        if let (Some(enqueued), Some(started)) = (job.enqueued_at, job.started_at) {
+            histogram!("ojs_job_queue_time_seconds", "queue" => job.queue.clone(), "type" => job.r#type.clone())
+                .record(seconds(enqueued, started));
+        }
+    }
+}
+
+/// Records the end of an attempt (ACK or NACK): outcome counters and execution time.
+pub fn attempt_finished(job: &Job) {
+    let labels = [("queue", job.queue.clone()), ("type", job.r#type.clone())];
+    match job.state {
+        JobState::Completed => counter!("ojs_job_completed_total", &labels).increment(1),
+        JobState::Retryable => counter!("ojs_job_retried_total", &labels).increment(1),
+        JobState::Discarded => counter!("ojs_job_failed_total", &labels).increment(1),
+        _ => {}
+    }
+    let ended = job
+        .completed_at
+        .or(job.discarded_at)
+        .unwrap_or_else(chrono::Utc::now);
+    if let Some(started) = job.started_at {
+        histogram!(
+            "ojs_job_duration_seconds",
+            "queue" => job.queue.clone(),
+            "type" => job.r#type.clone(),
+            "state" => job.state.as_str()
+        )
+        .record(seconds(started, ended));
+    }
+}
+
+/// Counts a cancelled job.
+pub fn job_cancelled(job: &Job) {
+    counter!("ojs_job_cancelled_total", "queue" => job.queue.clone(), "type" => job.r#type.clone())
+        .increment(1);
+}
+
+/// Counts an HTTP request and its latency, by route template (never the concrete path).
+pub fn http_request(method: &str, route: &str, status: u16, elapsed: std::time::Duration) {
+    counter!(
+        "ojs_http_requests_total",
+        "method" => method.to_owned(),
+        "route" => route.to_owned(),
+        "status" => status.to_string()
+    )
+    .increment(1);
+    histogram!(
+        "ojs_http_request_duration_seconds",
+        "method" => method.to_owned(),
+        "route" => route.to_owned()
+    )
+    .record(elapsed.as_secs_f64());
 }

@@ -16,15 +16,21 @@ use crate::error::Error;
 use crate::job::JobState;
 use crate::job::envelope::{Rejection, Violation};
 
-/// A client-visible error.
+/// A client-visible error (boxed: it travels through many `Result`s).
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub struct ApiError(Box<ApiErrorData>);
+
+/// The contents of an [`ApiError`].
+#[derive(Debug, Clone)]
+pub struct ApiErrorData {
     pub status: StatusCode,
     /// OJS error code (`invalid_request`, `not_found`, ...).
     pub code: &'static str,
     pub message: String,
     pub retryable: bool,
     pub details: Option<Value>,
+    /// Remediation advice when the code's general hint does not fit.
+    pub hint: Option<&'static str>,
     /// `Retry-After` seconds (429 and 503).
     pub retry_after: Option<u32>,
     /// What went wrong inside the server; logged, never sent.
@@ -35,17 +41,38 @@ pub struct ApiError {
 #[derive(Debug, Clone)]
 pub struct PendingError(pub Arc<ApiError>);
 
+impl std::ops::Deref for ApiError {
+    type Target = ApiErrorData;
+
+    fn deref(&self) -> &ApiErrorData {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ApiError {
+    fn deref_mut(&mut self) -> &mut ApiErrorData {
+        &mut self.0
+    }
+}
+
 impl ApiError {
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
+        ApiError(Box::new(ApiErrorData {
             status,
             code,
             message: message.into(),
             retryable: false,
             details: None,
+            hint: None,
             retry_after: None,
             cause: None,
-        }
+        }))
+    }
+
+    /// Replaces the code's general hint.
+    pub fn with_hint(mut self, hint: &'static str) -> ApiError {
+        self.hint = Some(hint);
+        self
     }
 
     /// Adds structured details.
@@ -153,6 +180,9 @@ impl ApiError {
 
     /// Remediation advice for the code.
     fn hint(&self) -> &'static str {
+        if let Some(hint) = self.hint {
+            return hint;
+        }
         match self.code {
             "invalid_payload" => "Send a JSON object with Content-Type: application/json.",
             "invalid_request" => "Fix the field named in details.field and send the request again.",
@@ -282,7 +312,7 @@ impl From<Error> for ApiError {
                 Rejection::TooLarge { field, size, max } => {
                     let mut err = ApiError::too_large(Some(field), Some(size), max);
                     err.message = prefixed(index, &err.message);
-                    err.details = err.details.map(|d| with_index(d, index));
+                    err.details = err.details.take().map(|d| with_index(d, index));
                     err
                 }
                 Rejection::Invalid(violations) => ApiError::new(
@@ -425,13 +455,7 @@ fn database_error(e: &sqlx::Error) -> ApiError {
             "The database is unavailable; retry shortly.",
             Some(e.to_string()),
         ),
-        // 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now, 53300 too_many_connections.
-        sqlx::Error::Database(db)
-            if matches!(
-                db.code().as_deref(),
-                Some("57P01" | "57P02" | "57P03" | "53300")
-            ) =>
-        {
+        sqlx::Error::Database(db) if db.code().as_deref().is_some_and(is_unavailable_code) => {
             ApiError::unavailable(
                 "The database is unavailable; retry shortly.",
                 Some(e.to_string()),
@@ -448,4 +472,15 @@ fn database_error(e: &sqlx::Error) -> ApiError {
             err
         }
     }
+}
+
+/// SQLSTATEs meaning "the database cannot serve us right now" rather than "this statement is
+/// wrong": connection exceptions (08), authorization (28), missing database (3D000),
+/// insufficient resources (53), shutdown (57P01–57P03) and a database closed to connections
+/// (55000, raised by `allow_connections = false`).
+fn is_unavailable_code(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("28")
+        || code.starts_with("53")
+        || matches!(code, "3D000" | "55000" | "57P01" | "57P02" | "57P03")
 }

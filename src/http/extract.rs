@@ -20,6 +20,8 @@ pub struct BodyLimit(pub usize);
 #[derive(Debug)]
 pub struct JsonBody {
     text: String,
+    /// The body as received, kept only when compaction changed it (for error positions).
+    original: Option<axum::body::Bytes>,
 }
 
 impl JsonBody {
@@ -33,6 +35,14 @@ impl JsonBody {
         Object::parse(&self.text)
             .map(|obj| Fields { obj })
             .map_err(|e| {
+                // Positions in the compact text would mislead; re-parse what was sent.
+                let e = match &self.original {
+                    Some(original) => serde_json::from_slice::<serde::de::IgnoredAny>(original)
+                        .err()
+                        .filter(|original_error| original_error.classify() == e.classify())
+                        .unwrap_or(e),
+                    None => e,
+                };
                 let what = if e.is_data() {
                     "The request body must be a JSON object"
                 } else {
@@ -60,7 +70,8 @@ impl FromRequest<AppState> for JsonBody {
                 return Err(ApiError::invalid_request(format!(
                     "Content-Type '{}' is not supported; send application/json or application/openjobspec+json.",
                     value.to_str().unwrap_or("?")
-                )));
+                ))
+                .with_hint("Set the header Content-Type: application/json."));
             }
         }
         let limit = req
@@ -90,9 +101,13 @@ impl FromRequest<AppState> for JsonBody {
                 json::MAX_DEPTH
             ))
         })?;
+        let changed = matches!(compact, std::borrow::Cow::Owned(_));
         let text = String::from_utf8(compact.into_owned())
             .map_err(|_| ApiError::invalid_payload("The request body is not valid UTF-8."))?;
-        Ok(JsonBody { text })
+        Ok(JsonBody {
+            text,
+            original: changed.then_some(bytes),
+        })
     }
 }
 

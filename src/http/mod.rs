@@ -142,6 +142,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::method_not_allowed(method.as_str(), uri.path())
 }
 
+#[allow(clippy::needless_pass_by_value)] // the signature CatchPanicLayer::custom requires
 fn on_panic(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
     let message = payload
         .downcast_ref::<String>()
@@ -171,6 +172,11 @@ fn version_supported(value: &str) -> bool {
 /// rendering of error bodies.
 async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let request_id = request_id(&req);
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let span = tracing::info_span!(
         "request",
         method = %req.method(),
@@ -228,6 +234,7 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
             );
         });
     }
+    crate::telemetry::http_request(method.as_str(), &route, status.as_u16(), started.elapsed());
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         headers.insert(X_REQUEST_ID.clone(), value);

@@ -23,6 +23,16 @@ pub fn router() -> Router<AppState> {
         .route("/health", get(health))
         .route("/ojs/v1/ready", get(ready))
         .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+}
+
+/// Prometheus text exposition. The content type is exactly `text/plain` (contract C-69).
+async fn metrics() -> Response {
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"))],
+        crate::telemetry::metrics().render(),
+    )
+        .into_response()
 }
 
 /// What this server implements. Capabilities are listed only once they are complete.

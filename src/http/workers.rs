@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -33,6 +33,55 @@ pub fn router() -> Router<AppState> {
         .route("/ojs/v1/workers/nack", post(nack))
         .route("/ojs/v1/workers/heartbeat", post(heartbeat))
         .route("/ojs/v1/workers/beat", post(heartbeat))
+        .route("/ojs/v1/workers/{worker_id}/health", get(worker_health))
+}
+
+/// `GET /ojs/v1/workers/{worker_id}/health`: 200 while the worker is running, 503 when it is
+/// quiet, terminating, draining or stale (no heartbeat for three intervals).
+async fn worker_health(
+    State(state): State<AppState>,
+    Path(worker_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let stale_after = Duration::from_secs(u64::from(state.settings().heartbeat_interval_secs) * 3);
+    let health = state
+        .broker()
+        .worker_health(&worker_id, stale_after)
+        .await?
+        .ok_or_else(|| ApiError::not_found("worker", &worker_id))?;
+    let effective = if health.stale {
+        "stale"
+    } else {
+        match (health.directive.as_str(), health.state.as_str()) {
+            ("terminate", _) | (_, "terminate") => "terminate",
+            (_, "drain") => "drain",
+            ("quiet", _) | (_, "quiet") => "quiet",
+            _ => "running",
+        }
+    };
+
+    #[derive(Serialize)]
+    struct HealthBody {
+        worker_id: String,
+        state: &'static str,
+        last_heartbeat_at: String,
+        active_jobs: i64,
+    }
+    let body = HealthBody {
+        worker_id,
+        state: effective,
+        last_heartbeat_at: timestamp::format(health.last_heartbeat_at),
+        active_jobs: health.active_jobs,
+    };
+    if effective == "running" {
+        return Ok(ok(body).into_response());
+    }
+    let mut response =
+        super::Ojs(axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(state.settings().heartbeat_interval_secs),
+    );
+    Ok(response)
 }
 
 fn positive_ms(fields: &Fields<'_>, key: &str) -> Result<Option<i64>, ApiError> {

@@ -655,7 +655,7 @@ fn merge_meta(src: &Sources<'_>, v: &mut Vec<Violation>) -> Option<String> {
                     merged.insert(key, value);
                 }
             }
-            Some(json::object_text(merged.into_iter()))
+            Some(json::object_text(merged))
         }
     }
 }

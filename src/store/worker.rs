@@ -113,6 +113,50 @@ pub async fn heartbeat(
     })
 }
 
+/// A worker's liveness as seen by the server.
+#[derive(Debug, Clone)]
+pub struct WorkerHealth {
+    /// Self-reported state: running, quiet, terminate or drain.
+    pub state: String,
+    /// Server-side directive: empty, quiet or terminate.
+    pub directive: String,
+    pub last_heartbeat_at: DateTime<Utc>,
+    /// Whether the last heartbeat is older than the stale threshold.
+    pub stale: bool,
+    /// Jobs the worker currently holds.
+    pub active_jobs: i64,
+}
+
+/// A worker's liveness; `stale_after` is how long without a heartbeat makes it stale.
+pub async fn health(
+    db: impl PgExecutor<'_>,
+    worker_id: &str,
+    stale_after: std::time::Duration,
+) -> Result<Option<WorkerHealth>, sqlx::Error> {
+    let stale_after_ms = i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
+    let row = sqlx::query!(
+        r#"
+        select w.state, w.directive, w.last_heartbeat_at,
+               w.last_heartbeat_at < now() - $2::int8 * interval '1 millisecond' as "stale!",
+               (select count(*) from ojs_job j
+                 where j.worker_id = w.id and j.state = 'active') as "active_jobs!"
+          from ojs_worker w
+         where w.id = $1
+        "#,
+        worker_id,
+        stale_after_ms,
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| WorkerHealth {
+        state: r.state,
+        directive: r.directive,
+        last_heartbeat_at: r.last_heartbeat_at,
+        stale: r.stale,
+        active_jobs: r.active_jobs,
+    }))
+}
+
 /// Deletes every worker (test hook `POST /ojs/v1/admin/reset` only).
 pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!("truncate ojs_worker").execute(db).await?;

@@ -1,0 +1,274 @@
+//! Exclusive claims under real concurrency, and fencing of stale claims.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use crate::harness::{TestApp, job};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
+    let app = TestApp::spawn_with(|c| c.db_max_connections = 16).await;
+    let mut pushed = HashSet::new();
+    for chunk in 0..4 {
+        let jobs: Vec<Value> = (0..500)
+            .map(|i| json!({"type": "load.item", "args": [chunk * 500 + i], "queue": "contended"}))
+            .collect();
+        let resp = app
+            .post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
+            .await
+            .expect(201);
+        for j in resp.json["jobs"].as_array().unwrap() {
+            pushed.insert(j["id"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(pushed.len(), 2000);
+
+    let mut fetchers = Vec::new();
+    for worker in 0..8 {
+        let client = app.client.clone();
+        let url = format!("{}/ojs/v1/workers/fetch", app.base);
+        fetchers.push(tokio::spawn(async move {
+            let mut claimed = Vec::new();
+            let mut round = 0usize;
+            loop {
+                // Vary the batch size so claims interleave in different shapes.
+                let count = 1 + (worker * 7 + round * 3) % 25;
+                round += 1;
+                let body: Value = client
+                    .post(&url)
+                    .json(&json!({"queues": ["contended"], "count": count, "worker_id": format!("w{worker}")}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let jobs = body["jobs"].as_array().unwrap();
+                if jobs.is_empty() {
+                    return claimed;
+                }
+                for j in jobs {
+                    assert_eq!(j["state"], "active");
+                    assert_eq!(j["attempt"], 1);
+                    assert_eq!(j["worker_id"], format!("w{worker}"));
+                    claimed.push(j["id"].as_str().unwrap().to_owned());
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for fetcher in fetchers {
+        all.extend(fetcher.await.unwrap());
+    }
+    let unique: HashSet<String> = all.iter().cloned().collect();
+    assert_eq!(all.len(), 2000, "every job handed out once, none twice");
+    assert_eq!(unique, pushed);
+    let active: i64 =
+        sqlx::query_scalar("select count(*) from ojs_job where state = 'active' and attempt = 1")
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(active, 2000);
+}
+
+/// What a reaper does to a job whose reservation expired (the maintenance service that runs
+/// this on a timer is not part of these tests): back to available, claim forgotten.
+async fn reclaim(app: &TestApp, id: &str) {
+    app.sql(&format!(
+        "update ojs_job set state = 'available', started_at = null, visible_until = null, enqueued_at = now() where id = '{id}'"
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn a_worker_whose_claim_was_reclaimed_cannot_ack_nack_or_heartbeat_it() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("a.b", "q")).await;
+    app.fetch_one("q", "old").await;
+    reclaim(&app, &id).await;
+    let again = app.fetch_one("q", "new").await;
+    assert_eq!(again["attempt"], 2);
+
+    let resp = app
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": id, "worker_id": "old", "result": "late"}),
+        )
+        .await
+        .expect_error(409, "conflict");
+    assert_eq!(resp.json["error"]["details"]["worker_id"], "new");
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "worker_id": "old", "error": {"message": "late"}}),
+    )
+    .await
+    .expect_error(409, "conflict");
+    let resp = app
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "old", "job_id": id}),
+        )
+        .await
+        .expect_error(409, "conflict");
+    assert_eq!(resp.json["error"]["details"]["current_state"], "active");
+
+    // Nothing changed: still the new worker's claim, no result, no error.
+    let j = app.job(&id).await;
+    assert_eq!(j["state"], "active");
+    assert_eq!(j["worker_id"], "new");
+    assert_eq!(j["visible_until"], again["visible_until"]);
+    assert!(j.get("result").is_none() && j.get("error").is_none());
+    // The current holder is unaffected.
+    app.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "worker_id": "new"}),
+    )
+    .await
+    .expect(200);
+}
+
+#[tokio::test]
+async fn a_worker_whose_job_was_reclaimed_but_not_refetched_cannot_finish_it() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("a.b", "q")).await;
+    app.fetch_one("q", "old").await;
+    reclaim(&app, &id).await;
+    app.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "worker_id": "old"}),
+    )
+    .await
+    .expect_error(409, "conflict");
+    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
+        .await
+        .expect_error(409, "conflict");
+    app.post(
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "old", "job_id": id}),
+    )
+    .await
+    .expect_error(409, "conflict");
+    assert_eq!(app.job(&id).await["state"], "available");
+}
+
+#[tokio::test]
+async fn a_worker_cannot_ack_nack_or_heartbeat_a_cancelled_job() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("a.b", "q")).await;
+    app.fetch_one("q", "w").await;
+    app.delete(&format!("/ojs/v1/jobs/{id}")).await.expect(200);
+    let before = app.job(&id).await;
+    app.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "worker_id": "w", "result": 1}),
+    )
+    .await
+    .expect_error(409, "conflict");
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "worker_id": "w", "error": {"message": "m"}}),
+    )
+    .await
+    .expect_error(409, "conflict");
+    let resp = app
+        .post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "w", "job_id": id}),
+        )
+        .await
+        .expect_error(409, "conflict");
+    assert_eq!(resp.json["error"]["details"]["current_state"], "cancelled");
+    assert_eq!(app.job(&id).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_acks_of_one_job_succeed_exactly_once() {
+    let app = TestApp::spawn().await;
+    for _ in 0..10 {
+        let id = app.push_id(job("a.b", "q")).await;
+        app.fetch_one("q", "w").await;
+        let mut tasks = Vec::new();
+        for i in 0..6 {
+            let client = app.client.clone();
+            let base = app.base.clone();
+            let id = id.clone();
+            tasks.push(tokio::spawn(async move {
+                // Half acknowledge, half fail: exactly one of them may win.
+                let (path, body) = if i % 2 == 0 {
+                    ("ack", json!({"job_id": id, "result": i}))
+                } else {
+                    (
+                        "nack",
+                        json!({"job_id": id, "error": {"message": format!("n{i}")}}),
+                    )
+                };
+                client
+                    .post(format!("{base}/ojs/v1/workers/{path}"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            }));
+        }
+        let mut statuses = Vec::new();
+        for t in tasks {
+            statuses.push(t.await.unwrap());
+        }
+        assert_eq!(
+            statuses.iter().filter(|s| **s == 200).count(),
+            1,
+            "{statuses:?}"
+        );
+        assert!(
+            statuses.iter().all(|s| *s == 200 || *s == 409),
+            "{statuses:?}"
+        );
+        let j = app.job(&id).await;
+        let errors = j
+            .get("errors")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        assert!(errors <= 1, "at most the winning failure is recorded: {j}");
+        // Leave nothing claimable behind for the next round.
+        app.sql("update ojs_job set state = 'cancelled', cancelled_at = now(), visible_until = null where state <> 'completed' and state <> 'discarded'").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_racing_ack_leaves_one_consistent_outcome() {
+    let app = TestApp::spawn().await;
+    for _ in 0..10 {
+        let id = app.push_id(job("a.b", "q")).await;
+        app.fetch_one("q", "w").await;
+        let (c1, c2) = (app.client.clone(), app.client.clone());
+        let (b1, b2) = (app.base.clone(), app.base.clone());
+        let (i1, i2) = (id.clone(), id.clone());
+        let cancel = tokio::spawn(async move {
+            c1.delete(format!("{b1}/ojs/v1/jobs/{i1}"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        });
+        let ack = tokio::spawn(async move {
+            c2.post(format!("{b2}/ojs/v1/workers/ack"))
+                .json(&json!({"job_id": i2, "worker_id": "w"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        });
+        let (cancel, ack) = (cancel.await.unwrap(), ack.await.unwrap());
+        let state = app.job(&id).await["state"].as_str().unwrap().to_owned();
+        match state.as_str() {
+            "completed" => assert_eq!((ack, cancel), (200, 409)),
+            "cancelled" => assert_eq!((ack, cancel), (409, 200)),
+            other => panic!("unexpected final state {other}"),
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The schema as operators see it.
+
+use serde_json::json;
+
+use crate::harness::{TestApp, TestDb, job};
+
+#[tokio::test]
+async fn job_row_type_matches_the_table_column_for_column() {
+    let db = TestDb::new().await;
+    let columns: Vec<String> = sqlx::query_scalar(
+        "select attname::text from pg_attribute
+          where attrelid = 'ojs_job'::regclass and attnum > 0 and not attisdropped
+          order by attnum",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(columns, ojsd::job::JOB_COLUMNS);
+}
+
+#[tokio::test]
+async fn every_table_view_and_column_is_commented() {
+    let db = TestDb::new().await;
+    let uncommented: Vec<String> = sqlx::query_scalar(
+        "select c.relname::text || coalesce('.' || a.attname::text, '')
+           from pg_class c
+           join pg_namespace n on n.oid = c.relnamespace and n.nspname = 'public'
+           left join pg_attribute a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
+          where c.relkind in ('r', 'v') and c.relname like 'ojs\\_%'
+            and (obj_description(c.oid, 'pg_class') is null
+                 or (a.attnum is not null and col_description(c.oid, a.attnum) is null))",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        uncommented.is_empty(),
+        "missing COMMENT ON: {uncommented:?}"
+    );
+}
+
+#[tokio::test]
+async fn constraints_are_named_for_what_they_protect() {
+    let db = TestDb::new().await;
+    let unnamed: Vec<String> = sqlx::query_scalar(
+        "select conname::text from pg_constraint
+          where conrelid in ('ojs_job'::regclass, 'ojs_worker'::regclass)
+            and conname not like 'ojs\\_%'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(unnamed.is_empty(), "{unnamed:?}");
+    // The invariants hold against direct SQL too.
+    let err = sqlx::query("insert into ojs_job (id, type, queue, args, state, max_attempts, retry, timeout_ms) values (gen_random_uuid(), 'a', 'q', '{}', 'available', 3, '{}', 1000)")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    let constraint = err
+        .as_database_error()
+        .and_then(|e| e.constraint())
+        .map(str::to_owned);
+    assert!(
+        matches!(
+            constraint.as_deref(),
+            Some("ojs_job_args_is_array" | "ojs_job_available_has_enqueued_at")
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn migrations_are_idempotent() {
+    let db = TestDb::new().await;
+    let report = ojsd_migrate::run_with(&db.options).await.unwrap();
+    assert!(report.applied.is_empty(), "{:?}", report.applied);
+}
+
+#[tokio::test]
+async fn the_fetch_claim_uses_the_fetch_index() {
+    let db = TestDb::new().await;
+    sqlx::query("set enable_seqscan = off")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "explain select id from ojs_job where queue = 'q' and state = 'available'
+          order by priority, enqueued_at, seq limit 10 for update skip locked",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("ojs_job_fetch_idx"), "{plan}");
+    assert!(
+        !plan.contains("Sort"),
+        "the index order is the claim order:\n{plan}"
+    );
+}
+
+#[tokio::test]
+async fn operator_views_answer_the_usual_questions() {
+    let app = TestApp::spawn().await;
+    for _ in 0..3 {
+        app.push(job("a.b", "mail")).await;
+    }
+    let active = app.push_id(job("a.b", "reports")).await;
+    app.post(
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["reports"], "worker_id": "w9", "visibility_timeout_ms": 1000}),
+    )
+    .await
+    .expect(200);
+    let dead = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": "mail", "retry": {"max_attempts": 1}}))
+        .await;
+    app.sql(&format!(
+        "update ojs_job set priority = 0 where id = '{dead}'"
+    ))
+    .await;
+    app.fetch_one("mail", "w1").await;
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": dead, "error": {"code": "boom", "message": "it broke"}}),
+    )
+    .await
+    .expect(200);
+
+    let counts: Vec<(String, String, i64)> =
+        sqlx::query_as("select queue, state::text, jobs from ojs_job_counts order by queue, state")
+            .fetch_all(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        counts,
+        [
+            ("mail".to_owned(), "available".to_owned(), 3),
+            ("mail".to_owned(), "discarded".to_owned(), 1),
+            ("reports".to_owned(), "active".to_owned(), 1),
+        ]
+    );
+    app.sql(&format!(
+        "update ojs_job set visible_until = now() - interval '5 seconds' where id = '{active}'"
+    ))
+    .await;
+    let overdue: Vec<(String, Option<String>)> =
+        sqlx::query_as("select id::text, worker_id from ojs_job_overdue")
+            .fetch_all(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(overdue, [(active, Some("w9".to_owned()))]);
+    let dead_letters: Vec<(String, Option<String>, Option<String>)> =
+        sqlx::query_as("select id::text, error_code, error_message from ojs_dead_letter")
+            .fetch_all(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        dead_letters,
+        [(dead, Some("boom".to_owned()), Some("it broke".to_owned()))]
+    );
+}

@@ -1,0 +1,153 @@
+//! Manifest, probes, metrics, the test-only reset, and shutdown.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::{TestApp, job};
+
+#[tokio::test]
+async fn manifest_describes_the_server() {
+    let app = TestApp::spawn().await;
+    let resp = app.get("/ojs/manifest").await.expect(200);
+    let m = &resp.json;
+    assert_eq!(m["specversion"], "1.0");
+    assert_eq!(m["implementation"]["name"], "ojsd");
+    assert_eq!(m["protocols"], json!(["http"]));
+    assert_eq!(m["backend"], "postgres");
+    assert_eq!(m["priority"]["default"], 2);
+    assert_eq!(m["priority"]["max"], 255);
+    assert_eq!(m["priority"]["order"], "ascending");
+    assert_eq!(m["limits"]["max_fetch_count"], 1000);
+    assert_eq!(
+        resp.header("content-type"),
+        Some("application/openjobspec+json")
+    );
+    // Byte-identical on every read.
+    assert_eq!(app.get("/ojs/manifest").await.text, resp.text);
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let app = TestApp::spawn().await;
+    for path in ["/ojs/v1/health", "/health"] {
+        let resp = app.get(path).await.expect(200);
+        assert_eq!(resp.json["status"], "ok");
+        assert_eq!(resp.json["backend"]["type"], "postgres");
+        assert_eq!(resp.json["backend"]["status"], "ok");
+    }
+    for path in ["/ojs/v1/ready", "/ready"] {
+        assert_eq!(app.get(path).await.expect(200).json["status"], "ready");
+    }
+}
+
+#[tokio::test]
+async fn health_reports_an_unreachable_database_as_503() {
+    let app = TestApp::spawn_with(|c| c.db_acquire_timeout_ms = 500).await;
+    // Cut the server off from its database.
+    app.admin_sql(&format!(
+        "alter database {} with allow_connections false",
+        app.db.name
+    ))
+    .await;
+    app.admin_sql(&format!(
+        "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{}' and application_name = 'ojsd'",
+        app.db.name
+    ))
+    .await;
+    let resp = app.get("/ojs/v1/health").await.expect(503);
+    assert_eq!(resp.json["status"], "unhealthy");
+    assert_eq!(resp.json["backend"]["status"], "unhealthy");
+    assert!(resp.header("retry-after").is_some());
+    assert_eq!(
+        app.get("/ready").await.expect(503).json["status"],
+        "not_ready"
+    );
+    // Requests that need the database get 503 backend_error, never a hang or a 500.
+    let resp = app
+        .post("/ojs/v1/jobs", job("a.b", "q"))
+        .await
+        .expect_error(503, "backend_error");
+    assert!(resp.header("retry-after").is_some());
+    app.admin_sql(&format!(
+        "alter database {} with allow_connections true",
+        app.db.name
+    ))
+    .await;
+    // And the server recovers by itself once the database is back.
+    app.post("/ojs/v1/jobs", job("a.b", "q")).await.expect(201);
+}
+
+#[tokio::test]
+async fn metrics_are_prometheus_text() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("metered.job", "metered")).await;
+    app.fetch_one("metered", "w").await;
+    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
+        .await
+        .expect(200);
+    let resp = app.get("/metrics").await.expect(200);
+    assert_eq!(resp.header("content-type"), Some("text/plain"));
+    assert!(
+        resp.text
+            .contains(r#"ojs_job_enqueued_total{queue="metered",type="metered.job"}"#),
+        "{}",
+        resp.text
+    );
+    assert!(
+        resp.text
+            .contains(r#"ojs_job_completed_total{queue="metered",type="metered.job"}"#)
+    );
+    assert!(resp.text.contains("ojs_http_requests_total"));
+}
+
+#[tokio::test]
+async fn reset_exists_only_with_test_hooks() {
+    let app = TestApp::spawn().await;
+    app.push(job("a.b", "q")).await;
+    app.post("/ojs/v1/workers/heartbeat", json!({"worker_id": "w"}))
+        .await
+        .expect(200);
+    assert_eq!(
+        app.post("/ojs/v1/admin/reset", json!({}))
+            .await
+            .expect(200)
+            .json,
+        json!({"reset": true})
+    );
+    assert_eq!(app.job_count().await, 0);
+
+    let production = TestApp::spawn_with(|c| c.test_hooks = false).await;
+    production.push(job("a.b", "q")).await;
+    production
+        .post("/ojs/v1/admin/reset", json!({}))
+        .await
+        .expect_error(404, "not_found");
+    assert_eq!(production.job_count().await, 1);
+}
+
+#[tokio::test]
+async fn shutdown_ends_long_polls_and_stops_cleanly() {
+    let app = TestApp::spawn().await;
+    let client = app.client.clone();
+    let url = format!("{}/ojs/v1/workers/fetch", app.base);
+    let poll = tokio::spawn(async move {
+        client
+            .post(url)
+            .json(&json!({"queues": ["q"], "wait_ms": 30000}))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(10), app.stop()).await;
+    assert!(
+        matches!(stopped, Ok(Ok(()))),
+        "stops without waiting out the long poll"
+    );
+    assert_eq!(
+        poll.await.unwrap().unwrap(),
+        200,
+        "the in-flight long poll was answered"
+    );
+}
