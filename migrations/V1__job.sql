@@ -30,6 +30,15 @@ create function ojs_timestamp_text(t timestamptz) returns text
 comment on function ojs_timestamp_text(timestamptz) is
     'Formats a timestamp as OJS does on the wire: 2026-02-12T10:30:00.123Z.';
 
+-- One entry of a job's error history: the error object plus the attempt it ended and when.
+create function ojs_error_entry(attempt integer, error jsonb) returns jsonb
+    language sql stable strict parallel safe
+    return jsonb_build_object('attempt', attempt) || error
+           || jsonb_build_object('occurred_at', ojs_timestamp_text(now()));
+
+comment on function ojs_error_entry(integer, jsonb) is
+    'Builds an errors[] entry: {attempt, <error fields>, occurred_at}.';
+
 create table ojs_job (
     id                     uuid          not null,
     -- FIFO tie-breaker among jobs that entered `available` at the same instant (a batch shares

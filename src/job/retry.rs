@@ -146,22 +146,9 @@ impl RetryPolicy {
                 )),
             }
         }
-        let mut initial_given = false;
-        if let Some(v) = obj.get("initial_interval") {
-            match parse_interval(v) {
-                Ok(ms) if ms > 0 => {
-                    policy.initial_interval_ms = ms;
-                    initial_given = true;
-                }
-                Ok(_) => violations.push(Violation::new(
-                    field("initial_interval"),
-                    "initial_interval must be greater than zero",
-                )),
-                Err(e) => violations.push(Violation::new(
-                    field("initial_interval"),
-                    format!("initial_interval is not a valid duration: {e}"),
-                )),
-            }
+        let initial = positive_interval(&obj, "initial_interval", &field, &mut violations);
+        if let Some(ms) = initial {
+            policy.initial_interval_ms = ms;
         }
         if let Some(v) = obj.get("backoff_coefficient") {
             match json::decode::<f64>(v) {
@@ -172,29 +159,17 @@ impl RetryPolicy {
                 )),
             }
         }
-        let mut max_given = false;
-        if let Some(v) = obj.get("max_interval") {
-            match parse_interval(v) {
-                Ok(ms) if ms > 0 => {
-                    policy.max_interval_ms = ms;
-                    max_given = true;
-                }
-                Ok(_) => violations.push(Violation::new(
-                    field("max_interval"),
-                    "max_interval must be greater than zero",
-                )),
-                Err(e) => violations.push(Violation::new(
-                    field("max_interval"),
-                    format!("max_interval is not a valid duration: {e}"),
-                )),
-            }
+        let max = positive_interval(&obj, "max_interval", &field, &mut violations);
+        if let Some(ms) = max {
+            policy.max_interval_ms = ms;
         }
-        if initial_given && max_given && policy.max_interval_ms < policy.initial_interval_ms {
+        if initial.is_some() && max.is_some() && policy.max_interval_ms < policy.initial_interval_ms
+        {
             violations.push(Violation::new(
                 field("max_interval"),
                 "max_interval must be >= initial_interval",
             ));
-        } else if initial_given && !max_given {
+        } else if initial.is_some() && max.is_none() {
             // A long initial interval raises the default cap instead of being cut by it.
             policy.max_interval_ms = policy.max_interval_ms.max(policy.initial_interval_ms);
         }
@@ -325,6 +300,33 @@ impl RetryPolicy {
                 _ => value == entry,
             })
         })
+    }
+}
+
+/// The positive duration `name` of `obj`, if given; a bad one is recorded in `violations`.
+fn positive_interval(
+    obj: &Object<'_>,
+    name: &str,
+    field: &dyn Fn(&str) -> String,
+    violations: &mut Vec<Violation>,
+) -> Option<u64> {
+    let v = obj.get(name)?;
+    match parse_interval(v) {
+        Ok(ms) if ms > 0 => Some(ms),
+        Ok(_) => {
+            violations.push(Violation::new(
+                field(name),
+                format!("{name} must be greater than zero"),
+            ));
+            None
+        }
+        Err(e) => {
+            violations.push(Violation::new(
+                field(name),
+                format!("{name} is not a valid duration: {e}"),
+            ));
+            None
+        }
     }
 }
 

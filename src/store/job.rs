@@ -473,10 +473,7 @@ pub async fn fail(db: impl PgExecutor<'_>, p: FailParams<'_>) -> Result<Option<J
                set state = $4::ojs_job_state,
                    error = coalesce($5::text::jsonb, j.error),
                    errors = case when $5::text is null then j.errors
-                                 else j.errors || jsonb_build_array(
-                                          jsonb_build_object('attempt', j.attempt)
-                                          || $5::text::jsonb
-                                          || jsonb_build_object('occurred_at', ojs_timestamp_text(now())))
+                                 else j.errors || jsonb_build_array(ojs_error_entry(j.attempt, $5::text::jsonb))
                             end,
                    next_retry_at = case when $4::ojs_job_state = 'retryable'
                                         then now() + $6::int8 * interval '1 millisecond' end,
@@ -530,10 +527,7 @@ pub async fn cancel(
                visible_until = null,
                error = case when t.state = 'active' then $2::text::jsonb else j.error end,
                errors = case when t.state = 'active'
-                             then j.errors || jsonb_build_array(
-                                      jsonb_build_object('attempt', j.attempt)
-                                      || $2::text::jsonb
-                                      || jsonb_build_object('occurred_at', ojs_timestamp_text(now())))
+                             then j.errors || jsonb_build_array(ojs_error_entry(j.attempt, $2::text::jsonb))
                              else j.errors
                         end
           from target t

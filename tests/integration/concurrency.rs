@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, job};
+use crate::harness::{TestApp, count, job, statuses};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
@@ -213,15 +213,8 @@ async fn concurrent_acks_of_one_job_succeed_exactly_once() {
                     .as_u16()
             }));
         }
-        let mut statuses = Vec::new();
-        for t in tasks {
-            statuses.push(t.await.unwrap());
-        }
-        assert_eq!(
-            statuses.iter().filter(|s| **s == 200).count(),
-            1,
-            "{statuses:?}"
-        );
+        let statuses = statuses(tasks).await;
+        assert_eq!(count(&statuses, 200), 1, "{statuses:?}");
         assert!(
             statuses.iter().all(|s| *s == 200 || *s == 409),
             "{statuses:?}"

@@ -613,3 +613,17 @@ fn init_test_logging() {
 pub fn job(job_type: &str, queue: &str) -> Value {
     serde_json::json!({"type": job_type, "args": [], "queue": queue})
 }
+
+/// Waits for concurrently started requests and returns their statuses.
+pub async fn statuses(tasks: Vec<JoinHandle<u16>>) -> Vec<u16> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.expect("request task"));
+    }
+    out
+}
+
+/// How many of `statuses` equal `status`.
+pub fn count(statuses: &[u16], status: u16) -> usize {
+    statuses.iter().filter(|s| **s == status).count()
+}

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::TestApp;
+use crate::harness::{TestApp, count, statuses};
 
 fn unique_job(args: Value, unique: Value) -> Value {
     let mut job = json!({"type": "report.build", "queue": "u"});
@@ -207,19 +207,8 @@ async fn concurrent_pushes_of_one_unique_job_create_it_once() {
                 .as_u16()
         }));
     }
-    let mut statuses = Vec::new();
-    for t in tasks {
-        statuses.push(t.await.unwrap());
-    }
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 201).count(),
-        1,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 409).count(),
-        11,
-        "{statuses:?}"
-    );
+    let statuses = statuses(tasks).await;
+    assert_eq!(count(&statuses, 201), 1, "{statuses:?}");
+    assert_eq!(count(&statuses, 409), 11, "{statuses:?}");
     assert_eq!(app.job_count().await, 1);
 }
