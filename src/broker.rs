@@ -24,6 +24,7 @@ use crate::store;
 use crate::store::job::{ClaimParams, FailParams, FailTarget};
 use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerHealth};
 use crate::telemetry;
+use crate::timestamp::ClientTime;
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
 /// service handles the rest of a large backlog).
@@ -162,14 +163,19 @@ impl Broker {
         match result {
             // A client-supplied id is taken (possibly by a concurrent request).
             Err(Error::Database(e)) if is_violation(&e, "ojs_job_pkey") => {
-                Err(self.duplicate_id_error(&jobs, batch).await)
+                Err(self.duplicate_id_error(&jobs, batch, e).await)
             }
             other => other,
         }
     }
 
     /// After a primary-key violation: the first job whose client-supplied id exists.
-    async fn duplicate_id_error(&self, jobs: &[NewJob], batch: bool) -> Error {
+    async fn duplicate_id_error(
+        &self,
+        jobs: &[NewJob],
+        batch: bool,
+        violation: sqlx::Error,
+    ) -> Error {
         let supplied: Vec<Uuid> = jobs
             .iter()
             .filter(|j| j.id_supplied)
@@ -190,9 +196,8 @@ impl Broker {
                     job_id: jobs[index].id,
                     index: batch.then_some(index),
                 },
-                None => {
-                    Error::Unsupported("a generated job id collided; retry the request".to_owned())
-                }
+                // Only generated ids clashed: not the client's doing.
+                None => Error::Database(violation),
             },
         }
     }
@@ -210,6 +215,8 @@ impl Broker {
         enum Plan {
             Create,
             Existing(Job, PushOutcome),
+            /// Unique `ignore` against an earlier job of the same request: answered with it.
+            SameAs(usize),
             ReplaceInPlace(Job),
             CancelThenCreate(Job),
         }
@@ -223,12 +230,20 @@ impl Broker {
                 continue;
             };
             if let Some(&earlier) = planned.get(unique.key.as_str()) {
-                return Err(Error::DuplicateUnique {
-                    existing: jobs[earlier].id,
-                    existing_state: JobState::Available,
-                    unique_key: unique.key.clone(),
-                    index: index_hint,
-                });
+                let earlier_state = initial_state(&jobs[earlier]);
+                if unique.policy.states.contains(&earlier_state) {
+                    if unique.policy.on_conflict == OnConflict::Ignore {
+                        plans.push(Plan::SameAs(earlier));
+                        continue;
+                    }
+                    // Rejected, and replacing a job created by the same request is refused too.
+                    return Err(Error::DuplicateUnique {
+                        existing: jobs[earlier].id,
+                        existing_state: earlier_state,
+                        unique_key: unique.key.clone(),
+                        index: index_hint,
+                    });
+                }
             }
             let duplicate = candidates
                 .iter()
@@ -344,7 +359,7 @@ impl Broker {
                         }
                     }
                 }
-                Plan::Existing(..) => {}
+                Plan::Existing(..) | Plan::SameAs(_) => {}
             }
         }
         create_indexes.sort_unstable();
@@ -352,20 +367,22 @@ impl Broker {
         let created = store::job::insert_many(&mut *tx, &to_create).await?;
         tx.commit().await?;
 
-        let mut created: HashMap<usize, Job> = create_indexes.into_iter().zip(created).collect();
+        let created: HashMap<usize, Job> = create_indexes.into_iter().zip(created).collect();
         let out = plans
             .into_iter()
             .enumerate()
             .map(|(index, plan)| match plan {
                 Plan::Existing(job, outcome) => Pushed { job, outcome },
+                Plan::SameAs(earlier) => Pushed {
+                    job: created[&earlier].clone(),
+                    outcome: PushOutcome::Deduplicated,
+                },
                 Plan::ReplaceInPlace(_) if replaced.contains_key(&index) => Pushed {
                     job: replaced.remove(&index).expect("checked"),
                     outcome: PushOutcome::ReplacedInPlace,
                 },
                 _ => Pushed {
-                    job: created
-                        .remove(&index)
-                        .expect("every created index has a row"),
+                    job: created[&index].clone(),
                     outcome: PushOutcome::Created,
                 },
             })
@@ -608,6 +625,23 @@ impl Broker {
         store::worker::delete_all(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
+    }
+}
+
+/// The state a new job will start in (the database decides `scheduled` with its own clock;
+/// this is the same decision made ahead of the insert, for unique checks within a request).
+fn initial_state(job: &NewJob) -> JobState {
+    let future = match &job.scheduled_at {
+        Some(ClientTime::Absolute { at, .. }) => *at > chrono::Utc::now(),
+        Some(ClientTime::Relative { after_ms }) => *after_ms > 0,
+        None => false,
+    };
+    if job.pending {
+        JobState::Pending
+    } else if future {
+        JobState::Scheduled
+    } else {
+        JobState::Available
     }
 }
 

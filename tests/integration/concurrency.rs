@@ -188,31 +188,19 @@ async fn concurrent_acks_of_one_job_succeed_exactly_once() {
     for _ in 0..10 {
         let id = app.push_id(job("a.b", "q")).await;
         app.fetch_one("q", "w").await;
-        let mut tasks = Vec::new();
-        for i in 0..6 {
-            let client = app.client.clone();
-            let base = app.base.clone();
-            let id = id.clone();
-            tasks.push(tokio::spawn(async move {
-                // Half acknowledge, half fail: exactly one of them may win.
-                let (path, body) = if i % 2 == 0 {
-                    ("ack", json!({"job_id": id, "result": i}))
+        // Half acknowledge, half fail: exactly one of them may win.
+        let tasks: Vec<_> = (0..6)
+            .map(|i| {
+                if i % 2 == 0 {
+                    app.spawn_post("/ojs/v1/workers/ack", &json!({"job_id": id, "result": i}))
                 } else {
-                    (
-                        "nack",
-                        json!({"job_id": id, "error": {"message": format!("n{i}")}}),
+                    app.spawn_post(
+                        "/ojs/v1/workers/nack",
+                        &json!({"job_id": id, "error": {"message": format!("n{i}")}}),
                     )
-                };
-                client
-                    .post(format!("{base}/ojs/v1/workers/{path}"))
-                    .json(&body)
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16()
-            }));
-        }
+                }
+            })
+            .collect();
         let statuses = statuses(tasks).await;
         assert_eq!(count(&statuses, 200), 1, "{statuses:?}");
         assert!(
@@ -236,26 +224,14 @@ async fn cancel_racing_ack_leaves_one_consistent_outcome() {
     for _ in 0..10 {
         let id = app.push_id(job("a.b", "q")).await;
         app.fetch_one("q", "w").await;
-        let (c1, c2) = (app.client.clone(), app.client.clone());
-        let (b1, b2) = (app.base.clone(), app.base.clone());
-        let (i1, i2) = (id.clone(), id.clone());
-        let cancel = tokio::spawn(async move {
-            c1.delete(format!("{b1}/ojs/v1/jobs/{i1}"))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        });
-        let ack = tokio::spawn(async move {
-            c2.post(format!("{b2}/ojs/v1/workers/ack"))
-                .json(&json!({"job_id": i2, "worker_id": "w"}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        });
+        let cancel = {
+            let request = app.client.delete(format!("{}/ojs/v1/jobs/{id}", app.base));
+            tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
+        };
+        let ack = app.spawn_post(
+            "/ojs/v1/workers/ack",
+            &json!({"job_id": id, "worker_id": "w"}),
+        );
         let (cancel, ack) = (cancel.await.unwrap(), ack.await.unwrap());
         let state = app.job(&id).await["state"].as_str().unwrap().to_owned();
         match state.as_str() {

@@ -614,6 +614,21 @@ pub fn job(job_type: &str, queue: &str) -> Value {
     serde_json::json!({"type": job_type, "args": [], "queue": queue})
 }
 
+impl TestApp {
+    /// Starts a POST in the background; resolves to its status.
+    pub fn spawn_post(&self, path: &str, body: &serde_json::Value) -> JoinHandle<u16> {
+        let request = self.client.post(format!("{}{path}", self.base)).json(body);
+        tokio::spawn(async move {
+            request
+                .send()
+                .await
+                .expect("request reaches the server")
+                .status()
+                .as_u16()
+        })
+    }
+}
+
 /// Waits for concurrently started requests and returns their statuses.
 pub async fn statuses(tasks: Vec<JoinHandle<u16>>) -> Vec<u16> {
     let mut out = Vec::with_capacity(tasks.len());

@@ -189,24 +189,39 @@ async fn batches_apply_policies_per_item_and_stay_atomic() {
     assert_eq!(app.job_count().await, before);
 }
 
+#[tokio::test]
+async fn duplicates_within_one_batch_follow_the_later_jobs_policy() {
+    let app = TestApp::spawn().await;
+    let resp = app
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [
+                unique_job(json!(["x"]), json!({"keys": ["args"]})),
+                unique_job(json!(["x"]), json!({"keys": ["args"], "on_conflict": "ignore"})),
+                unique_job(json!(["x"]), json!({"keys": ["args"], "states": ["completed"]})),
+            ]}),
+        )
+        .await
+        .expect(201);
+    let jobs = resp.json["jobs"].as_array().unwrap();
+    // The second resolves to the first; the third only conflicts with completed jobs.
+    assert_eq!(jobs[1]["id"], jobs[0]["id"]);
+    assert_eq!(jobs[1]["deduplicated"], true);
+    assert_ne!(jobs[2]["id"], jobs[0]["id"]);
+    assert_eq!(app.job_count().await, 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_pushes_of_one_unique_job_create_it_once() {
     let app = TestApp::spawn().await;
-    let mut tasks = Vec::new();
-    for i in 0..12 {
-        let client = app.client.clone();
-        let url = format!("{}/ojs/v1/jobs", app.base);
-        tasks.push(tokio::spawn(async move {
-            client
-                .post(url)
-                .json(&json!({"type": "once.only", "args": [i], "unique": {}}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }));
-    }
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            app.spawn_post(
+                "/ojs/v1/jobs",
+                &json!({"type": "once.only", "args": [i], "unique": {}}),
+            )
+        })
+        .collect();
     let statuses = statuses(tasks).await;
     assert_eq!(count(&statuses, 201), 1, "{statuses:?}");
     assert_eq!(count(&statuses, 409), 11, "{statuses:?}");

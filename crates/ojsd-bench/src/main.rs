@@ -115,34 +115,31 @@ fn noop_job(queue: &str, n: usize) -> Value {
     json!({"type": "bench.noop", "queue": queue, "args": [n]})
 }
 
-/// Phase 1: bulk enqueue.
-async fn bulk_enqueue(
-    args: &Args,
+/// Sends `total` items' worth of requests from `concurrency` tasks; each request carries up to
+/// `per_request` items, built by `body(first, last)` and posted to `url`.
+async fn load(
     client: &reqwest::Client,
-    queue: &str,
+    url: String,
+    total: usize,
+    per_request: usize,
+    concurrency: usize,
+    body: impl Fn(usize, usize) -> Value + Send + Sync + 'static,
 ) -> anyhow::Result<(Duration, Latencies)> {
-    let url = format!("{}/ojs/v1/jobs/batch", args.url);
     let next = Arc::new(AtomicUsize::new(0));
+    let body = Arc::new(body);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..args.batch_concurrency.max(1) {
-        let (client, url, queue, next, args) = (
-            client.clone(),
-            url.clone(),
-            queue.to_owned(),
-            next.clone(),
-            args.clone(),
-        );
+    for _ in 0..concurrency.max(1) {
+        let (client, url, next, body) = (client.clone(), url.clone(), next.clone(), body.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Latencies::default();
             loop {
-                let start = next.fetch_add(args.batch, Ordering::Relaxed);
-                if start >= args.jobs {
+                let first = next.fetch_add(per_request, Ordering::Relaxed);
+                if first >= total {
                     return anyhow::Ok(latencies);
                 }
-                let end = (start + args.batch).min(args.jobs);
-                let jobs: Vec<Value> = (start..end).map(|n| noop_job(&queue, n)).collect();
-                let (_, took) = post(&client, &url, &json!({"jobs": jobs})).await?;
+                let last = (first + per_request).min(total);
+                let (_, took) = post(&client, &url, &body(first, last)).await?;
                 latencies.0.push(took);
             }
         }));
@@ -154,41 +151,40 @@ async fn bulk_enqueue(
     Ok((started.elapsed(), all))
 }
 
+/// Phase 1: bulk enqueue.
+async fn bulk_enqueue(
+    args: &Args,
+    client: &reqwest::Client,
+    queue: &str,
+) -> anyhow::Result<(Duration, Latencies)> {
+    let queue = queue.to_owned();
+    load(
+        client,
+        format!("{}/ojs/v1/jobs/batch", args.url),
+        args.jobs,
+        args.batch.max(1),
+        args.batch_concurrency,
+        move |first, last| json!({"jobs": (first..last).map(|n| noop_job(&queue, n)).collect::<Vec<_>>()}),
+    )
+    .await
+}
+
 /// Phase 2: one job per request.
 async fn single_enqueue(
     args: &Args,
     client: &reqwest::Client,
     queue: &str,
 ) -> anyhow::Result<(Duration, Latencies)> {
-    let url = format!("{}/ojs/v1/jobs", args.url);
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..args.single_concurrency.max(1) {
-        let (client, url, queue, next, total) = (
-            client.clone(),
-            url.clone(),
-            queue.to_owned(),
-            next.clone(),
-            args.single,
-        );
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Latencies::default();
-            loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                if n >= total {
-                    return anyhow::Ok(latencies);
-                }
-                let (_, took) = post(&client, &url, &noop_job(&queue, n)).await?;
-                latencies.0.push(took);
-            }
-        }));
-    }
-    let mut all = Latencies::default();
-    for task in tasks {
-        all.0.extend(task.await??.0);
-    }
-    Ok((started.elapsed(), all))
+    let queue = queue.to_owned();
+    load(
+        client,
+        format!("{}/ojs/v1/jobs", args.url),
+        args.single,
+        1,
+        args.single_concurrency,
+        move |n, _| noop_job(&queue, n),
+    )
+    .await
 }
 
 /// Phase 3: fetch + ack until `expected` jobs are done.
