@@ -1,5 +1,5 @@
-//! The composition root: database, migrations, notifier, broker and HTTP server, started and
-//! stopped together.
+//! The composition root: database, migrations, notifier, broker, leadership, maintenance, event
+//! tail and HTTP server, started and stopped together.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,22 +7,32 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, Settings};
 use crate::config::{self, Config};
-use crate::http::{self, AppState, HttpSettings};
+use crate::db::{self, DbHealth, PoolSettings};
+use crate::events::EventTail;
+use crate::http::{self, AppState, HttpSettings, Services};
 use crate::job::envelope::Limits;
+use crate::leadership::{Elector, LeaderConfig};
+use crate::maintenance::{
+    self, ExpirerConfig, MaintenanceConfig, PromoterConfig, PrunerConfig, ReaperConfig,
+    StaleWorkersConfig,
+};
 use crate::notifier::Notifier;
 
 /// A built server, bound to its port, not yet serving.
 pub struct Application {
     listener: TcpListener,
     pool: PgPool,
+    connect_options: sqlx::postgres::PgConnectOptions,
     state: AppState,
     notifier: Notifier,
+    health: DbHealth,
+    events: EventTail,
+    elector: Option<(Elector, MaintenanceConfig, maintenance::Context)>,
     shutdown: CancellationToken,
     shutdown_timeout: Duration,
 }
@@ -56,33 +66,93 @@ impl Application {
         if !config.skip_migrations {
             migrate(config).await?;
         }
-        let pool = PgPoolOptions::new()
-            .max_connections(config.db_max_connections)
-            .min_connections(config.db_min_connections)
-            .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
-            // A ping before every checkout doubles the round trips of every statement; a dead
-            // connection surfaces as a failed statement (503) and is dropped instead.
-            .test_before_acquire(false)
-            .connect_with(config.connect_options()?)
-            .await
-            .context("cannot connect to PostgreSQL")?;
+        let instance_id = config.resolved_instance_id();
+        let health = DbHealth::default();
+        // Events written by API requests name this replica as their source.
+        let connect_options = config.connect_options()?.options([(
+            "ojs.source",
+            format!("ojs://{}/api/{instance_id}", config.service_name),
+        )]);
+        let pool = db::connect_pool(
+            connect_options.clone(),
+            &PoolSettings {
+                max_connections: config.db_max_connections,
+                min_connections: config.db_min_connections,
+                acquire_timeout: Duration::from_millis(config.db_acquire_timeout_ms),
+            },
+            &health,
+        )
+        .await
+        .context("cannot connect to PostgreSQL")?;
 
         // Install the metrics recorder before anything records.
         crate::telemetry::metrics();
+        crate::telemetry::leader_changed(false);
         let notifier = Notifier::default();
         let shutdown = CancellationToken::new();
+        let heartbeat_timeout = config.heartbeat_timeout();
         let broker = Broker::new(
             pool.clone(),
             Settings {
                 limits: Limits {
                     max_priority: config.max_priority,
                     default_timeout_ms: (config.default_timeout_secs * 1_000) as i64,
+                    hyphenated_types: config.hyphenated_types(),
                 },
                 default_visibility_timeout_ms: (config.default_visibility_timeout_secs * 1_000)
                     as i64,
                 fetch_poll_interval: Duration::from_millis(config.fetch_poll_interval_ms),
+                heartbeat_timeout,
+                test_hooks: config.test_hooks,
             },
             notifier.clone(),
+        );
+        let elector = Elector::new(
+            pool.clone(),
+            instance_id.clone(),
+            LeaderConfig {
+                lease: Duration::from_millis(config.leader_lease_ms),
+                renew_interval: Duration::from_millis(config.leader_renew_interval_ms),
+                elect_interval: Duration::from_millis(config.leader_elect_interval_ms),
+            },
+            notifier.clone(),
+            health.clone(),
+        );
+        let role = elector.subscribe();
+        let batch = i64::from(config.maintenance_batch_size);
+        let maintenance_config = MaintenanceConfig {
+            promoter: PromoterConfig {
+                interval: Duration::from_millis(config.promote_interval_ms),
+                batch_size: batch,
+            },
+            reaper: ReaperConfig {
+                interval: Duration::from_millis(config.reap_interval_ms),
+                batch_size: batch,
+            },
+            expirer: ExpirerConfig {
+                interval: Duration::from_millis(config.expire_interval_ms),
+                batch_size: batch,
+            },
+            stale_workers: StaleWorkersConfig {
+                interval: Duration::from_millis(config.stale_check_interval_ms),
+                heartbeat_timeout,
+                batch_size: batch,
+            },
+            pruner: PrunerConfig {
+                interval: Duration::from_millis(config.prune_interval_ms),
+                completed: config.retention_completed.0,
+                cancelled: config.retention_cancelled.0,
+                discarded: config.retention_discarded.0,
+                events: config.event_retention.0,
+                max_events: i64::try_from(config.event_max_count).unwrap_or(i64::MAX),
+                stale_workers: config.stale_worker_retention.0,
+                batch_size: batch,
+            },
+        };
+        let context = maintenance::Context::new(pool.clone(), &config.service_name, &instance_id);
+        let events = EventTail::new(
+            pool.clone(),
+            Duration::from_millis(config.event_poll_interval_ms),
         );
         let state = AppState::new(
             broker,
@@ -97,6 +167,14 @@ impl Application {
                 heartbeat_interval_secs: config.heartbeat_interval_secs,
                 request_timeout: Duration::from_secs(config.request_timeout_secs),
                 test_hooks: config.test_hooks,
+                shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
+                dead_letter_retention: config.retention_discarded.0,
+                instance_id: instance_id.clone(),
+            },
+            Services {
+                events: events.clone(),
+                health: health.clone(),
+                role,
             },
             shutdown.clone(),
         );
@@ -106,8 +184,14 @@ impl Application {
         Ok(Application {
             listener,
             pool,
+            connect_options,
             state,
             notifier,
+            health,
+            events,
+            elector: config
+                .maintenance
+                .then_some((elector, maintenance_config, context)),
             shutdown,
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
         })
@@ -119,7 +203,8 @@ impl Application {
     }
 
     /// Serves until `stop` resolves, then shuts down gracefully: readiness turns 503, long
-    /// polls return, in-flight requests get `shutdown_timeout` to finish, and the pool closes.
+    /// polls and event streams end, the leader resigns, in-flight requests get
+    /// `shutdown_timeout` to finish, and the pool closes.
     pub async fn run_until_stopped(
         self,
         stop: impl Future<Output = ()> + Send + 'static,
@@ -127,14 +212,36 @@ impl Application {
         let Application {
             listener,
             pool,
+            connect_options,
             state,
             notifier,
+            health,
+            events,
+            elector,
             shutdown,
             shutdown_timeout,
         } = self;
-        tracing::info!(addr = %listener.local_addr()?, "ojsd listening");
-        let listen = tokio::spawn(notifier.listen(pool.clone(), shutdown.clone()));
-        let upkeep = tokio::spawn(metrics_upkeep(shutdown.clone()));
+        tracing::info!(
+            addr = %listener.local_addr()?,
+            instance_id = %state.settings().instance_id,
+            "ojsd listening"
+        );
+        let mut background = tokio::task::JoinSet::new();
+        background.spawn(notifier.listen(pool.clone(), health.clone(), shutdown.clone()));
+        background.spawn(health.clone().probe(connect_options, shutdown.clone()));
+        background.spawn(events.run(shutdown.clone()));
+        background.spawn(metrics_upkeep(shutdown.clone()));
+        if let Some((elector, config, context)) = elector {
+            let role = elector.subscribe();
+            background.spawn(maintenance::supervise(
+                context,
+                config,
+                health.clone(),
+                role,
+                shutdown.clone(),
+            ));
+            background.spawn(elector.run(shutdown.clone()));
+        }
 
         let router = http::router(state.clone());
         let draining = shutdown.clone();
@@ -172,8 +279,8 @@ impl Application {
             },
         };
         shutdown.cancel();
-        let _ = listen.await;
-        let _ = upkeep.await;
+        // Background tasks end on the token (the leader resigns on its way out).
+        while background.join_next().await.is_some() {}
         pool.close().await;
         served
             .context("server task failed")?

@@ -24,11 +24,52 @@ pub const DEFAULT_MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
 pub const DEFAULT_FETCH_POLL_INTERVAL_MS: u64 = 500;
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_SERVICE_NAME: &str = "ojs-server";
+pub const DEFAULT_LEADER_LEASE_MS: u64 = 10_000;
+pub const DEFAULT_LEADER_RENEW_INTERVAL_MS: u64 = 3_000;
+pub const DEFAULT_LEADER_ELECT_INTERVAL_MS: u64 = 2_000;
+pub const DEFAULT_PROMOTE_INTERVAL_MS: u64 = 250;
+pub const DEFAULT_REAP_INTERVAL_MS: u64 = 500;
+pub const DEFAULT_EXPIRE_INTERVAL_MS: u64 = 500;
+pub const DEFAULT_STALE_CHECK_INTERVAL_MS: u64 = 2_000;
+pub const DEFAULT_PRUNE_INTERVAL_MS: u64 = 60_000;
+pub const DEFAULT_MAINTENANCE_BATCH_SIZE: u32 = 1_000;
+pub const DEFAULT_RETENTION_COMPLETED: &str = "P7D";
+pub const DEFAULT_RETENTION_CANCELLED: &str = "P7D";
+pub const DEFAULT_RETENTION_DISCARDED: &str = "P30D";
+pub const DEFAULT_EVENT_RETENTION: &str = "P7D";
+pub const DEFAULT_EVENT_MAX_COUNT: u64 = 1_000_000;
+pub const DEFAULT_STALE_WORKER_RETENTION: &str = "P1D";
+pub const DEFAULT_EVENT_POLL_INTERVAL_MS: u64 = 250;
 
 /// Most jobs one FETCH may claim.
 pub const MAX_FETCH_COUNT: usize = 1_000;
 /// Longest long-poll a FETCH may ask for.
 pub const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+/// Characters allowed in instance ids and service names (they appear in URIs and in
+/// connection options).
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// A duration setting: ISO 8601 (`P7D`, `PT30S`) or the short form (`168h`, `30s`, `500ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl FromStr for Span {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        crate::duration::parse_ms(s).map(|ms| Span(Duration::from_millis(ms)))
+    }
+}
+
+impl Span {
+    fn parse_default(text: &str) -> Span {
+        text.parse().expect("valid default duration")
+    }
+}
 
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -116,6 +157,102 @@ pub struct Config {
     /// Log format.
     #[arg(long, env = "OJS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Accept job types whose segments contain hyphens after the first letter
+    /// (`retry.exponential-backoff`). The OJS core specification allows only
+    /// `[a-z][a-z0-9_]*` per segment; the conformance suite's own jobs use hyphens. Defaults to
+    /// on when OJS_TEST_HOOKS is on, off otherwise.
+    #[arg(long, env = "OJS_ALLOW_HYPHENATED_TYPES", value_parser = clap::builder::BoolishValueParser::new())]
+    pub allow_hyphenated_types: Option<bool>,
+
+    /// This process's identity among the replicas (leader id, event source). Default:
+    /// `<hostname>-<pid>-<random>`, new at every start.
+    #[arg(long, env = "OJS_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+
+    /// Service name in event sources (`ojs://<service>/<component>/<instance>`).
+    #[arg(long, env = "OJS_SERVICE_NAME", default_value = DEFAULT_SERVICE_NAME)]
+    pub service_name: String,
+
+    /// Whether this process may lead, i.e. run the maintenance services (promotion, reclaiming,
+    /// expiry, retention, stale workers) when elected. Keep it on for at least one replica.
+    #[arg(long, env = "OJS_MAINTENANCE", default_value_t = true, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
+    pub maintenance: bool,
+
+    /// Leadership lease length (ms). A leader renews it well before it runs out; if the leader
+    /// dies, another replica takes over at most this long after the last renewal.
+    #[arg(long, env = "OJS_LEADER_LEASE_MS", default_value_t = DEFAULT_LEADER_LEASE_MS)]
+    pub leader_lease_ms: u64,
+
+    /// How often the leader renews its lease (ms); at most a third of the lease.
+    #[arg(long, env = "OJS_LEADER_RENEW_INTERVAL_MS", default_value_t = DEFAULT_LEADER_RENEW_INTERVAL_MS)]
+    pub leader_renew_interval_ms: u64,
+
+    /// How often a follower tries to become leader (ms). It also tries the moment the current
+    /// lease runs out or its holder resigns.
+    #[arg(long, env = "OJS_LEADER_ELECT_INTERVAL_MS", default_value_t = DEFAULT_LEADER_ELECT_INTERVAL_MS)]
+    pub leader_elect_interval_ms: u64,
+
+    /// Promoter: how often due scheduled and retryable jobs are made available (ms).
+    #[arg(long, env = "OJS_PROMOTE_INTERVAL_MS", default_value_t = DEFAULT_PROMOTE_INTERVAL_MS)]
+    pub promote_interval_ms: u64,
+
+    /// Reaper: how often active jobs past their reservation, execution timeout or total timeout
+    /// are reclaimed (ms).
+    #[arg(long, env = "OJS_REAP_INTERVAL_MS", default_value_t = DEFAULT_REAP_INTERVAL_MS)]
+    pub reap_interval_ms: u64,
+
+    /// Expirer: how often waiting jobs past expires_at, enqueue_ttl or total_timeout are
+    /// discarded (ms).
+    #[arg(long, env = "OJS_EXPIRE_INTERVAL_MS", default_value_t = DEFAULT_EXPIRE_INTERVAL_MS)]
+    pub expire_interval_ms: u64,
+
+    /// Stale-worker detector: how often workers silent for the heartbeat timeout are declared
+    /// stale and their jobs released (ms).
+    #[arg(long, env = "OJS_STALE_CHECK_INTERVAL_MS", default_value_t = DEFAULT_STALE_CHECK_INTERVAL_MS)]
+    pub stale_check_interval_ms: u64,
+
+    /// Pruner: how often finished jobs, old events and long-stale workers are deleted (ms).
+    #[arg(long, env = "OJS_PRUNE_INTERVAL_MS", default_value_t = DEFAULT_PRUNE_INTERVAL_MS)]
+    pub prune_interval_ms: u64,
+
+    /// Rows a maintenance service handles per statement (each runs several per pass when
+    /// there is a backlog, yielding in between).
+    #[arg(long, env = "OJS_MAINTENANCE_BATCH_SIZE", default_value_t = DEFAULT_MAINTENANCE_BATCH_SIZE)]
+    pub maintenance_batch_size: u32,
+
+    /// How long completed jobs are kept.
+    #[arg(long, env = "OJS_RETENTION_COMPLETED", default_value = DEFAULT_RETENTION_COMPLETED)]
+    pub retention_completed: Span,
+
+    /// How long cancelled jobs are kept.
+    #[arg(long, env = "OJS_RETENTION_CANCELLED", default_value = DEFAULT_RETENTION_CANCELLED)]
+    pub retention_cancelled: Span,
+
+    /// How long discarded jobs (dead-lettered or not) are kept.
+    #[arg(long, env = "OJS_RETENTION_DISCARDED", default_value = DEFAULT_RETENTION_DISCARDED)]
+    pub retention_discarded: Span,
+
+    /// How long events are kept.
+    #[arg(long, env = "OJS_EVENT_RETENTION", default_value = DEFAULT_EVENT_RETENTION)]
+    pub event_retention: Span,
+
+    /// Most events kept; older ones beyond it are pruned.
+    #[arg(long, env = "OJS_EVENT_MAX_COUNT", default_value_t = DEFAULT_EVENT_MAX_COUNT)]
+    pub event_max_count: u64,
+
+    /// How long a stale worker stays listed before it is deleted.
+    #[arg(long, env = "OJS_STALE_WORKER_RETENTION", default_value = DEFAULT_STALE_WORKER_RETENTION)]
+    pub stale_worker_retention: Span,
+
+    /// A worker without a heartbeat for this long is stale and loses its jobs (seconds).
+    /// Default: three heartbeat intervals.
+    #[arg(long, env = "OJS_HEARTBEAT_TIMEOUT_SECS")]
+    pub heartbeat_timeout_secs: Option<u32>,
+
+    /// How often event streams (SSE) look for new events (ms).
+    #[arg(long, env = "OJS_EVENT_POLL_INTERVAL_MS", default_value_t = DEFAULT_EVENT_POLL_INTERVAL_MS)]
+    pub event_poll_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -139,6 +276,27 @@ impl Default for Config {
             request_timeout_secs: DEFAULT_REQUEST_TIMEOUT_SECS,
             shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
             log_format: LogFormat::Text,
+            allow_hyphenated_types: None,
+            instance_id: None,
+            service_name: DEFAULT_SERVICE_NAME.to_owned(),
+            maintenance: true,
+            leader_lease_ms: DEFAULT_LEADER_LEASE_MS,
+            leader_renew_interval_ms: DEFAULT_LEADER_RENEW_INTERVAL_MS,
+            leader_elect_interval_ms: DEFAULT_LEADER_ELECT_INTERVAL_MS,
+            promote_interval_ms: DEFAULT_PROMOTE_INTERVAL_MS,
+            reap_interval_ms: DEFAULT_REAP_INTERVAL_MS,
+            expire_interval_ms: DEFAULT_EXPIRE_INTERVAL_MS,
+            stale_check_interval_ms: DEFAULT_STALE_CHECK_INTERVAL_MS,
+            prune_interval_ms: DEFAULT_PRUNE_INTERVAL_MS,
+            maintenance_batch_size: DEFAULT_MAINTENANCE_BATCH_SIZE,
+            retention_completed: Span::parse_default(DEFAULT_RETENTION_COMPLETED),
+            retention_cancelled: Span::parse_default(DEFAULT_RETENTION_CANCELLED),
+            retention_discarded: Span::parse_default(DEFAULT_RETENTION_DISCARDED),
+            event_retention: Span::parse_default(DEFAULT_EVENT_RETENTION),
+            event_max_count: DEFAULT_EVENT_MAX_COUNT,
+            stale_worker_retention: Span::parse_default(DEFAULT_STALE_WORKER_RETENTION),
+            heartbeat_timeout_secs: None,
+            event_poll_interval_ms: DEFAULT_EVENT_POLL_INTERVAL_MS,
         }
     }
 }
@@ -175,8 +333,77 @@ impl Config {
                 MAX_FETCH_WAIT.as_secs()
             );
         }
+        if self.leader_renew_interval_ms == 0
+            || self.leader_elect_interval_ms == 0
+            || self.leader_renew_interval_ms * 3 > self.leader_lease_ms
+        {
+            bail!(
+                "need 0 < OJS_LEADER_RENEW_INTERVAL_MS <= OJS_LEADER_LEASE_MS / 3 and a positive OJS_LEADER_ELECT_INTERVAL_MS"
+            );
+        }
+        if [
+            self.promote_interval_ms,
+            self.reap_interval_ms,
+            self.expire_interval_ms,
+            self.stale_check_interval_ms,
+            self.prune_interval_ms,
+            self.event_poll_interval_ms,
+        ]
+        .contains(&0)
+            || self.maintenance_batch_size == 0
+        {
+            bail!("maintenance intervals and OJS_MAINTENANCE_BATCH_SIZE must be positive");
+        }
+        if self.heartbeat_timeout() <= Duration::from_secs(u64::from(self.heartbeat_interval_secs))
+        {
+            bail!("OJS_HEARTBEAT_TIMEOUT_SECS must exceed OJS_HEARTBEAT_INTERVAL_SECS");
+        }
+        if let Some(id) = &self.instance_id
+            && (id.is_empty() || id.len() > 128 || !id.chars().all(is_name_char))
+        {
+            bail!("OJS_INSTANCE_ID must be 1-128 characters of letters, digits, '.', '_' and '-'");
+        }
+        if self.service_name.is_empty()
+            || self.service_name.len() > 128
+            || !self.service_name.chars().all(is_name_char)
+        {
+            bail!("OJS_SERVICE_NAME must be 1-128 characters of letters, digits, '.', '_' and '-'");
+        }
         self.connect_options()?;
         Ok(())
+    }
+
+    /// Whether job types may contain hyphens (explicit setting, else the test-hooks setting).
+    pub fn hyphenated_types(&self) -> bool {
+        self.allow_hyphenated_types.unwrap_or(self.test_hooks)
+    }
+
+    /// How long a worker may stay silent before it is declared stale.
+    pub fn heartbeat_timeout(&self) -> Duration {
+        Duration::from_secs(u64::from(
+            self.heartbeat_timeout_secs
+                .unwrap_or(self.heartbeat_interval_secs.saturating_mul(3)),
+        ))
+    }
+
+    /// This process's instance id: the configured one, else host, pid and a random suffix.
+    pub fn resolved_instance_id(&self) -> String {
+        if let Some(id) = &self.instance_id {
+            return id.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "ojsd".to_owned());
+        let host: String = host
+            .chars()
+            .take(64)
+            .map(|c| if is_name_char(c) { c } else { '_' })
+            .collect();
+        let suffix: u16 = rand::random();
+        format!("{host}-{}-{suffix:04x}", std::process::id())
     }
 
     /// Connection options from `database_url`.

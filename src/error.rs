@@ -22,6 +22,15 @@ pub enum Error {
     /// The job does not exist (or no longer exists).
     #[error("job {0} not found")]
     JobNotFound(JobId),
+    /// The job is not in the dead-letter queue (or does not exist).
+    #[error("job {0} is not in the dead-letter queue")]
+    NotInDeadLetter(JobId),
+    /// The worker is unknown.
+    #[error("worker {0} not found")]
+    WorkerNotFound(String),
+    /// An operation for stale workers only, on a worker that is not stale.
+    #[error("worker {worker_id} is {state}, not stale")]
+    WorkerNotStale { worker_id: String, state: String },
     /// The job's state does not allow the operation.
     #[error("cannot {operation} job {job_id} in state '{current}'")]
     InvalidTransition {

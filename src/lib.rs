@@ -10,16 +10,24 @@ pub mod app;
 pub mod broker;
 /// Settings from the environment and flags.
 pub mod config;
+/// The connection pool and what happens while the database is down.
+pub mod db;
 /// OJS durations (ISO 8601 and the short form).
 pub mod duration;
 /// The error type of the broker and store.
 pub mod error;
+/// Lifecycle events: wire form and the tail feeding SSE streams.
+pub mod events;
 /// The HTTP binding.
 pub mod http;
 /// Jobs: ids, states, stored rows, envelopes and policies.
 pub mod job;
 /// Client JSON kept verbatim.
 pub mod json;
+/// Leader election among replicas.
+pub mod leadership;
+/// The leader's maintenance services.
+pub mod maintenance;
 /// LISTEN/NOTIFY fan-out for long-polling fetches.
 pub mod notifier;
 /// All SQL, grouped by table.

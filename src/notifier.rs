@@ -1,9 +1,10 @@
-//! Wakes long-polling fetchers when jobs become available.
+//! Wakes long-polling fetchers when jobs become available, and followers when a leader resigns.
 //!
-//! One connection per process LISTENs on [`store::JOB_AVAILABLE_CHANNEL`]; each notification
-//! (a queue name) is fanned out in memory to every waiting fetch. When the listening connection
-//! drops, notifications sent meanwhile are lost, so every waiter is woken to poll once, and
-//! waiters also poll on a timer as a safety net.
+//! One connection per process LISTENs on [`store::JOB_AVAILABLE_CHANNEL`] and
+//! [`store::leader::RESIGNED_CHANNEL`]; each notification is fanned out in memory to every
+//! waiter. When the listening connection drops, notifications sent meanwhile are lost, so every
+//! waiter is woken to poll once, and waiters also poll on a timer as a safety net. A lost
+//! connection is also reported to [`DbHealth`]: it is usually the first sign of an outage.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use sqlx::postgres::PgListener;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::db::DbHealth;
 use crate::store;
 
 /// What a waiter is woken for.
@@ -20,6 +22,8 @@ use crate::store;
 pub enum Wakeup {
     /// This queue has new available jobs.
     Queue(Arc<str>),
+    /// The maintenance leader resigned: followers should try to take over now.
+    LeaderResigned,
     /// Anything may have changed (the listener reconnected): poll.
     All,
 }
@@ -30,6 +34,7 @@ impl Wakeup {
         match self {
             Wakeup::All => true,
             Wakeup::Queue(q) => queues.iter().any(|name| name.as_str() == &**q),
+            Wakeup::LeaderResigned => false,
         }
     }
 }
@@ -60,17 +65,18 @@ impl Notifier {
     }
 
     /// Listens for notifications until `shutdown`, reconnecting with backoff on failure.
-    pub async fn listen(self, pool: PgPool, shutdown: CancellationToken) {
+    pub async fn listen(self, pool: PgPool, health: DbHealth, shutdown: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {
             let result = tokio::select! {
                 () = shutdown.cancelled() => return,
-                r = self.listen_once(&pool, &shutdown) => r,
+                r = self.listen_once(&pool, &health, &shutdown) => r,
             };
             match result {
                 Ok(()) => return,
                 Err(e) => {
                     tracing::warn!(error = %e, "notification listener failed; retrying");
+                    health.report(&e);
                     self.wake(Wakeup::All);
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -85,11 +91,17 @@ impl Notifier {
     async fn listen_once(
         &self,
         pool: &PgPool,
+        health: &DbHealth,
         shutdown: &CancellationToken,
     ) -> Result<(), sqlx::Error> {
         let mut listener = PgListener::connect_with(pool).await?;
-        listener.listen(store::JOB_AVAILABLE_CHANNEL).await?;
-        tracing::debug!("listening for job notifications");
+        listener
+            .listen_all([
+                store::JOB_AVAILABLE_CHANNEL,
+                store::leader::RESIGNED_CHANNEL,
+            ])
+            .await?;
+        tracing::debug!("listening for notifications");
         // Anything enqueued while we were not listening would otherwise wait for a poll.
         self.wake(Wakeup::All);
         loop {
@@ -98,10 +110,14 @@ impl Notifier {
                 n = listener.try_recv() => n?,
             };
             match next {
-                Some(notification) => self.wake(Wakeup::Queue(notification.payload().into())),
+                Some(n) if n.channel() == store::leader::RESIGNED_CHANNEL => {
+                    self.wake(Wakeup::LeaderResigned);
+                }
+                Some(n) => self.wake(Wakeup::Queue(n.payload().into())),
                 // The connection was lost; the next try_recv reconnects and re-listens.
                 None => {
                     tracing::warn!("notification connection lost; reconnecting");
+                    health.report_lost();
                     self.wake(Wakeup::All);
                 }
             }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use metrics::{counter, histogram};
+use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
@@ -147,4 +147,24 @@ pub fn http_request(method: &str, route: &str, status: u16, elapsed: std::time::
         "route" => route.to_owned()
     )
     .record(elapsed.as_secs_f64());
+}
+
+/// Whether this replica leads maintenance (`ojs_leader` gauge: 1 or 0).
+pub fn leader_changed(leader: bool) {
+    gauge!("ojs_leader").set(if leader { 1.0 } else { 0.0 });
+}
+
+/// One pass of a maintenance service: its duration, and rows handled (`None`: it failed).
+pub fn maintenance_pass(
+    service: &'static str,
+    elapsed: std::time::Duration,
+    pass: Option<&crate::maintenance::Pass>,
+) {
+    histogram!("ojs_maintenance_pass_duration_seconds", "service" => service)
+        .record(elapsed.as_secs_f64());
+    match pass {
+        Some(pass) => counter!("ojs_maintenance_processed_total", "service" => service)
+            .increment(pass.processed),
+        None => counter!("ojs_maintenance_errors_total", "service" => service).increment(1),
+    }
 }

@@ -1,22 +1,135 @@
-//! Test-only administration (`test_hooks`): never routed unless `OJS_TEST_HOOKS=1`.
+//! `/ojs/v1/admin`: the operator's view of workers (contract §4.8.5), and the test-only reset
+//! (`test_hooks`), never routed unless `OJS_TEST_HOOKS=1`.
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
+use serde::Serialize;
 use serde_json::json;
 
 use super::error::ApiError;
+use super::extract::OptionalJsonBody;
+use super::query::{ADMIN, Page, Pagination, QueryParams};
+use super::workers::WireWorker;
 use super::{AppState, ok};
 
-pub fn router() -> Router<AppState> {
-    Router::new().route("/ojs/v1/admin/reset", post(reset))
+pub fn router(test_hooks: bool) -> Router<AppState> {
+    let router = Router::new()
+        .route("/ojs/v1/admin/workers", get(list_workers))
+        .route(
+            "/ojs/v1/admin/workers/{worker_id}",
+            get(get_worker).delete(delete_worker),
+        )
+        .route("/ojs/v1/admin/workers/{worker_id}/quiet", post(quiet))
+        .route(
+            "/ojs/v1/admin/workers/{worker_id}/terminate",
+            post(terminate),
+        );
+    if test_hooks {
+        router.route("/ojs/v1/admin/reset", post(reset))
+    } else {
+        router
+    }
 }
 
-/// `POST /ojs/v1/admin/reset`: deletes every job and worker, so conformance tests start from an
-/// empty server. The body, if any, is ignored.
+/// `GET /ojs/v1/admin/workers`: workers by id, with counts by state.
+async fn list_workers(
+    State(state): State<AppState>,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    let page = Page::from_query(&query, ADMIN)?;
+    let (workers, summary) = state.broker().workers(page.limit, page.offset).await?;
+
+    #[derive(Serialize)]
+    struct Summary {
+        total: i64,
+        running: i64,
+        quiet: i64,
+        terminate: i64,
+        stale: i64,
+    }
+    #[derive(Serialize)]
+    struct ListBody<'a> {
+        items: Vec<WireWorker<'a>>,
+        summary: Summary,
+        pagination: Pagination,
+    }
+    Ok(ok(ListBody {
+        items: workers.iter().map(|w| WireWorker::new(w, false)).collect(),
+        summary: Summary {
+            total: summary.total,
+            running: summary.running,
+            quiet: summary.quiet,
+            terminate: summary.terminate,
+            stale: summary.stale,
+        },
+        pagination: page.describe(summary.total),
+    })
+    .into_response())
+}
+
+/// `GET /ojs/v1/admin/workers/{id}`: one worker with the ids of the jobs it holds.
+async fn get_worker(
+    State(state): State<AppState>,
+    Path(worker_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let worker = state.broker().worker(&worker_id).await?;
+    Ok(ok(WireWorker::new(&worker, true)).into_response())
+}
+
+async fn direct(
+    state: &AppState,
+    worker_id: &str,
+    directive: &'static str,
+) -> Result<Response, ApiError> {
+    let worker = state.broker().direct_worker(worker_id, directive).await?;
+    tracing::info!(worker_id, directive, "worker directive set");
+    Ok(ok(json!({
+        "worker_id": worker.id,
+        "directive": worker.directive,
+        "state": worker.effective_state,
+    }))
+    .into_response())
+}
+
+/// `POST /ojs/v1/admin/workers/{id}/quiet`: the worker stops fetching and finishes what it has.
+/// The body, if any, is ignored.
+async fn quiet(
+    State(state): State<AppState>,
+    Path(worker_id): Path<String>,
+    _body: OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    direct(&state, &worker_id, "quiet").await
+}
+
+/// `POST /ojs/v1/admin/workers/{id}/terminate`: the worker stops fetching, finishes or returns
+/// what it has within its grace period, and exits. Cannot be undone.
+async fn terminate(
+    State(state): State<AppState>,
+    Path(worker_id): Path<String>,
+    _body: OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    direct(&state, &worker_id, "terminate").await
+}
+
+/// `DELETE /ojs/v1/admin/workers/{id}`: removes a stale worker (409 for a live one), releasing
+/// any job it still holds.
+async fn delete_worker(
+    State(state): State<AppState>,
+    Path(worker_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let released = state.broker().delete_stale_worker(&worker_id).await?;
+    Ok(
+        ok(json!({"deleted": true, "worker_id": worker_id, "jobs_requeued": released}))
+            .into_response(),
+    )
+}
+
+/// `POST /ojs/v1/admin/reset`: deletes every job, worker and event, so conformance tests start
+/// from an empty server. The body, if any, is ignored.
 async fn reset(State(state): State<AppState>) -> Result<Response, ApiError> {
     state.broker().reset().await?;
-    tracing::warn!("test hook: all jobs and workers deleted");
+    tracing::warn!("test hook: all jobs, workers and events deleted");
     Ok(ok(json!({"reset": true})).into_response())
 }

@@ -35,6 +35,8 @@ pub struct ApiErrorData {
     pub retry_after: Option<u32>,
     /// What went wrong inside the server; logged, never sent.
     pub cause: Option<String>,
+    /// The database connection broke (the server stops using the database until it is back).
+    pub connection_lost: bool,
 }
 
 /// The error parked in a response until the middleware renders it.
@@ -66,6 +68,7 @@ impl ApiError {
             hint: None,
             retry_after: None,
             cause: None,
+            connection_lost: false,
         }))
     }
 
@@ -104,6 +107,7 @@ impl ApiError {
         let label = match resource_type {
             "job" => "Job",
             "worker" => "Worker",
+            "queue" => "Queue",
             _ => "Resource",
         };
         ApiError::new(
@@ -349,6 +353,21 @@ impl From<Error> for ApiError {
                 }
             },
             Error::JobNotFound(id) => ApiError::not_found("job", &id.to_string()),
+            Error::NotInDeadLetter(id) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("Job '{id}' is not in the dead-letter queue."),
+            )
+            .with_details(json!({"resource_type": "dead_letter", "resource_id": id.to_string()})),
+            Error::WorkerNotFound(id) => ApiError::not_found("worker", &id),
+            Error::WorkerNotStale { worker_id, state } => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "Worker '{worker_id}' is {state}; only stale workers can be deleted (a live worker deregisters with DELETE /ojs/v1/workers/{{id}})."
+                ),
+            )
+            .with_details(json!({"worker_id": worker_id, "current_state": state})),
             Error::InvalidTransition {
                 job_id,
                 operation,
@@ -446,6 +465,12 @@ impl From<Error> for ApiError {
 
 /// 503 when the database cannot be reached (or the pool is exhausted), 500 otherwise.
 fn database_error(e: &sqlx::Error) -> ApiError {
+    let mut err = database_error_kind(e);
+    err.connection_lost = crate::db::is_connection_error(e);
+    err
+}
+
+fn database_error_kind(e: &sqlx::Error) -> ApiError {
     match e {
         sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed

@@ -57,6 +57,28 @@ impl FromRequest<AppState> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        read_json(req, state)
+            .await?
+            .ok_or_else(|| ApiError::invalid_payload("A request body is required: a JSON object."))
+    }
+}
+
+/// A JSON body on an endpoint where it may be left out: no body (or only whitespace) is `None`,
+/// anything else must be valid like a [`JsonBody`].
+#[derive(Debug)]
+pub struct OptionalJsonBody(pub Option<JsonBody>);
+
+impl FromRequest<AppState> for OptionalJsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        read_json(req, state).await.map(OptionalJsonBody)
+    }
+}
+
+/// Reads a JSON body (`None` when there is none).
+async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, ApiError> {
+    {
         if let Some(value) = req.headers().get(CONTENT_TYPE) {
             let media_type = value
                 .to_str()
@@ -91,9 +113,7 @@ impl FromRequest<AppState> for JsonBody {
             }
         };
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(ApiError::invalid_payload(
-                "A request body is required: a JSON object.",
-            ));
+            return Ok(None);
         }
         let compact = json::compact(&bytes, json::MAX_DEPTH).map_err(|_| {
             ApiError::invalid_request(format!(
@@ -104,10 +124,10 @@ impl FromRequest<AppState> for JsonBody {
         let changed = matches!(compact, std::borrow::Cow::Owned(_));
         let text = String::from_utf8(compact.into_owned())
             .map_err(|_| ApiError::invalid_payload("The request body is not valid UTF-8."))?;
-        Ok(JsonBody {
+        Ok(Some(JsonBody {
             text,
             original: changed.then_some(bytes),
-        })
+        }))
     }
 }
 
@@ -127,6 +147,11 @@ fn field_error(key: &str, expected: &str, raw: &RawValue) -> ApiError {
 }
 
 impl<'a> Fields<'a> {
+    /// Typed access to an object nested in a request (e.g. `{"worker": {...}}`).
+    pub fn from_object(obj: Object<'a>) -> Fields<'a> {
+        Fields { obj }
+    }
+
     /// The underlying object (for envelope validation).
     pub fn object(&self) -> &Object<'a> {
         &self.obj

@@ -9,7 +9,10 @@ pub mod error;
 pub mod extract;
 
 mod admin;
+mod dead_letter;
+mod events;
 mod jobs;
+pub mod query;
 mod system;
 mod workers;
 
@@ -27,6 +30,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::broker::Broker;
+use crate::db::DbHealth;
+use crate::events::EventTail;
+use crate::leadership::Role;
 use error::{ApiError, PendingError};
 
 /// Media type of every JSON response.
@@ -58,6 +64,23 @@ pub struct HttpSettings {
     pub request_timeout: Duration,
     /// Whether the test-only endpoints and behaviours are on.
     pub test_hooks: bool,
+    /// How long in-flight requests get on shutdown (announced to event streams).
+    pub shutdown_timeout: Duration,
+    /// How long discarded (and dead-lettered) jobs are kept.
+    pub dead_letter_retention: Duration,
+    /// This process's instance id.
+    pub instance_id: String,
+}
+
+/// Process-wide services the handlers use besides the broker.
+#[derive(Clone)]
+pub struct Services {
+    /// Feeds the event streams.
+    pub events: EventTail,
+    /// Whether the database is reachable.
+    pub health: DbHealth,
+    /// Whether this replica leads maintenance.
+    pub role: tokio::sync::watch::Receiver<Role>,
 }
 
 /// State shared by every handler.
@@ -69,6 +92,7 @@ pub struct AppState {
 struct Inner {
     broker: Broker,
     settings: HttpSettings,
+    services: Services,
     started: Instant,
     /// Cancelled when the server starts shutting down (ends long polls early).
     shutdown: CancellationToken,
@@ -77,11 +101,17 @@ struct Inner {
 }
 
 impl AppState {
-    pub fn new(broker: Broker, settings: HttpSettings, shutdown: CancellationToken) -> AppState {
+    pub fn new(
+        broker: Broker,
+        settings: HttpSettings,
+        services: Services,
+        shutdown: CancellationToken,
+    ) -> AppState {
         AppState {
             inner: Arc::new(Inner {
                 broker,
                 settings,
+                services,
                 started: Instant::now(),
                 shutdown,
                 accepting: AtomicBool::new(true),
@@ -101,6 +131,21 @@ impl AppState {
         &self.inner.shutdown
     }
 
+    /// The event tail feeding SSE streams.
+    pub fn events(&self) -> &EventTail {
+        &self.inner.services.events
+    }
+
+    /// Database reachability.
+    pub fn health(&self) -> &DbHealth {
+        &self.inner.services.health
+    }
+
+    /// Whether this replica currently leads maintenance.
+    pub fn is_leader(&self) -> bool {
+        self.inner.services.role.borrow().is_leader()
+    }
+
     /// Marks the server as draining: `/ready` turns 503 so load balancers stop sending work.
     pub fn stop_accepting(&self) {
         self.inner.accepting.store(false, Ordering::SeqCst);
@@ -117,14 +162,14 @@ impl AppState {
 
 /// The whole HTTP API.
 pub fn router(state: AppState) -> Router {
-    let mut api = Router::new()
+    Router::new()
         .merge(system::router())
         .merge(jobs::router(state.settings()))
-        .merge(workers::router());
-    if state.settings().test_hooks {
-        api = api.merge(admin::router());
-    }
-    api.fallback(not_found)
+        .merge(workers::router())
+        .merge(dead_letter::router())
+        .merge(events::router())
+        .merge(admin::router(state.settings().test_hooks))
+        .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(on_panic))
         .layer(middleware::from_fn_with_state(
@@ -194,6 +239,10 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
             ))
             .into_response();
         }
+        if state.health().is_down() && needs_database(req.uri().path()) {
+            return ApiError::unavailable("The database is unavailable; retry shortly.", None)
+                .into_response();
+        }
         match tokio::time::timeout(state.settings().request_timeout, next.run(req)).await {
             Ok(response) => response,
             Err(_) => ApiError::unavailable(
@@ -208,6 +257,9 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
 
     let status = response.status();
     if let Some(PendingError(error)) = response.extensions_mut().remove::<PendingError>() {
+        if error.connection_lost {
+            state.health().report_lost();
+        }
         let body = serde_json::to_vec(&error.body(&request_id)).unwrap_or_default();
         *response.body_mut() = body.into();
         response
@@ -244,6 +296,15 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
         HeaderValue::from_static(OJS_VERSION),
     );
     response
+}
+
+/// Whether a path is answered from the database (probes and metrics answer without it, or
+/// report on it themselves).
+fn needs_database(path: &str) -> bool {
+    !matches!(
+        path,
+        "/health" | "/ready" | "/metrics" | "/ojs/v1/health" | "/ojs/v1/ready" | "/ojs/manifest"
+    )
 }
 
 /// A JSON response with the OJS media type.

@@ -48,16 +48,16 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "language": "rust",
             "homepage": "https://openjobspec.org",
         },
-        "conformance_level": 0,
+        "conformance_level": 1,
         "conformance_tier": "runtime",
         "protocols": ["http"],
         "backend": "postgres",
         "capabilities": {
             "batch_enqueue": true,
             "cron_jobs": false,
-            "dead_letter": false,
+            "dead_letter": true,
             "delayed_jobs": true,
-            "job_ttl": false,
+            "job_ttl": true,
             "priority_queues": true,
             "rate_limiting": false,
             "schema_validation": false,
@@ -66,10 +66,17 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "pause_resume": false,
             "fair_scheduling": false,
             "queue_config": false,
-            "events": false,
+            "events": true,
             "long_poll_fetch": true,
         },
-        "extensions": {"official": [], "experimental": []},
+        "extensions": {
+            "official": [
+                {"name": "dead-letter", "uri": "urn:ojs:ext:dead-letter", "version": "1.0.0-rc.1"},
+                {"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0-rc.1"},
+                {"name": "timeouts", "uri": "urn:ojs:ext:timeouts", "version": "1.0.0-rc.1"},
+            ],
+            "experimental": [],
+        },
         "schema_validation": false,
         "unique_job_strength": "strong",
         "priority": {
@@ -130,6 +137,10 @@ async fn health(State(state): State<AppState>) -> Response {
                     "type": "postgres",
                     "status": "ok",
                     "latency_ms": latency.as_millis() as u64,
+                },
+                "instance": {
+                    "id": state.settings().instance_id,
+                    "leader": state.is_leader(),
                 },
             }))
             .into_response()

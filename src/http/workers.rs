@@ -1,25 +1,30 @@
-//! `/ojs/v1/workers`: FETCH, ACK, NACK and heartbeats.
+//! `/ojs/v1/workers`: FETCH, ACK, NACK, heartbeats, registration and deregistration.
 
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Fields, JsonBody};
-use super::{AppState, ok};
+use super::{AppState, Ojs, ok};
 use crate::broker::{FetchRequest, NackRequest};
 use crate::duration;
 use crate::job::failure::JobError;
 use crate::job::wire::WireJob;
 use crate::job::{JobId, JobState, is_valid_queue};
-use crate::json::{self, Kind};
-use crate::store::worker::HeartbeatParams;
+use crate::json::{self, Kind, Object};
+use crate::store::worker::{HeartbeatParams, WorkerRecord, WorkerReport};
 use crate::timestamp;
+
+/// Jobs a worker runs at once when it does not say (contract §4.3.5).
+const DEFAULT_WORKER_CONCURRENCY: i32 = 10;
 
 /// Largest ACK `result`, serialized.
 const MAX_RESULT_BYTES: usize = 1024 * 1024;
@@ -33,55 +38,326 @@ pub fn router() -> Router<AppState> {
         .route("/ojs/v1/workers/nack", post(nack))
         .route("/ojs/v1/workers/heartbeat", post(heartbeat))
         .route("/ojs/v1/workers/beat", post(heartbeat))
+        .route("/ojs/v1/workers/register", post(register))
+        .route("/ojs/v1/workers/{worker_id}", delete(deregister))
         .route("/ojs/v1/workers/{worker_id}/health", get(worker_health))
 }
 
 /// `GET /ojs/v1/workers/{worker_id}/health`: 200 while the worker is running, 503 when it is
-/// quiet, terminating, draining or stale (no heartbeat for three intervals).
+/// quiet, terminating, draining or stale (no heartbeat for the heartbeat timeout).
 async fn worker_health(
     State(state): State<AppState>,
     Path(worker_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let stale_after = Duration::from_secs(u64::from(state.settings().heartbeat_interval_secs) * 3);
-    let health = state
-        .broker()
-        .worker_health(&worker_id, stale_after)
-        .await?
-        .ok_or_else(|| ApiError::not_found("worker", &worker_id))?;
-    let effective = if health.stale {
-        "stale"
-    } else {
-        match (health.directive.as_str(), health.state.as_str()) {
-            ("terminate", _) | (_, "terminate") => "terminate",
-            (_, "drain") => "drain",
-            ("quiet", _) | (_, "quiet") => "quiet",
-            _ => "running",
-        }
-    };
+    let worker = state.broker().worker(&worker_id).await?;
 
     #[derive(Serialize)]
     struct HealthBody {
         worker_id: String,
-        state: &'static str,
-        last_heartbeat_at: String,
-        active_jobs: i64,
+        state: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        last_heartbeat_at: Option<String>,
+        last_seen_at: String,
+        active_jobs: usize,
     }
+    let running = worker.effective_state == "running";
     let body = HealthBody {
-        worker_id,
-        state: effective,
-        last_heartbeat_at: timestamp::format(health.last_heartbeat_at),
-        active_jobs: health.active_jobs,
+        last_heartbeat_at: worker.last_heartbeat_at.map(timestamp::format),
+        last_seen_at: timestamp::format(worker.last_seen_at),
+        active_jobs: worker.active_job_ids.len(),
+        state: worker.effective_state,
+        worker_id: worker.id,
     };
-    if effective == "running" {
+    if running {
         return Ok(ok(body).into_response());
     }
-    let mut response =
-        super::Ojs(axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+    let mut response = Ojs(StatusCode::SERVICE_UNAVAILABLE, body).into_response();
     response.headers_mut().insert(
         axum::http::header::RETRY_AFTER,
         axum::http::HeaderValue::from(state.settings().heartbeat_interval_secs),
     );
     Ok(response)
+}
+
+/// A worker as the API shows it (contract §5.7).
+#[derive(Serialize)]
+pub struct WireWorker<'a> {
+    id: &'a str,
+    worker_id: &'a str,
+    state: &'a str,
+    directive: &'a str,
+    reported_state: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hostname: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queues: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    concurrency: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strategy: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weights: Option<&'a RawValue>,
+    active_jobs: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active_job_ids: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<String>,
+    registered_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_heartbeat_at: Option<String>,
+    last_seen_at: String,
+    stale: bool,
+}
+
+impl<'a> WireWorker<'a> {
+    /// The worker object; `with_job_ids` adds `active_job_ids`.
+    pub fn new(w: &'a WorkerRecord, with_job_ids: bool) -> WireWorker<'a> {
+        WireWorker {
+            id: &w.id,
+            worker_id: &w.id,
+            state: &w.effective_state,
+            directive: &w.directive,
+            reported_state: &w.state,
+            hostname: w.hostname.as_deref(),
+            pid: w.pid,
+            pool: w.pool.as_deref(),
+            queues: w.queues.as_deref(),
+            concurrency: w.concurrency,
+            labels: w.labels.as_ref().map(|l| &*l.0),
+            strategy: w.strategy.as_deref(),
+            weights: w.weights.as_ref().map(|l| &*l.0),
+            active_jobs: w.active_job_ids.len(),
+            active_job_ids: with_job_ids.then(|| {
+                w.active_job_ids
+                    .iter()
+                    .map(|id| JobId(*id).to_string())
+                    .collect()
+            }),
+            started_at: w.started_at.map(timestamp::format),
+            registered_at: timestamp::format(w.registered_at),
+            last_heartbeat_at: w.last_heartbeat_at.map(timestamp::format),
+            last_seen_at: timestamp::format(w.last_seen_at),
+            stale: w.stale,
+        }
+    }
+}
+
+/// What a worker may say about itself in a heartbeat or registration.
+struct ReportFields {
+    hostname: Option<String>,
+    pid: Option<i32>,
+    queues: Option<Vec<String>>,
+    concurrency: Option<i32>,
+    labels: Option<String>,
+    pool: Option<String>,
+    started_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl ReportFields {
+    fn parse(fields: &Fields<'_>) -> Result<ReportFields, ApiError> {
+        let started_at = match fields.string("started_at")? {
+            None => None,
+            Some(text) => Some(
+                timestamp::parse_client(&text)
+                    .ok()
+                    .and_then(|t| t.absolute())
+                    .ok_or_else(|| {
+                        ApiError::invalid_field(
+                            "$.started_at",
+                            "'started_at' must be an RFC 3339 timestamp",
+                        )
+                    })?,
+            ),
+        };
+        let pid =
+            match fields.integer("pid")? {
+                Some(pid) => Some(i32::try_from(pid).map_err(|_| {
+                    ApiError::invalid_field("$.pid", "'pid' must be a 32-bit integer")
+                })?),
+                None => None,
+            };
+        let concurrency = match fields.integer("concurrency")? {
+            Some(c) if !(0..=i64::from(i32::MAX)).contains(&c) => {
+                return Err(ApiError::invalid_field(
+                    "$.concurrency",
+                    "'concurrency' must be >= 0",
+                ));
+            }
+            other => other.map(|c| c as i32),
+        };
+        let queues = fields.strings("queues")?;
+        if let Some(queues) = &queues {
+            for (i, name) in queues.iter().enumerate() {
+                if !is_valid_queue(name) {
+                    return Err(ApiError::invalid_field(
+                        &format!("$.queues[{i}]"),
+                        format!("queue name {name:?} is invalid"),
+                    ));
+                }
+            }
+        }
+        let pool = fields.string("pool")?;
+        if let Some(pool) = &pool
+            && !is_valid_queue(pool)
+        {
+            return Err(ApiError::invalid_field(
+                "$.pool",
+                format!(
+                    "pool name {pool:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.'"
+                ),
+            ));
+        }
+        Ok(ReportFields {
+            hostname: fields.string("hostname")?,
+            pid,
+            queues,
+            concurrency,
+            labels: fields.raw("labels").map(|r| r.get().to_owned()),
+            pool,
+            started_at,
+        })
+    }
+
+    fn report<'a>(&'a self, worker_id: &'a str, state: &'a str) -> WorkerReport<'a> {
+        WorkerReport {
+            worker_id,
+            state,
+            hostname: self.hostname.as_deref(),
+            pid: self.pid,
+            queues: self.queues.clone(),
+            concurrency: self.concurrency,
+            labels: self.labels.clone(),
+            pool: self.pool.as_deref(),
+            started_at: self.started_at,
+            strategy: None,
+            weights: None,
+        }
+    }
+}
+
+/// `POST /ojs/v1/workers/register` (body optionally wrapped as `{"worker": {...}}`): 201 for a
+/// new worker id, 200 for a known one.
+async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let outer = body.object()?;
+    let wrapped;
+    let fields = match outer.raw("worker") {
+        Some(raw) => {
+            wrapped = Object::from_raw(raw)
+                .map_err(|_| ApiError::invalid_field("$.worker", "'worker' must be an object"))?;
+            Fields::from_object(wrapped)
+        }
+        None => outer,
+    };
+    let worker_id = match fields.worker_id("worker_id")? {
+        Some(id) => id,
+        None => fields
+            .worker_id("id")?
+            .ok_or_else(|| ApiError::invalid_field("$.worker_id", "'worker_id' is required"))?,
+    };
+    let report_fields = ReportFields::parse(&fields)?;
+    let strategy = match fields.string("strategy")?.as_deref() {
+        None => None,
+        Some(s @ ("strict" | "round-robin" | "weighted" | "least-loaded")) => Some(s.to_owned()),
+        Some(other) => {
+            return Err(ApiError::invalid_field(
+                "$.strategy",
+                format!(
+                    "'strategy' must be strict, round-robin, weighted or least-loaded, not {other:?}"
+                ),
+            ));
+        }
+    };
+    let weights = match fields.raw("weights") {
+        None => None,
+        Some(raw) => {
+            let weights = json::decode::<std::collections::BTreeMap<String, i64>>(raw)
+                .ok()
+                .filter(|w| w.iter().all(|(q, n)| is_valid_queue(q) && *n >= 0))
+                .ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "$.weights",
+                        "'weights' must map queue names to integers >= 0",
+                    )
+                })?;
+            Some(serde_json::to_string(&weights).unwrap_or_default())
+        }
+    };
+    let mut report = report_fields.report(&worker_id, "running");
+    report.concurrency = report.concurrency.or(Some(DEFAULT_WORKER_CONCURRENCY));
+    report.strategy = strategy.as_deref();
+    report.weights = weights;
+    let registered = state.broker().register(&report).await?;
+
+    #[derive(Serialize)]
+    struct RegisterBody<'a> {
+        ok: bool,
+        worker_id: &'a str,
+        state: &'static str,
+        directive: &'a str,
+        server_time: String,
+        heartbeat_interval: u32,
+        heartbeat_timeout: u64,
+        visibility_timeout_default: i64,
+    }
+    let body = RegisterBody {
+        ok: true,
+        worker_id: &worker_id,
+        state: required_state(&registered.directive, "running"),
+        directive: &registered.directive,
+        server_time: timestamp::format(registered.server_time),
+        heartbeat_interval: state.settings().heartbeat_interval_secs,
+        heartbeat_timeout: state.broker().settings().heartbeat_timeout.as_secs(),
+        visibility_timeout_default: state.broker().settings().default_visibility_timeout_ms / 1_000,
+    };
+    let status = if registered.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(Ojs(status, body).into_response())
+}
+
+/// `DELETE /ojs/v1/workers/{worker_id}`: deregisters; jobs it still holds are released with
+/// error `shutdown` (back to `available` while attempts remain).
+async fn deregister(
+    State(state): State<AppState>,
+    Path(worker_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let released = state.broker().deregister(&worker_id).await?;
+
+    #[derive(Serialize)]
+    struct DeregisterBody {
+        deregistered: bool,
+        worker_id: String,
+        jobs_requeued: usize,
+    }
+    Ok(ok(DeregisterBody {
+        deregistered: true,
+        worker_id,
+        jobs_requeued: released,
+    })
+    .into_response())
+}
+
+/// The state a worker must be in: the more severe of the server's directive and its own report
+/// (`drain` ranks as `terminate`); `running` < `quiet` < `terminate`.
+fn required_state(directive: &str, reported: &str) -> &'static str {
+    let rank = |s: &str| match s {
+        "quiet" => 1,
+        "terminate" | "drain" => 2,
+        _ => 0,
+    };
+    match rank(directive).max(rank(reported)) {
+        2 => "terminate",
+        1 => "quiet",
+        _ => "running",
+    }
 }
 
 fn positive_ms(fields: &Fields<'_>, key: &str) -> Result<Option<i64>, ApiError> {
@@ -379,50 +655,12 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
     }
     let (job_ids, single) = reported_jobs(&fields)?;
     let single_only = single.is_some() && job_ids.len() == 1;
-    let started_at = match fields.string("started_at")? {
-        None => None,
-        Some(text) => Some(
-            timestamp::parse_client(&text)
-                .ok()
-                .and_then(|t| t.absolute())
-                .ok_or_else(|| {
-                    ApiError::invalid_field(
-                        "$.started_at",
-                        "'started_at' must be an RFC 3339 timestamp",
-                    )
-                })?,
-        ),
-    };
-    let pid = match fields.integer("pid")? {
-        Some(pid) => Some(
-            i32::try_from(pid)
-                .map_err(|_| ApiError::invalid_field("$.pid", "'pid' must be a 32-bit integer"))?,
-        ),
-        None => None,
-    };
-    let concurrency = match fields.integer("concurrency")? {
-        Some(c) if !(0..=i64::from(i32::MAX)).contains(&c) => {
-            return Err(ApiError::invalid_field(
-                "$.concurrency",
-                "'concurrency' must be >= 0",
-            ));
-        }
-        other => other.map(|c| c as i32),
-    };
-    let hostname = fields.string("hostname")?;
-    let pool = fields.string("pool")?;
+    let report_fields = ReportFields::parse(&fields)?;
     let params = HeartbeatParams {
-        worker_id: &worker_id,
-        state: reported_state,
-        hostname: hostname.as_deref(),
-        pid,
-        queues: fields.strings("queues")?,
-        concurrency,
-        labels: fields.raw("labels").map(|r| r.get().to_owned()),
-        pool: pool.as_deref(),
-        started_at,
+        report: report_fields.report(&worker_id, reported_state),
         job_ids,
         visibility_timeout_ms: positive_ms(&fields, "visibility_timeout_ms")?,
+        directives_from_jobs: false,
     };
     let outcome = state.broker().heartbeat(&params).await?;
     if let Some(id) = single
@@ -431,18 +669,7 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
     {
         return Err(state.broker().reservation_lost(id, &worker_id).await.into());
     }
-
-    // The state the worker must be in: the more severe of the server's directive and its own.
-    let rank = |s: &str| match s {
-        "quiet" => 1,
-        "terminate" | "drain" => 2,
-        _ => 0,
-    };
-    let required = match rank(&outcome.directive).max(rank(reported_state)) {
-        2 => "terminate",
-        1 => "quiet",
-        _ => "running",
-    };
+    let required = required_state(&outcome.directive, reported_state);
     let ids = |v: &[Uuid]| -> Vec<String> { v.iter().map(|id| JobId(*id).to_string()).collect() };
 
     #[derive(Serialize)]

@@ -69,6 +69,8 @@ pub struct Limits {
     pub max_priority: i32,
     /// Execution timeout used when the job names none, in milliseconds.
     pub default_timeout_ms: i64,
+    /// Whether job types may contain hyphens (`OJS_ALLOW_HYPHENATED_TYPES`).
+    pub hyphenated_types: bool,
 }
 
 /// A validated job, ready to be written.
@@ -268,7 +270,7 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
             String::new()
         }
         Some(raw) => match json::decode::<String>(raw) {
-            Ok(t) if is_valid_type(&t) => t,
+            Ok(t) if is_valid_type(&t, limits.hyphenated_types) => t,
             Ok(t) => {
                 v.push(Violation::new(
                     "$.type",
@@ -712,6 +714,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_priority: 255,
         default_timeout_ms: 1_800_000,
+        hyphenated_types: false,
     };
 
     fn parse_text(text: &str) -> Result<NewJob, Rejection> {

@@ -257,6 +257,81 @@ pub fn decide(
     }
 }
 
+/// Why the server takes an active job away from its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reclaim {
+    /// The reservation ran out without ACK, NACK or heartbeat.
+    VisibilityTimeout,
+    /// The attempt ran longer than the job's `timeout`.
+    ExecutionTimeout,
+    /// The job outlived its `total_timeout`.
+    TotalTimeout,
+    /// The worker stopped heartbeating and was declared stale.
+    WorkerDeath,
+    /// The worker deregistered while holding the job.
+    Shutdown,
+}
+
+impl Reclaim {
+    /// The job-failure code recorded in `error.code`.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reclaim::VisibilityTimeout => "visibility_timeout",
+            Reclaim::ExecutionTimeout => "timeout",
+            Reclaim::TotalTimeout => "expired",
+            Reclaim::WorkerDeath => "worker_death",
+            Reclaim::Shutdown => "shutdown",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            Reclaim::VisibilityTimeout => {
+                "The worker's reservation expired without an ACK, NACK or heartbeat."
+            }
+            Reclaim::ExecutionTimeout => "The attempt exceeded the job's execution timeout.",
+            Reclaim::TotalTimeout => "The job's total_timeout elapsed before it finished.",
+            Reclaim::WorkerDeath => "The worker stopped heartbeating and was declared dead.",
+            Reclaim::Shutdown => "The worker deregistered while it held the job.",
+        }
+    }
+}
+
+/// What happens to an active job the server reclaims (contract §6.2, §6.4, §6.6), and the error
+/// recorded for the attempt.
+///
+/// A lost reservation (visibility expiry, worker death, deregistration) puts the job straight
+/// back while attempts remain, without backoff: the attempt already counted. An execution
+/// timeout is an ordinary failure that the retry policy judges. A total timeout discards.
+/// Discards go to the dead-letter queue per `on_exhaustion`.
+pub fn reclaim(
+    policy: &RetryPolicy,
+    attempt: i32,
+    cause: Reclaim,
+    rng: &mut impl rand::Rng,
+) -> (Outcome, JobError) {
+    let error = JobError::server(cause.code(), cause.message());
+    let dead_letter = policy.on_exhaustion == OnExhaustion::DeadLetter;
+    let outcome = match cause {
+        Reclaim::ExecutionTimeout => decide(policy, attempt, &error, rng),
+        Reclaim::TotalTimeout => Outcome::Discard {
+            dead_letter,
+            reason: DiscardReason::Exhausted,
+        },
+        Reclaim::VisibilityTimeout | Reclaim::WorkerDeath | Reclaim::Shutdown => {
+            if attempt < policy.attempts_allowed() {
+                Outcome::Requeue
+            } else {
+                Outcome::Discard {
+                    dead_letter,
+                    reason: DiscardReason::Exhausted,
+                }
+            }
+        }
+    };
+    (outcome, error)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +447,50 @@ mod tests {
             decide_with(p, 1, r#"{"message":"m","type":"Timeout","retryable":true}"#),
             Outcome::Retry { .. }
         ));
+    }
+
+    #[test]
+    fn reclaims_requeue_while_attempts_remain_and_timeouts_follow_the_policy() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let three = policy(r#"{"max_attempts":3}"#);
+        for cause in [
+            Reclaim::VisibilityTimeout,
+            Reclaim::WorkerDeath,
+            Reclaim::Shutdown,
+        ] {
+            let (outcome, error) = reclaim(&three, 2, cause, &mut rng);
+            assert_eq!(outcome, Outcome::Requeue, "{cause:?}");
+            assert_eq!(error.code, cause.code());
+            assert_eq!(
+                reclaim(&three, 3, cause, &mut rng).0,
+                Outcome::Discard {
+                    dead_letter: true,
+                    reason: DiscardReason::Exhausted
+                }
+            );
+        }
+        assert!(matches!(
+            reclaim(&three, 1, Reclaim::ExecutionTimeout, &mut rng).0,
+            Outcome::Retry { .. }
+        ));
+        let timeout_is_final = policy(r#"{"max_attempts":3,"non_retryable_errors":["timeout"]}"#);
+        assert_eq!(
+            reclaim(&timeout_is_final, 1, Reclaim::ExecutionTimeout, &mut rng).0,
+            Outcome::Discard {
+                dead_letter: true,
+                reason: DiscardReason::NonRetryable
+            }
+        );
+        let discard = policy(r#"{"max_attempts":9,"on_exhaustion":"discard"}"#);
+        let (outcome, error) = reclaim(&discard, 1, Reclaim::TotalTimeout, &mut rng);
+        assert_eq!(
+            outcome,
+            Outcome::Discard {
+                dead_letter: false,
+                reason: DiscardReason::Exhausted
+            }
+        );
+        assert_eq!(error.code, "expired");
     }
 
     #[test]

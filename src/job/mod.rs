@@ -208,6 +208,10 @@ pub struct Job {
     pub result: Option<RawJson>,
     pub error: Option<RawJson>,
     pub errors: RawJson,
+    pub timeout_at: Option<DateTime<Utc>>,
+    pub claim_deadline_at: Option<DateTime<Utc>>,
+    pub total_deadline_at: Option<DateTime<Utc>>,
+    pub re_enqueued_at: Option<DateTime<Utc>>,
 }
 
 /// The field names of [`Job`], in order (checked against the table by the test suite).
@@ -252,6 +256,10 @@ pub const JOB_COLUMNS: &[&str] = &[
     "result",
     "error",
     "errors",
+    "timeout_at",
+    "claim_deadline_at",
+    "total_deadline_at",
+    "re_enqueued_at",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.
@@ -269,14 +277,20 @@ pub fn priority_alias(name: &str) -> Option<i32> {
 /// The default priority (priority extension: lower is more urgent).
 pub const DEFAULT_PRIORITY: i32 = 2;
 
-/// Whether `s` is a valid job type: dot-separated `[a-z][a-z0-9_]*` segments, 1–255 chars.
-pub fn is_valid_type(s: &str) -> bool {
+/// Whether `s` is a valid job type: dot-separated `[a-z][a-z0-9_]*` segments, 1–255 chars
+/// (with `hyphens`, `-` is also allowed after a segment's first letter).
+pub fn is_valid_type(s: &str, hyphens: bool) -> bool {
     !s.is_empty()
         && s.len() <= 255
         && s.split('.').all(|segment| {
             let mut chars = segment.bytes();
             matches!(chars.next(), Some(b'a'..=b'z'))
-                && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+                && chars.all(|c| {
+                    c.is_ascii_lowercase()
+                        || c.is_ascii_digit()
+                        || c == b'_'
+                        || (hyphens && c == b'-')
+                })
         })
 }
 
@@ -329,7 +343,21 @@ mod tests {
     #[test]
     fn type_pattern() {
         for ok in ["email.send", "a", "data.etl.transform", "x_1.y2"] {
-            assert!(is_valid_type(ok), "{ok}");
+            assert!(is_valid_type(ok, false), "{ok}");
+            assert!(is_valid_type(ok, true), "{ok}");
+        }
+        for hyphenated in ["retry.exponential-backoff", "e-mail", "a-.b"] {
+            assert!(!is_valid_type(hyphenated, false), "{hyphenated}");
+            assert!(is_valid_type(hyphenated, true), "{hyphenated}");
+        }
+        for bad in [
+            "-email",
+            "email.-send",
+            "Email-Send",
+            "email send",
+            "e--mail!",
+        ] {
+            assert!(!is_valid_type(bad, true), "{bad}");
         }
         for bad in [
             "",
@@ -340,11 +368,11 @@ mod tests {
             "email.",
             ".email",
             "email..send",
-            "e-mail",
         ] {
-            assert!(!is_valid_type(bad), "{bad}");
+            assert!(!is_valid_type(bad, false), "{bad}");
+            assert!(!is_valid_type(bad, true), "{bad}");
         }
-        assert!(!is_valid_type(&"a".repeat(256)));
+        assert!(!is_valid_type(&"a".repeat(256), true));
     }
 
     #[test]

@@ -116,6 +116,9 @@ impl Serialize for WireJob<'_> {
         if let Some(at) = j.activated_at {
             map.serialize_entry("activated_at", &ts(at))?;
         }
+        if let Some(at) = j.re_enqueued_at {
+            map.serialize_entry("re_enqueued_at", &ts(at))?;
+        }
         if let Some(at) = j.started_at {
             map.serialize_entry("started_at", &ts(at))?;
         }

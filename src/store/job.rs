@@ -115,14 +115,17 @@ pub async fn insert_many(
                    (id, type, queue, args, meta, priority, state, max_attempts, retry, timeout_ms,
                     visibility_timeout_ms, scheduled_at, scheduled_at_input, expires_at,
                     expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags, schema_uri,
-                    unique_policy, unique_key, extra, enqueued_at)
+                    unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
+                    total_deadline_at)
             select id, type, queue, args::json, meta::json, priority, state, max_attempts,
                    retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
                    expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
                    case when tags is not null
                         then array(select json_array_elements_text(tags::json)) end,
                    schema_uri, unique_policy::json, unique_key, extra::json,
-                   case when state = 'available' then now() end
+                   case when state = 'available' then now() end,
+                   now() + enqueue_ttl_secs * interval '1 second',
+                   now() + total_timeout_secs * interval '1 second'
               from resolved
              -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
              order by ord
@@ -305,12 +308,16 @@ pub async fn raise_priority(
     .await
 }
 
-/// Moves due `scheduled` and `retryable` jobs of `queues` to `available` (at most `limit` of
-/// each), so a FETCH issued after the due time never misses them even if the promoter is late.
-/// `enqueued_at` becomes the due time, which keeps FIFO order fair however late promotion runs.
+/// Moves due `scheduled` and `retryable` jobs to `available` (at most `limit` of each, earliest
+/// due first): those of `queues`, or of every queue when `queues` is `None`. FETCH calls it for
+/// its own queues so that a fetch issued after the due time never misses a job, whether or not
+/// the promoter has run; the promoter calls it for all queues. `enqueued_at` becomes the due
+/// time, which keeps FIFO order fair however late promotion runs. Queues that gained jobs are
+/// notified. `now` overrides the database clock (tests).
 pub async fn promote_due(
     db: impl PgExecutor<'_>,
-    queues: &[&str],
+    queues: Option<&[&str]>,
+    now: Option<DateTime<Utc>>,
     limit: i64,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
@@ -318,14 +325,20 @@ pub async fn promote_due(
         with due_scheduled as (
             select id, scheduled_at as due
               from ojs_job
-             where queue = any($1::text[]) and state = 'scheduled' and scheduled_at <= now()
+             where state = 'scheduled'
+               and scheduled_at <= coalesce($3::timestamptz, now())
+               and ($1::text[] is null or queue = any($1::text[]))
+             order by scheduled_at
              limit $2
                for update skip locked
         ),
         due_retry as (
             select id, next_retry_at as due
               from ojs_job
-             where queue = any($1::text[]) and state = 'retryable' and next_retry_at <= now()
+             where state = 'retryable'
+               and next_retry_at <= coalesce($3::timestamptz, now())
+               and ($1::text[] is null or queue = any($1::text[]))
+             order by next_retry_at
              limit $2
                for update skip locked
         ),
@@ -340,8 +353,9 @@ pub async fn promote_due(
           from (select queue, count(*) as jobs, count(pg_notify('ojs_job_available', queue))
                   from promoted group by queue) s
         "#,
-        queues as &[&str],
+        queues as Option<&[&str]>,
         limit,
+        now,
     )
     .fetch_one(db)
     .await
@@ -366,8 +380,10 @@ pub struct ClaimParams<'a> {
 ///
 /// One statement: the candidates are locked `for update skip locked` (concurrent claimers never
 /// wait on each other and never get the same job) and updated to `active` with a new attempt,
-/// owner and reservation deadline. Jobs past their `expires_at`, `enqueue_ttl` or
-/// `total_timeout` are never handed out. The returned order is not significant.
+/// owner, reservation deadline and execution deadline. Jobs past their `expires_at`,
+/// `enqueue_ttl` or `total_timeout` are never handed out (the expirer discards them), and a
+/// worker whose directive or own state is not `running` gets nothing. The returned order is not
+/// significant.
 pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Job>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
@@ -377,10 +393,11 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
              where queue = $1
                and state = 'available'
                and (expires_at is null or expires_at > now())
-               and (enqueue_ttl_secs is null or attempt > 0
-                    or created_at + enqueue_ttl_secs * interval '1 second' > now())
-               and (total_timeout_secs is null
-                    or created_at + total_timeout_secs * interval '1 second' > now())
+               and (claim_deadline_at is null or claim_deadline_at > now())
+               and (total_deadline_at is null or total_deadline_at > now())
+               -- A worker told to stop (or stopping by itself) gets nothing.
+               and not exists (select 1 from ojs_worker w
+                                where w.id = $3 and (w.directive <> '' or w.state <> 'running'))
              order by priority, enqueued_at, seq
              limit $2
                for update skip locked
@@ -391,7 +408,9 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
                started_at = now(),
                worker_id = $3,
                reservation_ms = coalesce($4, j.visibility_timeout_ms, $5),
-               visible_until = now() + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond'
+               visible_until = now() + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond',
+               timeout_at = now() + j.timeout_ms * interval '1 millisecond',
+               claim_deadline_at = null
           from candidate c
          where j.id = c.id
         returning j as "job!: Job"
@@ -420,7 +439,7 @@ pub async fn complete(
         r#"
         update ojs_job j
            set state = 'completed', completed_at = now(), result = $3::text::json,
-               error = null, visible_until = null
+               error = null, visible_until = null, timeout_at = null
          where j.id = $1
            and j.state = 'active'
            and ($2::text is null or j.worker_id is null or j.worker_id = $2)
@@ -445,65 +464,117 @@ pub enum FailTarget {
     Discarded { dead_letter: bool },
 }
 
-/// Parameters of [`fail`].
+impl FailTarget {
+    /// Where the retry policy's outcome sends the job.
+    pub fn from_outcome(outcome: crate::job::failure::Outcome) -> FailTarget {
+        use crate::job::failure::Outcome;
+        match outcome {
+            Outcome::Requeue => FailTarget::Available,
+            Outcome::Retry { delay_ms } => FailTarget::Retryable {
+                delay_ms: i64::try_from(delay_ms).unwrap_or(i64::MAX),
+            },
+            Outcome::Discard { dead_letter, .. } => FailTarget::Discarded { dead_letter },
+        }
+    }
+}
+
+/// One failed attempt for [`fail_many`].
 #[derive(Debug, Clone, Copy)]
 pub struct FailParams<'a> {
     pub id: JobId,
     /// The attempt being failed; the update only applies while it is still the current one.
     pub attempt: i32,
-    /// Reservation owner check, as for ACK.
+    /// Reservation owner check, as for ACK (`None`: no check, e.g. the server's own reclaim).
     pub worker_id: Option<&'a str>,
     /// The error object to record (compact JSON), or `None` for a requeue without error.
     pub error: Option<&'a str>,
     pub target: FailTarget,
 }
 
-/// NACK (and server-side failures of active jobs): records the error in `error` and `errors[]`
-/// and moves the job to its target state, only if it is still in the claim that failed.
-pub async fn fail(db: impl PgExecutor<'_>, p: FailParams<'_>) -> Result<Option<Job>, sqlx::Error> {
-    let (state, delay_ms, dead_letter) = match p.target {
-        FailTarget::Available => (JobState::Available, None, false),
-        FailTarget::Retryable { delay_ms } => (JobState::Retryable, Some(delay_ms), false),
-        FailTarget::Discarded { dead_letter } => (JobState::Discarded, None, dead_letter),
-    };
+/// Ends failed attempts (NACK, and the server's reclaims): records each error in `error` and
+/// `errors[]` and moves each job to its target state, but only jobs still in the claim that
+/// failed (active, same attempt, same owner). Returns the jobs that moved. Queues that regained
+/// available jobs are notified. `now` overrides the database clock (tests).
+pub async fn fail_many(
+    db: impl PgExecutor<'_>,
+    failures: &[FailParams<'_>],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let n = failures.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut attempts = Vec::with_capacity(n);
+    let mut workers = Vec::with_capacity(n);
+    let mut errors = Vec::with_capacity(n);
+    let mut targets = Vec::with_capacity(n);
+    let mut delays = Vec::with_capacity(n);
+    let mut dead_letters = Vec::with_capacity(n);
+    for f in failures {
+        let (state, delay_ms, dead_letter) = match f.target {
+            FailTarget::Available => (JobState::Available, None, false),
+            FailTarget::Retryable { delay_ms } => (JobState::Retryable, Some(delay_ms), false),
+            FailTarget::Discarded { dead_letter } => (JobState::Discarded, None, dead_letter),
+        };
+        ids.push(f.id.0);
+        attempts.push(f.attempt);
+        workers.push(f.worker_id);
+        errors.push(f.error);
+        targets.push(state.as_str());
+        delays.push(delay_ms);
+        dead_letters.push(dead_letter);
+    }
     sqlx::query_scalar!(
         r#"
-        with failed as (
+        with input as (
+            select *
+              from unnest($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[],
+                          $7::bool[])
+                as t(id, attempt, worker_id, error, target, delay_ms, dead_letter)
+        ),
+        failed as (
             update ojs_job j
-               set state = $4::ojs_job_state,
-                   error = coalesce($5::text::jsonb, j.error),
-                   errors = case when $5::text is null then j.errors
-                                 else j.errors || jsonb_build_array(ojs_error_entry(j.attempt, $5::text::jsonb))
+               set state = i.target::ojs_job_state,
+                   error = coalesce(i.error::jsonb, j.error),
+                   errors = case when i.error is null then j.errors
+                                 else j.errors || jsonb_build_array(ojs_error_entry(
+                                          j.attempt, i.error::jsonb, coalesce($8::timestamptz, now())))
                             end,
-                   next_retry_at = case when $4::ojs_job_state = 'retryable'
-                                        then now() + $6::int8 * interval '1 millisecond' end,
-                   retry_delay_ms = coalesce($6::int8, j.retry_delay_ms),
-                   discarded_at = case when $4::ojs_job_state = 'discarded' then now() end,
-                   completed_at = case when $4::ojs_job_state = 'discarded' then now() else j.completed_at end,
-                   dead_lettered_at = case when $7 then now() end,
-                   started_at = case when $4::ojs_job_state = 'available' then null else j.started_at end,
-                   enqueued_at = case when $4::ojs_job_state = 'available' then now() else j.enqueued_at end,
-                   visible_until = null
-             where j.id = $1
+                   next_retry_at = case when i.target = 'retryable'
+                                        then coalesce($8::timestamptz, now()) + i.delay_ms * interval '1 millisecond' end,
+                   retry_delay_ms = coalesce(i.delay_ms, j.retry_delay_ms),
+                   discarded_at = case when i.target = 'discarded' then coalesce($8::timestamptz, now()) end,
+                   completed_at = case when i.target = 'discarded' then coalesce($8::timestamptz, now())
+                                       else j.completed_at end,
+                   dead_lettered_at = case when i.dead_letter then coalesce($8::timestamptz, now()) end,
+                   started_at = case when i.target = 'available' then null else j.started_at end,
+                   enqueued_at = case when i.target = 'available' then coalesce($8::timestamptz, now())
+                                      else j.enqueued_at end,
+                   visible_until = null,
+                   timeout_at = null
+              from input i
+             where j.id = i.id
                and j.state = 'active'
-               and j.attempt = $2
-               and ($3::text is null or j.worker_id is null or j.worker_id = $3)
+               and j.attempt = i.attempt
+               and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
             returning j
+        ),
+        notified as (
+            select count(pg_notify('ojs_job_available', q.queue)) as queues
+              from (select distinct (f.j).queue as queue from failed f
+                     where (f.j).state = 'available') q
         )
         select f.j as "job!: Job"
-          from failed f
-          left join lateral (select pg_notify('ojs_job_available', (f.j).queue)
-                              where (f.j).state = 'available') n on true
+          from failed f cross join notified
         "#,
-        p.id as JobId,
-        p.attempt,
-        p.worker_id,
-        state as JobState,
-        p.error,
-        delay_ms,
-        dead_letter,
+        &ids,
+        &attempts,
+        &workers as &[Option<&str>],
+        &errors as &[Option<&str>],
+        &targets as &[&str],
+        &delays as &[Option<i64>],
+        &dead_letters,
+        now,
     )
-    .fetch_optional(db)
+    .fetch_all(db)
     .await
 }
 
@@ -525,6 +596,7 @@ pub async fn cancel(
            set state = 'cancelled',
                cancelled_at = now(),
                visible_until = null,
+               timeout_at = null,
                error = case when t.state = 'active' then $2::text::jsonb else j.error end,
                errors = case when t.state = 'active'
                              then j.errors || jsonb_build_array(ojs_error_entry(j.attempt, $2::text::jsonb))
@@ -560,6 +632,175 @@ pub async fn activate(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>,
         id as JobId,
     )
     .fetch_optional(db)
+    .await
+}
+
+/// Expirer: discards up to `limit` waiting jobs whose `expires_at`, enqueue TTL
+/// (`claim_deadline_at`) or total timeout passed, earliest deadline first, with error `expired`.
+/// They enter the dead-letter queue unless their retry policy says `on_exhaustion: discard`.
+/// Returns how many were discarded.
+pub async fn expire_due(
+    db: impl PgExecutor<'_>,
+    now: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select id,
+                   coalesce($1::timestamptz, now()) as now,
+                   jsonb_build_object(
+                       'code', 'expired',
+                       'type', 'expired',
+                       'message', case
+                           when total_deadline_at <= coalesce($1::timestamptz, now())
+                               then 'The job''s total_timeout elapsed before it finished.'
+                           when claim_deadline_at <= coalesce($1::timestamptz, now())
+                               then 'The job was not claimed within its enqueue_ttl.'
+                           else 'The job''s expires_at passed before it could start.'
+                       end) as error
+              from ojs_job
+             where state in ('scheduled', 'available', 'pending', 'retryable')
+               and (expires_at is not null or claim_deadline_at is not null
+                    or total_deadline_at is not null)
+               and least(expires_at, claim_deadline_at, total_deadline_at)
+                   <= coalesce($1::timestamptz, now())
+             order by least(expires_at, claim_deadline_at, total_deadline_at)
+             limit $2
+               for update skip locked
+        ),
+        expired as (
+            update ojs_job j
+               set state = 'discarded',
+                   discarded_at = d.now,
+                   completed_at = d.now,
+                   next_retry_at = null,
+                   dead_lettered_at = case when coalesce(j.retry ->> 'on_exhaustion', 'dead_letter') = 'dead_letter'
+                                           then d.now end,
+                   error = d.error,
+                   errors = j.errors || jsonb_build_array(ojs_error_entry(j.attempt, d.error, d.now))
+              from doomed d
+             where j.id = d.id
+            returning j.id
+        )
+        select count(*) as "expired!" from expired
+        "#,
+        now,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Reaper: locks up to `limit` active jobs whose reservation, execution timeout or total timeout
+/// passed (earliest first), for the caller to decide their outcome and end them with
+/// [`fail_many`] in the same transaction. Also returns the effective "now".
+pub async fn lock_overdue(
+    db: impl PgExecutor<'_>,
+    now: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<(Vec<Job>, DateTime<Utc>), sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select j as "job!: Job", coalesce($1::timestamptz, now()) as "now!"
+          from ojs_job j
+         where j.state = 'active'
+           and least(j.visible_until, j.timeout_at, j.total_deadline_at) <= coalesce($1::timestamptz, now())
+         order by least(j.visible_until, j.timeout_at, j.total_deadline_at)
+         limit $2
+           for update skip locked
+        "#,
+        now,
+        limit,
+    )
+    .fetch_all(db)
+    .await?;
+    let now = match rows.first() {
+        Some(row) => row.now,
+        None => now.unwrap_or_else(Utc::now),
+    };
+    Ok((rows.into_iter().map(|r| r.job).collect(), now))
+}
+
+/// Locks up to `limit` active jobs held by `workers` (a stale or departing worker's jobs), for
+/// the caller to release them with [`fail_many`] in the same transaction.
+pub async fn lock_held_by(
+    db: impl PgExecutor<'_>,
+    workers: &[String],
+    limit: i64,
+) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select j as "job!: Job"
+          from ojs_job j
+         where j.state = 'active' and j.worker_id = any($1::text[])
+         order by j.started_at
+         limit $2
+           for update skip locked
+        "#,
+        workers,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Pruner: deletes up to `limit` jobs in the terminal `state` that finished before `cutoff`,
+/// oldest first. Dead-lettered jobs among them are reported as `dead_letter.pruned` events, one
+/// per queue. Returns how many rows were deleted.
+pub async fn prune_finished(
+    db: impl PgExecutor<'_>,
+    state: JobState,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select id
+              from ojs_job
+             where state = $1
+               and state in ('completed', 'cancelled', 'discarded')
+               and coalesce(discarded_at, cancelled_at, completed_at) < $2
+             order by state, coalesce(discarded_at, cancelled_at, completed_at)
+             limit $3
+               for update skip locked
+        ),
+        deleted as (
+            delete from ojs_job j
+             using doomed d
+             where j.id = d.id
+            returning j.queue, j.dead_lettered_at is not null as dead_lettered
+        ),
+        reported as (
+            insert into ojs_event (type, subject, queue, data)
+            select 'dead_letter.pruned', queue, queue,
+                   jsonb_build_object('queue', queue, 'count', count(*))
+              from deleted
+             where dead_lettered
+             group by queue
+            returning 1
+        )
+        select count(*) as "deleted!" from deleted
+        "#,
+        state as JobState,
+        cutoff,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Whether a queue has ever been used: some event (indexed by queue) or job names it.
+pub async fn queue_known(db: impl PgExecutor<'_>, queue: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select exists (select 1 from ojs_event where queue = $1)
+            or exists (select 1 from ojs_job where queue = $1) as "known!"
+        "#,
+        queue
+    )
+    .fetch_one(db)
     .await
 }
 

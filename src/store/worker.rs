@@ -1,12 +1,26 @@
 //! Statements on `ojs_worker` (and the reservations workers hold in `ojs_job`).
+//!
+//! A worker becomes known when it registers, heartbeats or fetches. Registration and heartbeats
+//! make it subject to stale detection (`last_heartbeat_at`); a worker only ever seen fetching is
+//! listed but never declared stale. Worker events (`worker.started`, `worker.quiet`,
+//! `worker.heartbeat`, `worker.stopped`) are written by the table's trigger.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 use uuid::Uuid;
 
-/// What a worker says about itself in a heartbeat.
+use crate::job::RawJson;
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// What a worker says about itself (heartbeat or registration). `None` fields keep the stored
+/// value.
 #[derive(Debug, Clone, Default)]
-pub struct HeartbeatParams<'a> {
+pub struct WorkerReport<'a> {
     pub worker_id: &'a str,
     /// Self-reported state: running, quiet, terminate or drain.
     pub state: &'a str,
@@ -18,10 +32,23 @@ pub struct HeartbeatParams<'a> {
     pub labels: Option<String>,
     pub pool: Option<&'a str>,
     pub started_at: Option<DateTime<Utc>>,
+    /// Per-worker fetch defaults (registration only).
+    pub strategy: Option<&'a str>,
+    /// Weights as compact JSON (registration only).
+    pub weights: Option<String>,
+}
+
+/// A heartbeat: the report plus the jobs the worker says it runs.
+#[derive(Debug, Clone, Default)]
+pub struct HeartbeatParams<'a> {
+    pub report: WorkerReport<'a>,
     /// Jobs the worker says it is executing.
     pub job_ids: Vec<Uuid>,
     /// Extension requested for each reservation; default: the claim's own length.
     pub visibility_timeout_ms: Option<i64>,
+    /// Test hook (contract §6.5): escalate the directive from `meta.test_directive` of the
+    /// reported jobs.
+    pub directives_from_jobs: bool,
 }
 
 /// The server's answer to a heartbeat.
@@ -42,18 +69,32 @@ pub struct HeartbeatOutcome {
     pub lost: Vec<Uuid>,
 }
 
-/// BEAT: records the worker as alive (registering it on first contact) and extends the
-/// reservations it still holds among `job_ids`, in one statement.
+/// BEAT: records the worker as alive (registering it on first contact, reviving it if it was
+/// stale) and extends the reservations it still holds among `job_ids`, in one statement.
 pub async fn heartbeat(
     db: impl PgExecutor<'_>,
     p: &HeartbeatParams<'_>,
 ) -> Result<HeartbeatOutcome, sqlx::Error> {
+    let r = &p.report;
     let row = sqlx::query!(
         r#"
-        with worker as (
+        with listed as (
+            select distinct unnest($10::uuid[]) as id
+        ),
+        hook as (
+            select case max(case j.meta ->> 'test_directive' when 'terminate' then 2
+                                                             when 'quiet' then 1 else 0 end)
+                        when 2 then 'terminate' when 1 then 'quiet' else '' end as directive
+              from ojs_job j
+              join listed l on l.id = j.id
+             where $12 and j.state = 'active' and (j.worker_id is null or j.worker_id = $1)
+        ),
+        worker as (
             insert into ojs_worker as w
-                   (id, state, hostname, pid, queues, concurrency, labels, pool, started_at)
-            values ($1, $2, $3, $4, $5, $6, $7::text::json, $8, $9)
+                   (id, state, hostname, pid, queues, concurrency, labels, pool, started_at,
+                    directive, last_heartbeat_at, last_seen_at)
+            values ($1, $2, $3, $4, $5, $6, $7::text::json, $8, $9,
+                    (select directive from hook), now(), now())
             on conflict (id) do update
                set state = excluded.state,
                    hostname = coalesce(excluded.hostname, w.hostname),
@@ -63,11 +104,11 @@ pub async fn heartbeat(
                    labels = coalesce(excluded.labels, w.labels),
                    pool = coalesce(excluded.pool, w.pool),
                    started_at = coalesce(excluded.started_at, w.started_at),
-                   last_heartbeat_at = now()
+                   directive = ojs_worker_directive_max(w.directive, excluded.directive),
+                   last_heartbeat_at = now(),
+                   last_seen_at = now(),
+                   stale_at = null
             returning w.directive, (w.xmax = 0) as registered
-        ),
-        listed as (
-            select distinct unnest($10::uuid[]) as id
         ),
         extended as (
             update ojs_job j
@@ -89,17 +130,18 @@ pub async fn heartbeat(
                         and not exists (select 1 from ojs_job j
                                          where j.id = l.id and j.state = 'cancelled')) as "lost!"
         "#,
-        p.worker_id,
-        p.state,
-        p.hostname,
-        p.pid,
-        p.queues.as_deref(),
-        p.concurrency,
-        p.labels,
-        p.pool,
-        p.started_at,
+        r.worker_id,
+        r.state,
+        r.hostname,
+        r.pid,
+        r.queues.as_deref(),
+        r.concurrency,
+        r.labels,
+        r.pool,
+        r.started_at,
         &p.job_ids,
         p.visibility_timeout_ms,
+        p.directives_from_jobs,
     )
     .fetch_one(db)
     .await?;
@@ -113,48 +155,289 @@ pub async fn heartbeat(
     })
 }
 
-/// A worker's liveness as seen by the server.
-#[derive(Debug, Clone)]
-pub struct WorkerHealth {
-    /// Self-reported state: running, quiet, terminate or drain.
-    pub state: String,
-    /// Server-side directive: empty, quiet or terminate.
-    pub directive: String,
-    pub last_heartbeat_at: DateTime<Utc>,
-    /// Whether the last heartbeat is older than the stale threshold.
-    pub stale: bool,
-    /// Jobs the worker currently holds.
-    pub active_jobs: i64,
-}
-
-/// A worker's liveness; `stale_after` is how long without a heartbeat makes it stale.
-pub async fn health(
+/// Registration: creates or updates the worker record (a registration counts as a heartbeat and
+/// revives a stale worker). Returns whether the worker is new, its directive and the database
+/// clock.
+pub async fn register(
     db: impl PgExecutor<'_>,
-    worker_id: &str,
-    stale_after: std::time::Duration,
-) -> Result<Option<WorkerHealth>, sqlx::Error> {
-    let stale_after_ms = i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
+    r: &WorkerReport<'_>,
+) -> Result<(bool, String, DateTime<Utc>), sqlx::Error> {
     let row = sqlx::query!(
         r#"
-        select w.state, w.directive, w.last_heartbeat_at,
-               w.last_heartbeat_at < now() - $2::int8 * interval '1 millisecond' as "stale!",
-               (select count(*) from ojs_job j
-                 where j.worker_id = w.id and j.state = 'active') as "active_jobs!"
-          from ojs_worker w
-         where w.id = $1
+        insert into ojs_worker as w
+               (id, state, hostname, pid, queues, concurrency, labels, pool, started_at, strategy,
+                weights, last_heartbeat_at, last_seen_at)
+        values ($1, $2, $3, $4, $5, $6, $7::text::json, $8, $9, $10, $11::text::json, now(), now())
+        on conflict (id) do update
+           set state = excluded.state,
+               hostname = coalesce(excluded.hostname, w.hostname),
+               pid = coalesce(excluded.pid, w.pid),
+               queues = coalesce(excluded.queues, w.queues),
+               concurrency = coalesce(excluded.concurrency, w.concurrency),
+               labels = coalesce(excluded.labels, w.labels),
+               pool = coalesce(excluded.pool, w.pool),
+               started_at = coalesce(excluded.started_at, w.started_at),
+               strategy = coalesce(excluded.strategy, w.strategy),
+               weights = coalesce(excluded.weights, w.weights),
+               last_heartbeat_at = now(),
+               last_seen_at = now(),
+               stale_at = null
+        returning (w.xmax = 0) as "created!", w.directive, now() as "now!"
+        "#,
+        r.worker_id,
+        r.state,
+        r.hostname,
+        r.pid,
+        r.queues.as_deref(),
+        r.concurrency,
+        r.labels,
+        r.pool,
+        r.started_at,
+        r.strategy,
+        r.weights,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((row.created, row.directive, row.now))
+}
+
+/// Records that a worker fetched (creating a bare record for an unknown worker id). Such a
+/// record is not subject to stale detection until the worker heartbeats or registers.
+pub async fn record_seen(db: impl PgExecutor<'_>, worker_id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        insert into ojs_worker as w (id, last_seen_at) values ($1, now())
+        on conflict (id) do update set last_seen_at = now()
         "#,
         worker_id,
-        stale_after_ms,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// A worker as the API shows it.
+#[derive(Debug, Clone)]
+pub struct WorkerRecord {
+    pub id: String,
+    /// running, quiet, terminate, drain or stale.
+    pub effective_state: String,
+    /// Self-reported state.
+    pub state: String,
+    /// Server directive: empty, quiet or terminate.
+    pub directive: String,
+    pub hostname: Option<String>,
+    pub pid: Option<i32>,
+    pub queues: Option<Vec<String>>,
+    pub concurrency: Option<i32>,
+    pub labels: Option<RawJson>,
+    pub pool: Option<String>,
+    pub strategy: Option<String>,
+    pub weights: Option<RawJson>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub registered_at: DateTime<Utc>,
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    pub last_seen_at: DateTime<Utc>,
+    pub stale: bool,
+    pub active_job_ids: Vec<Uuid>,
+}
+
+/// One worker; `stale_after` is how long without a heartbeat makes it stale (even before the
+/// detector has run).
+pub async fn get(
+    db: impl PgExecutor<'_>,
+    worker_id: &str,
+    stale_after: Duration,
+) -> Result<Option<WorkerRecord>, sqlx::Error> {
+    Ok(list(db, Some(worker_id), stale_after, 1, 0).await?.pop())
+}
+
+/// Workers ordered by id (`only`: just that one), `limit` from `offset`.
+pub async fn list(
+    db: impl PgExecutor<'_>,
+    only: Option<&str>,
+    stale_after: Duration,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<WorkerRecord>, sqlx::Error> {
+    sqlx::query_as!(
+        WorkerRecord,
+        r#"
+        select w.id, s.stale as "stale!",
+               ojs_worker_effective_state(w.directive, w.state, s.stale) as "effective_state!",
+               w.state, w.directive, w.hostname, w.pid, w.queues, w.concurrency,
+               w.labels as "labels: RawJson", w.pool, w.strategy, w.weights as "weights: RawJson",
+               w.started_at, w.registered_at, w.last_heartbeat_at, w.last_seen_at,
+               array(select j.id from ojs_job j
+                      where j.worker_id = w.id and j.state = 'active'
+                      order by j.started_at, j.id) as "active_job_ids!"
+          from ojs_worker w
+          cross join lateral (
+              select w.stale_at is not null
+                     or coalesce(w.last_heartbeat_at < now() - $2::int8 * interval '1 millisecond', false)
+                     as stale
+          ) s
+         where $1::text is null or w.id = $1
+         order by w.id
+         limit $3 offset $4
+        "#,
+        only,
+        millis(stale_after),
+        limit,
+        offset,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Worker counts by effective state: (total, running, quiet, terminate (drain included), stale).
+pub async fn summary(
+    db: impl PgExecutor<'_>,
+    stale_after: Duration,
+) -> Result<(i64, i64, i64, i64, i64), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select count(*) as "total!",
+               count(*) filter (where e.state = 'running') as "running!",
+               count(*) filter (where e.state = 'quiet') as "quiet!",
+               count(*) filter (where e.state in ('terminate', 'drain')) as "terminate!",
+               count(*) filter (where e.state = 'stale') as "stale!"
+          from ojs_worker w
+          cross join lateral (
+              select ojs_worker_effective_state(
+                         w.directive, w.state,
+                         w.stale_at is not null
+                         or coalesce(w.last_heartbeat_at < now() - $1::int8 * interval '1 millisecond', false))
+                     as state
+          ) e
+        "#,
+        millis(stale_after),
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((row.total, row.running, row.quiet, row.terminate, row.stale))
+}
+
+/// Escalates the server directive of a worker (directives never de-escalate). Returns the
+/// resulting directive, or `None` for an unknown worker.
+pub async fn escalate_directive(
+    db: impl PgExecutor<'_>,
+    worker_id: &str,
+    directive: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        update ojs_worker w
+           set directive = ojs_worker_directive_max(w.directive, $2)
+         where w.id = $1
+        returning w.directive
+        "#,
+        worker_id,
+        directive,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Stale-worker detector: marks up to `limit` workers stale whose last heartbeat is older than
+/// `stale_after` and returns their ids. `now` overrides the database clock (tests).
+pub async fn mark_stale(
+    db: impl PgExecutor<'_>,
+    stale_after: Duration,
+    now: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with silent as (
+            select id from ojs_worker
+             where stale_at is null
+               and last_heartbeat_at < coalesce($2::timestamptz, now()) - $1::int8 * interval '1 millisecond'
+             order by last_heartbeat_at
+             limit $3
+               for update skip locked
+        )
+        update ojs_worker w
+           set stale_at = coalesce($2::timestamptz, now())
+          from silent s
+         where w.id = s.id
+        returning w.id
+        "#,
+        millis(stale_after),
+        now,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Stale workers still holding active jobs (whose release was cut short by a batch limit).
+pub async fn stale_with_jobs(
+    db: impl PgExecutor<'_>,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select w.id from ojs_worker w
+         where w.stale_at is not null
+           and exists (select 1 from ojs_job j where j.worker_id = w.id and j.state = 'active')
+         limit $1
+        "#,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Deletes workers stale since before `cutoff`, and workers only ever seen fetching that have
+/// not been seen since `cutoff`. Returns how many were deleted.
+pub async fn prune(
+    db: impl PgExecutor<'_>,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select id from ojs_worker
+             where stale_at < $1 or (last_heartbeat_at is null and last_seen_at < $1)
+             limit $2
+               for update skip locked
+        ),
+        deleted as (
+            delete from ojs_worker w using doomed d where w.id = d.id returning 1
+        )
+        select count(*) as "deleted!" from deleted
+        "#,
+        cutoff,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Deletes one worker; `only_stale` refuses a worker that is not stale. Returns whether a row
+/// was deleted.
+pub async fn delete(
+    db: impl PgExecutor<'_>,
+    worker_id: &str,
+    only_stale_after: Option<Duration>,
+) -> Result<bool, sqlx::Error> {
+    let deleted = sqlx::query_scalar!(
+        r#"
+        delete from ojs_worker w
+         where w.id = $1
+           and ($2::int8 is null
+                or w.stale_at is not null
+                or coalesce(w.last_heartbeat_at < now() - $2::int8 * interval '1 millisecond', false))
+        returning w.id
+        "#,
+        worker_id,
+        only_stale_after.map(millis),
     )
     .fetch_optional(db)
     .await?;
-    Ok(row.map(|r| WorkerHealth {
-        state: r.state,
-        directive: r.directive,
-        last_heartbeat_at: r.last_heartbeat_at,
-        stale: r.stale,
-        active_jobs: r.active_jobs,
-    }))
+    Ok(deleted.is_some())
 }
 
 /// Deletes every worker (test hook `POST /ojs/v1/admin/reset` only).

@@ -418,7 +418,8 @@ pub struct TestApp {
 }
 
 impl TestApp {
-    /// A server with test hooks on and default settings.
+    /// A server with test hooks on and default settings, except that it never runs the
+    /// maintenance services (tests drive them with `run_once`; see [`TestApp::spawn_with`]).
     pub async fn spawn() -> TestApp {
         Self::spawn_with(|_| {}).await
     }
@@ -434,6 +435,7 @@ impl TestApp {
             test_hooks: true,
             db_max_connections: 10,
             db_min_connections: 1,
+            maintenance: false,
             ..Config::default()
         };
         configure(&mut config);

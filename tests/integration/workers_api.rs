@@ -213,7 +213,7 @@ async fn fetch_never_hands_out_an_expired_job() {
         .push_id(json!({"type": "a.b", "args": [], "queue": "q", "enqueue_ttl": 60}))
         .await;
     app.sql(&format!(
-        "update ojs_job set created_at = now() - interval '2 minutes' where id = '{ttl_passed}'"
+        "update ojs_job set created_at = now() - interval '2 minutes', claim_deadline_at = now() - interval '1 minute' where id = '{ttl_passed}'"
     ))
     .await;
     let fresh = app

@@ -1,11 +1,15 @@
-//! The OJS operations — PUSH, INFO, CANCEL, ACTIVATE, FETCH, ACK, FAIL (NACK), BEAT — on top
-//! of the store.
+//! The OJS operations — PUSH, INFO, CANCEL, ACTIVATE, FETCH, ACK, FAIL (NACK), BEAT, the
+//! worker protocol, the dead-letter queue and the event log — on top of the store.
 //!
 //! HTTP handlers parse and validate requests, call one operation here and render its result.
 //! An operation runs its statements (in one transaction when it needs several to be atomic)
 //! and turns "nothing matched" into the precise reason: not found, wrong state, wrong owner.
 
+mod dead_letter;
+mod workers;
+
 use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -15,20 +19,22 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::job::envelope::{Limits, NewJob};
-use crate::job::failure::{self, JobError, Outcome};
+use crate::job::failure::{self, JobError, Outcome, Reclaim};
 use crate::job::retry::RetryPolicy;
 use crate::job::unique::OnConflict;
 use crate::job::{Job, JobId, JobState};
 use crate::notifier::Notifier;
 use crate::store;
 use crate::store::job::{ClaimParams, FailParams, FailTarget};
-use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerHealth};
 use crate::telemetry;
 use crate::timestamp::ClientTime;
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
 /// service handles the rest of a large backlog).
 const FETCH_PROMOTE_LIMIT: i64 = 1_000;
+
+/// A fetching worker's `last_seen_at` is written at most this often per worker and process.
+const SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Settings of the broker operations.
 #[derive(Debug, Clone)]
@@ -39,6 +45,10 @@ pub struct Settings {
     pub default_visibility_timeout_ms: i64,
     /// How often a long-polling fetch polls even without a notification.
     pub fetch_poll_interval: Duration,
+    /// A worker without a heartbeat for this long is stale.
+    pub heartbeat_timeout: Duration,
+    /// Whether the test-only directive hook (contract §6.5) is on.
+    pub test_hooks: bool,
 }
 
 /// The broker: a pool, settings, and the availability notifier.
@@ -47,6 +57,8 @@ pub struct Broker {
     pool: PgPool,
     settings: Settings,
     notifier: Notifier,
+    /// Fetching workers recently recorded as seen, so FETCH writes `last_seen_at` rarely.
+    seen_workers: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 /// How a pushed job came to be in the response.
@@ -112,6 +124,7 @@ impl Broker {
             pool,
             settings,
             notifier,
+            seen_workers: Arc::default(),
         }
     }
 
@@ -474,8 +487,11 @@ impl Broker {
     }
 
     async fn try_fetch(&self, req: &FetchRequest) -> Result<Vec<Job>> {
+        if let Some(worker) = &req.worker_id {
+            self.record_seen(worker).await?;
+        }
         let queues: Vec<&str> = req.queues.iter().map(String::as_str).collect();
-        store::job::promote_due(&self.pool, &queues, FETCH_PROMOTE_LIMIT).await?;
+        store::job::promote_due(&self.pool, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
         let mut jobs: Vec<Job> = Vec::new();
         for queue in &queues {
             let wanted = req.count - jobs.len();
@@ -499,6 +515,32 @@ impl Broker {
         }
         telemetry::jobs_started(&jobs);
         Ok(jobs)
+    }
+
+    /// Records a fetching worker as seen (contract §6.1), at most every few seconds per worker.
+    async fn record_seen(&self, worker_id: &str) -> Result<()> {
+        let now = Instant::now();
+        {
+            let mut seen = self.seen_workers.lock().expect("seen-workers lock");
+            if seen
+                .get(worker_id)
+                .is_some_and(|at| now.duration_since(*at) < SEEN_WRITE_INTERVAL)
+            {
+                return Ok(());
+            }
+            if seen.len() >= 10_000 {
+                seen.retain(|_, at| now.duration_since(*at) < SEEN_WRITE_INTERVAL);
+            }
+            seen.insert(worker_id.to_owned(), now);
+        }
+        if let Err(e) = store::worker::record_seen(&self.pool, worker_id).await {
+            self.seen_workers
+                .lock()
+                .expect("seen-workers lock")
+                .remove(worker_id);
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     /// ACK: `active` → `completed`.
@@ -538,31 +580,22 @@ impl Broker {
             }
             (None, false) => return Err(Error::invalid("$.error", "'error' is required")),
         };
-        let (target, dead_lettered) = match outcome {
-            Outcome::Requeue => (FailTarget::Available, false),
-            Outcome::Retry { delay_ms } => (
-                FailTarget::Retryable {
-                    delay_ms: i64::try_from(delay_ms).unwrap_or(i64::MAX),
-                },
-                false,
-            ),
-            Outcome::Discard { dead_letter, .. } => {
-                (FailTarget::Discarded { dead_letter }, dead_letter)
-            }
-        };
+        let target = FailTarget::from_outcome(outcome);
+        let dead_lettered = matches!(target, FailTarget::Discarded { dead_letter: true });
         let error_json = req.error.as_ref().map(JobError::to_json);
-        let failed = store::job::fail(
+        let failed = store::job::fail_many(
             &self.pool,
-            FailParams {
+            &[FailParams {
                 id: job.id,
                 attempt: job.attempt,
                 worker_id: req.worker_id.as_deref(),
                 error: error_json.as_deref(),
                 target,
-            },
+            }],
+            None,
         )
         .await?;
-        match failed {
+        match failed.into_iter().next() {
             Some(job) => {
                 telemetry::attempt_finished(&job);
                 Ok(Nacked { job, dead_lettered })
@@ -591,20 +624,6 @@ impl Broker {
         }
     }
 
-    /// BEAT: records the worker as alive and extends the reservations it still holds.
-    pub async fn heartbeat(&self, params: &HeartbeatParams<'_>) -> Result<HeartbeatOutcome> {
-        Ok(store::worker::heartbeat(&self.pool, params).await?)
-    }
-
-    /// A worker's liveness, or `None` if the worker never heartbeated or registered.
-    pub async fn worker_health(
-        &self,
-        worker_id: &str,
-        stale_after: Duration,
-    ) -> Result<Option<WorkerHealth>> {
-        Ok(store::worker::health(&self.pool, worker_id, stale_after).await?)
-    }
-
     /// Looks at one job the worker claims to hold, to explain a refused single-job heartbeat.
     pub async fn reservation_lost(&self, id: JobId, worker_id: &str) -> Error {
         match store::job::get(&self.pool, id).await {
@@ -618,12 +637,14 @@ impl Broker {
         }
     }
 
-    /// Deletes all jobs and workers (test hook).
+    /// Deletes all jobs, workers and events (test hook).
     pub async fn reset(&self) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         store::job::delete_all(&mut *tx).await?;
         store::worker::delete_all(&mut *tx).await?;
+        store::event::delete_all(&mut *tx).await?;
         tx.commit().await?;
+        self.seen_workers.lock().expect("seen-workers lock").clear();
         Ok(())
     }
 }
@@ -658,4 +679,45 @@ fn invalid_for_worker(job: &Job, operation: &'static str) -> Error {
 /// Whether `e` is a violation of the named constraint.
 fn is_violation(e: &sqlx::Error, constraint: &str) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.constraint() == Some(constraint))
+}
+
+/// Takes locked active jobs away from their workers: each attempt ends with the error of
+/// `cause(job)` and the job goes where [`failure::reclaim`] sends it (back to `available`,
+/// `retryable`, or `discarded`). The jobs must be locked by the caller's transaction (so the
+/// fenced update cannot miss them). Returns the jobs as they are now.
+pub async fn release_jobs(
+    conn: &mut sqlx::PgConnection,
+    jobs: &[Job],
+    cause: impl Fn(&Job) -> Reclaim,
+    now: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let decided: Vec<(FailTarget, String)> = {
+        let mut rng = rand::rng();
+        jobs.iter()
+            .map(|job| {
+                let policy = RetryPolicy::from_stored(&job.retry.0);
+                let (outcome, error) = failure::reclaim(&policy, job.attempt, cause(job), &mut rng);
+                (FailTarget::from_outcome(outcome), error.to_json())
+            })
+            .collect()
+    };
+    let params: Vec<FailParams<'_>> = jobs
+        .iter()
+        .zip(&decided)
+        .map(|(job, (target, error))| FailParams {
+            id: job.id,
+            attempt: job.attempt,
+            worker_id: None,
+            error: Some(error),
+            target: *target,
+        })
+        .collect();
+    let released = store::job::fail_many(&mut *conn, &params, now).await?;
+    for job in &released {
+        telemetry::attempt_finished(job);
+    }
+    Ok(released)
 }

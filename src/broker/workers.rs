@@ -1,0 +1,136 @@
+//! The worker protocol (contract §6): registration, heartbeats, directives, deregistration, and
+//! the operator's view of workers.
+
+use chrono::{DateTime, Utc};
+
+use super::{Broker, release_jobs};
+use crate::error::{Error, Result};
+use crate::job::failure::Reclaim;
+use crate::store;
+use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
+
+/// Most jobs one deregistration releases per statement (it loops until none are left).
+const RELEASE_BATCH: i64 = 1_000;
+
+/// What a registration did.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    /// Whether the worker id was new.
+    pub created: bool,
+    /// The server directive already set for the worker (empty, quiet, terminate).
+    pub directive: String,
+    pub server_time: DateTime<Utc>,
+}
+
+/// Worker counts by effective state.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerSummary {
+    pub total: i64,
+    pub running: i64,
+    pub quiet: i64,
+    pub terminate: i64,
+    pub stale: i64,
+}
+
+impl Broker {
+    /// BEAT: records the worker as alive and extends the reservations it still holds.
+    pub async fn heartbeat(&self, params: &HeartbeatParams<'_>) -> Result<HeartbeatOutcome> {
+        let mut params = params.clone();
+        params.directives_from_jobs = self.settings.test_hooks;
+        Ok(store::worker::heartbeat(&self.pool, &params).await?)
+    }
+
+    /// Registration (optional: the first heartbeat registers too).
+    pub async fn register(&self, report: &WorkerReport<'_>) -> Result<Registered> {
+        let (created, directive, server_time) = store::worker::register(&self.pool, report).await?;
+        Ok(Registered {
+            created,
+            directive,
+            server_time,
+        })
+    }
+
+    /// One worker as the API shows it.
+    pub async fn worker(&self, worker_id: &str) -> Result<WorkerRecord> {
+        store::worker::get(&self.pool, worker_id, self.settings.heartbeat_timeout)
+            .await?
+            .ok_or_else(|| Error::WorkerNotFound(worker_id.to_owned()))
+    }
+
+    /// Workers by id, a page at a time, with the total and the counts by state.
+    pub async fn workers(
+        &self,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(Vec<WorkerRecord>, WorkerSummary)> {
+        let timeout = self.settings.heartbeat_timeout;
+        let items = store::worker::list(&self.pool, None, timeout, limit, offset).await?;
+        let (total, running, quiet, terminate, stale) =
+            store::worker::summary(&self.pool, timeout).await?;
+        Ok((
+            items,
+            WorkerSummary {
+                total,
+                running,
+                quiet,
+                terminate,
+                stale,
+            },
+        ))
+    }
+
+    /// Sends a directive (`quiet` or `terminate`) to a worker; it learns it from its next
+    /// heartbeat. Directives only escalate. Returns the worker as it is now.
+    pub async fn direct_worker(&self, worker_id: &str, directive: &str) -> Result<WorkerRecord> {
+        store::worker::escalate_directive(&self.pool, worker_id, directive)
+            .await?
+            .ok_or_else(|| Error::WorkerNotFound(worker_id.to_owned()))?;
+        self.worker(worker_id).await
+    }
+
+    /// Deregistration (`DELETE /ojs/v1/workers/{id}`): the worker's remaining jobs are released
+    /// like a dead worker's, with error `shutdown`, and its record is removed. Returns how many
+    /// jobs were released.
+    pub async fn deregister(&self, worker_id: &str) -> Result<usize> {
+        self.remove_worker(worker_id, Reclaim::Shutdown, false)
+            .await
+    }
+
+    /// Operator deletion of a stale worker (`DELETE /ojs/v1/admin/workers/{id}`): 409 unless it
+    /// is stale; its jobs are released with error `worker_death`.
+    pub async fn delete_stale_worker(&self, worker_id: &str) -> Result<usize> {
+        self.remove_worker(worker_id, Reclaim::WorkerDeath, true)
+            .await
+    }
+
+    async fn remove_worker(
+        &self,
+        worker_id: &str,
+        cause: Reclaim,
+        only_stale: bool,
+    ) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let workers = [worker_id.to_owned()];
+        let mut released = 0;
+        loop {
+            let held = store::job::lock_held_by(&mut *tx, &workers, RELEASE_BATCH).await?;
+            let done = (held.len() as i64) < RELEASE_BATCH;
+            released += release_jobs(&mut tx, &held, |_| cause, None).await?.len();
+            if done {
+                break;
+            }
+        }
+        let stale_after = only_stale.then_some(self.settings.heartbeat_timeout);
+        if !store::worker::delete(&mut *tx, worker_id, stale_after).await? {
+            // Nothing is written unless the whole removal happens.
+            drop(tx);
+            let worker = self.worker(worker_id).await?;
+            return Err(Error::WorkerNotStale {
+                worker_id: worker.id,
+                state: worker.effective_state,
+            });
+        }
+        tx.commit().await?;
+        Ok(released)
+    }
+}

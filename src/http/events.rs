@@ -1,0 +1,410 @@
+//! Events over HTTP (contract §4.10): `GET /ojs/v1/events` (polling with a cursor) and the SSE
+//! streams of one job or one queue.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::error::ApiError;
+use super::extract::JobIdPath;
+use super::query::QueryParams;
+use super::{AppState, ok};
+use crate::events::{WireEvent, event_id, parse_event_id};
+use crate::job::{JobState, is_valid_queue};
+use crate::store;
+use crate::store::event::{EventFilter, EventRow, Position};
+use crate::timestamp;
+
+/// Default and largest `limit` of a poll.
+const DEFAULT_POLL_LIMIT: i64 = 100;
+const MAX_POLL_LIMIT: i64 = 1_000;
+/// Events read per statement while a stream replays.
+const REPLAY_BATCH: i64 = 500;
+/// SSE `retry:` sent first, and the keep-alive comment period.
+const SSE_RETRY: Duration = Duration::from_millis(3_000);
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/events", get(poll))
+        .route("/ojs/v1/jobs/{id}/events", get(job_stream))
+        .route("/ojs/v1/queues/{name}/events", get(queue_stream))
+}
+
+/// `types` as exact names and `prefix.*` prefixes.
+fn type_filter(filter: &mut EventFilter, types: Option<Vec<String>>) {
+    for t in types.unwrap_or_default() {
+        match t.strip_suffix('*') {
+            Some(prefix) => filter.type_prefixes.push(prefix.to_owned()),
+            None => filter.types.push(t),
+        }
+    }
+}
+
+/// `GET /ojs/v1/events?after=&types=&queues=&job_types=&job_id=&limit=`: events in delivery
+/// order after the cursor (from the oldest retained one without it).
+async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+    let mut filter = EventFilter {
+        queues: query.list("queues").or_else(|| query.list("queue")),
+        job_types: query.list("job_types"),
+        ..EventFilter::default()
+    };
+    type_filter(&mut filter, query.list("types"));
+    if let Some(id) = query.get("job_id") {
+        let job_id: crate::job::JobId = id.parse().map_err(|_| {
+            ApiError::invalid_field("query.job_id", format!("'job_id' is not a job id: {id:?}"))
+        })?;
+        filter.job_id = Some(job_id.0);
+    }
+    let limit = query
+        .count("limit")?
+        .unwrap_or(DEFAULT_POLL_LIMIT)
+        .clamp(1, MAX_POLL_LIMIT);
+    let after = match query.get("after") {
+        None => None,
+        Some(text) => {
+            let id = parse_event_id(text).ok_or_else(|| {
+                ApiError::invalid_field(
+                    "query.after",
+                    format!("'after' must be an event id (evt_...), got {text:?}"),
+                )
+            })?;
+            let position = store::event::position_of(state.broker().pool(), id)
+                .await
+                .map_err(crate::Error::from)?
+                .ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "query.after",
+                        format!("event {text} is no longer retained; poll again without 'after' to start from the oldest retained event"),
+                    )
+                    .with_details(json!({"field": "query.after", "reason": "cursor_expired"}))
+                })?;
+            Some(position)
+        }
+    };
+    let mut events = store::event::list(state.broker().pool(), &filter, after, limit + 1)
+        .await
+        .map_err(crate::Error::from)?;
+    let has_more = events.len() as i64 > limit;
+    events.truncate(limit as usize);
+
+    #[derive(Serialize)]
+    struct PollBody<'a> {
+        events: Vec<WireEvent<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cursor: Option<String>,
+        has_more: bool,
+    }
+    Ok(ok(PollBody {
+        cursor: events.last().map(|e| event_id(e.id)),
+        events: events.iter().map(WireEvent).collect(),
+        has_more,
+    })
+    .into_response())
+}
+
+/// What one stream follows.
+#[derive(Debug, Clone)]
+enum Channel {
+    Job(uuid::Uuid),
+    Queue(String),
+}
+
+impl Channel {
+    fn filter(&self) -> EventFilter {
+        match self {
+            Channel::Job(id) => EventFilter {
+                job_id: Some(*id),
+                ..EventFilter::default()
+            },
+            Channel::Queue(name) => EventFilter {
+                queues: Some(vec![name.clone()]),
+                ..EventFilter::default()
+            },
+        }
+    }
+
+    fn matches(&self, e: &EventRow) -> bool {
+        match self {
+            Channel::Job(id) => e.job_id == Some(*id),
+            Channel::Queue(name) => e.queue.as_deref() == Some(name.as_str()),
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Channel::Job(id) => format!("job:{id}"),
+            Channel::Queue(name) => format!("queue:{name}"),
+        }
+    }
+}
+
+/// The SSE form of a stored event: `job.state_changed` for the event that records a state
+/// change, `job.heartbeat`, nothing for the rest.
+fn sse_event(e: &EventRow) -> Option<(&'static str, serde_json::Value)> {
+    let job_id = e.job_id.map(|id| id.to_string());
+    if let Some(to) = e.to_state {
+        return Some((
+            "job.state_changed",
+            json!({
+                "job_id": job_id,
+                "queue": e.queue,
+                "type": e.job_type,
+                "from": e.from_state,
+                "to": to,
+                "timestamp": timestamp::format(e.time),
+            }),
+        ));
+    }
+    if e.r#type == "job.heartbeat" {
+        let data: serde_json::Value = serde_json::from_str(e.data.0.get()).unwrap_or_default();
+        return Some((
+            "job.heartbeat",
+            json!({
+                "job_id": job_id,
+                "worker_id": data.get("worker_id"),
+                "timestamp": timestamp::format(e.time),
+            }),
+        ));
+    }
+    None
+}
+
+/// A stream's sending side: the SSE event types it wants and where its events go.
+struct Sink {
+    tx: mpsc::Sender<Event>,
+    types: Option<Vec<String>>,
+}
+
+impl Sink {
+    /// Sends an event unless filtered out; `false` when the client is gone.
+    async fn send(&self, kind: &str, data: &serde_json::Value, id: Option<String>) -> bool {
+        if self
+            .types
+            .as_ref()
+            .is_some_and(|types| !types.iter().any(|t| t == kind))
+        {
+            return true;
+        }
+        let mut event = Event::default().event(kind).data(data.to_string());
+        if let Some(id) = id {
+            event = event.id(id);
+        }
+        self.tx.send(event).await.is_ok()
+    }
+
+    /// Sends a stored event; returns whether to go on (`false`: client gone or job finished).
+    async fn send_row(&self, channel: &Channel, e: &EventRow) -> bool {
+        let Some((kind, data)) = sse_event(e) else {
+            return true;
+        };
+        if !self.send(kind, &data, Some(event_id(e.id))).await {
+            return false;
+        }
+        !matches!(channel, Channel::Job(_)) || !e.to_state.is_some_and(JobState::is_terminal)
+    }
+}
+
+/// Sends the stored events of `channel` after `*last`; returns whether to go on.
+async fn replay(
+    state: &AppState,
+    channel: &Channel,
+    sink: &Sink,
+    last: &mut Option<Position>,
+) -> Result<bool, sqlx::Error> {
+    let filter = channel.filter();
+    loop {
+        let batch = store::event::list(state.broker().pool(), &filter, *last, REPLAY_BATCH).await?;
+        for e in &batch {
+            *last = Some(e.position);
+            if !sink.send_row(channel, e).await {
+                return Ok(false);
+            }
+        }
+        if (batch.len() as i64) < REPLAY_BATCH {
+            return Ok(true);
+        }
+    }
+}
+
+/// Runs one stream: replay from the resume point, then live events, until the client leaves,
+/// the job finishes or the server shuts down.
+async fn run_stream(
+    state: AppState,
+    channel: Channel,
+    mut live: broadcast::Receiver<std::sync::Arc<EventRow>>,
+    resume: Option<String>,
+    sink: Sink,
+) {
+    let pool = state.broker().pool().clone();
+    let mut last: Option<Position> = match resume {
+        None => match store::event::head(&pool).await {
+            Ok(head) => head,
+            Err(e) => {
+                tracing::warn!(error = %e, "event stream could not start");
+                return;
+            }
+        },
+        Some(text) => {
+            let position = match parse_event_id(&text) {
+                Some(id) => store::event::position_of(&pool, id).await.ok().flatten(),
+                None => None,
+            };
+            if position.is_none() {
+                let gap_start = parse_event_id(&text)
+                    .and_then(|id| id.get_timestamp())
+                    .map(|ts| {
+                        let (secs, nanos) = ts.to_unix();
+                        chrono::DateTime::from_timestamp(secs as i64, nanos).map(timestamp::format)
+                    });
+                let gap = json!({
+                    "channel": channel.name(),
+                    "gap_start": gap_start.flatten(),
+                    "gap_end": timestamp::format(chrono::Utc::now()),
+                    "estimated_missed_count": null,
+                });
+                if !sink.send("system.gap", &gap, None).await {
+                    return;
+                }
+            }
+            position
+        }
+    };
+    match replay(&state, &channel, &sink, &mut last).await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "event stream replay failed");
+            return;
+        }
+    }
+    let shutdown = state.shutdown().clone();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                let grace = state.settings().shutdown_timeout.as_millis() as u64;
+                sink.send("server.shutdown", &json!({"reason": "shutdown", "grace_period_ms": grace}), None).await;
+                return;
+            }
+            () = sink.tx.closed() => return,
+            received = live.recv() => match received {
+                Ok(e) => {
+                    if last.is_some_and(|l| e.position <= l) || !channel.matches(&e) {
+                        continue;
+                    }
+                    last = Some(e.position);
+                    if !sink.send_row(&channel, &e).await {
+                        return;
+                    }
+                }
+                // Fell behind the in-memory tail: catch up from the database.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    match replay(&state, &channel, &sink, &mut last).await {
+                        Ok(true) => {}
+                        Ok(false) => return,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "event stream catch-up failed");
+                            return;
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        }
+    }
+}
+
+/// Starts a stream and returns the SSE response.
+fn stream(
+    state: &AppState,
+    channel: Channel,
+    headers: &HeaderMap,
+    query: &QueryParams,
+) -> Response {
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .filter(|v| !v.is_empty());
+    let (tx, rx) = mpsc::channel::<Event>(256);
+    // Subscribe before reading anything, so nothing falls between replay and live.
+    let live = state.events().subscribe();
+    let sink = Sink {
+        tx,
+        types: query.list("event_types"),
+    };
+    tokio::spawn(run_stream(state.clone(), channel, live, resume, sink));
+    let first = tokio_stream::once(Event::default().retry(SSE_RETRY));
+    let events = first
+        .chain(ReceiverStream::new(rx))
+        .map(Ok::<_, Infallible>);
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE).text("heartbeat"))
+        .into_response()
+}
+
+/// `GET /ojs/v1/jobs/{id}/events`: the job's state changes and heartbeats. For a finished job:
+/// its current state, then the stream ends.
+async fn job_stream(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    headers: HeaderMap,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    let job = state.broker().info(id).await?;
+    if job.state.is_terminal() && headers.get("last-event-id").is_none() {
+        let data = json!({
+            "job_id": job.id.to_string(),
+            "queue": job.queue,
+            "type": job.r#type,
+            "from": null,
+            "to": job.state,
+            "timestamp": timestamp::format(
+                job.completed_at.or(job.cancelled_at).or(job.discarded_at).unwrap_or(job.created_at)
+            ),
+        });
+        let events = [
+            Event::default().retry(SSE_RETRY),
+            Event::default()
+                .event("job.state_changed")
+                .data(data.to_string()),
+        ];
+        return Ok(Sse::new(tokio_stream::iter(events).map(Ok::<_, Infallible>)).into_response());
+    }
+    Ok(stream(&state, Channel::Job(id.0), &headers, &query))
+}
+
+/// `GET /ojs/v1/queues/{name}/events`: state changes and heartbeats of the queue's jobs.
+async fn queue_stream(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    if !is_valid_queue(&name) {
+        return Err(ApiError::invalid_field(
+            "path.name",
+            format!(
+                "queue name {name:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.'"
+            ),
+        ));
+    }
+    let known = store::job::queue_known(state.broker().pool(), &name)
+        .await
+        .map_err(crate::Error::from)?;
+    if !known {
+        return Err(ApiError::not_found("queue", &name));
+    }
+    Ok(stream(&state, Channel::Queue(name), &headers, &query))
+}

@@ -1,0 +1,56 @@
+//! The expirer: waiting jobs that may no longer start are discarded.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Context, MAX_BATCHES_PER_PASS, Pass, Service};
+use crate::store;
+
+/// Expirer settings.
+#[derive(Debug, Clone)]
+pub struct ExpirerConfig {
+    /// Pause between passes (contract §1.9: expiry within 1 s).
+    pub interval: Duration,
+    /// Jobs per statement.
+    pub batch_size: i64,
+}
+
+/// Discards `scheduled`, `available`, `pending` and `retryable` jobs whose `expires_at`,
+/// enqueue TTL or total timeout passed (error `expired`; dead-lettered per `on_exhaustion`).
+/// FETCH already never hands such a job out; this makes its state say so.
+pub struct Expirer {
+    context: Context,
+    config: ExpirerConfig,
+}
+
+impl Expirer {
+    pub fn new(context: Context, config: ExpirerConfig) -> Expirer {
+        Expirer { context, config }
+    }
+}
+
+impl Service for Expirer {
+    fn name(&self) -> &'static str {
+        "expirer"
+    }
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
+        let mut pass = Pass::default();
+        for _ in 0..MAX_BATCHES_PER_PASS {
+            let mut tx = self.context.begin("scheduler").await?;
+            let expired = store::job::expire_due(&mut *tx, now, self.config.batch_size).await?;
+            tx.commit().await?;
+            pass.processed += expired as u64;
+            pass.more = expired >= self.config.batch_size;
+            if !pass.more {
+                break;
+            }
+        }
+        Ok(pass)
+    }
+}

@@ -1,0 +1,222 @@
+//! Maintenance services: everything in OJS that is driven by time or by workers disappearing.
+//!
+//! | service | does | default interval |
+//! |---|---|---|
+//! | [`Promoter`] | due `scheduled` and `retryable` jobs → `available` (wakes long polls) | 250 ms |
+//! | [`Reaper`] | active jobs past their reservation, execution timeout or total timeout → reclaimed | 500 ms |
+//! | [`Expirer`] | waiting jobs past `expires_at`, `enqueue_ttl` or `total_timeout` → discarded | 500 ms |
+//! | [`StaleWorkers`] | workers silent for the heartbeat timeout → stale, their jobs released | 2 s |
+//! | [`Pruner`] | finished jobs, old events and long-stale workers → deleted | 60 s |
+//!
+//! Only the elected leader runs them ([`crate::leadership`]); [`supervise`] starts them when
+//! this replica is elected and stops them when it is not. Each service is a struct with its own
+//! config and a `run_once(now)` that does one pass in bounded batches (at most
+//! [`MAX_BATCHES_PER_PASS`] statements of `batch_size` rows, each its own short transaction, so
+//! no pass holds locks for long or starves FETCH). Its loop runs a pass, then sleeps its
+//! interval with ±10 % jitter — or only yields when the pass stopped at the batch limit with work
+//! left. Tests call `run_once(Some(now))` directly to move time without sleeping.
+//!
+//! Correctness never depends on a service running on time: FETCH promotes due jobs of the
+//! queues it reads, never hands out an expired job, and ACK/NACK are fenced on the claim.
+
+mod expirer;
+mod promoter;
+mod pruner;
+mod reaper;
+mod stale_workers;
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Transaction};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use expirer::{Expirer, ExpirerConfig};
+pub use promoter::{Promoter, PromoterConfig};
+pub use pruner::{Pruner, PrunerConfig};
+pub use reaper::{Reaper, ReaperConfig};
+pub use stale_workers::{StaleWorkers, StaleWorkersConfig};
+
+use crate::db::DbHealth;
+use crate::leadership::{Role, jittered};
+
+/// Most batches one pass of a service runs before it yields.
+pub const MAX_BATCHES_PER_PASS: usize = 10;
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Rows moved or deleted.
+    pub processed: u64,
+    /// The pass stopped at its batch limit with work left: run again right away.
+    pub more: bool,
+}
+
+/// A maintenance service.
+pub trait Service: Send + Sync + 'static {
+    /// Name in logs and metrics.
+    fn name(&self) -> &'static str;
+    /// Pause between passes (before jitter).
+    fn interval(&self) -> Duration;
+    /// One pass; `now` overrides the database clock.
+    fn run_once(
+        &self,
+        now: Option<DateTime<Utc>>,
+    ) -> impl Future<Output = Result<Pass, sqlx::Error>> + Send;
+}
+
+/// What every service needs: the pool and who it is (for the `source` of the events it causes).
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub pool: PgPool,
+    /// `ojs://<service>` (the OJS service name, not the maintenance service).
+    pub service_uri: String,
+    pub instance_id: String,
+}
+
+impl Context {
+    pub fn new(pool: PgPool, service_name: &str, instance_id: &str) -> Context {
+        Context {
+            pool,
+            service_uri: format!("ojs://{service_name}"),
+            instance_id: instance_id.to_owned(),
+        }
+    }
+
+    /// A transaction whose events name `component` as their source.
+    pub async fn begin(
+        &self,
+        component: &str,
+    ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let source = format!("{}/{component}/{}", self.service_uri, self.instance_id);
+        sqlx::query_scalar!("select set_config('ojs.source', $1, true)", source)
+            .fetch_one(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+}
+
+/// Settings of all services.
+#[derive(Debug, Clone)]
+pub struct MaintenanceConfig {
+    pub promoter: PromoterConfig,
+    pub reaper: ReaperConfig,
+    pub expirer: ExpirerConfig,
+    pub stale_workers: StaleWorkersConfig,
+    pub pruner: PrunerConfig,
+}
+
+/// Runs the services while this replica leads, until `shutdown`.
+pub async fn supervise(
+    context: Context,
+    config: MaintenanceConfig,
+    health: DbHealth,
+    mut role: watch::Receiver<Role>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        // Wait to be elected.
+        let term = loop {
+            if let Role::Leader { term } = *role.borrow_and_update() {
+                break term;
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                changed = role.changed() => if changed.is_err() { return },
+            }
+        };
+        tracing::info!(term, "starting maintenance services");
+        let services = shutdown.child_token();
+        let mut tasks = JoinSet::new();
+        spawn(
+            &mut tasks,
+            Promoter::new(context.clone(), config.promoter.clone()),
+            &health,
+            &services,
+        );
+        spawn(
+            &mut tasks,
+            Reaper::new(context.clone(), config.reaper.clone()),
+            &health,
+            &services,
+        );
+        spawn(
+            &mut tasks,
+            Expirer::new(context.clone(), config.expirer.clone()),
+            &health,
+            &services,
+        );
+        spawn(
+            &mut tasks,
+            StaleWorkers::new(context.clone(), config.stale_workers.clone()),
+            &health,
+            &services,
+        );
+        spawn(
+            &mut tasks,
+            Pruner::new(context.clone(), config.pruner.clone()),
+            &health,
+            &services,
+        );
+        // Lead until the role changes (or we shut down).
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                changed = role.changed() => {
+                    if changed.is_err() || !role.borrow_and_update().is_leader() {
+                        break;
+                    }
+                }
+            }
+        }
+        services.cancel();
+        while tasks.join_next().await.is_some() {}
+        tracing::info!(term, "maintenance services stopped");
+    }
+}
+
+fn spawn<S: Service>(
+    tasks: &mut JoinSet<()>,
+    service: S,
+    health: &DbHealth,
+    stop: &CancellationToken,
+) {
+    tasks.spawn(run_loop(service, health.clone(), stop.clone()));
+}
+
+/// A service's loop: pass, pause, until `stop`.
+async fn run_loop<S: Service>(service: S, health: DbHealth, stop: CancellationToken) {
+    let name = service.name();
+    loop {
+        let pause = if health.is_down() {
+            service.interval()
+        } else {
+            let started = std::time::Instant::now();
+            let result = tokio::select! {
+                () = stop.cancelled() => return,
+                r = service.run_once(None) => r,
+            };
+            crate::telemetry::maintenance_pass(name, started.elapsed(), result.as_ref().ok());
+            match result {
+                Ok(pass) if pass.more => Duration::ZERO,
+                Ok(_) => jittered(service.interval()),
+                Err(e) => {
+                    health.report(&e);
+                    tracing::warn!(service = name, error = %e, "maintenance pass failed");
+                    jittered(service.interval())
+                }
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        if pause.is_zero() {
+            tokio::task::yield_now().await;
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! The promoter: due `scheduled` and `retryable` jobs become `available`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Context, MAX_BATCHES_PER_PASS, Pass, Service};
+use crate::store;
+
+/// Promoter settings.
+#[derive(Debug, Clone)]
+pub struct PromoterConfig {
+    /// Pause between passes. Jobs become available within about this long of their due time
+    /// (contract §1.9: 500 ms).
+    pub interval: Duration,
+    /// Jobs of each kind (scheduled, retryable) per statement.
+    pub batch_size: i64,
+}
+
+/// Moves due jobs of every queue to `available`, earliest due first, and notifies their queues
+/// (waking long-polling fetchers).
+pub struct Promoter {
+    context: Context,
+    config: PromoterConfig,
+}
+
+impl Promoter {
+    pub fn new(context: Context, config: PromoterConfig) -> Promoter {
+        Promoter { context, config }
+    }
+}
+
+impl Service for Promoter {
+    fn name(&self) -> &'static str {
+        "promoter"
+    }
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
+        let mut pass = Pass::default();
+        for _ in 0..MAX_BATCHES_PER_PASS {
+            let mut tx = self.context.begin("scheduler").await?;
+            let promoted =
+                store::job::promote_due(&mut *tx, None, now, self.config.batch_size).await?;
+            tx.commit().await?;
+            pass.processed += promoted as u64;
+            pass.more = promoted >= self.config.batch_size;
+            if !pass.more {
+                break;
+            }
+        }
+        Ok(pass)
+    }
+}

@@ -1,0 +1,80 @@
+//! The reaper: active jobs whose time is up are taken back from their workers.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Context, MAX_BATCHES_PER_PASS, Pass, Service};
+use crate::broker::release_jobs;
+use crate::job::Job;
+use crate::job::failure::Reclaim;
+use crate::store;
+
+/// Reaper settings.
+#[derive(Debug, Clone)]
+pub struct ReaperConfig {
+    /// Pause between passes (contract §1.9: deadlines are enforced within 1 s).
+    pub interval: Duration,
+    /// Jobs per statement.
+    pub batch_size: i64,
+}
+
+/// Reclaims active jobs past a deadline, earliest first:
+///
+/// * total timeout passed → `discarded` (error `expired`), whatever attempts remain;
+/// * execution timeout passed → the attempt fails with error `timeout` and the retry policy
+///   decides (`retryable` or `discarded`); heartbeats do not extend it;
+/// * reservation (`visible_until`) passed → back to `available` at once while attempts remain
+///   (error `visibility_timeout`; the attempt already counted), else `discarded`.
+///
+/// Discards enter the dead-letter queue per `on_exhaustion`. The worker's later ACK/NACK gets
+/// 409 (the claim is fenced); its next heartbeat lists the job in `jobs_lost`.
+pub struct Reaper {
+    context: Context,
+    config: ReaperConfig,
+}
+
+impl Reaper {
+    pub fn new(context: Context, config: ReaperConfig) -> Reaper {
+        Reaper { context, config }
+    }
+}
+
+/// Which of a job's deadlines ran out first matters less than which one decides: the total
+/// timeout ends the job, the execution timeout fails the attempt, the reservation returns it.
+fn cause(job: &Job, now: DateTime<Utc>) -> Reclaim {
+    if job.total_deadline_at.is_some_and(|at| at <= now) {
+        Reclaim::TotalTimeout
+    } else if job.timeout_at.is_some_and(|at| at <= now) {
+        Reclaim::ExecutionTimeout
+    } else {
+        Reclaim::VisibilityTimeout
+    }
+}
+
+impl Service for Reaper {
+    fn name(&self) -> &'static str {
+        "reaper"
+    }
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
+        let mut pass = Pass::default();
+        for _ in 0..MAX_BATCHES_PER_PASS {
+            let mut tx = self.context.begin("reaper").await?;
+            let (jobs, db_now) =
+                store::job::lock_overdue(&mut *tx, now, self.config.batch_size).await?;
+            let released = release_jobs(&mut tx, &jobs, |job| cause(job, db_now), now).await?;
+            tx.commit().await?;
+            pass.processed += released.len() as u64;
+            pass.more = jobs.len() as i64 >= self.config.batch_size;
+            if !pass.more {
+                break;
+            }
+        }
+        Ok(pass)
+    }
+}

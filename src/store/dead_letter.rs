@@ -1,0 +1,317 @@
+//! Statements on the dead-letter queue: `discarded` jobs with `dead_lettered_at` set
+//! (contract §4.5). They live in `ojs_job` like every other job.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+use crate::job::{Job, JobId};
+
+/// Which dead-lettered jobs an operation applies to.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterFilter {
+    pub queue: Option<String>,
+    /// Exact job type.
+    pub job_type: Option<String>,
+    /// Job type prefix (from `type=prefix*`).
+    pub type_prefix: Option<String>,
+    /// Matches the last error's `type` or `code`.
+    pub error_type: Option<String>,
+    /// `dead_lettered_at` at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// `dead_lettered_at` before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl DeadLetterFilter {
+    fn prefix_pattern(&self) -> Option<String> {
+        self.type_prefix.as_ref().map(|p| {
+            format!(
+                "{}%",
+                p.replace('\\', "\\\\")
+                    .replace('%', "\\%")
+                    .replace('_', "\\_")
+            )
+        })
+    }
+}
+
+/// Dead-lettered jobs matching `filter`, most recently dead-lettered first, and how many match
+/// in all.
+pub async fn list(
+    db: impl PgExecutor<'_> + Copy,
+    filter: &DeadLetterFilter,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<Job>, i64), sqlx::Error> {
+    let pattern = filter.prefix_pattern();
+    let jobs = sqlx::query_scalar!(
+        r#"
+        select j as "job!: Job"
+          from ojs_job j
+         where j.dead_lettered_at is not null
+           and ($1::text is null or j.queue = $1)
+           and ($2::text is null or j.type = $2)
+           and ($3::text is null or j.type like $3)
+           and ($4::text is null or j.error ->> 'type' = $4 or j.error ->> 'code' = $4)
+           and ($5::timestamptz is null or j.dead_lettered_at >= $5)
+           and ($6::timestamptz is null or j.dead_lettered_at < $6)
+         order by j.dead_lettered_at desc, j.id desc
+         limit $7 offset $8
+        "#,
+        filter.queue,
+        filter.job_type,
+        pattern,
+        filter.error_type,
+        filter.since,
+        filter.until,
+        limit,
+        offset,
+    )
+    .fetch_all(db)
+    .await?;
+    let total = sqlx::query_scalar!(
+        r#"
+        select count(*) as "total!"
+          from ojs_job j
+         where j.dead_lettered_at is not null
+           and ($1::text is null or j.queue = $1)
+           and ($2::text is null or j.type = $2)
+           and ($3::text is null or j.type like $3)
+           and ($4::text is null or j.error ->> 'type' = $4 or j.error ->> 'code' = $4)
+           and ($5::timestamptz is null or j.dead_lettered_at >= $5)
+           and ($6::timestamptz is null or j.dead_lettered_at < $6)
+        "#,
+        filter.queue,
+        filter.job_type,
+        pattern,
+        filter.error_type,
+        filter.since,
+        filter.until,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((jobs, total))
+}
+
+/// One dead-lettered job.
+pub async fn get(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select j as "job!: Job" from ojs_job j where j.id = $1 and j.dead_lettered_at is not null"#,
+        id as JobId
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// Aggregates of the dead-letter queue.
+#[derive(Debug, Clone)]
+pub struct DeadLetterStats {
+    pub total: i64,
+    /// `(queue, count)`, largest first.
+    pub by_queue: Vec<(String, i64)>,
+    /// `(last error type, count)`, largest first.
+    pub by_error_type: Vec<(String, i64)>,
+    pub oldest_at: Option<DateTime<Utc>>,
+    pub newest_at: Option<DateTime<Utc>>,
+}
+
+/// Counts by queue and by last error type, and the age range.
+pub async fn stats(db: impl PgExecutor<'_>) -> Result<DeadLetterStats, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        with dlq as (
+            select queue, coalesce(error ->> 'type', error ->> 'code', 'unknown') as error_type,
+                   dead_lettered_at
+              from ojs_job
+             where dead_lettered_at is not null
+        )
+        select (select count(*) from dlq) as "total!",
+               (select min(dead_lettered_at) from dlq) as oldest_at,
+               (select max(dead_lettered_at) from dlq) as newest_at,
+               array(select queue from dlq group by queue order by count(*) desc, queue) as "queues!",
+               array(select count(*) from dlq group by queue order by count(*) desc, queue) as "queue_counts!",
+               array(select error_type from dlq group by error_type order by count(*) desc, error_type) as "error_types!",
+               array(select count(*) from dlq group by error_type order by count(*) desc, error_type) as "error_type_counts!"
+        "#
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(DeadLetterStats {
+        total: row.total,
+        by_queue: row.queues.into_iter().zip(row.queue_counts).collect(),
+        by_error_type: row
+            .error_types
+            .into_iter()
+            .zip(row.error_type_counts)
+            .collect(),
+        oldest_at: row.oldest_at,
+        newest_at: row.newest_at,
+    })
+}
+
+/// New values for a job taken out of the dead-letter queue (`None`: keep the job's own).
+#[derive(Debug, Clone, Default)]
+pub struct RetryOverride {
+    pub queue: Option<String>,
+    /// Compact JSON object.
+    pub meta: Option<String>,
+    /// Effective retry policy (compact JSON) and its `max_attempts`.
+    pub retry: Option<(String, i32)>,
+    pub priority: Option<i32>,
+    /// Compact JSON array.
+    pub args: Option<String>,
+}
+
+/// Manual retry: `discarded` → `available` for dead-lettered jobs among `ids`, with a fresh
+/// history (attempt 0, no errors), `re_enqueued_at`/`enqueued_at` now and the override applied.
+/// Returns the jobs that moved.
+pub async fn retry(
+    db: impl PgExecutor<'_>,
+    ids: &[uuid::Uuid],
+    o: &RetryOverride,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let (retry, max_attempts) = match &o.retry {
+        Some((retry, max)) => (Some(retry.as_str()), Some(*max)),
+        None => (None, None),
+    };
+    sqlx::query_scalar!(
+        r#"
+        with retried as (
+            update ojs_job j
+               set state = 'available',
+                   queue = coalesce($2, j.queue),
+                   meta = coalesce($3::text::json, j.meta),
+                   retry = coalesce($4::text::json, j.retry),
+                   max_attempts = coalesce($5, j.max_attempts),
+                   priority = coalesce($6, j.priority),
+                   args = coalesce($7::text::json, j.args),
+                   attempt = 0,
+                   error = null,
+                   errors = '[]',
+                   result = null,
+                   worker_id = null,
+                   started_at = null,
+                   completed_at = null,
+                   discarded_at = null,
+                   dead_lettered_at = null,
+                   next_retry_at = null,
+                   retry_delay_ms = null,
+                   claim_deadline_at = null,
+                   total_deadline_at = now() + j.total_timeout_secs * interval '1 second',
+                   enqueued_at = now(),
+                   re_enqueued_at = now()
+             where j.id = any($1::uuid[])
+               and j.state = 'discarded'
+               and j.dead_lettered_at is not null
+            returning j
+        ),
+        notified as (
+            select count(pg_notify('ojs_job_available', q.queue)) as queues
+              from (select distinct (r.j).queue as queue from retried r) q
+        )
+        select r.j as "job!: Job" from retried r cross join notified
+        "#,
+        ids,
+        o.queue,
+        o.meta,
+        retry,
+        max_attempts,
+        o.priority,
+        o.args,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Ids of the dead-lettered jobs matching `filter` (for a bulk retry), at most `limit`.
+pub async fn matching_ids(
+    db: impl PgExecutor<'_>,
+    filter: &DeadLetterFilter,
+    limit: i64,
+) -> Result<Vec<uuid::Uuid>, sqlx::Error> {
+    let pattern = filter.prefix_pattern();
+    sqlx::query_scalar!(
+        r#"
+        select j.id
+          from ojs_job j
+         where j.dead_lettered_at is not null
+           and ($1::text is null or j.queue = $1)
+           and ($2::text is null or j.type = $2)
+           and ($3::text is null or j.type like $3)
+           and ($4::text is null or j.error ->> 'type' = $4 or j.error ->> 'code' = $4)
+           and ($5::timestamptz is null or j.dead_lettered_at >= $5)
+           and ($6::timestamptz is null or j.dead_lettered_at < $6)
+         order by j.dead_lettered_at
+         limit $7
+        "#,
+        filter.queue,
+        filter.job_type,
+        pattern,
+        filter.error_type,
+        filter.since,
+        filter.until,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Deletes dead-lettered jobs among `ids` for good, writing a `dead_letter.deleted` event for
+/// each. Returns the ids deleted.
+pub async fn delete(
+    db: impl PgExecutor<'_>,
+    ids: &[uuid::Uuid],
+) -> Result<Vec<uuid::Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with deleted as (
+            delete from ojs_job j
+             where j.id = any($1::uuid[]) and j.dead_lettered_at is not null
+            returning j.id, j.queue, j.type
+        ),
+        reported as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, data)
+            select 'dead_letter.deleted', d.id::text, d.id, d.queue, d.type,
+                   jsonb_build_object('job_id', d.id, 'job_type', d.type, 'queue', d.queue)
+              from deleted d
+            returning 1
+        )
+        select d.id as "id!" from deleted d
+        "#,
+        ids,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Purge: deletes up to `limit` dead-lettered jobs dead-lettered before `older_than` (all when
+/// `None`) of `queue` (any when `None`). Returns how many were deleted.
+pub async fn purge(
+    db: impl PgExecutor<'_>,
+    older_than: Option<DateTime<Utc>>,
+    queue: Option<&str>,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select id from ojs_job
+             where dead_lettered_at is not null
+               and ($1::timestamptz is null or dead_lettered_at < $1)
+               and ($2::text is null or queue = $2)
+             order by dead_lettered_at
+             limit $3
+               for update skip locked
+        ),
+        deleted as (
+            delete from ojs_job j using doomed d where j.id = d.id returning j.id
+        )
+        select count(*) as "purged!" from deleted
+        "#,
+        older_than,
+        queue,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
