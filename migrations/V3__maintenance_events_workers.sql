@@ -389,7 +389,9 @@ create trigger ojs_job_events_update after update on ojs_job
     referencing old table as old_rows new table as new_rows
     for each statement execute function ojs_job_events_on_update();
 
--- Worker events, row by row (workers change rarely).
+-- Worker events, row by row (workers change rarely). An upsert fires BEFORE INSERT even when
+-- it ends up updating, so inserts are reported AFTER INSERT (only rows actually inserted), and
+-- changes BEFORE UPDATE (where the sampled heartbeat can be stamped on the row).
 create function ojs_worker_events() returns trigger
     language plpgsql as $$
 declare
@@ -406,32 +408,51 @@ begin
         return old;
     end if;
 
+    if tg_op = 'INSERT' and tg_when = 'BEFORE' then
+        if new.last_heartbeat_at is not null then
+            new.heartbeat_event_at := now();
+        end if;
+        return new;
+    end if;
+
+    if tg_op = 'INSERT' then
+        if new.last_heartbeat_at is not null then
+            insert into ojs_event (type, subject, data)
+            values ('worker.started', new.id,
+                    jsonb_strip_nulls(jsonb_build_object('worker_id', new.id, 'queues', to_jsonb(new.queues),
+                                                         'concurrency', new.concurrency))),
+                   ('worker.heartbeat', new.id,
+                    jsonb_strip_nulls(jsonb_build_object('worker_id', new.id, 'queues', to_jsonb(new.queues),
+                                                         'active_jobs', 0)));
+        end if;
+        return null;
+    end if;
+
+    -- UPDATE
     if new.last_heartbeat_at is not null
-       and (tg_op = 'INSERT' or old.last_heartbeat_at is null or (old.stale_at is not null and new.stale_at is null)) then
+       and (old.last_heartbeat_at is null or (old.stale_at is not null and new.stale_at is null)) then
         insert into ojs_event (type, subject, data)
         values ('worker.started', new.id,
                 jsonb_strip_nulls(jsonb_build_object('worker_id', new.id, 'queues', to_jsonb(new.queues),
                                                      'concurrency', new.concurrency)));
     end if;
-    if tg_op = 'UPDATE' then
-        if new.stale_at is not null and old.stale_at is null then
-            insert into ojs_event (type, subject, data)
-            values ('worker.stopped', new.id,
-                    jsonb_build_object('worker_id', new.id, 'reason', 'error',
-                                       'uptime_ms', ojs_ms_between(coalesce(new.started_at, new.registered_at), now())));
-        end if;
-        was := ojs_worker_effective_state(old.directive, old.state, old.stale_at is not null);
-        now_is := ojs_worker_effective_state(new.directive, new.state, new.stale_at is not null);
-        if now_is = 'quiet' and was <> 'quiet' then
-            insert into ojs_event (type, subject, data)
-            values ('worker.quiet', new.id,
-                    jsonb_build_object('worker_id', new.id,
-                                       'active_jobs', (select count(*) from ojs_job j
-                                                        where j.worker_id = new.id and j.state = 'active')));
-        end if;
+    if new.stale_at is not null and old.stale_at is null then
+        insert into ojs_event (type, subject, data)
+        values ('worker.stopped', new.id,
+                jsonb_build_object('worker_id', new.id, 'reason', 'error',
+                                   'uptime_ms', ojs_ms_between(coalesce(new.started_at, new.registered_at), now())));
     end if;
-    if new.last_heartbeat_at is not null
-       and (tg_op = 'INSERT' or new.last_heartbeat_at is distinct from old.last_heartbeat_at)
+    was := ojs_worker_effective_state(old.directive, old.state, old.stale_at is not null);
+    now_is := ojs_worker_effective_state(new.directive, new.state, new.stale_at is not null);
+    if now_is = 'quiet' and was <> 'quiet' then
+        insert into ojs_event (type, subject, data)
+        values ('worker.quiet', new.id,
+                jsonb_build_object('worker_id', new.id,
+                                   'active_jobs', (select count(*) from ojs_job j
+                                                    where j.worker_id = new.id and j.state = 'active')));
+    end if;
+    if new.last_heartbeat_at is distinct from old.last_heartbeat_at
+       and new.last_heartbeat_at is not null
        and (new.heartbeat_event_at is null or new.heartbeat_event_at <= now() - interval '1 minute') then
         new.heartbeat_event_at := now();
         insert into ojs_event (type, subject, data)
@@ -447,7 +468,10 @@ $$;
 
 comment on function ojs_worker_events() is 'Writes worker.started, worker.quiet, worker.heartbeat (sampled) and worker.stopped events.';
 
-create trigger ojs_worker_events before insert or update or delete on ojs_worker
+create trigger ojs_worker_events_before before insert or update or delete on ojs_worker
+    for each row execute function ojs_worker_events();
+
+create trigger ojs_worker_events_after after insert on ojs_worker
     for each row execute function ojs_worker_events();
 
 ---------------------------------------------------------------------------------------------

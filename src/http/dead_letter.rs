@@ -160,19 +160,9 @@ fn parse_override(
     let envelope_obj = Object::parse(&text).map_err(|e| ApiError::internal(e.to_string()))?;
     let job =
         envelope::parse(&envelope_obj, &state.broker().settings().limits).map_err(|rejection| {
-            let rename = |v: Vec<Violation>| {
-                v.into_iter()
-                    .map(|v| Violation::new(v.path.replacen("$.", "$.override.", 1), v.message))
-                    .collect()
-            };
-            let rejection = match rejection {
-                Rejection::Invalid(v) => Rejection::Invalid(rename(v)),
-                Rejection::InvalidRetry(v) => Rejection::InvalidRetry(rename(v)),
-                other => other,
-            };
             ApiError::from(Error::Rejected {
                 index: None,
-                rejection,
+                rejection: under_override(rejection),
             })
         })?;
     let has = |key: &str| obj.get(key).is_some();
@@ -183,6 +173,25 @@ fn parse_override(
         priority: has("priority").then_some(job.priority),
         args: has("args").then(|| job.args.clone()),
     })
+}
+
+/// A rejection of the synthetic envelope, with its paths pointing into `override`.
+fn under_override(rejection: Rejection) -> Rejection {
+    let rename = |v: Violation| Violation::new(v.path.replacen("$.", "$.override.", 1), v.message);
+    match rejection {
+        Rejection::Invalid(v) => Rejection::Invalid(v.into_iter().map(rename).collect()),
+        Rejection::InvalidRetry(v) => Rejection::InvalidRetry(v.into_iter().map(rename).collect()),
+        Rejection::PriorityOutOfRange {
+            violation,
+            value,
+            max,
+        } => Rejection::PriorityOutOfRange {
+            violation: rename(violation),
+            value,
+            max,
+        },
+        other => other,
+    }
 }
 
 /// `POST /ojs/v1/dead-letter/{id}/retry`: back to `available` with a fresh history; an optional

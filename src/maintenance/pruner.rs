@@ -43,17 +43,12 @@ impl Pruner {
         Pruner { context, config }
     }
 
-    /// Deletes `target` rows in batches (each its own transaction) until a batch is not full
-    /// or the pass's batch budget is spent. Returns rows deleted and whether work is left.
-    async fn batches(
-        &self,
-        budget: &mut usize,
-        target: Target,
-    ) -> Result<(u64, bool), sqlx::Error> {
+    /// Deletes `target` rows in batches (each its own transaction) until a batch is not full,
+    /// at most [`MAX_BATCHES_PER_PASS`] of them. Returns rows deleted and whether work is left.
+    async fn batches(&self, target: Target) -> Result<(u64, bool), sqlx::Error> {
         let batch = self.config.batch_size;
         let mut deleted = 0;
-        while *budget > 0 {
-            *budget -= 1;
+        for _ in 0..MAX_BATCHES_PER_PASS {
             let mut tx = self.context.begin("scheduler").await?;
             let n = match target {
                 Target::Jobs(state, cutoff) => {
@@ -119,10 +114,9 @@ impl Service for Pruner {
             Target::Events(since(now, c.events), c.max_events),
             Target::Workers(since(now, c.stale_workers)),
         ];
-        let mut budget = MAX_BATCHES_PER_PASS * targets.len();
         let mut pass = Pass::default();
         for target in targets {
-            let (n, more) = self.batches(&mut budget, target).await?;
+            let (n, more) = self.batches(target).await?;
             pass.processed += n;
             pass.more |= more;
         }
