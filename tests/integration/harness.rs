@@ -644,3 +644,36 @@ pub async fn statuses(tasks: Vec<JoinHandle<u16>>) -> Vec<u16> {
 pub fn count(statuses: &[u16], status: u16) -> usize {
     statuses.iter().filter(|s| **s == status).count()
 }
+
+impl TestApp {
+    /// What the maintenance services need, on this test's database.
+    pub fn maintenance(&self) -> ojsd::maintenance::Context {
+        ojsd::maintenance::Context::new(self.pool().clone(), "ojs-server", "test-instance")
+    }
+
+    /// The database clock plus `offset` (to run a service "later" without sleeping).
+    pub async fn db_now_plus(&self, offset: Duration) -> chrono::DateTime<chrono::Utc> {
+        let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()")
+            .fetch_one(self.pool())
+            .await
+            .unwrap();
+        now + chrono::Duration::from_std(offset).unwrap()
+    }
+
+    /// Event types written so far, in delivery order (all transactions have committed).
+    pub async fn event_types(&self) -> Vec<String> {
+        sqlx::query_scalar("select type from ojs_event order by xid, seq")
+            .fetch_all(self.pool())
+            .await
+            .unwrap()
+    }
+
+    /// Event types written about one job, in delivery order.
+    pub async fn job_event_types(&self, id: &str) -> Vec<String> {
+        sqlx::query_scalar("select type from ojs_event where job_id = $1::uuid order by xid, seq")
+            .bind(id)
+            .fetch_all(self.pool())
+            .await
+            .unwrap()
+    }
+}

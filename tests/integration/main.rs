@@ -1,10 +1,17 @@
 //! Integration tests: the real server over HTTP, on a real PostgreSQL, one database per test.
 
 mod concurrency;
+mod dead_letter;
+mod events_api;
 mod harness;
 mod jobs_api;
+mod leadership;
+mod maintenance;
+mod processes;
+mod replicas;
 mod schema;
 mod system;
 mod unique;
 mod validation;
+mod worker_protocol;
 mod workers_api;

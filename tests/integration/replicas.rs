@@ -1,0 +1,527 @@
+//! Several real `ojsd` processes on one database behave as one server, including when one of
+//! them dies (SIGKILL), is stopped (SIGTERM), or the database restarts under them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::harness::TestDb;
+use crate::processes::{PrivateCluster, Replica};
+
+/// Lease used by [`Replica::start`] (OJS_LEADER_LEASE_MS) and the follower's elect interval.
+const LEASE: Duration = Duration::from_millis(2_000);
+const ELECT_INTERVAL: Duration = Duration::from_millis(1_000);
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(15))
+        .build()
+        .unwrap()
+}
+
+/// Whether the replica says it leads (`None`: it does not answer).
+async fn leads(client: &reqwest::Client, replica: &Replica) -> Option<bool> {
+    let resp = client
+        .get(format!("{}/ojs/v1/health", replica.base))
+        .send()
+        .await
+        .ok()?;
+    let body: Value = resp.json().await.ok()?;
+    body["instance"]["leader"].as_bool()
+}
+
+/// Waits until exactly one of `replicas` leads and returns its index; fails if two ever do.
+async fn one_leader(client: &reqwest::Client, replicas: &[&Replica], within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut leaders = Vec::new();
+        for (i, r) in replicas.iter().enumerate() {
+            if leads(client, r).await == Some(true) {
+                leaders.push(i);
+            }
+        }
+        assert!(leaders.len() <= 1, "two leaders at once: {leaders:?}");
+        if let [one] = leaders[..] {
+            return one;
+        }
+        assert!(Instant::now() < deadline, "no leader within {within:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn post(client: &reqwest::Client, base: &str, path: &str, body: Value) -> (u16, Value) {
+    let resp = client
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .expect("request reaches the replica");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn three_replicas_keep_one_leader_through_a_sigkill() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let mut replicas: Vec<Replica> = ["r1", "r2", "r3"]
+        .into_iter()
+        .map(|id| Replica::start(&url, id, &[("OJS_SKIP_MIGRATIONS", "true")]))
+        .collect();
+    let client = client();
+    let refs: Vec<&Replica> = replicas.iter().collect();
+    let leader = one_leader(&client, &refs, Duration::from_secs(10)).await;
+    // Exactly one, and it stays that way.
+    for _ in 0..20 {
+        assert_eq!(one_leader(&client, &refs, Duration::ZERO).await, leader);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (leader_id, held): (String, bool) =
+        sqlx::query_as("select leader_id, held from ojs_leadership")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(held);
+    assert_eq!(leader_id, replicas[leader].instance_id);
+
+    // A scheduled job, due after the leader is gone: only a new leader's promoter can move it,
+    // since nobody fetches.
+    let survivor = &replicas[(leader + 1) % 3].base;
+    let (status, body) = post(
+        &client,
+        survivor,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "queue": "later", "scheduled_at": "+PT1S"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let id = body["job"]["id"].as_str().unwrap().to_owned();
+
+    let killed = Instant::now();
+    replicas[leader].kill();
+    let rest: Vec<&Replica> = replicas
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, r)| r)
+        .collect();
+    let next = one_leader(&client, &rest, Duration::from_secs(10)).await;
+    let failover = killed.elapsed();
+    eprintln!("replicas: new leader {failover:?} after SIGKILL of the old one (lease {LEASE:?})");
+    assert!(
+        failover <= LEASE + ELECT_INTERVAL,
+        "took {failover:?} to elect a new leader"
+    );
+    let (new_id, term): (String, i64) =
+        sqlx::query_as("select leader_id, term from ojs_leadership where held")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(new_id, rest[next].instance_id);
+    assert_eq!(term, 2);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let job: Value = client
+            .get(format!("{}/ojs/v1/jobs/{id}", rest[next].base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if job["job"]["state"] == "available" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "scheduled job never promoted: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
+    const JOBS: usize = 300;
+    const WORKERS: usize = 8;
+    let db = TestDb::new().await;
+    let url = db.url();
+    let mut a = Replica::start(&url, "ra", &[("OJS_SKIP_MIGRATIONS", "true")]);
+    let b = Replica::start(&url, "rb", &[("OJS_SKIP_MIGRATIONS", "true")]);
+    let client = client();
+    let jobs: Vec<Value> = (0..JOBS)
+        .map(|i| json!({"type": "a.b", "args": [i], "queue": "load"}))
+        .collect();
+    let (status, _) = post(
+        &client,
+        &a.base,
+        "/ojs/v1/jobs/batch",
+        json!({"jobs": jobs}),
+    )
+    .await;
+    assert_eq!(status, 201);
+
+    let bases = Arc::new([a.base.clone(), b.base.clone()]);
+    let acked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let handled = Arc::new(AtomicUsize::new(0));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let (client, bases, acked, handled, stop) = (
+            client.clone(),
+            bases.clone(),
+            acked.clone(),
+            handled.clone(),
+            stop.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            // Half the workers start on each replica and move to the other when theirs dies.
+            // The first two are tied to the first replica: they die with it, abandoning the
+            // jobs they hold, which come back when their reservation runs out.
+            let mut replica = w % 2;
+            let pinned = w < 2;
+            let worker_id = format!("worker-{w}");
+            while !stop.is_cancelled() {
+                let fetched = client
+                    .post(format!("{}/ojs/v1/workers/fetch", bases[replica]))
+                    .json(
+                        &json!({"queues": ["load"], "count": 5, "worker_id": worker_id,
+                                  "visibility_timeout_ms": 2000, "wait_ms": 200}),
+                    )
+                    .send()
+                    .await;
+                let body: Value = match fetched {
+                    Ok(resp) if resp.status() == 200 => resp.json().await.unwrap_or_default(),
+                    _ if pinned => return,
+                    _ => {
+                        replica = 1 - replica;
+                        continue;
+                    }
+                };
+                for job in body["jobs"].as_array().cloned().unwrap_or_default() {
+                    let id = job["id"].as_str().unwrap().to_owned();
+                    tokio::time::sleep(Duration::from_millis(if pinned { 20 } else { 5 })).await;
+                    // Report until some replica answers; a 409 means the reservation was lost
+                    // and the job went back to the queue for another worker.
+                    loop {
+                        let ack = client
+                            .post(format!("{}/ojs/v1/workers/ack", bases[replica]))
+                            .json(&json!({"job_id": id, "worker_id": worker_id}))
+                            .send()
+                            .await;
+                        match ack.map(|r| r.status().as_u16()) {
+                            Ok(200) => {
+                                acked.lock().await.push(id.clone());
+                                break;
+                            }
+                            Ok(409) => break,
+                            _ if pinned => return,
+                            _ => replica = 1 - replica,
+                        }
+                    }
+                    handled.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    // Kill one replica while work is in flight.
+    while handled.load(Ordering::SeqCst) < JOBS / 3 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    a.kill();
+    let killed_at = Instant::now();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let completed: i64 =
+            sqlx::query_scalar("select count(*) from ojs_job where state = 'completed'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        if completed as usize == JOBS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {completed} of {JOBS} jobs completed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let drained = killed_at.elapsed();
+    stop.cancel();
+    for w in workers {
+        w.await.unwrap();
+    }
+    // An ACK whose answer died with the replica may have committed: the worker's retry then
+    // gets 409. So count completions in the database, not 200s.
+    let acked = acked.lock().await;
+    let unique: HashSet<&String> = acked.iter().collect();
+    assert_eq!(unique.len(), acked.len(), "no job acknowledged twice");
+    let completions: Vec<(String, i64)> = sqlx::query_as(
+        "select job_id::text, count(*) from ojs_event where type = 'job.completed' group by job_id having count(*) <> 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        completions.is_empty(),
+        "each job completed exactly once: {completions:?}"
+    );
+    let states: Vec<(String, i64)> =
+        sqlx::query_as("select state::text, count(*) from ojs_job group by state")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(states, [("completed".to_owned(), JOBS as i64)]);
+    let reclaimed: i64 = sqlx::query_scalar(
+        r#"select count(*) from ojs_job where errors @> '[{"code": "visibility_timeout"}]'"#,
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        reclaimed > 0,
+        "the dead workers' jobs came back through reclaim"
+    );
+    eprintln!(
+        "replicas: {JOBS} jobs, 0 lost; {reclaimed} reclaimed after their reservation ran out; \
+         all done {drained:?} after the SIGKILL"
+    );
+    drop(b);
+}
+
+#[tokio::test]
+async fn sigterm_finishes_in_flight_requests_resigns_and_exits_zero() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    // A long lease: only a resignation explains a quick takeover.
+    let slow_lease = [
+        ("OJS_SKIP_MIGRATIONS", "true"),
+        ("OJS_LEADER_LEASE_MS", "20000"),
+        ("OJS_LEADER_RENEW_INTERVAL_MS", "2000"),
+        ("OJS_LEADER_ELECT_INTERVAL_MS", "10000"),
+    ];
+    let mut a = Replica::start(&url, "term-a", &slow_lease);
+    let client = client();
+    assert_eq!(one_leader(&client, &[&a], Duration::from_secs(10)).await, 0);
+    let b = Replica::start(&url, "term-b", &slow_lease);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(leads(&client, &b).await, Some(false));
+
+    // A long poll in flight on the replica about to stop.
+    let poll = {
+        let client = client.clone();
+        let url = format!("{}/ojs/v1/workers/fetch", a.base);
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let resp = client
+                .post(url)
+                .json(&json!({"queues": ["idle"], "wait_ms": 20000}))
+                .send()
+                .await
+                .expect("the in-flight request is answered");
+            (resp.status().as_u16(), started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = Instant::now();
+    a.terminate();
+    let (status, waited) = poll.await.unwrap();
+    assert_eq!(status, 200, "the long poll got its (empty) answer");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+
+    let exit = tokio::task::spawn_blocking(move || {
+        let status = a.wait_exit(Duration::from_secs(15));
+        (status, a)
+    })
+    .await
+    .unwrap();
+    let (status, a) = exit;
+    assert_eq!(status.code(), Some(0), "clean exit");
+    assert!(a.logged("resigned maintenance leadership"));
+    // It no longer accepts connections.
+    assert!(
+        client
+            .get(format!("{}/health", a.base))
+            .send()
+            .await
+            .is_err()
+    );
+    // The other replica took over at once, not after the 20 s lease.
+    assert_eq!(one_leader(&client, &[&b], Duration::from_secs(3)).await, 0);
+    let handover = stopped.elapsed();
+    eprintln!("replicas: SIGTERM to exit 0 and new leader in {handover:?} (lease 20 s)");
+    assert!(handover < Duration::from_secs(5), "{handover:?}");
+}
+
+#[tokio::test]
+async fn a_postgres_restart_under_load_loses_nothing() {
+    const JOBS: usize = 200;
+    let cluster = Arc::new(
+        tokio::task::spawn_blocking(PrivateCluster::start)
+            .await
+            .unwrap(),
+    );
+    let replica = Replica::start(
+        &cluster.url("ojs"),
+        "pg-restart",
+        &[("OJS_DB_ACQUIRE_TIMEOUT_MS", "2000")],
+    );
+    let client = client();
+    let base = replica.base.clone();
+    let outcomes = Arc::new(Mutex::new(Vec::<(u16, bool, Duration)>::new()));
+
+    // Producer: client-chosen ids, retried until acknowledged (201, or 409 duplicate when an
+    // earlier try had committed but its answer was lost).
+    let producer = {
+        let (client, base, outcomes) = (client.clone(), base.clone(), outcomes.clone());
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..JOBS {
+                let id = uuid::Uuid::now_v7().to_string();
+                loop {
+                    let started = Instant::now();
+                    let resp = client
+                        .post(format!("{base}/ojs/v1/jobs"))
+                        .json(&json!({"id": id, "type": "a.b", "args": [i], "queue": "pg"}))
+                        .send()
+                        .await
+                        .expect("ojsd answers while the database is away");
+                    let status = resp.status().as_u16();
+                    let retry_after = resp.headers().contains_key("retry-after");
+                    outcomes
+                        .lock()
+                        .await
+                        .push((status, retry_after, started.elapsed()));
+                    if status == 201 || status == 409 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                ids.push(id);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            ids
+        })
+    };
+    // Consumer: fetch and acknowledge, retrying the same way.
+    let consumer = {
+        let (client, base, outcomes) = (client.clone(), base.clone(), outcomes.clone());
+        tokio::spawn(async move {
+            let mut done = HashSet::new();
+            let deadline = Instant::now() + Duration::from_secs(90);
+            while done.len() < JOBS && Instant::now() < deadline {
+                let started = Instant::now();
+                let resp = client
+                    .post(format!("{base}/ojs/v1/workers/fetch"))
+                    .json(
+                        &json!({"queues": ["pg"], "count": 10, "worker_id": "pg-worker",
+                                  "visibility_timeout_ms": 3000, "wait_ms": 100}),
+                    )
+                    .send()
+                    .await
+                    .expect("ojsd answers while the database is away");
+                let status = resp.status().as_u16();
+                let retry_after = resp.headers().contains_key("retry-after");
+                let body: Value = resp.json().await.unwrap_or_default();
+                outcomes
+                    .lock()
+                    .await
+                    .push((status, retry_after, started.elapsed()));
+                if status != 200 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                for job in body["jobs"].as_array().cloned().unwrap_or_default() {
+                    let id = job["id"].as_str().unwrap().to_owned();
+                    loop {
+                        let started = Instant::now();
+                        let resp = client
+                            .post(format!("{base}/ojs/v1/workers/ack"))
+                            .json(&json!({"job_id": id, "worker_id": "pg-worker"}))
+                            .send()
+                            .await
+                            .expect("ojsd answers while the database is away");
+                        let status = resp.status().as_u16();
+                        let retry_after = resp.headers().contains_key("retry-after");
+                        outcomes
+                            .lock()
+                            .await
+                            .push((status, retry_after, started.elapsed()));
+                        match status {
+                            200 => {
+                                done.insert(id.clone());
+                                break;
+                            }
+                            // Already completed by an earlier try whose answer was lost, or
+                            // reclaimed meanwhile (it will be fetched again).
+                            409 => break,
+                            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    }
+                }
+            }
+        })
+    };
+
+    // Restart Postgres while both run.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let outage = Instant::now();
+    let handle = cluster.clone();
+    tokio::task::spawn_blocking(move || handle.stop())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let handle = cluster.clone();
+    tokio::task::spawn_blocking(move || handle.start_again())
+        .await
+        .unwrap();
+    let downtime = outage.elapsed();
+
+    let ids = producer.await.unwrap();
+    consumer.await.unwrap();
+    let pool = sqlx::PgPool::connect(&cluster.url("ojs")).await.unwrap();
+    let completed: Vec<String> =
+        sqlx::query_scalar("select id::text from ojs_job where state = 'completed'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let completed: HashSet<String> = completed.into_iter().collect();
+    let missing: Vec<&String> = ids.iter().filter(|id| !completed.contains(*id)).collect();
+    assert!(missing.is_empty(), "jobs lost or not finished: {missing:?}");
+    let total: i64 = sqlx::query_scalar("select count(*) from ojs_job")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(total as usize, JOBS, "no job was created twice");
+
+    let outcomes = outcomes.lock().await;
+    let errors: Vec<&(u16, bool, Duration)> =
+        outcomes.iter().filter(|(s, _, _)| *s >= 500).collect();
+    assert!(
+        errors
+            .iter()
+            .all(|(status, retry_after, _)| *status == 503 && *retry_after),
+        "database errors are 503 with Retry-After: {errors:?}"
+    );
+    let slowest = outcomes.iter().map(|(_, _, d)| *d).max().unwrap();
+    assert!(
+        slowest < Duration::from_secs(6),
+        "a request hung for {slowest:?}"
+    );
+    eprintln!(
+        "replicas: Postgres down {downtime:?}: {} requests, {} answered 503, slowest {slowest:?}, \
+         {JOBS} jobs, 0 lost",
+        outcomes.len(),
+        errors.len()
+    );
+    let ready = client.get(format!("{base}/ready")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    drop(replica);
+}
