@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Compares a conformance JSON report with conformance/known-gaps.txt.
+"""Compares conformance JSON reports with conformance/known-gaps.txt.
 
-Usage: check_conformance.py REPORT.json KNOWN_GAPS.txt
+Usage: check_conformance.py KNOWN_GAPS.txt REPORT.json [REPORT.json ...]
 
 Exits 1 when a test failed (or errored) without being listed as a known gap. Listed tests
 that passed are reported so their entry can be removed.
@@ -30,12 +30,17 @@ def listed(gaps, test):
 
 
 def main():
-    report_path, gaps_path = sys.argv[1], sys.argv[2]
-    with open(report_path, encoding="utf-8") as fh:
-        report = json.load(fh)
+    gaps_path, report_paths = sys.argv[1], sys.argv[2:]
+    tests, totals = [], {"passed": 0, "failed": 0, "errored": 0}
+    for report_path in report_paths:
+        with open(report_path, encoding="utf-8") as fh:
+            report = json.load(fh)
+        tests.extend(report["tests"])
+        for key in totals:
+            totals[key] += report["totals"].get(key, 0)
     gaps = load_gaps(gaps_path)
     unexpected, known, fixed = [], [], []
-    for test in report["tests"]:
+    for test in tests:
         reason = listed(gaps, test)
         failed = test["status"] in ("fail", "error")
         if failed and reason is None:
@@ -44,7 +49,6 @@ def main():
             known.append((test, reason))
         elif reason is not None and test["status"] == "pass":
             fixed.append(test)
-    totals = report["totals"]
     print(
         f"conformance: {totals['passed']} passed, {totals['failed'] + totals.get('errored', 0)} failed "
         f"({len(known)} known gaps, {len(unexpected)} unexpected)"
