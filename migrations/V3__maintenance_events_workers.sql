@@ -174,23 +174,9 @@ comment on function ojs_worker_directive_max(text, text) is
 -- Events: the lifecycle outbox, written by triggers in the transaction of the change.
 ---------------------------------------------------------------------------------------------
 
--- A UUIDv7 from the database clock (Postgres 15 has no built-in one).
-create function ojs_uuid_v7() returns uuid
-    language sql volatile parallel safe
-    return encode(
-        set_bit(set_bit(
-            overlay(uuid_send(gen_random_uuid())
-                    placing substring(int8send((extract(epoch from clock_timestamp()) * 1000)::bigint) from 3)
-                    from 1 for 6),
-            52, 1), 53, 1),
-        'hex')::uuid;
-
-comment on function ojs_uuid_v7() is 'A random UUID version 7 whose first 48 bits are the current Unix time in milliseconds.';
-
 create table ojs_event (
-    id          uuid          not null default ojs_uuid_v7(),
-    xid         xid8          not null default pg_current_xact_id(),
     seq         bigint        not null generated always as identity,
+    xid         xid8          not null default pg_current_xact_id(),
     type        text          not null,
     source      text          not null default coalesce(nullif(current_setting('ojs.source', true), ''), 'ojs://ojs-server/api/unknown'),
     time        timestamptz   not null default now(),
@@ -202,8 +188,7 @@ create table ojs_event (
     to_state    ojs_job_state,
     data        jsonb         not null default '{}',
 
-    constraint ojs_event_pkey primary key (id),
-    constraint ojs_event_type_format check (type ~ '^[a-z_]+(\.[a-z_]+)+$'),
+    constraint ojs_event_pkey primary key (seq),
     constraint ojs_event_data_is_object check (jsonb_typeof(data) = 'object'),
     constraint ojs_event_transition_complete check ((from_state is null) or (to_state is not null))
 );
@@ -216,9 +201,8 @@ create index ojs_event_job_idx on ojs_event (job_id, xid, seq) where job_id is n
 create index ojs_event_queue_idx on ojs_event (queue, xid, seq) where queue is not null;
 
 comment on table ojs_event is 'Lifecycle events (OJS event vocabulary), written by triggers in the same transaction as the change they describe. Served by GET /ojs/v1/events and the SSE streams; pruned after 7 days or beyond 1,000,000 events.';
-comment on column ojs_event.id is 'Event id, sent as evt_<id>.';
 comment on column ojs_event.xid is 'Transaction that wrote the event; events are delivered in (xid, seq) order once that transaction is older than every running one.';
-comment on column ojs_event.seq is 'Position of the event among all events; orders the events of one transaction.';
+comment on column ojs_event.seq is 'Position of the event among all events; orders the events of one transaction. The event id sent to clients (evt_<UUIDv7>) is made of time and seq.';
 comment on column ojs_event.type is 'Event type, e.g. job.completed.';
 comment on column ojs_event.source is 'ojs://<service>/<component>/<instance> of the writer.';
 comment on column ojs_event.time is 'When the change happened (the transaction time of the writer).';
@@ -231,14 +215,15 @@ comment on column ojs_event.to_state is 'For the one event that records a job st
 comment on column ojs_event.data is 'Event payload.';
 
 -- Fields every job event carries.
-create function ojs_job_event_base(j ojs_job) returns jsonb
+create function ojs_job_event_base(job_id uuid, job_type text, queue text, state ojs_job_state, meta json)
+    returns jsonb
     language sql stable parallel safe
-    return jsonb_build_object('job_id', j.id, 'job_type', j.type, 'queue', j.queue, 'state', j.state)
+    return jsonb_build_object('job_id', job_id, 'job_type', job_type, 'queue', queue, 'state', state)
            || jsonb_strip_nulls(jsonb_build_object('trace_id',
-                  coalesce(nullif(j.meta ->> 'trace_id', ''),
-                           nullif(split_part(j.meta ->> 'traceparent', '-', 2), ''))));
+                  coalesce(nullif(meta ->> 'trace_id', ''),
+                           nullif(split_part(meta ->> 'traceparent', '-', 2), ''))));
 
-comment on function ojs_job_event_base(ojs_job) is 'job_id, job_type, queue, state and, when meta carries one, trace_id.';
+comment on function ojs_job_event_base(uuid, text, text, ojs_job_state, json) is 'job_id, job_type, queue, state and, when meta carries one, trace_id.';
 
 -- Milliseconds between two instants (null when either is).
 create function ojs_ms_between(a timestamptz, b timestamptz) returns bigint
@@ -248,146 +233,157 @@ create function ojs_ms_between(a timestamptz, b timestamptz) returns bigint
 comment on function ojs_ms_between(timestamptz, timestamptz) is 'Whole milliseconds from a to b.';
 
 -- Why a job was discarded, from what the transition left in the row.
-create function ojs_discard_reason(previous ojs_job_state, j ojs_job) returns text
-    language sql stable parallel safe
+create function ojs_discard_reason(previous ojs_job_state, code text, attempt integer, max_attempts integer,
+                                   total_deadline_at timestamptz, discarded_at timestamptz)
+    returns text
+    language sql immutable parallel safe
     return case
-        when j.error ->> 'code' in ('DISCARD', 'FAIL', 'DEAD_LETTER') and previous = 'active' then 'handler_directive'
-        when j.error ->> 'code' = 'expired' and j.total_deadline_at <= j.discarded_at then 'total_timeout'
-        when j.error ->> 'code' = 'expired' then 'expired'
-        when j.error ->> 'code' in ('overflow', 'rate_limit_dropped', 'queue_deleted') then j.error ->> 'code'
-        when j.attempt >= greatest(j.max_attempts, 1) then 'exhausted'
+        when code in ('DISCARD', 'FAIL', 'DEAD_LETTER') and previous = 'active' then 'handler_directive'
+        when code = 'expired' and total_deadline_at <= discarded_at then 'total_timeout'
+        when code = 'expired' then 'expired'
+        when code in ('overflow', 'rate_limit_dropped', 'queue_deleted') then code
+        when attempt >= greatest(max_attempts, 1) then 'exhausted'
         else 'non_retryable'
     end;
 
-comment on function ojs_discard_reason(ojs_job_state, ojs_job) is 'Reason of a job.discarded event: exhausted, non_retryable, handler_directive, expired, total_timeout, overflow, rate_limit_dropped or queue_deleted.';
+comment on function ojs_discard_reason(ojs_job_state, text, integer, integer, timestamptz, timestamptz) is 'Reason of a job.discarded event: exhausted, non_retryable, handler_directive, expired, total_timeout, overflow, rate_limit_dropped or queue_deleted.';
 
--- The events one row change produces, in order. `o` is the row before (null for an insert),
--- `n` after. The event that records the state change itself carries from/to.
-create function ojs_job_events(o ojs_job, n ojs_job)
+-- The event that records a job's move into its current state, and its payload (scalar
+-- functions, inlined where they are used).
+create function ojs_job_event_type(state ojs_job_state) returns text
+    language sql immutable parallel safe
+    return case state
+        when 'available' then 'job.enqueued'
+        when 'scheduled' then 'job.scheduled'
+        when 'active' then 'job.started'
+        when 'completed' then 'job.completed'
+        when 'retryable' then 'job.retrying'
+        when 'discarded' then 'job.discarded'
+        when 'cancelled' then 'job.cancelled'
+    end;
+
+comment on function ojs_job_event_type(ojs_job_state) is 'The event type of a move into state (job.enqueued for available, ...); null for pending.';
+
+create function ojs_job_transition_data(prev ojs_job_state, n ojs_job) returns jsonb
+    language sql stable parallel safe
+    return ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || case n.state
+        when 'available' then jsonb_strip_nulls(jsonb_build_object(
+            'priority', n.priority, 'scheduled_at', ojs_timestamp_text(n.scheduled_at),
+            'unique_key', n.unique_key))
+        when 'scheduled' then jsonb_build_object('scheduled_at', ojs_timestamp_text(n.scheduled_at))
+        when 'active' then jsonb_strip_nulls(jsonb_build_object(
+            'worker_id', n.worker_id, 'attempt', n.attempt))
+        when 'completed' then jsonb_strip_nulls(jsonb_build_object(
+            'duration_ms', ojs_ms_between(n.started_at, n.completed_at), 'attempt', n.attempt,
+            'result', case when octet_length(n.result::text) <= 65536 then n.result::jsonb end))
+        when 'retryable' then jsonb_build_object(
+            'attempt', n.attempt, 'max_attempts', n.max_attempts,
+            'next_retry_at', ojs_timestamp_text(n.next_retry_at),
+            'error', jsonb_build_object('code', n.error -> 'code', 'message', n.error -> 'message'))
+        when 'discarded' then jsonb_strip_nulls(jsonb_build_object(
+            'total_attempts', n.attempt,
+            'last_error', case when n.error is not null then
+                jsonb_build_object('code', n.error -> 'code', 'message', n.error -> 'message') end,
+            'dead_lettered', n.dead_lettered_at is not null,
+            'reason', ojs_discard_reason(prev, n.error ->> 'code', n.attempt, n.max_attempts,
+                                         n.total_deadline_at, n.discarded_at)))
+        when 'cancelled' then jsonb_strip_nulls(jsonb_build_object('previous_state', prev))
+        else '{}'::jsonb
+    end;
+
+comment on function ojs_job_transition_data(ojs_job_state, ojs_job) is 'Payload of the event that records a move from prev into n.state.';
+
+create function ojs_job_heartbeat_data(n ojs_job) returns jsonb
+    language sql stable parallel safe
+    return ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || jsonb_build_object(
+        'worker_id', n.worker_id, 'attempt', n.attempt,
+        'visible_until', ojs_timestamp_text(n.visible_until));
+
+comment on function ojs_job_heartbeat_data(ojs_job) is 'Payload of job.heartbeat: the reservation was extended.';
+
+-- The events of one job row change, in order: `n` is the row after the change, the prev_*
+-- arguments what the statement changed (the state before; null for a new job). Every statement
+-- that changes jobs writes the events in the same statement:
+--
+--     with moved as (update ojs_job j ... returning j, <prev values>),
+--          events as (insert into ojs_event (...)
+--                     select ... from moved m cross join lateral ojs_job_events(..., m.j) e)
+--
+-- The function is a union of one branch per event kind whose WHERE only reads arguments, so
+-- Postgres inlines it and computes the payload of the events that apply only. The event that
+-- records the state change itself carries from_state/to_state. Statements whose change can only
+-- mean one event (a claim: job.started; an ACK: job.completed; ...) write it directly with the
+-- scalar functions above, which is cheaper to start than the union.
+create function ojs_job_events(prev ojs_job_state, prev_started_at timestamptz, prev_worker_id text,
+                               prev_dead_lettered_at timestamptz, prev_error_count integer,
+                               prev_visible_until timestamptz, prev_priority integer, n ojs_job)
     returns table (ord integer, type text, from_state ojs_job_state, to_state ojs_job_state, data jsonb)
     language sql stable parallel safe
 begin atomic
-    select e.ord, e.type, e.from_state, e.to_state, ojs_job_event_base(n) || e.data
-      from (
-        select o.state as prev,
-               n.state as cur,
-               o.state is distinct from n.state as moved,
-               o.id is not null and jsonb_array_length(n.errors) > jsonb_array_length(o.errors) as failed,
-               n.error ->> 'code' as code,
-               jsonb_strip_nulls(jsonb_build_object(
+    select 10, 'dead_letter.retried', null::ojs_job_state, null::ojs_job_state,
+           ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta)
+     where prev = 'discarded' and n.state = 'available' and prev_dead_lettered_at is not null
+    union all
+    select 20, 'job.failed', null, null,
+           ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || jsonb_build_object(
+               'attempt', n.attempt,
+               'error', jsonb_strip_nulls(jsonb_build_object(
                    'code', n.error -> 'code', 'message', n.error -> 'message',
-                   'retryable', n.error -> 'retryable', 'stack_trace', n.error -> 'backtrace')) as error,
-               jsonb_build_object('code', n.error -> 'code', 'message', n.error -> 'message') as short_error
-      ) c,
-      lateral (values
-        (10, 'dead_letter.retried', null::ojs_job_state, null::ojs_job_state, '{}'::jsonb,
-         c.prev = 'discarded' and c.cur = 'available' and o.dead_lettered_at is not null),
-        (20, 'job.failed', null, null,
-         jsonb_strip_nulls(jsonb_build_object('attempt', n.attempt, 'error', c.error,
-                                              'duration_ms', ojs_ms_between(o.started_at, now()))),
-         c.prev = 'active' and c.failed),
-        (30, 'job.timeout', null, null,
-         jsonb_build_object('timeout_kind', 'execution', 'limit_seconds', round(n.timeout_ms / 1000.0, 3),
-                            'elapsed_seconds', round(extract(epoch from now() - o.started_at), 3),
-                            'attempt', n.attempt),
-         c.prev = 'active' and c.failed and c.code = 'timeout'),
-        (31, 'job.timeout', null, null,
-         jsonb_build_object('timeout_kind', 'total', 'limit_seconds', n.total_timeout_secs,
-                            'elapsed_seconds', round(extract(epoch from n.discarded_at - n.created_at), 3),
-                            'attempt', n.attempt),
-         c.moved and c.cur = 'discarded' and c.code = 'expired' and n.total_deadline_at <= n.discarded_at),
-        (40, 'job.stalled', null, null,
-         jsonb_strip_nulls(jsonb_build_object('worker_id', o.worker_id, 'attempt', n.attempt, 'reason', c.code)),
-         c.prev = 'active' and c.failed and c.code in ('visibility_timeout', 'worker_death', 'shutdown')),
-        (50, 'job.expired', null, null,
-         jsonb_strip_nulls(jsonb_build_object(
-             'created_at', ojs_timestamp_text(n.created_at),
-             'expired_at', ojs_timestamp_text(n.discarded_at),
-             'ttl_ms', ojs_ms_between(n.created_at, least(n.expires_at, n.created_at + n.enqueue_ttl_secs * interval '1 second')))),
-         c.moved and c.cur = 'discarded' and c.prev <> 'active' and c.code = 'expired'
-             and not coalesce(n.total_deadline_at <= n.discarded_at, false)),
-        (60, 'job.enqueued', c.prev, c.cur,
-         jsonb_strip_nulls(jsonb_build_object('priority', n.priority,
-                                              'scheduled_at', ojs_timestamp_text(n.scheduled_at),
-                                              'unique_key', n.unique_key)),
-         c.moved and c.cur = 'available'),
-        (61, 'job.scheduled', c.prev, c.cur,
-         jsonb_build_object('scheduled_at', ojs_timestamp_text(n.scheduled_at)),
-         c.moved and c.cur = 'scheduled'),
-        (62, 'job.started', c.prev, c.cur,
-         jsonb_strip_nulls(jsonb_build_object('worker_id', n.worker_id, 'attempt', n.attempt)),
-         c.moved and c.cur = 'active'),
-        (63, 'job.completed', c.prev, c.cur,
-         jsonb_strip_nulls(jsonb_build_object(
-             'duration_ms', ojs_ms_between(n.started_at, n.completed_at), 'attempt', n.attempt,
-             'result', case when octet_length(n.result::text) <= 65536 then n.result::jsonb end)),
-         c.moved and c.cur = 'completed'),
-        (64, 'job.retrying', c.prev, c.cur,
-         jsonb_build_object('attempt', n.attempt, 'max_attempts', n.max_attempts,
-                            'next_retry_at', ojs_timestamp_text(n.next_retry_at), 'error', c.short_error),
-         c.moved and c.cur = 'retryable'),
-        (65, 'job.discarded', c.prev, c.cur,
-         jsonb_strip_nulls(jsonb_build_object(
-             'total_attempts', n.attempt,
-             'last_error', case when n.error is not null then c.short_error end,
-             'dead_lettered', n.dead_lettered_at is not null,
-             'reason', ojs_discard_reason(c.prev, n))),
-         c.moved and c.cur = 'discarded'),
-        (66, 'job.cancelled', c.prev, c.cur,
-         jsonb_strip_nulls(jsonb_build_object('previous_state', c.prev)),
-         c.moved and c.cur = 'cancelled'),
-        (70, 'dead_letter.added', null, null,
-         jsonb_build_object('last_error', c.short_error),
-         c.moved and c.cur = 'discarded' and n.dead_lettered_at is not null),
-        (80, 'job.heartbeat', null, null,
-         jsonb_build_object('worker_id', n.worker_id, 'attempt', n.attempt,
-                            'visible_until', ojs_timestamp_text(n.visible_until)),
-         not c.moved and c.cur = 'active' and n.visible_until > o.visible_until),
-        (90, 'priority.changed', null, null,
-         jsonb_build_object('previous_priority', o.priority, 'new_priority', n.priority),
-         o.id is not null and n.priority <> o.priority)
-      ) e(ord, type, from_state, to_state, data, wanted)
-     where e.wanted
-     order by e.ord;
+                   'retryable', n.error -> 'retryable', 'stack_trace', n.error -> 'backtrace')),
+               'duration_ms', ojs_ms_between(prev_started_at, now()))
+     where prev = 'active' and jsonb_array_length(n.errors) > prev_error_count
+    union all
+    select 30, 'job.timeout', null, null,
+           ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || jsonb_build_object(
+               'timeout_kind', 'execution', 'limit_seconds', round(n.timeout_ms / 1000.0, 3),
+               'elapsed_seconds', round(extract(epoch from now() - prev_started_at), 3),
+               'attempt', n.attempt)
+     where prev = 'active' and jsonb_array_length(n.errors) > prev_error_count
+       and n.error ->> 'code' = 'timeout'
+    union all
+    select 31, 'job.timeout', null, null,
+           ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || jsonb_build_object(
+               'timeout_kind', 'total', 'limit_seconds', n.total_timeout_secs,
+               'elapsed_seconds', round(extract(epoch from n.discarded_at - n.created_at), 3),
+               'attempt', n.attempt)
+     where prev is distinct from n.state and n.state = 'discarded' and n.error ->> 'code' = 'expired'
+       and n.total_deadline_at <= n.discarded_at
+    union all
+    select 40, 'job.stalled', null, null,
+           ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || jsonb_strip_nulls(jsonb_build_object(
+               'worker_id', prev_worker_id, 'attempt', n.attempt, 'reason', n.error ->> 'code'))
+     where prev = 'active' and jsonb_array_length(n.errors) > prev_error_count
+       and n.error ->> 'code' in ('visibility_timeout', 'worker_death', 'shutdown')
+    union all
+    select 50, 'job.expired', null, null,
+           ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || jsonb_strip_nulls(jsonb_build_object(
+               'created_at', ojs_timestamp_text(n.created_at),
+               'expired_at', ojs_timestamp_text(n.discarded_at),
+               'ttl_ms', ojs_ms_between(n.created_at,
+                                        least(n.expires_at, n.created_at + n.enqueue_ttl_secs * interval '1 second'))))
+     where prev is distinct from n.state and n.state = 'discarded' and prev <> 'active'
+       and n.error ->> 'code' = 'expired'
+       and not coalesce(n.total_deadline_at <= n.discarded_at, false)
+    union all
+    select 60, ojs_job_event_type(n.state), prev, n.state, ojs_job_transition_data(prev, n)
+     where prev is distinct from n.state and n.state <> 'pending'
+    union all
+    select 70, 'dead_letter.added', null, null,
+           ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || jsonb_build_object(
+               'last_error', jsonb_build_object('code', n.error -> 'code', 'message', n.error -> 'message'))
+     where prev is distinct from n.state and n.state = 'discarded' and n.dead_lettered_at is not null
+    union all
+    select 80, 'job.heartbeat', null, null, ojs_job_heartbeat_data(n)
+     where prev = 'active' and n.state = 'active' and n.visible_until > prev_visible_until
+    union all
+    select 90, 'priority.changed', null, null,
+           ojs_job_event_base(n.id, n.type, n.queue, n.state, n.meta) || jsonb_build_object(
+               'previous_priority', prev_priority, 'new_priority', n.priority)
+     where n.priority <> prev_priority;
 end;
 
-comment on function ojs_job_events(ojs_job, ojs_job) is 'The OJS events of one job row change (o before, n after; o null for an insert).';
-
-create function ojs_job_events_on_insert() returns trigger
-    language plpgsql as $$
-begin
-    insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
-    select e.type, n.id::text, n.id, n.queue, n.type, e.from_state, e.to_state, e.data
-      from new_rows n
-      cross join lateral ojs_job_events(null::ojs_job, n::ojs_job) e
-     order by n.seq, e.ord;
-    return null;
-end;
-$$;
-
-create function ojs_job_events_on_update() returns trigger
-    language plpgsql as $$
-begin
-    insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
-    select e.type, n.id::text, n.id, n.queue, n.type, e.from_state, e.to_state, e.data
-      from new_rows n
-      join old_rows o on o.id = n.id
-      cross join lateral ojs_job_events(o::ojs_job, n::ojs_job) e
-     order by n.seq, e.ord;
-    return null;
-end;
-$$;
-
-comment on function ojs_job_events_on_insert() is 'Writes the events of newly inserted jobs (statement-level, set-based).';
-comment on function ojs_job_events_on_update() is 'Writes the events of changed jobs (statement-level, set-based).';
-
-create trigger ojs_job_events_insert after insert on ojs_job
-    referencing new table as new_rows
-    for each statement execute function ojs_job_events_on_insert();
-
-create trigger ojs_job_events_update after update on ojs_job
-    referencing old table as old_rows new table as new_rows
-    for each statement execute function ojs_job_events_on_update();
+comment on function ojs_job_events(ojs_job_state, timestamptz, text, timestamptz, integer, timestamptz, integer, ojs_job) is
+    'The OJS events of one job row change (n after; prev_* what the change replaced), in order. Statements that change jobs insert them into ojs_event in the same statement.';
 
 -- Worker events, row by row (workers change rarely). An upsert fires BEFORE INSERT even when
 -- it ends up updating, so inserts are reported AFTER INSERT (only rows actually inserted), and

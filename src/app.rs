@@ -68,11 +68,15 @@ impl Application {
         }
         let instance_id = config.resolved_instance_id();
         let health = DbHealth::default();
-        // Events written by API requests name this replica as their source.
-        let connect_options = config.connect_options()?.options([(
-            "ojs.source",
-            format!("ojs://{}/api/{instance_id}", config.service_name),
-        )]);
+        // Events written by API requests name this replica as their source. The statements are
+        // short and their plans cheap: a JIT compile (tens of ms) would only ever cost time.
+        let connect_options = config.connect_options()?.options([
+            (
+                "ojs.source",
+                format!("ojs://{}/api/{instance_id}", config.service_name),
+            ),
+            ("jit", "off".to_owned()),
+        ]);
         let pool = db::connect_pool(
             connect_options.clone(),
             &PoolSettings {

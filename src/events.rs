@@ -29,14 +29,65 @@ pub const EVENT_SPEC_VERSION: &str = "1.0";
 /// Events read per poll of the tail.
 const TAIL_BATCH: i64 = 1_000;
 
-/// Parses an event id as sent (`evt_<uuid>`).
-pub fn parse_event_id(text: &str) -> Option<Uuid> {
-    Uuid::parse_str(text.strip_prefix("evt_")?).ok()
+/// What an event id says: the event's position in the log and the millisecond it happened.
+///
+/// Event ids are UUIDv7 (`evt_<uuid>`) made of the event's time (the 48-bit millisecond
+/// timestamp) and its `seq` (the 74 bits after version and variant), so they need no column or
+/// index of their own, sort like the log, and lead straight to the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventKey {
+    pub seq: i64,
+    pub unix_ms: i64,
 }
 
-/// The id of an event as sent.
-pub fn event_id(id: Uuid) -> String {
-    format!("evt_{}", id.hyphenated())
+const LOW_62: u128 = (1 << 62) - 1;
+
+impl EventKey {
+    /// The key of a stored event.
+    pub fn of(e: &EventRow) -> EventKey {
+        EventKey {
+            seq: e.position.seq,
+            unix_ms: e.time.timestamp_millis(),
+        }
+    }
+
+    /// `evt_<uuid>`.
+    pub fn to_id(self) -> String {
+        let ms = (self.unix_ms.max(0) as u128) & 0xFFFF_FFFF_FFFF;
+        let seq = self.seq.max(0) as u128;
+        let bits = (ms << 80)
+            | (0x7 << 76)
+            | (((seq >> 62) & 0xFFF) << 64)
+            | (0b10 << 62)
+            | (seq & LOW_62);
+        format!("evt_{}", Uuid::from_u128(bits).hyphenated())
+    }
+
+    /// Parses `evt_<uuid>`; `None` for anything this server could not have issued.
+    pub fn parse(text: &str) -> Option<EventKey> {
+        let bits = Uuid::parse_str(text.strip_prefix("evt_")?).ok()?.as_u128();
+        if (bits >> 76) & 0xF != 0x7 || (bits >> 62) & 0b11 != 0b10 {
+            return None;
+        }
+        let seq = (((bits >> 64) & 0xFFF) << 62) | (bits & LOW_62);
+        Some(EventKey {
+            seq: i64::try_from(seq).ok()?,
+            unix_ms: (bits >> 80) as i64,
+        })
+    }
+
+    /// When the event happened, to the millisecond.
+    pub fn time(self) -> Option<chrono::DateTime<chrono::Utc>> {
+        chrono::DateTime::from_timestamp_millis(self.unix_ms)
+    }
+}
+
+/// The delivery position of the event `key` names, if the log still has it.
+pub async fn locate(pool: &PgPool, key: EventKey) -> Result<Option<Position>, sqlx::Error> {
+    Ok(store::event::locate(pool, key.seq)
+        .await?
+        .filter(|(_, time)| time.timestamp_millis() == key.unix_ms)
+        .map(|(position, _)| position))
 }
 
 /// The OJS event envelope of a stored event.
@@ -47,7 +98,7 @@ impl Serialize for WireEvent<'_> {
         let e = self.0;
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("specversion", EVENT_SPEC_VERSION)?;
-        map.serialize_entry("id", &event_id(e.id))?;
+        map.serialize_entry("id", &EventKey::of(e).to_id())?;
         map.serialize_entry("type", &e.r#type)?;
         map.serialize_entry("source", &e.source)?;
         map.serialize_entry("time", &timestamp::format(e.time))?;
@@ -135,10 +186,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_ids_round_trip() {
-        let id = Uuid::now_v7();
-        assert_eq!(parse_event_id(&event_id(id)), Some(id));
-        assert_eq!(parse_event_id("evt_nope"), None);
-        assert_eq!(parse_event_id(&id.to_string()), None);
+    fn event_ids_round_trip_and_sort_like_the_log() {
+        let keys = [
+            EventKey {
+                seq: 1,
+                unix_ms: 1_790_000_000_000,
+            },
+            EventKey {
+                seq: 2,
+                unix_ms: 1_790_000_000_000,
+            },
+            EventKey {
+                seq: (1 << 62) + 5,
+                unix_ms: 1_790_000_000_001,
+            },
+            EventKey {
+                seq: i64::MAX,
+                unix_ms: 1_790_000_000_002,
+            },
+        ];
+        let ids: Vec<String> = keys.iter().map(|k| k.to_id()).collect();
+        for (key, id) in keys.iter().zip(&ids) {
+            assert_eq!(EventKey::parse(id), Some(*key), "{id}");
+            let uuid = Uuid::parse_str(id.strip_prefix("evt_").unwrap()).unwrap();
+            assert_eq!(uuid.get_version_num(), 7);
+            assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122);
+        }
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, ids);
+        assert_eq!(EventKey::parse("evt_nope"), None);
+        assert_eq!(
+            EventKey::parse("evt_550e8400-e29b-41d4-a716-446655440000"),
+            None
+        );
+        assert_eq!(EventKey::parse(&Uuid::now_v7().to_string()), None);
     }
 }

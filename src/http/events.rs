@@ -20,7 +20,7 @@ use super::error::ApiError;
 use super::extract::JobIdPath;
 use super::query::QueryParams;
 use super::{AppState, ok};
-use crate::events::{WireEvent, event_id, parse_event_id};
+use crate::events::{self, EventKey, WireEvent};
 use crate::job::{JobState, is_valid_queue};
 use crate::store;
 use crate::store::event::{EventFilter, EventRow, Position};
@@ -74,13 +74,13 @@ async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     let after = match query.get("after") {
         None => None,
         Some(text) => {
-            let id = parse_event_id(text).ok_or_else(|| {
+            let key = EventKey::parse(text).ok_or_else(|| {
                 ApiError::invalid_field(
                     "query.after",
                     format!("'after' must be an event id (evt_...), got {text:?}"),
                 )
             })?;
-            let position = store::event::position_of(state.broker().pool(), id)
+            let position = events::locate(state.broker().pool(), key)
                 .await
                 .map_err(crate::Error::from)?
                 .ok_or_else(|| {
@@ -107,7 +107,7 @@ async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         has_more: bool,
     }
     Ok(ok(PollBody {
-        cursor: events.last().map(|e| event_id(e.id)),
+        cursor: events.last().map(|e| EventKey::of(e).to_id()),
         events: events.iter().map(WireEvent).collect(),
         has_more,
     })
@@ -209,7 +209,7 @@ impl Sink {
         let Some((kind, data)) = sse_event(e) else {
             return true;
         };
-        if !self.send(kind, &data, Some(event_id(e.id))).await {
+        if !self.send(kind, &data, Some(EventKey::of(e).to_id())).await {
             return false;
         }
         !matches!(channel, Channel::Job(_)) || !e.to_state.is_some_and(JobState::is_terminal)
@@ -257,20 +257,15 @@ async fn run_stream(
             }
         },
         Some(text) => {
-            let position = match parse_event_id(&text) {
-                Some(id) => store::event::position_of(&pool, id).await.ok().flatten(),
+            let key = EventKey::parse(&text);
+            let position = match key {
+                Some(key) => events::locate(&pool, key).await.ok().flatten(),
                 None => None,
             };
             if position.is_none() {
-                let gap_start = parse_event_id(&text)
-                    .and_then(|id| id.get_timestamp())
-                    .map(|ts| {
-                        let (secs, nanos) = ts.to_unix();
-                        chrono::DateTime::from_timestamp(secs as i64, nanos).map(timestamp::format)
-                    });
                 let gap = json!({
                     "channel": channel.name(),
-                    "gap_start": gap_start.flatten(),
+                    "gap_start": key.and_then(EventKey::time).map(timestamp::format),
                     "gap_end": timestamp::format(chrono::Utc::now()),
                     "estimated_missed_count": null,
                 });

@@ -205,6 +205,16 @@ pub async fn retry(
                and j.dead_lettered_at is not null
             returning j
         ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (r.j).id::text, (r.j).id, (r.j).queue, (r.j).type, e.from_state,
+                   e.to_state, e.data
+              from retried r
+              -- Taken out of the dead-letter queue (prev_dead_lettered_at: any instant).
+              cross join lateral ojs_job_events('discarded', null, null, now(), 0, null,
+                                                (r.j).priority, r.j) e
+             order by (r.j).seq, e.ord
+        ),
         notified as (
             select count(pg_notify('ojs_job_available', q.queue)) as queues
               from (select distinct (r.j).queue as queue from retried r) q

@@ -25,7 +25,6 @@ pub struct Position {
 /// One stored event.
 #[derive(Debug, Clone)]
 pub struct EventRow {
-    pub id: Uuid,
     pub position: Position,
     pub r#type: String,
     pub source: String,
@@ -77,7 +76,6 @@ impl EventFilter {
 
 /// The raw row shape shared by the queries below.
 struct Raw {
-    id: Uuid,
     xid: i64,
     seq: i64,
     r#type: String,
@@ -95,7 +93,6 @@ struct Raw {
 impl From<Raw> for EventRow {
     fn from(r: Raw) -> EventRow {
         EventRow {
-            id: r.id,
             position: Position {
                 xid: r.xid,
                 seq: r.seq,
@@ -114,20 +111,25 @@ impl From<Raw> for EventRow {
     }
 }
 
-/// The delivery position of event `id`, if it is still retained.
-pub async fn position_of(
+/// The delivery position and time of the event at `seq`, if it is still retained.
+pub async fn locate(
     db: impl PgExecutor<'_>,
-    id: Uuid,
-) -> Result<Option<Position>, sqlx::Error> {
+    seq: i64,
+) -> Result<Option<(Position, DateTime<Utc>)>, sqlx::Error> {
     let row = sqlx::query!(
-        r#"select xid::text::int8 as "xid!", seq from ojs_event where id = $1"#,
-        id
+        r#"select xid::text::int8 as "xid!", seq, time from ojs_event where seq = $1"#,
+        seq
     )
     .fetch_optional(db)
     .await?;
-    Ok(row.map(|r| Position {
-        xid: r.xid,
-        seq: r.seq,
+    Ok(row.map(|r| {
+        (
+            Position {
+                xid: r.xid,
+                seq: r.seq,
+            },
+            r.time,
+        )
     }))
 }
 
@@ -168,7 +170,7 @@ pub async fn list(
         sqlx::query_as!(
             Raw,
             r#"
-            select id, xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
+            select xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
                    job_type, from_state as "from_state: JobState", to_state as "to_state: JobState",
                    data as "data!: Json<Box<serde_json::value::RawValue>>"
               from ojs_event
@@ -196,7 +198,7 @@ pub async fn list(
         sqlx::query_as!(
             Raw,
             r#"
-            select id, xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
+            select xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
                    job_type, from_state as "from_state: JobState", to_state as "to_state: JobState",
                    data as "data!: Json<Box<serde_json::value::RawValue>>"
               from ojs_event
@@ -222,7 +224,7 @@ pub async fn list(
         sqlx::query_as!(
             Raw,
             r#"
-            select id, xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
+            select xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
                    job_type, from_state as "from_state: JobState", to_state as "to_state: JobState",
                    data as "data!: Json<Box<serde_json::value::RawValue>>"
               from ojs_event
@@ -261,12 +263,12 @@ pub async fn prune(
             select xid, seq from ojs_event order by xid desc, seq desc offset $2 limit 1
         ),
         oldest as (
-            select id, xid, seq, time from ojs_event order by xid, seq limit $3
+            select xid, seq, time from ojs_event order by xid, seq limit $3
         ),
         deleted as (
             delete from ojs_event e
              using oldest o
-             where e.id = o.id
+             where e.seq = o.seq
                and (o.time < $1
                     or (o.xid, o.seq) <= (select xid, seq from boundary))
             returning 1

@@ -4,6 +4,11 @@
 //! of `active` are also fenced on the claim (the attempt and, when known, the worker), so a
 //! worker whose reservation was lost cannot complete or fail a job that has since moved on.
 //! Job rows come back whole as the table's row type (`returning j`), decoded into [`Job`].
+//!
+//! Each statement that changes jobs also writes their lifecycle events, in the same statement
+//! (an `events` CTE), so a change and its events commit together: what
+//! `ojs_job_events(<what changed>, <row after>)` (V3 migration) says the change means, or, where
+//! a statement's change can only mean one event, that event built with the same SQL helpers.
 
 use std::collections::HashMap;
 
@@ -131,6 +136,14 @@ pub async fn insert_many(
              order by ord
             returning j as job, j.queue, j.state
         ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select ojs_job_event_type(i.state), (i.job).id::text, (i.job).id, i.queue,
+                   (i.job).type, null, i.state, ojs_job_transition_data(null, i.job)
+              from inserted i
+             where i.state <> 'pending'
+             order by (i.job).seq
+        ),
         notified as (
             select count(pg_notify('ojs_job_available', q.queue)) as queues
               from (select distinct queue from inserted where state = 'available') q
@@ -234,11 +247,26 @@ pub async fn cancel_replaced(
 ) -> Result<Vec<Job>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
-        update ojs_job j
-           set state = 'cancelled', cancelled_at = now()
-         where j.id = any($1::uuid[])
-           and j.state in ('scheduled', 'available', 'pending', 'retryable')
-        returning j as "job!: Job"
+        with target as (
+            select id, state from ojs_job
+             where id = any($1::uuid[]) and state in ('scheduled', 'available', 'pending', 'retryable')
+               for update
+        ),
+        moved as (
+            update ojs_job j
+               set state = 'cancelled', cancelled_at = now()
+              from target t
+             where j.id = t.id
+            returning j, t.state as prev
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.cancelled', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, m.prev,
+                   (m.j).state, ojs_job_transition_data(m.prev, m.j)
+              from moved m
+             order by (m.j).seq
+        )
+        select m.j as "job!: Job" from moved m
         "#,
         ids,
     )
@@ -259,15 +287,31 @@ pub async fn replace_scheduled(
         .map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".to_owned()));
     sqlx::query_scalar!(
         r#"
-        update ojs_job j
-           set queue = $2, args = $3::text::json, meta = $4::text::json, priority = $5,
-               max_attempts = $6, retry = $7::text::json, timeout_ms = $8,
-               visibility_timeout_ms = $9, enqueue_ttl_secs = $10, total_timeout_secs = $11,
-               tags = case when $12::text is not null
-                           then array(select json_array_elements_text($12::json)) end,
-               schema_uri = $13, unique_policy = $14::text::json, extra = $15::text::json
-         where j.id = $1 and j.state = 'scheduled'
-        returning j as "job!: Job"
+        with target as (
+            select id, priority from ojs_job where id = $1 and state = 'scheduled' for update
+        ),
+        moved as (
+            update ojs_job j
+               set queue = $2, args = $3::text::json, meta = $4::text::json, priority = $5,
+                   max_attempts = $6, retry = $7::text::json, timeout_ms = $8,
+                   visibility_timeout_ms = $9, enqueue_ttl_secs = $10, total_timeout_secs = $11,
+                   tags = case when $12::text is not null
+                               then array(select json_array_elements_text($12::json)) end,
+                   schema_uri = $13, unique_policy = $14::text::json, extra = $15::text::json,
+                   claim_deadline_at = j.created_at + $10::int4 * interval '1 second',
+                   total_deadline_at = j.created_at + $11::int4 * interval '1 second'
+              from target t
+             where j.id = t.id
+            returning j, t.priority as prev_priority
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, e.from_state,
+                   e.to_state, e.data
+              from moved m
+              cross join lateral ojs_job_events('scheduled', null, null, null, 0, null, m.prev_priority, m.j) e
+        )
+        select m.j as "job!: Job" from moved m
         "#,
         id as JobId,
         job.queue,
@@ -297,9 +341,25 @@ pub async fn raise_priority(
 ) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
-        update ojs_job j set priority = $2
-         where j.id = $1 and j.state in ('available', 'scheduled') and j.priority > $2
-        returning j as "job!: Job"
+        with target as (
+            select id, state, priority from ojs_job
+             where id = $1 and state in ('available', 'scheduled') and priority > $2
+               for update
+        ),
+        moved as (
+            update ojs_job j set priority = $2
+              from target t
+             where j.id = t.id
+            returning j, t.state as prev, t.priority as prev_priority
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, e.from_state,
+                   e.to_state, e.data
+              from moved m
+              cross join lateral ojs_job_events(m.prev, null, null, null, 0, null, m.prev_priority, m.j) e
+        )
+        select m.j as "job!: Job" from moved m
         "#,
         id as JobId,
         priority,
@@ -323,7 +383,7 @@ pub async fn promote_due(
     sqlx::query_scalar!(
         r#"
         with due_scheduled as (
-            select id, scheduled_at as due
+            select id, scheduled_at as due, state as prev
               from ojs_job
              where state = 'scheduled'
                and scheduled_at <= coalesce($3::timestamptz, now())
@@ -333,7 +393,7 @@ pub async fn promote_due(
                for update skip locked
         ),
         due_retry as (
-            select id, next_retry_at as due
+            select id, next_retry_at as due, state as prev
               from ojs_job
              where state = 'retryable'
                and next_retry_at <= coalesce($3::timestamptz, now())
@@ -347,11 +407,19 @@ pub async fn promote_due(
                set state = 'available', enqueued_at = d.due, next_retry_at = null
               from (select * from due_scheduled union all select * from due_retry) d
              where j.id = d.id
-            returning j.queue
+            returning j, d.prev
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.enqueued', (p.j).id::text, (p.j).id, (p.j).queue, (p.j).type, p.prev,
+                   (p.j).state, ojs_job_transition_data(p.prev, p.j)
+              from promoted p
+             order by (p.j).seq
         )
         select coalesce(sum(s.jobs), 0)::int8 as "promoted!"
-          from (select queue, count(*) as jobs, count(pg_notify('ojs_job_available', queue))
-                  from promoted group by queue) s
+          from (select (p.j).queue as queue, count(*) as jobs,
+                       count(pg_notify('ojs_job_available', (p.j).queue))
+                  from promoted p group by (p.j).queue) s
         "#,
         queues as Option<&[&str]>,
         limit,
@@ -401,7 +469,8 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
              order by priority, enqueued_at, seq
              limit $2
                for update skip locked
-        )
+        ),
+        moved as (
         update ojs_job j
            set state = 'active',
                attempt = j.attempt + 1,
@@ -413,7 +482,16 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
                claim_deadline_at = null
           from candidate c
          where j.id = c.id
-        returning j as "job!: Job"
+        returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.started', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'available',
+                   (m.j).state, ojs_job_transition_data('available', m.j)
+              from moved m
+             order by (m.j).seq
+        )
+        select m.j as "job!: Job" from moved m
         "#,
         p.queue,
         p.limit,
@@ -437,13 +515,22 @@ pub async fn complete(
 ) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
-        update ojs_job j
-           set state = 'completed', completed_at = now(), result = $3::text::json,
-               error = null, visible_until = null, timeout_at = null
-         where j.id = $1
-           and j.state = 'active'
-           and ($2::text is null or j.worker_id is null or j.worker_id = $2)
-        returning j as "job!: Job"
+        with moved as (
+            update ojs_job j
+               set state = 'completed', completed_at = now(), result = $3::text::json,
+                   error = null, visible_until = null, timeout_at = null
+             where j.id = $1
+               and j.state = 'active'
+               and ($2::text is null or j.worker_id is null or j.worker_id = $2)
+            returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.completed', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'active',
+                   (m.j).state, ojs_job_transition_data('active', m.j)
+              from moved m
+        )
+        select m.j as "job!: Job" from moved m
         "#,
         id as JobId,
         worker_id,
@@ -530,6 +617,12 @@ pub async fn fail_many(
                           $7::bool[])
                 as t(id, attempt, worker_id, error, target, delay_ms, dead_letter)
         ),
+        -- The attempt as it was (the statement's snapshot precedes its own update).
+        before as (
+            select id, started_at, worker_id, jsonb_array_length(errors) as error_count
+              from ojs_job
+             where id = any($1::uuid[])
+        ),
         failed as (
             update ojs_job j
                set state = i.target::ojs_job_state,
@@ -556,6 +649,16 @@ pub async fn fail_many(
                and j.attempt = i.attempt
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
             returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (f.j).id::text, (f.j).id, (f.j).queue, (f.j).type, e.from_state,
+                   e.to_state, e.data
+              from failed f
+              join before b on b.id = (f.j).id
+              cross join lateral ojs_job_events('active', b.started_at, b.worker_id, null,
+                                                b.error_count, null, (f.j).priority, f.j) e
+             order by (f.j).seq, e.ord
         ),
         notified as (
             select count(pg_notify('ojs_job_available', q.queue)) as queues
@@ -591,7 +694,8 @@ pub async fn cancel(
         r#"
         with target as (
             select id, state from ojs_job where id = $1 for update
-        )
+        ),
+        moved as (
         update ojs_job j
            set state = 'cancelled',
                cancelled_at = now(),
@@ -605,7 +709,16 @@ pub async fn cancel(
           from target t
          where j.id = t.id
            and t.state in ('scheduled', 'available', 'pending', 'active', 'retryable')
-        returning j as "job!: Job", t.state as "previous_state!: JobState"
+        returning j, t.state as prev
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            -- A cancelled attempt is not a failed one: the error recorded is no job.failed.
+            select 'job.cancelled', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, m.prev,
+                   (m.j).state, ojs_job_transition_data(m.prev, m.j)
+              from moved m
+        )
+        select m.j as "job!: Job", m.prev as "previous_state!: JobState" from moved m
         "#,
         id as JobId,
         error,
@@ -624,6 +737,12 @@ pub async fn activate(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>,
                set state = 'available', activated_at = now(), enqueued_at = now()
              where j.id = $1 and j.state = 'pending'
             returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.enqueued', (a.j).id::text, (a.j).id, (a.j).queue, (a.j).type, 'pending',
+                   (a.j).state, ojs_job_transition_data('pending', a.j)
+              from activated a
         )
         select a.j as "job!: Job"
           from activated a
@@ -648,6 +767,7 @@ pub async fn expire_due(
         r#"
         with doomed as (
             select id,
+                   state as prev,
                    coalesce($1::timestamptz, now()) as now,
                    jsonb_build_object(
                        'code', 'expired',
@@ -681,7 +801,15 @@ pub async fn expire_due(
                    errors = j.errors || jsonb_build_array(ojs_error_entry(j.attempt, d.error, d.now))
               from doomed d
              where j.id = d.id
-            returning j.id
+            returning j, d.prev
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (x.j).id::text, (x.j).id, (x.j).queue, (x.j).type, e.from_state,
+                   e.to_state, e.data
+              from expired x
+              cross join lateral ojs_job_events(x.prev, null, null, null, 0, null, (x.j).priority, x.j) e
+             order by (x.j).seq, e.ord
         )
         select count(*) as "expired!" from expired
         "#,

@@ -117,7 +117,13 @@ pub async fn heartbeat(
              where j.id = l.id
                and j.state = 'active'
                and (j.worker_id is null or j.worker_id = $1)
-            returning j.id
+            returning j.id, j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, data)
+            select 'job.heartbeat', (x.j).id::text, (x.j).id, (x.j).queue, (x.j).type,
+                   ojs_job_heartbeat_data(x.j)
+              from extended x
         )
         select now() as "server_time!",
                (select directive from worker) as "directive!",
