@@ -126,6 +126,15 @@ pub fn attempt_finished(job: &Job) {
     }
 }
 
+/// Counts jobs discarded because they expired before they ran: `(queue, type, count)`.
+pub fn jobs_expired(expired: &[(String, String, i64)]) {
+    for (queue, job_type, n) in expired {
+        let labels = [("queue", queue.clone()), ("type", job_type.clone())];
+        counter!("ojs_job_expired_total", &labels).increment(*n as u64);
+        counter!("ojs_job_failed_total", &labels).increment(*n as u64);
+    }
+}
+
 /// Counts a cancelled job.
 pub fn job_cancelled(job: &Job) {
     counter!("ojs_job_cancelled_total", "queue" => job.queue.clone(), "type" => job.r#type.clone())

@@ -35,9 +35,7 @@ pub struct WorkerSummary {
 impl Broker {
     /// BEAT: records the worker as alive and extends the reservations it still holds.
     pub async fn heartbeat(&self, params: &HeartbeatParams<'_>) -> Result<HeartbeatOutcome> {
-        let mut params = params.clone();
-        params.directives_from_jobs = self.settings.test_hooks;
-        Ok(store::worker::heartbeat(&self.pool, &params).await?)
+        Ok(store::worker::heartbeat(&self.pool, params).await?)
     }
 
     /// Registration (optional: the first heartbeat registers too).

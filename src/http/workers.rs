@@ -245,13 +245,11 @@ impl ReportFields {
 /// new worker id, 200 for a known one.
 async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let outer = body.object()?;
-    let wrapped;
     let fields = match outer.raw("worker") {
-        Some(raw) => {
-            wrapped = Object::from_raw(raw)
-                .map_err(|_| ApiError::invalid_field("$.worker", "'worker' must be an object"))?;
-            Fields::from_object(wrapped)
-        }
+        Some(raw) => Fields::from_object(
+            Object::from_raw(raw)
+                .map_err(|_| ApiError::invalid_field("$.worker", "'worker' must be an object"))?,
+        ),
         None => outer,
     };
     let worker_id = match fields.worker_id("worker_id")? {
@@ -660,7 +658,7 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
         report: report_fields.report(&worker_id, reported_state),
         job_ids,
         visibility_timeout_ms: positive_ms(&fields, "visibility_timeout_ms")?,
-        directives_from_jobs: false,
+        directives_from_jobs: state.broker().settings().test_hooks,
     };
     let outcome = state.broker().heartbeat(&params).await?;
     if let Some(id) = single

@@ -45,6 +45,8 @@ impl Service for Expirer {
             let mut tx = self.context.begin("scheduler").await?;
             let expired = store::job::expire_due(&mut *tx, now, self.config.batch_size).await?;
             tx.commit().await?;
+            crate::telemetry::jobs_expired(&expired);
+            let expired: i64 = expired.iter().map(|(_, _, n)| n).sum();
             pass.processed += expired as u64;
             pass.more = expired >= self.config.batch_size;
             if !pass.more {

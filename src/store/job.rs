@@ -471,18 +471,18 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
                for update skip locked
         ),
         moved as (
-        update ojs_job j
-           set state = 'active',
-               attempt = j.attempt + 1,
-               started_at = now(),
-               worker_id = $3,
-               reservation_ms = coalesce($4, j.visibility_timeout_ms, $5),
-               visible_until = now() + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond',
-               timeout_at = now() + j.timeout_ms * interval '1 millisecond',
-               claim_deadline_at = null
-          from candidate c
-         where j.id = c.id
-        returning j
+            update ojs_job j
+               set state = 'active',
+                   attempt = j.attempt + 1,
+                   started_at = now(),
+                   worker_id = $3,
+                   reservation_ms = coalesce($4, j.visibility_timeout_ms, $5),
+                   visible_until = now() + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond',
+                   timeout_at = now() + j.timeout_ms * interval '1 millisecond',
+                   claim_deadline_at = null
+              from candidate c
+             where j.id = c.id
+            returning j
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
@@ -696,20 +696,20 @@ pub async fn cancel(
             select id, state from ojs_job where id = $1 for update
         ),
         moved as (
-        update ojs_job j
-           set state = 'cancelled',
-               cancelled_at = now(),
-               visible_until = null,
-               timeout_at = null,
-               error = case when t.state = 'active' then $2::text::jsonb else j.error end,
-               errors = case when t.state = 'active'
-                             then j.errors || jsonb_build_array(ojs_error_entry(j.attempt, $2::text::jsonb))
-                             else j.errors
-                        end
-          from target t
-         where j.id = t.id
-           and t.state in ('scheduled', 'available', 'pending', 'active', 'retryable')
-        returning j, t.state as prev
+            update ojs_job j
+               set state = 'cancelled',
+                   cancelled_at = now(),
+                   visible_until = null,
+                   timeout_at = null,
+                   error = case when t.state = 'active' then $2::text::jsonb else j.error end,
+                   errors = case when t.state = 'active'
+                                 then j.errors || jsonb_build_array(ojs_error_entry(j.attempt, $2::text::jsonb))
+                                 else j.errors
+                            end
+              from target t
+             where j.id = t.id
+               and t.state in ('scheduled', 'available', 'pending', 'active', 'retryable')
+            returning j, t.state as prev
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
@@ -757,13 +757,13 @@ pub async fn activate(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>,
 /// Expirer: discards up to `limit` waiting jobs whose `expires_at`, enqueue TTL
 /// (`claim_deadline_at`) or total timeout passed, earliest deadline first, with error `expired`.
 /// They enter the dead-letter queue unless their retry policy says `on_exhaustion: discard`.
-/// Returns how many were discarded.
+/// Returns how many were discarded, per queue and job type.
 pub async fn expire_due(
     db: impl PgExecutor<'_>,
     now: Option<DateTime<Utc>>,
     limit: i64,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar!(
+) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
+    let rows = sqlx::query!(
         r#"
         with doomed as (
             select id,
@@ -811,13 +811,19 @@ pub async fn expire_due(
               cross join lateral ojs_job_events(x.prev, null, null, null, 0, null, (x.j).priority, x.j) e
              order by (x.j).seq, e.ord
         )
-        select count(*) as "expired!" from expired
+        select (x.j).queue as "queue!", (x.j).type as "job_type!", count(*) as "expired!"
+          from expired x
+         group by (x.j).queue, (x.j).type
         "#,
         now,
         limit,
     )
-    .fetch_one(db)
-    .await
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.queue, r.job_type, r.expired))
+        .collect())
 }
 
 /// Reaper: locks up to `limit` active jobs whose reservation, execution timeout or total timeout

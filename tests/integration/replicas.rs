@@ -182,11 +182,44 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
         );
         workers.push(tokio::spawn(async move {
             // Half the workers start on each replica and move to the other when theirs dies.
-            // The first two are tied to the first replica: they die with it, abandoning the
-            // jobs they hold, which come back when their reservation runs out.
+            // The first two are tied to the first replica: each takes ten jobs, works on them
+            // (heartbeating) until the replica dies, and dies with it, abandoning them; they
+            // come back when their reservation runs out.
             let mut replica = w % 2;
             let pinned = w < 2;
             let worker_id = format!("worker-{w}");
+            if pinned {
+                let held: Value = client
+                    .post(format!("{}/ojs/v1/workers/fetch", bases[0]))
+                    .json(
+                        &json!({"queues": ["load"], "count": 10, "worker_id": worker_id,
+                                  "visibility_timeout_ms": 2000}),
+                    )
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let ids: Vec<Value> = held["jobs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|j| j["id"].clone())
+                    .collect();
+                assert_eq!(ids.len(), 10);
+                loop {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let beat = client
+                        .post(format!("{}/ojs/v1/workers/heartbeat", bases[0]))
+                        .json(&json!({"worker_id": worker_id, "active_jobs": ids}))
+                        .send()
+                        .await;
+                    if beat.is_err() {
+                        return;
+                    }
+                }
+            }
             while !stop.is_cancelled() {
                 let fetched = client
                     .post(format!("{}/ojs/v1/workers/fetch", bases[replica]))
@@ -198,7 +231,6 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
                     .await;
                 let body: Value = match fetched {
                     Ok(resp) if resp.status() == 200 => resp.json().await.unwrap_or_default(),
-                    _ if pinned => return,
                     _ => {
                         replica = 1 - replica;
                         continue;
@@ -206,7 +238,7 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
                 };
                 for job in body["jobs"].as_array().cloned().unwrap_or_default() {
                     let id = job["id"].as_str().unwrap().to_owned();
-                    tokio::time::sleep(Duration::from_millis(if pinned { 20 } else { 5 })).await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                     // Report until some replica answers; a 409 means the reservation was lost
                     // and the job went back to the queue for another worker.
                     loop {
@@ -221,7 +253,6 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
                                 break;
                             }
                             Ok(409) => break,
-                            _ if pinned => return,
                             _ => replica = 1 - replica,
                         }
                     }
