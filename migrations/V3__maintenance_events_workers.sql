@@ -64,6 +64,22 @@ create index ojs_job_finished_idx on ojs_job (state, coalesce(discarded_at, canc
 -- The dead-letter queue, newest first.
 create index ojs_job_dead_letter_idx on ojs_job (dead_lettered_at) where dead_lettered_at is not null;
 
+-- The dead-letter queue's filters (GET /ojs/v1/dead-letter, bulk retry), in one place.
+create function ojs_dead_letter_matches(j ojs_job, p_queue text, p_type text, p_type_pattern text,
+                                        p_error_type text, p_since timestamptz, p_until timestamptz)
+    returns boolean
+    language sql stable parallel safe
+    return j.dead_lettered_at is not null
+       and (p_queue is null or j.queue = p_queue)
+       and (p_type is null or j.type = p_type)
+       and (p_type_pattern is null or j.type like p_type_pattern)
+       and (p_error_type is null or j.error ->> 'type' = p_error_type or j.error ->> 'code' = p_error_type)
+       and (p_since is null or j.dead_lettered_at >= p_since)
+       and (p_until is null or j.dead_lettered_at < p_until);
+
+comment on function ojs_dead_letter_matches(ojs_job, text, text, text, text, timestamptz, timestamptz) is
+    'Whether j is in the dead-letter queue and matches the filters (null: any); p_type_pattern is a LIKE pattern.';
+
 -- An errors[] entry stamped with an explicit time (maintenance passes its own "now").
 create function ojs_error_entry(attempt integer, error jsonb, at timestamptz) returns jsonb
     language sql stable strict parallel safe

@@ -21,10 +21,9 @@ pub fn router(test_hooks: bool) -> Router<AppState> {
             "/ojs/v1/admin/workers/{worker_id}",
             get(get_worker).delete(delete_worker),
         )
-        .route("/ojs/v1/admin/workers/{worker_id}/quiet", post(quiet))
         .route(
-            "/ojs/v1/admin/workers/{worker_id}/terminate",
-            post(terminate),
+            "/ojs/v1/admin/workers/{worker_id}/{directive}",
+            post(direct),
         );
     if test_hooks {
         router.route("/ojs/v1/admin/reset", post(reset))
@@ -78,12 +77,21 @@ async fn get_worker(
     Ok(ok(WireWorker::new(&worker, true)).into_response())
 }
 
+/// `POST /ojs/v1/admin/workers/{id}/quiet` (stop fetching, finish what you hold) and
+/// `/terminate` (stop fetching, finish or return what you hold, exit; cannot be undone). The
+/// worker learns it from its next heartbeat. The body, if any, is ignored.
 async fn direct(
-    state: &AppState,
-    worker_id: &str,
-    directive: &'static str,
+    State(state): State<AppState>,
+    Path((worker_id, directive)): Path<(String, String)>,
+    uri: axum::http::Uri,
+    _body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    let worker = state.broker().direct_worker(worker_id, directive).await?;
+    let directive = match directive.as_str() {
+        "quiet" => "quiet",
+        "terminate" => "terminate",
+        _ => return Err(ApiError::route_not_found(uri.path())),
+    };
+    let worker = state.broker().direct_worker(&worker_id, directive).await?;
     tracing::info!(worker_id, directive, "worker directive set");
     Ok(ok(json!({
         "worker_id": worker.id,
@@ -91,26 +99,6 @@ async fn direct(
         "state": worker.effective_state,
     }))
     .into_response())
-}
-
-/// `POST /ojs/v1/admin/workers/{id}/quiet`: the worker stops fetching and finishes what it has.
-/// The body, if any, is ignored.
-async fn quiet(
-    State(state): State<AppState>,
-    Path(worker_id): Path<String>,
-    _body: OptionalJsonBody,
-) -> Result<Response, ApiError> {
-    direct(&state, &worker_id, "quiet").await
-}
-
-/// `POST /ojs/v1/admin/workers/{id}/terminate`: the worker stops fetching, finishes or returns
-/// what it has within its grace period, and exits. Cannot be undone.
-async fn terminate(
-    State(state): State<AppState>,
-    Path(worker_id): Path<String>,
-    _body: OptionalJsonBody,
-) -> Result<Response, ApiError> {
-    direct(&state, &worker_id, "terminate").await
 }
 
 /// `DELETE /ojs/v1/admin/workers/{id}`: removes a stale worker (409 for a live one), releasing

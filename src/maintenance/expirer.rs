@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Context, MAX_BATCHES_PER_PASS, Pass, Service};
+use super::{Context, Pass, Service};
 use crate::store;
 
 /// Expirer settings.
@@ -40,19 +40,16 @@ impl Service for Expirer {
     }
 
     async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
-        let mut pass = Pass::default();
-        for _ in 0..MAX_BATCHES_PER_PASS {
-            let mut tx = self.context.begin("scheduler").await?;
-            let expired = store::job::expire_due(&mut *tx, now, self.config.batch_size).await?;
-            tx.commit().await?;
-            crate::telemetry::jobs_expired(&expired);
-            let expired: i64 = expired.iter().map(|(_, _, n)| n).sum();
-            pass.processed += expired as u64;
-            pass.more = expired >= self.config.batch_size;
-            if !pass.more {
-                break;
-            }
-        }
-        Ok(pass)
+        let size = self.config.batch_size;
+        self.context
+            .batches("scheduler", |conn| {
+                Box::pin(async move {
+                    let expired = store::job::expire_due(conn, now, size).await?;
+                    crate::telemetry::jobs_expired(&expired);
+                    let expired: i64 = expired.iter().map(|(_, _, n)| n).sum();
+                    Ok((expired as u64, expired >= size))
+                })
+            })
+            .await
     }
 }

@@ -26,10 +26,11 @@ mod reaper;
 mod stale_workers;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +43,9 @@ pub use stale_workers::{StaleWorkers, StaleWorkersConfig};
 
 use crate::db::DbHealth;
 use crate::leadership::{Role, jittered};
+
+/// A boxed future borrowing a connection (one batch of a pass).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Most batches one pass of a service runs before it yields.
 pub const MAX_BATCHES_PER_PASS: usize = 10;
@@ -84,6 +88,28 @@ impl Context {
             service_uri: format!("ojs://{service_name}"),
             instance_id: instance_id.to_owned(),
         }
+    }
+
+    /// One pass of bounded batches: runs `batch` in its own transaction (events naming
+    /// `component` as their source) until it reports a batch that was not full, at most
+    /// [`MAX_BATCHES_PER_PASS`] times. `batch` returns the rows it handled and whether the batch
+    /// was full.
+    pub async fn batches<F>(&self, component: &str, mut batch: F) -> Result<Pass, sqlx::Error>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection) -> BoxFuture<'c, Result<(u64, bool), sqlx::Error>>,
+    {
+        let mut pass = Pass::default();
+        for _ in 0..MAX_BATCHES_PER_PASS {
+            let mut tx = self.begin(component).await?;
+            let (handled, full) = batch(&mut tx).await?;
+            tx.commit().await?;
+            pass.processed += handled;
+            pass.more = full;
+            if !full {
+                break;
+            }
+        }
+        Ok(pass)
     }
 
     /// A transaction whose events name `component` as their source.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Context, MAX_BATCHES_PER_PASS, Pass, Service};
+use super::{Context, Pass, Service};
 use crate::store;
 
 /// Promoter settings.
@@ -40,18 +40,14 @@ impl Service for Promoter {
     }
 
     async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
-        let mut pass = Pass::default();
-        for _ in 0..MAX_BATCHES_PER_PASS {
-            let mut tx = self.context.begin("scheduler").await?;
-            let promoted =
-                store::job::promote_due(&mut *tx, None, now, self.config.batch_size).await?;
-            tx.commit().await?;
-            pass.processed += promoted as u64;
-            pass.more = promoted >= self.config.batch_size;
-            if !pass.more {
-                break;
-            }
-        }
-        Ok(pass)
+        let size = self.config.batch_size;
+        self.context
+            .batches("scheduler", |conn| {
+                Box::pin(async move {
+                    let promoted = store::job::promote_due(conn, None, now, size).await?;
+                    Ok((promoted as u64, promoted >= size))
+                })
+            })
+            .await
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Context, MAX_BATCHES_PER_PASS, Pass, Service};
+use super::{Context, Pass, Service};
 use crate::job::JobState;
 use crate::store;
 
@@ -43,29 +43,25 @@ impl Pruner {
         Pruner { context, config }
     }
 
-    /// Deletes `target` rows in batches (each its own transaction) until a batch is not full,
-    /// at most [`MAX_BATCHES_PER_PASS`] of them. Returns rows deleted and whether work is left.
-    async fn batches(&self, target: Target) -> Result<(u64, bool), sqlx::Error> {
-        let batch = self.config.batch_size;
-        let mut deleted = 0;
-        for _ in 0..MAX_BATCHES_PER_PASS {
-            let mut tx = self.context.begin("scheduler").await?;
-            let n = match target {
-                Target::Jobs(state, cutoff) => {
-                    store::job::prune_finished(&mut *tx, state, cutoff, batch).await?
-                }
-                Target::Events(cutoff, max) => {
-                    store::event::prune(&mut *tx, cutoff, max, batch).await?
-                }
-                Target::Workers(cutoff) => store::worker::prune(&mut *tx, cutoff, batch).await?,
-            };
-            tx.commit().await?;
-            deleted += n as u64;
-            if n < batch {
-                return Ok((deleted, false));
-            }
-        }
-        Ok((deleted, true))
+    /// Deletes `target` rows in batches; returns rows deleted and whether work is left.
+    async fn prune(&self, target: Target) -> Result<Pass, sqlx::Error> {
+        let size = self.config.batch_size;
+        self.context
+            .batches("scheduler", |conn| {
+                Box::pin(async move {
+                    let deleted = match target {
+                        Target::Jobs(state, cutoff) => {
+                            store::job::prune_finished(conn, state, cutoff, size).await?
+                        }
+                        Target::Events(cutoff, max) => {
+                            store::event::prune(conn, cutoff, max, size).await?
+                        }
+                        Target::Workers(cutoff) => store::worker::prune(conn, cutoff, size).await?,
+                    };
+                    Ok((deleted as u64, deleted >= size))
+                })
+            })
+            .await
     }
 }
 
@@ -116,9 +112,9 @@ impl Service for Pruner {
         ];
         let mut pass = Pass::default();
         for target in targets {
-            let (n, more) = self.batches(target).await?;
-            pass.processed += n;
-            pass.more |= more;
+            let done = self.prune(target).await?;
+            pass.processed += done.processed;
+            pass.more |= done.more;
         }
         Ok(pass)
     }

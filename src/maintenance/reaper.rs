@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Context, MAX_BATCHES_PER_PASS, Pass, Service};
+use super::{Context, Pass, Service};
 use crate::broker::release_jobs;
 use crate::job::Job;
 use crate::job::failure::Reclaim;
@@ -62,19 +62,15 @@ impl Service for Reaper {
     }
 
     async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
-        let mut pass = Pass::default();
-        for _ in 0..MAX_BATCHES_PER_PASS {
-            let mut tx = self.context.begin("reaper").await?;
-            let (jobs, db_now) =
-                store::job::lock_overdue(&mut *tx, now, self.config.batch_size).await?;
-            let released = release_jobs(&mut tx, &jobs, |job| cause(job, db_now), now).await?;
-            tx.commit().await?;
-            pass.processed += released.len() as u64;
-            pass.more = jobs.len() as i64 >= self.config.batch_size;
-            if !pass.more {
-                break;
-            }
-        }
-        Ok(pass)
+        let size = self.config.batch_size;
+        self.context
+            .batches("reaper", |conn| {
+                Box::pin(async move {
+                    let (jobs, db_now) = store::job::lock_overdue(&mut *conn, now, size).await?;
+                    let released = release_jobs(conn, &jobs, |job| cause(job, db_now), now).await?;
+                    Ok((released.len() as u64, jobs.len() as i64 >= size))
+                })
+            })
+            .await
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Context, MAX_BATCHES_PER_PASS, Pass, Service};
+use super::{Context, Pass, Service};
 use crate::broker::release_jobs;
 use crate::job::failure::Reclaim;
 use crate::store;
@@ -45,27 +45,25 @@ impl Service for StaleWorkers {
     }
 
     async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
-        let mut pass = Pass::default();
-        let batch = self.config.batch_size;
-        for _ in 0..MAX_BATCHES_PER_PASS {
-            let mut tx = self.context.begin("reaper").await?;
-            let newly_stale =
-                store::worker::mark_stale(&mut *tx, self.config.heartbeat_timeout, now, batch)
-                    .await?;
-            for worker in &newly_stale {
-                tracing::warn!(worker_id = %worker, "worker stopped heartbeating; releasing its jobs");
-            }
-            // Includes workers whose jobs an earlier pass could not release in one batch.
-            let stale = store::worker::stale_with_jobs(&mut *tx, batch).await?;
-            let held = store::job::lock_held_by(&mut *tx, &stale, batch).await?;
-            let released = release_jobs(&mut tx, &held, |_| Reclaim::WorkerDeath, now).await?;
-            tx.commit().await?;
-            pass.processed += (newly_stale.len() + released.len()) as u64;
-            pass.more = newly_stale.len() as i64 >= batch || held.len() as i64 >= batch;
-            if !pass.more {
-                break;
-            }
-        }
-        Ok(pass)
+        let size = self.config.batch_size;
+        let timeout = self.config.heartbeat_timeout;
+        self.context
+            .batches("reaper", |conn| {
+                Box::pin(async move {
+                    let newly_stale =
+                        store::worker::mark_stale(&mut *conn, timeout, now, size).await?;
+                    for worker in &newly_stale {
+                        tracing::warn!(worker_id = %worker, "worker stopped heartbeating; releasing its jobs");
+                    }
+                    // Includes workers whose jobs an earlier pass could not release in one batch.
+                    let stale = store::worker::stale_with_jobs(&mut *conn, size).await?;
+                    let held = store::job::lock_held_by(&mut *conn, &stale, size).await?;
+                    let released =
+                        release_jobs(conn, &held, |_| Reclaim::WorkerDeath, now).await?;
+                    let full = newly_stale.len() as i64 >= size || held.len() as i64 >= size;
+                    Ok(((newly_stale.len() + released.len()) as u64, full))
+                })
+            })
+            .await
     }
 }

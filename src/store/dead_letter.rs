@@ -49,12 +49,7 @@ pub async fn list(
         select j as "job!: Job"
           from ojs_job j
          where j.dead_lettered_at is not null
-           and ($1::text is null or j.queue = $1)
-           and ($2::text is null or j.type = $2)
-           and ($3::text is null or j.type like $3)
-           and ($4::text is null or j.error ->> 'type' = $4 or j.error ->> 'code' = $4)
-           and ($5::timestamptz is null or j.dead_lettered_at >= $5)
-           and ($6::timestamptz is null or j.dead_lettered_at < $6)
+           and ojs_dead_letter_matches(j, $1, $2, $3, $4, $5, $6)
          order by j.dead_lettered_at desc, j.id desc
          limit $7 offset $8
         "#,
@@ -74,12 +69,7 @@ pub async fn list(
         select count(*) as "total!"
           from ojs_job j
          where j.dead_lettered_at is not null
-           and ($1::text is null or j.queue = $1)
-           and ($2::text is null or j.type = $2)
-           and ($3::text is null or j.type like $3)
-           and ($4::text is null or j.error ->> 'type' = $4 or j.error ->> 'code' = $4)
-           and ($5::timestamptz is null or j.dead_lettered_at >= $5)
-           and ($6::timestamptz is null or j.dead_lettered_at < $6)
+           and ojs_dead_letter_matches(j, $1, $2, $3, $4, $5, $6)
         "#,
         filter.queue,
         filter.job_type,
@@ -245,12 +235,7 @@ pub async fn matching_ids(
         select j.id
           from ojs_job j
          where j.dead_lettered_at is not null
-           and ($1::text is null or j.queue = $1)
-           and ($2::text is null or j.type = $2)
-           and ($3::text is null or j.type like $3)
-           and ($4::text is null or j.error ->> 'type' = $4 or j.error ->> 'code' = $4)
-           and ($5::timestamptz is null or j.dead_lettered_at >= $5)
-           and ($6::timestamptz is null or j.dead_lettered_at < $6)
+           and ojs_dead_letter_matches(j, $1, $2, $3, $4, $5, $6)
          order by j.dead_lettered_at
          limit $7
         "#,
