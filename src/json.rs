@@ -15,15 +15,21 @@ use serde_json::value::RawValue;
 /// The nesting depth limit of every request body (objects and arrays).
 pub const MAX_DEPTH: usize = 32;
 
-/// A body nested deeper than [`MAX_DEPTH`].
+/// Why a body cannot be compacted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooDeep;
+pub enum Unacceptable {
+    /// Nested deeper than the limit.
+    TooDeep,
+    /// A string holds `\u0000`, which PostgreSQL cannot store in text (nor in json values it
+    /// has to read, nor in jsonb).
+    NullCharacter,
+}
 
-/// Removes whitespace outside strings and checks the nesting depth.
+/// Removes whitespace outside strings, checks the nesting depth, and refuses the NUL character.
 ///
 /// Does not validate the JSON (the parser that follows does); it only needs to track whether
 /// it is inside a string. Returns the input unchanged (borrowed) when it is already compact.
-pub fn compact(input: &[u8], max_depth: usize) -> Result<Cow<'_, [u8]>, TooDeep> {
+pub fn compact(input: &[u8], max_depth: usize) -> Result<Cow<'_, [u8]>, Unacceptable> {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -32,6 +38,9 @@ pub fn compact(input: &[u8], max_depth: usize) -> Result<Cow<'_, [u8]>, TooDeep>
         if in_string {
             if escaped {
                 escaped = false;
+                if byte == b'u' && input.get(i + 1..i + 5) == Some(&b"0000"[..]) {
+                    return Err(Unacceptable::NullCharacter);
+                }
             } else if byte == b'\\' {
                 escaped = true;
             } else if byte == b'"' {
@@ -43,7 +52,7 @@ pub fn compact(input: &[u8], max_depth: usize) -> Result<Cow<'_, [u8]>, TooDeep>
                 b'{' | b'[' => {
                     depth += 1;
                     if depth > max_depth {
-                        return Err(TooDeep);
+                        return Err(Unacceptable::TooDeep);
                     }
                 }
                 b'}' | b']' => depth = depth.saturating_sub(1),

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::error::ApiError;
-use super::extract::OptionalJsonBody;
+use super::extract::{OptionalJsonBody, WorkerIdPath};
 use super::query::{ADMIN, Page, Pagination, QueryParams};
 use super::workers::WireWorker;
 use super::{AppState, ok};
@@ -71,7 +71,7 @@ async fn list_workers(
 /// `GET /ojs/v1/admin/workers/{id}`: one worker with the ids of the jobs it holds.
 async fn get_worker(
     State(state): State<AppState>,
-    Path(worker_id): Path<String>,
+    WorkerIdPath(worker_id): WorkerIdPath,
 ) -> Result<Response, ApiError> {
     let worker = state.broker().worker(&worker_id).await?;
     Ok(ok(WireWorker::new(&worker, true)).into_response())
@@ -91,6 +91,12 @@ async fn direct(
         "terminate" => "terminate",
         _ => return Err(ApiError::route_not_found(uri.path())),
     };
+    if !crate::job::is_valid_worker_id(&worker_id) {
+        return Err(ApiError::not_found(
+            "worker",
+            &worker_id.escape_debug().to_string(),
+        ));
+    }
     let worker = state.broker().direct_worker(&worker_id, directive).await?;
     tracing::info!(worker_id, directive, "worker directive set");
     Ok(ok(json!({
@@ -105,7 +111,7 @@ async fn direct(
 /// any job it still holds.
 async fn delete_worker(
     State(state): State<AppState>,
-    Path(worker_id): Path<String>,
+    WorkerIdPath(worker_id): WorkerIdPath,
 ) -> Result<Response, ApiError> {
     let released = state.broker().delete_stale_worker(&worker_id).await?;
     Ok(

@@ -115,11 +115,14 @@ async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, A
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
         }
-        let compact = json::compact(&bytes, json::MAX_DEPTH).map_err(|_| {
-            ApiError::invalid_request(format!(
+        let compact = json::compact(&bytes, json::MAX_DEPTH).map_err(|e| match e {
+            json::Unacceptable::TooDeep => ApiError::invalid_request(format!(
                 "The request body is nested deeper than {} levels.",
                 json::MAX_DEPTH
-            ))
+            )),
+            json::Unacceptable::NullCharacter => ApiError::invalid_request(
+                "The request body contains the character U+0000 (\\u0000), which cannot be stored; remove it.",
+            ),
         })?;
         let changed = matches!(compact, std::borrow::Cow::Owned(_));
         let text = String::from_utf8(compact.into_owned())
@@ -228,6 +231,30 @@ impl<'a> Fields<'a> {
                 format!("'{key}' must be 1-255 characters without control characters"),
             )),
             other => Ok(other),
+        }
+    }
+}
+
+/// A worker id taken from the path. A segment that is not a valid worker id (1-255 characters,
+/// no control characters) names no worker: 404.
+#[derive(Debug, Clone)]
+pub struct WorkerIdPath(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for WorkerIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(segments) = Path::<Vec<String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::route_not_found(parts.uri.path()))?;
+        let id = segments.into_iter().next().unwrap_or_default();
+        if crate::job::is_valid_worker_id(&id) {
+            Ok(WorkerIdPath(id))
+        } else {
+            Err(ApiError::not_found(
+                "worker",
+                &id.escape_debug().to_string(),
+            ))
         }
     }
 }

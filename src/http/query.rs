@@ -21,14 +21,23 @@ impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
         let RawQuery(raw) = RawQuery::from_request_parts(parts, state)
             .await
             .unwrap_or(RawQuery(None));
-        Ok(QueryParams(
-            raw.map(|q| {
+        let params: Vec<(String, String)> = raw
+            .map(|q| {
                 form_urlencoded::parse(q.as_bytes())
                     .map(|(k, v)| (k.into_owned(), v.into_owned()))
                     .collect()
             })
-            .unwrap_or_default(),
-        ))
+            .unwrap_or_default();
+        if let Some((name, _)) = params
+            .iter()
+            .find(|(k, v)| k.contains('\0') || v.contains('\0'))
+        {
+            return Err(bad(
+                name,
+                "query parameters must not contain the character U+0000".to_owned(),
+            ));
+        }
+        Ok(QueryParams(params))
     }
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use super::error::ApiError;
-use super::extract::{Fields, JsonBody};
+use super::extract::{Fields, JsonBody, WorkerIdPath};
 use super::{AppState, Ojs, ok};
 use crate::broker::{FetchRequest, NackRequest};
 use crate::duration;
@@ -47,7 +47,7 @@ pub fn router() -> Router<AppState> {
 /// quiet, terminating, draining or stale (no heartbeat for the heartbeat timeout).
 async fn worker_health(
     State(state): State<AppState>,
-    Path(worker_id): Path<String>,
+    WorkerIdPath(worker_id): WorkerIdPath,
 ) -> Result<Response, ApiError> {
     let worker = state.broker().worker(&worker_id).await?;
 
@@ -325,7 +325,7 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
 /// error `shutdown` (back to `available` while attempts remain).
 async fn deregister(
     State(state): State<AppState>,
-    Path(worker_id): Path<String>,
+    WorkerIdPath(worker_id): WorkerIdPath,
 ) -> Result<Response, ApiError> {
     let released = state.broker().deregister(&worker_id).await?;
 

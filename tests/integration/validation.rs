@@ -3,7 +3,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::harness::TestApp;
+use crate::harness::{TestApp, job};
 
 #[tokio::test]
 async fn envelope_field_errors_are_400_invalid_request_naming_the_field() {
@@ -571,4 +571,68 @@ async fn request_ids_are_echoed_or_generated() {
         .await
         .expect(200);
     assert!(resp.header("x-request-id").unwrap().starts_with("req_"));
+}
+
+#[tokio::test]
+async fn the_nul_character_is_refused_wherever_it_appears() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("a.b", "q")).await;
+    app.fetch_one("q", "w").await;
+    // PostgreSQL cannot store U+0000 in text, json it reads, or jsonb: 400, never a 500.
+    for (path, body) in [
+        ("/ojs/v1/jobs", json!({"type": "a.b", "args": ["a\u{0}b"]})),
+        (
+            "/ojs/v1/jobs",
+            json!({"type": "a.b", "args": [], "meta": {"k\u{0}": 1}}),
+        ),
+        (
+            "/ojs/v1/workers/register",
+            json!({"worker_id": "w", "hostname": "a\u{0}"}),
+        ),
+        (
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "w", "labels": ["\u{0}"]}),
+        ),
+        (
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "error": {"message": "\u{0}"}}),
+        ),
+        (
+            "/ojs/v1/workers/ack",
+            json!({"job_id": id, "result": "\u{0}"}),
+        ),
+    ] {
+        let resp = app
+            .post(path, body)
+            .await
+            .expect_error(400, "invalid_request");
+        assert!(
+            resp.json["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("U+0000"),
+            "{path}"
+        );
+    }
+    // An escaped backslash followed by "u0000" is ordinary text.
+    app.post_text("/ojs/v1/jobs", r#"{"type": "a.b", "args": ["\\u0000"]}"#)
+        .await
+        .expect(201);
+    for path in [
+        "/ojs/v1/dead-letter?queue=%00",
+        "/ojs/v1/events?types=a%00",
+        "/ojs/v1/admin/workers?limit=1&x%00=1",
+    ] {
+        app.get(path).await.expect_error(400, "invalid_request");
+    }
+    for path in ["/ojs/v1/admin/workers/%00", "/ojs/v1/workers/a%00b/health"] {
+        app.get(path).await.expect_error(404, "not_found");
+    }
+    app.delete("/ojs/v1/workers/%00")
+        .await
+        .expect_error(404, "not_found");
+    app.post("/ojs/v1/admin/workers/%00/quiet", json!({}))
+        .await
+        .expect_error(404, "not_found");
+    assert_eq!(app.job(&id).await["state"], "active", "nothing changed");
 }
