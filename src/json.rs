@@ -245,10 +245,29 @@ mod tests {
         let ok = "[".repeat(32) + &"]".repeat(32);
         let deep = "[".repeat(33) + &"]".repeat(33);
         assert!(compact(ok.as_bytes(), 32).is_ok());
-        assert_eq!(compact(deep.as_bytes(), 32), Err(TooDeep));
+        assert_eq!(compact(deep.as_bytes(), 32), Err(Unacceptable::TooDeep));
         // Brackets inside strings do not count.
         let in_string = format!("[\"{}\"]", "[".repeat(100));
         assert!(compact(in_string.as_bytes(), 32).is_ok());
+    }
+
+    #[test]
+    fn the_nul_escape_is_refused_but_an_escaped_backslash_is_not() {
+        for bad in [
+            r#"["\u0000"]"#,
+            r#"{"k\u0000":1}"#,
+            r#"["a\\\u0000"]"#,
+            r#"["\u00000"]"#,
+        ] {
+            assert_eq!(
+                compact(bad.as_bytes(), 32),
+                Err(Unacceptable::NullCharacter),
+                "{bad}"
+            );
+        }
+        for ok in [r#"["\\u0000"]"#, r#"["\u0001", "u0000"]"#] {
+            assert!(compact(ok.as_bytes(), 32).is_ok(), "{ok}");
+        }
     }
 
     #[test]
