@@ -156,6 +156,7 @@ impl Application {
         let context = maintenance::Context::new(pool.clone(), &config.service_name, &instance_id);
         let events = EventTail::new(
             pool.clone(),
+            health.clone(),
             Duration::from_millis(config.event_poll_interval_ms),
         );
         let state = AppState::new(

@@ -19,6 +19,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::db::DbHealth;
 use crate::store;
 use crate::store::event::{EventFilter, EventRow, Position};
 use crate::timestamp;
@@ -116,16 +117,18 @@ impl Serialize for WireEvent<'_> {
 pub struct EventTail {
     tx: broadcast::Sender<Arc<EventRow>>,
     pool: PgPool,
+    health: DbHealth,
     poll_interval: Duration,
 }
 
 impl EventTail {
-    pub fn new(pool: PgPool, poll_interval: Duration) -> EventTail {
+    pub fn new(pool: PgPool, health: DbHealth, poll_interval: Duration) -> EventTail {
         // Capacity bounds how far a slow stream may lag; a lagging stream re-reads the database.
         let (tx, _) = broadcast::channel(4_096);
         EventTail {
             tx,
             pool,
+            health,
             poll_interval,
         }
     }
@@ -148,11 +151,14 @@ impl EventTail {
             if self.tx.receiver_count() == 0 {
                 // Nobody listens: forget the position; the next listener starts from the head.
                 cursor = None;
-            } else {
+            } else if !self.health.is_down() {
                 match self.poll(&mut cursor).await {
                     Ok(full) if full => pause = Duration::ZERO,
                     Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "reading events failed; retrying"),
+                    Err(e) => {
+                        self.health.report(&e);
+                        tracing::warn!(error = %e, "reading events failed; retrying");
+                    }
                 }
             }
             tokio::select! {
