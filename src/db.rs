@@ -7,7 +7,9 @@
 //!   shutdown, connection exceptions) is reported with [`DbHealth::report`]; so is the
 //!   notification listener losing its connection, usually the first to notice.
 //! * **Fast failure.** While the database is marked down, the HTTP layer answers 503 with
-//!   `Retry-After` at once instead of queueing for a connection ([`DbHealth::is_down`]).
+//!   `Retry-After` at once instead of queueing for a connection ([`DbHealth::is_down`]), and
+//!   requests already waiting on the database when it goes down are answered 503 at that moment
+//!   ([`DbHealth::went_down`]) rather than when their connection attempts time out.
 //! * **Recovery.** A prober opens a fresh connection every [`PROBE_INTERVAL`] while the
 //!   database is down and clears the mark as soon as one works.
 //! * **No stale connections.** Every pooled connection opened before the last reported failure
@@ -17,12 +19,11 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// How often a down database is probed.
@@ -36,13 +37,21 @@ pub struct DbHealth {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
-    down: AtomicBool,
+    /// Whether the database is believed down; its receivers are the prober and waiting requests.
+    down: watch::Sender<bool>,
     /// When a broken connection was last reported.
     last_failure: Mutex<Option<Instant>>,
-    /// Wakes the prober.
-    wake: Notify,
+}
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner {
+            down: watch::Sender::new(false),
+            last_failure: Mutex::new(None),
+        }
+    }
 }
 
 /// Whether `e` means the connection (or the server) is gone, as opposed to a failed statement.
@@ -63,7 +72,14 @@ pub fn is_connection_error(e: &sqlx::Error) -> bool {
 impl DbHealth {
     /// Whether the database is currently believed unreachable.
     pub fn is_down(&self) -> bool {
-        self.inner.down.load(Ordering::Acquire)
+        *self.inner.down.borrow()
+    }
+
+    /// Resolves when the database is (or becomes) marked down.
+    pub async fn went_down(&self) {
+        let mut down = self.inner.down.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = down.wait_for(|down| *down).await;
     }
 
     /// Records `e` if it is a connection failure (see [`is_connection_error`]).
@@ -77,10 +93,9 @@ impl DbHealth {
     /// every connection opened before now is retired.
     pub fn report_lost(&self) {
         *self.inner.last_failure.lock().expect("health lock") = Some(Instant::now());
-        if !self.inner.down.swap(true, Ordering::AcqRel) {
+        if !self.inner.down.send_replace(true) {
             tracing::warn!("database connection lost; answering 503 until it is back");
         }
-        self.inner.wake.notify_one();
     }
 
     /// Whether a connection of age `age` was opened before the last reported failure.
@@ -99,7 +114,7 @@ impl DbHealth {
             if !self.is_down() {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
-                    () = self.inner.wake.notified() => continue,
+                    () = self.went_down() => continue,
                 }
             }
             let attempt = async {
@@ -109,7 +124,7 @@ impl DbHealth {
             };
             match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
                 Ok(Ok(())) => {
-                    self.inner.down.store(false, Ordering::Release);
+                    self.inner.down.send_replace(false);
                     tracing::info!("database reachable again");
                     continue;
                 }

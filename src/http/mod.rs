@@ -239,11 +239,23 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
             ))
             .into_response();
         }
-        if state.health().is_down() && needs_database(req.uri().path()) {
-            return ApiError::unavailable("The database is unavailable; retry shortly.", None)
-                .into_response();
+        let database = needs_database(req.uri().path());
+        if database && state.health().is_down() {
+            return db_unavailable();
         }
-        match tokio::time::timeout(state.settings().request_timeout, next.run(req)).await {
+        let run = tokio::time::timeout(state.settings().request_timeout, next.run(req));
+        let outcome = if database {
+            // A request waiting on the database when it goes away is answered now, not when its
+            // connection attempts give up.
+            tokio::select! {
+                biased;
+                outcome = run => outcome,
+                () = state.health().went_down() => return db_unavailable(),
+            }
+        } else {
+            run.await
+        };
+        match outcome {
             Ok(response) => response,
             Err(_) => ApiError::unavailable(
                 "The request took too long; retry shortly.",
@@ -300,6 +312,11 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
 
 /// Whether a path is answered from the database (probes and metrics answer without it, or
 /// report on it themselves).
+/// 503 with `Retry-After`: the database is unreachable.
+fn db_unavailable() -> Response {
+    ApiError::unavailable("The database is unavailable; retry shortly.", None).into_response()
+}
+
 fn needs_database(path: &str) -> bool {
     !matches!(
         path,
