@@ -1,8 +1,8 @@
 //! Lifecycle events (contract §7): their wire form, and the in-process tail that feeds the SSE
 //! streams.
 //!
-//! Events are written by database triggers in the transaction of the change they describe
-//! (`ojs_event`, see the V3 migration), so a change and its events commit or roll back together
+//! Events are written to `ojs_event` by the statements that make the change they describe (the
+//! V3 migration's `ojs_*_data` functions build their `data`), so a change and its events commit or roll back together
 //! and every replica — and every operator with `psql` — sees the same log. Reading it in
 //! `(xid, seq)` order, bounded by the oldest running transaction, gives a cursor that never skips
 //! an event that commits late (see `store::event`).

@@ -205,6 +205,14 @@ pub fn raw(text: String) -> Box<RawValue> {
     RawValue::from_string(text).unwrap_or_else(|_| null())
 }
 
+/// `value` without insignificant whitespace (jsonb renders `{"a": 1}`; responses are compact).
+pub fn compact_raw(value: Box<RawValue>) -> Box<RawValue> {
+    match compact(value.get().as_bytes(), usize::MAX) {
+        Ok(Cow::Owned(bytes)) => String::from_utf8(bytes).map_or(value, raw),
+        Ok(Cow::Borrowed(_)) | Err(_) => value,
+    }
+}
+
 /// A raw JSON `null`.
 pub fn null() -> Box<RawValue> {
     RawValue::from_string("null".to_owned()).expect("null is valid JSON")
@@ -233,6 +241,15 @@ mod tests {
             compact(input, MAX_DEPTH).unwrap(),
             Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn compact_raw_strips_the_spaces_jsonb_renders() {
+        let stored = raw(r#"{"queues": ["a b"], "worker_id": "w1", "n": {"x": 1}}"#.to_owned());
+        assert_eq!(
+            compact_raw(stored).get(),
+            r#"{"queues":["a b"],"worker_id":"w1","n":{"x":1}}"#
+        );
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl From<Raw> for EventRow {
             job_type: r.job_type,
             from_state: r.from_state,
             to_state: r.to_state,
-            data: r.data,
+            data: Json(crate::json::compact_raw(r.data.0)),
         }
     }
 }

@@ -78,6 +78,12 @@ async fn lifecycle_events_are_written_with_each_change() {
     assert_eq!(data["job_type"], "email.send");
     assert_eq!(data["queue"], "mail");
     assert_eq!(data["state"], "completed");
+    // Rendered compactly, like every response (the log stores `data` as jsonb).
+    let text = app.get("/ojs/v1/events?queues=mail").await.expect(200).text;
+    assert!(
+        !text.contains("\": ") && !text.contains(", \""),
+        "events are compact JSON: {text}"
+    );
     assert_eq!(data["attempt"], 1);
     assert!(data["duration_ms"].as_i64().unwrap() >= 0);
     assert_eq!(data["result"], json!({"sent": true}));
