@@ -21,7 +21,7 @@ use crate::maintenance::{
     self, ExpirerConfig, MaintenanceConfig, PromoterConfig, PrunerConfig, ReaperConfig,
     StaleWorkersConfig,
 };
-use crate::notifier::Notifier;
+use crate::notifier::{Announcer, Notifier};
 
 /// A built server, bound to its port, not yet serving.
 pub struct Application {
@@ -30,6 +30,7 @@ pub struct Application {
     connect_options: sqlx::postgres::PgConnectOptions,
     state: AppState,
     notifier: Notifier,
+    announcer: Announcer,
     health: DbHealth,
     events: EventTail,
     elector: Option<(Elector, MaintenanceConfig, maintenance::Context)>,
@@ -92,7 +93,8 @@ impl Application {
         // Install the metrics recorder before anything records.
         crate::telemetry::metrics();
         crate::telemetry::leader_changed(false);
-        let notifier = Notifier::default();
+        let notifier = Notifier::new(&instance_id);
+        let announcer = Announcer::new(notifier.clone());
         let shutdown = CancellationToken::new();
         let heartbeat_timeout = config.heartbeat_timeout();
         let broker = Broker::new(
@@ -109,7 +111,7 @@ impl Application {
                 heartbeat_timeout,
                 test_hooks: config.test_hooks,
             },
-            notifier.clone(),
+            announcer.clone(),
         );
         let elector = Elector::new(
             pool.clone(),
@@ -192,6 +194,7 @@ impl Application {
             connect_options,
             state,
             notifier,
+            announcer,
             health,
             events,
             elector: config
@@ -220,6 +223,7 @@ impl Application {
             connect_options,
             state,
             notifier,
+            announcer,
             health,
             events,
             elector,
@@ -233,6 +237,7 @@ impl Application {
         );
         let mut background = tokio::task::JoinSet::new();
         background.spawn(notifier.listen(pool.clone(), health.clone(), shutdown.clone()));
+        background.spawn(announcer.run(pool.clone(), shutdown.clone()));
         background.spawn(health.clone().probe(connect_options, shutdown.clone()));
         background.spawn(events.run(shutdown.clone()));
         background.spawn(metrics_upkeep(shutdown.clone()));

@@ -6,34 +6,62 @@
 //! waiter is woken to poll once, and waiters also poll on a timer as a safety net. A lost
 //! connection is also reported to [`DbHealth`]: it is usually the first sign of an outage.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::db::DbHealth;
 use crate::store;
 
 /// What a waiter is woken for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Wakeup {
     /// This queue has new available jobs.
-    Queue(Arc<str>),
+    Queue(Arc<QueueWakeup>),
     /// The maintenance leader resigned: followers should try to take over now.
     LeaderResigned,
     /// Anything may have changed (the listener reconnected): poll.
     All,
 }
 
+/// New jobs in a queue, and how many waiters they are for.
+///
+/// Every waiter receives every wakeup, but only as many waiters as there are new jobs take it
+/// and poll: one enqueued job does not send every long-polling worker of its queue to the
+/// database (a waiter that polls in vain waits again; all of them also poll on a timer).
+#[derive(Debug)]
+pub struct QueueWakeup {
+    queue: Arc<str>,
+    permits: AtomicUsize,
+}
+
 impl Wakeup {
-    /// Whether a waiter on `queues` should poll.
-    pub fn concerns(&self, queues: &[String]) -> bool {
+    /// New jobs in `queue`, for up to `waiters` waiters (`usize::MAX`: all of them, when the
+    /// number of jobs is unknown).
+    pub fn queue(queue: &str, waiters: usize) -> Wakeup {
+        Wakeup::Queue(Arc::new(QueueWakeup {
+            queue: queue.into(),
+            permits: AtomicUsize::new(waiters),
+        }))
+    }
+
+    /// Whether a waiter on `queues` should poll now. A queue wakeup is taken by at most as
+    /// many waiters as it has permits.
+    pub fn take_for(&self, queues: &[String]) -> bool {
         match self {
             Wakeup::All => true,
-            Wakeup::Queue(q) => queues.iter().any(|name| name.as_str() == &**q),
+            Wakeup::Queue(w) => {
+                queues.iter().any(|name| name.as_str() == &*w.queue)
+                    && w.permits
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| p.checked_sub(1))
+                        .is_ok()
+            }
             Wakeup::LeaderResigned => false,
         }
     }
@@ -43,17 +71,28 @@ impl Wakeup {
 #[derive(Debug, Clone)]
 pub struct Notifier {
     tx: broadcast::Sender<Wakeup>,
+    /// This process's instance id: its own notifications, which it already delivered in
+    /// process, are ignored when they come back from the database.
+    instance: Arc<str>,
 }
 
 impl Default for Notifier {
     fn default() -> Self {
-        // Capacity only bounds how far a slow waiter can lag; a lagging waiter simply polls.
-        let (tx, _) = broadcast::channel(1024);
-        Notifier { tx }
+        Notifier::new("")
     }
 }
 
 impl Notifier {
+    /// A notifier for the process with instance id `instance`.
+    pub fn new(instance: &str) -> Notifier {
+        // Capacity only bounds how far a slow waiter can lag; a lagging waiter simply polls.
+        let (tx, _) = broadcast::channel(1024);
+        Notifier {
+            tx,
+            instance: instance.into(),
+        }
+    }
+
     /// A receiver of every wakeup from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Wakeup> {
         self.tx.subscribe()
@@ -113,13 +152,84 @@ impl Notifier {
                 Some(n) if n.channel() == store::leader::RESIGNED_CHANNEL => {
                     self.wake(Wakeup::LeaderResigned);
                 }
-                Some(n) => self.wake(Wakeup::Queue(n.payload().into())),
+                // `queue` (from a statement) or `queue sender` (from an announcer).
+                Some(n) => match n.payload().split_once(' ') {
+                    Some((_, sender)) if sender == &*self.instance => {}
+                    Some((queue, _)) => self.wake(Wakeup::queue(queue, usize::MAX)),
+                    None => self.wake(Wakeup::queue(n.payload(), usize::MAX)),
+                },
                 // The connection was lost; the next try_recv reconnects and re-listens.
                 None => {
                     tracing::warn!("notification connection lost; reconnecting");
                     health.report_lost();
                     self.wake(Wakeup::All);
                 }
+            }
+        }
+    }
+}
+
+/// Announces queues that gained available jobs: at once to this process's waiters, and to the
+/// other replicas with a NOTIFY sent after the change committed, coalesced per queue.
+///
+/// One task sends the notifications: it takes every queue announced since its last send and
+/// notifies them all in one statement, so however many enqueues commit per second, a queue is
+/// notified at most once per round trip of that statement. An idle announcer sends at once.
+/// A notification that cannot be sent is only logged: other replicas' waiters also poll on a
+/// timer, and this process's were already woken.
+#[derive(Debug, Clone, Default)]
+pub struct Announcer {
+    notifier: Notifier,
+    pending: Arc<Mutex<HashSet<Arc<str>>>>,
+    signal: Arc<Notify>,
+}
+
+impl Announcer {
+    /// An announcer waking `notifier`'s waiters.
+    pub fn new(notifier: Notifier) -> Announcer {
+        Announcer {
+            notifier,
+            ..Announcer::default()
+        }
+    }
+
+    /// The notifier this announcer wakes.
+    pub fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    /// `queue` has `jobs` new available jobs (committed).
+    pub fn announce(&self, queue: &str, jobs: usize) {
+        self.notifier.wake(Wakeup::queue(queue, jobs));
+        self.pending
+            .lock()
+            .expect("announcer lock")
+            .insert(queue.into());
+        self.signal.notify_one();
+    }
+
+    /// Sends the coalesced notifications until `shutdown` (then once more for what is left).
+    pub async fn run(self, pool: PgPool, shutdown: CancellationToken) {
+        loop {
+            let stopping = tokio::select! {
+                () = shutdown.cancelled() => true,
+                () = self.signal.notified() => false,
+            };
+            let queues: Vec<String> = self
+                .pending
+                .lock()
+                .expect("announcer lock")
+                .drain()
+                .map(|q| q.to_string())
+                .collect();
+            if !queues.is_empty()
+                && let Err(e) =
+                    store::notify_available(&pool, &queues, &self.notifier.instance).await
+            {
+                tracing::debug!(error = %e, queues = queues.len(), "cannot notify other replicas");
+            }
+            if stopping {
+                return;
             }
         }
     }

@@ -6,6 +6,7 @@
 //! and turns "nothing matched" into the precise reason: not found, wrong state, wrong owner.
 
 mod dead_letter;
+mod group;
 mod workers;
 
 use std::collections::{HashMap, HashSet};
@@ -23,11 +24,12 @@ use crate::job::failure::{self, JobError, Outcome, Reclaim};
 use crate::job::retry::RetryPolicy;
 use crate::job::unique::OnConflict;
 use crate::job::{Job, JobId, JobState};
-use crate::notifier::Notifier;
+use crate::notifier::{Announcer, Notifier};
 use crate::store;
-use crate::store::job::{ClaimParams, FailParams, FailTarget};
+use crate::store::job::{ClaimParams, CompleteParams, FailParams, FailTarget};
 use crate::telemetry;
 use crate::timestamp::ClientTime;
+use group::GroupCommit;
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
 /// service handles the rest of a large backlog).
@@ -51,12 +53,30 @@ pub struct Settings {
     pub test_hooks: bool,
 }
 
-/// The broker: a pool, settings, and the availability notifier.
+/// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
+/// group forms, few enough to leave the pool's connections to everything else.
+const GROUP_FLUSHERS: usize = 4;
+
+/// Most single-job PUSH requests written by one statement.
+const PUSH_GROUP_MAX: usize = 256;
+
+/// Jobs above this size (`args` + `meta`) are written alone, so a group stays a few MiB at most.
+const PUSH_GROUP_MAX_JOB_BYTES: usize = 16 * 1024;
+
+/// Most ACKs written by one statement.
+const ACK_GROUP_MAX: usize = 512;
+
+/// The broker: a pool, settings, the availability announcer and the group-commit queues.
 #[derive(Debug, Clone)]
 pub struct Broker {
     pool: PgPool,
     settings: Settings,
     notifier: Notifier,
+    announcer: Announcer,
+    /// Single-job PUSH requests, written together (see [`group`]).
+    pushes: Arc<GroupCommit<NewJob, Result<Job>>>,
+    /// ACK requests, written together.
+    acks: Arc<GroupCommit<AckItem, Result<Option<Job>>>>,
     /// Fetching workers recently recorded as seen, so FETCH writes `last_seen_at` rarely.
     seen_workers: Arc<Mutex<HashMap<String, Instant>>>,
 }
@@ -118,12 +138,33 @@ pub struct Cancelled {
     pub previous_state: JobState,
 }
 
+/// One queued ACK.
+#[derive(Debug)]
+struct AckItem {
+    id: JobId,
+    worker_id: Option<String>,
+    result: Option<String>,
+}
+
 impl Broker {
-    pub fn new(pool: PgPool, settings: Settings, notifier: Notifier) -> Broker {
+    /// A broker on `pool`. Starts the group-commit flushers, so it must be called within a Tokio
+    /// runtime; `announcer`'s task must run for other replicas to hear of new jobs.
+    pub fn new(pool: PgPool, settings: Settings, announcer: Announcer) -> Broker {
+        let push_pool = pool.clone();
+        let pushes = GroupCommit::spawn(GROUP_FLUSHERS, PUSH_GROUP_MAX, move |jobs| {
+            flush_pushes(push_pool.clone(), jobs)
+        });
+        let ack_pool = pool.clone();
+        let acks = GroupCommit::spawn(GROUP_FLUSHERS, ACK_GROUP_MAX, move |acks| {
+            flush_acks(ack_pool.clone(), acks)
+        });
         Broker {
             pool,
             settings,
-            notifier,
+            notifier: announcer.notifier().clone(),
+            announcer,
+            pushes: Arc::new(pushes),
+            acks: Arc::new(acks),
             seen_workers: Arc::default(),
         }
     }
@@ -150,28 +191,47 @@ impl Broker {
             }
         }
         let batch = jobs.len() > 1;
+        let created = |rows: Vec<Job>| {
+            rows.into_iter()
+                .map(|job| Pushed {
+                    job,
+                    outcome: PushOutcome::Created,
+                })
+                .collect()
+        };
         let result = if jobs.iter().any(|j| j.unique.is_some()) {
             self.push_unique(&jobs, batch).await
+        } else if let [job] = jobs.as_slice()
+            && job.args.len() + job.meta.len() <= PUSH_GROUP_MAX_JOB_BYTES
+        {
+            match self.pushes.submit(job.clone()).await {
+                Some(outcome) => outcome.map(|job| created(vec![job])),
+                None => Err(Error::Database(sqlx::Error::PoolClosed)),
+            }
         } else {
             store::job::insert_many(&self.pool, &jobs)
                 .await
-                .map(|rows| {
-                    rows.into_iter()
-                        .map(|job| Pushed {
-                            job,
-                            outcome: PushOutcome::Created,
-                        })
-                        .collect()
-                })
+                .map(created)
                 .map_err(Error::from)
         };
         if let Ok(pushed) = &result {
-            telemetry::jobs_enqueued(
+            let new_jobs = || {
                 pushed
                     .iter()
                     .filter(|p| p.outcome == PushOutcome::Created)
-                    .map(|p| &p.job),
-            );
+                    .map(|p| &p.job)
+            };
+            telemetry::jobs_enqueued(new_jobs());
+            let mut available: Vec<(&str, usize)> = Vec::new();
+            for job in new_jobs().filter(|j| j.state == JobState::Available) {
+                match available.iter_mut().find(|(q, _)| *q == job.queue) {
+                    Some((_, n)) => *n += 1,
+                    None => available.push((&job.queue, 1)),
+                }
+            }
+            for (queue, jobs) in available {
+                self.announcer.announce(queue, jobs);
+            }
         }
         match result {
             // A client-supplied id is taken (possibly by a concurrent request).
@@ -477,7 +537,7 @@ impl Broker {
                     () = shutdown.cancelled() => return Ok(Vec::new()),
                     () = tokio::time::sleep_until(poll_at) => break,
                     wakeup = rx.recv() => match wakeup {
-                        Ok(w) if !w.concerns(&req.queues) => continue,
+                        Ok(w) if !w.take_for(&req.queues) => continue,
                         // Relevant, lagged (missed some) or closed: poll now.
                         _ => break,
                     },
@@ -550,19 +610,144 @@ impl Broker {
         worker_id: Option<&str>,
         result: Option<&str>,
     ) -> Result<Job> {
-        if let Some(job) = store::job::complete(&self.pool, id, worker_id, result).await? {
+        let ack = AckItem {
+            id,
+            worker_id: worker_id.map(str::to_owned),
+            result: result.map(str::to_owned),
+        };
+        let completed = match self.acks.submit(ack).await {
+            Some(outcome) => outcome?,
+            None => return Err(Error::Database(sqlx::Error::PoolClosed)),
+        };
+        if let Some(job) = completed {
             telemetry::attempt_finished(&job);
             return Ok(job);
         }
         Err(self.not_held(id, "acknowledge", worker_id).await)
     }
 
+    /// ACK of many jobs (ojsd's batch extension): one statement for all of them. Each job gets
+    /// its own outcome, in order; the call itself fails only when the database does.
+    pub async fn ack_many(
+        &self,
+        worker_id: Option<&str>,
+        acks: &[(JobId, Option<&str>)],
+    ) -> Result<Vec<Result<Job>>> {
+        let params: Vec<CompleteParams<'_>> = acks
+            .iter()
+            .map(|(id, result)| CompleteParams {
+                id: *id,
+                worker_id,
+                result: *result,
+            })
+            .collect();
+        let completed = complete_group(&self.pool, &params).await?;
+        let mut out = Vec::with_capacity(acks.len());
+        for ((id, _), job) in acks.iter().zip(completed) {
+            out.push(match job {
+                Some(job) => {
+                    telemetry::attempt_finished(&job);
+                    Ok(job)
+                }
+                None => Err(self.not_held(*id, "acknowledge", worker_id).await),
+            });
+        }
+        Ok(out)
+    }
+
     /// NACK: records the failure and lets the retry policy choose retryable or discarded
     /// (or puts the job straight back with `requeue`).
     pub async fn nack(&self, req: NackRequest) -> Result<Nacked> {
-        let job = self.info(req.job_id).await?;
+        self.nack_many(vec![req])
+            .await?
+            .pop()
+            .expect("one outcome per request")
+    }
+
+    /// NACK of many jobs (ojsd's batch extension): one read and one write for all of them.
+    /// Each request gets its own outcome, in order; the call itself fails only when the
+    /// database does. A job named twice is failed once; the second request is answered as it
+    /// would be after the first.
+    pub async fn nack_many(&self, reqs: Vec<NackRequest>) -> Result<Vec<Result<Nacked>>> {
+        let ids: Vec<Uuid> = reqs.iter().map(|r| r.job_id.0).collect();
+        let jobs: HashMap<Uuid, Job> = store::job::get_many(&self.pool, &ids)
+            .await?
+            .into_iter()
+            .map(|j| (j.id.0, j))
+            .collect();
+        let mut planned: HashSet<Uuid> = HashSet::with_capacity(reqs.len());
+        // Per request: the decision (or why not), and the error JSON to record.
+        let mut plans: Vec<Result<(FailTarget, Option<String>, i32)>> =
+            Vec::with_capacity(reqs.len());
+        for req in &reqs {
+            plans.push(self.plan_nack(req, jobs.get(&req.job_id.0), &mut planned));
+        }
+        let failures: Vec<FailParams<'_>> = reqs
+            .iter()
+            .zip(&plans)
+            .filter_map(|(req, plan)| {
+                let (target, error, attempt) = plan.as_ref().ok()?;
+                Some(FailParams {
+                    id: req.job_id,
+                    attempt: *attempt,
+                    worker_id: req.worker_id.as_deref(),
+                    error: error.as_deref(),
+                    target: *target,
+                })
+            })
+            .collect();
+        let mut failed: HashMap<Uuid, Job> = if failures.is_empty() {
+            HashMap::new()
+        } else {
+            store::job::fail_many(&self.pool, &failures, None)
+                .await?
+                .into_iter()
+                .map(|j| (j.id.0, j))
+                .collect()
+        };
+        let mut out = Vec::with_capacity(reqs.len());
+        for (req, plan) in reqs.iter().zip(plans) {
+            out.push(match plan {
+                Err(e) => Err(e),
+                Ok((target, ..)) => match failed.remove(&req.job_id.0) {
+                    Some(job) => {
+                        telemetry::attempt_finished(&job);
+                        Ok(Nacked {
+                            job,
+                            dead_lettered: matches!(
+                                target,
+                                FailTarget::Discarded { dead_letter: true }
+                            ),
+                        })
+                    }
+                    // The claim changed between the read and the write (cancelled,
+                    // reclaimed, ...).
+                    None => Err(self
+                        .not_held(req.job_id, "fail", req.worker_id.as_deref())
+                        .await),
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// What a NACK of `job` (as read) should do: the target, the error to record and the
+    /// attempt it fails; or why it cannot.
+    fn plan_nack(
+        &self,
+        req: &NackRequest,
+        job: Option<&Job>,
+        planned: &mut HashSet<Uuid>,
+    ) -> Result<(FailTarget, Option<String>, i32)> {
+        let job = job.ok_or(Error::JobNotFound(req.job_id))?;
+        if !planned.insert(job.id.0) {
+            return Err(Error::invalid(
+                "$.job_id",
+                format!("job {} is named more than once in this request", job.id),
+            ));
+        }
         if job.state != JobState::Active {
-            return Err(invalid_for_worker(&job, "fail"));
+            return Err(invalid_for_worker(job, "fail"));
         }
         if let (Some(worker), Some(owner)) = (req.worker_id.as_deref(), job.worker_id.as_deref())
             && worker != owner
@@ -580,31 +765,11 @@ impl Broker {
             }
             (None, false) => return Err(Error::invalid("$.error", "'error' is required")),
         };
-        let target = FailTarget::from_outcome(outcome);
-        let dead_lettered = matches!(target, FailTarget::Discarded { dead_letter: true });
-        let error_json = req.error.as_ref().map(JobError::to_json);
-        let failed = store::job::fail_many(
-            &self.pool,
-            &[FailParams {
-                id: job.id,
-                attempt: job.attempt,
-                worker_id: req.worker_id.as_deref(),
-                error: error_json.as_deref(),
-                target,
-            }],
-            None,
-        )
-        .await?;
-        match failed.into_iter().next() {
-            Some(job) => {
-                telemetry::attempt_finished(&job);
-                Ok(Nacked { job, dead_lettered })
-            }
-            // The claim changed between the read and the write (cancelled, reclaimed, ...).
-            None => Err(self
-                .not_held(req.job_id, "fail", req.worker_id.as_deref())
-                .await),
-        }
+        Ok((
+            FailTarget::from_outcome(outcome),
+            req.error.as_ref().map(JobError::to_json),
+            job.attempt,
+        ))
     }
 
     /// Explains why `worker_id` cannot complete or fail job `id`.
@@ -646,6 +811,84 @@ impl Broker {
         tx.commit().await?;
         self.seen_workers.lock().expect("seen-workers lock").clear();
         Ok(())
+    }
+}
+
+/// Writes a group of single-job PUSH requests in one statement. When that fails (a client-chosen
+/// id taken, or two requests naming the same id), each job is written alone, so each request gets
+/// the outcome it would have had by itself.
+async fn flush_pushes(pool: PgPool, jobs: Vec<NewJob>) -> Vec<Result<Job>> {
+    if jobs.len() > 1 {
+        match store::job::insert_many(&pool, &jobs).await {
+            Ok(rows) if rows.len() == jobs.len() => return rows.into_iter().map(Ok).collect(),
+            Ok(_) | Err(_) => {}
+        }
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let written = store::job::insert_many(&pool, std::slice::from_ref(&job)).await;
+        out.push(match written {
+            Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
+            Ok(_) => Err(Error::Database(sqlx::Error::RowNotFound)),
+            Err(e) => Err(e.into()),
+        });
+    }
+    out
+}
+
+/// Completes `acks` in one statement: for each, its completed job, or `None` when the job was
+/// not an active job of that worker. A job named twice is completed by its first ACK only; the
+/// later ones get `None`, as they would have after the first committed.
+async fn complete_group(
+    pool: &PgPool,
+    acks: &[CompleteParams<'_>],
+) -> std::result::Result<Vec<Option<Job>>, sqlx::Error> {
+    let mut seen: HashSet<Uuid> = HashSet::with_capacity(acks.len());
+    let first: Vec<bool> = acks.iter().map(|a| seen.insert(a.id.0)).collect();
+    let distinct: Vec<CompleteParams<'_>> = acks
+        .iter()
+        .zip(&first)
+        .filter(|(_, first)| **first)
+        .map(|(a, _)| *a)
+        .collect();
+    let mut done: HashMap<Uuid, Job> = store::job::complete_many(pool, &distinct)
+        .await?
+        .into_iter()
+        .map(|j| (j.id.0, j))
+        .collect();
+    Ok(acks
+        .iter()
+        .zip(first)
+        .map(|(a, first)| if first { done.remove(&a.id.0) } else { None })
+        .collect())
+}
+
+/// Writes a group of ACK requests (see [`complete_group`]). When the statement fails, each ACK
+/// is written alone, so each request gets the outcome it would have had by itself.
+async fn flush_acks(pool: PgPool, acks: Vec<AckItem>) -> Vec<Result<Option<Job>>> {
+    fn params(a: &AckItem) -> CompleteParams<'_> {
+        CompleteParams {
+            id: a.id,
+            worker_id: a.worker_id.as_deref(),
+            result: a.result.as_deref(),
+        }
+    }
+    let group: Vec<CompleteParams<'_>> = acks.iter().map(params).collect();
+    match complete_group(&pool, &group).await {
+        Ok(done) => done.into_iter().map(Ok).collect(),
+        Err(e) if acks.len() == 1 => vec![Err(e.into())],
+        Err(_) => {
+            let mut out = Vec::with_capacity(acks.len());
+            for ack in &group {
+                out.push(
+                    complete_group(&pool, std::slice::from_ref(ack))
+                        .await
+                        .map(|mut done| done.pop().flatten())
+                        .map_err(Error::from),
+                );
+            }
+            out
+        }
     }
 }
 

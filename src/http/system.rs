@@ -75,7 +75,19 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
                 {"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0-rc.1"},
                 {"name": "timeouts", "uri": "urn:ojs:ext:timeouts", "version": "1.0.0-rc.1"},
             ],
-            "experimental": [],
+            // ojsd's own extensions (not part of OJS).
+            "experimental": [
+                {
+                    "name": "batch-ack",
+                    "uri": "urn:ojsd:ext:batch-ack",
+                    "version": "0.1.0",
+                    "description": "ACK or NACK many jobs in one request and one commit; every item is answered as a single ACK/NACK would be.",
+                    "endpoints": [
+                        "POST /ojs/v1/workers/ack/batch",
+                        "POST /ojs/v1/workers/nack/batch",
+                    ],
+                },
+            ],
         },
         "schema_validation": false,
         "unique_job_strength": "strong",

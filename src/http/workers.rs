@@ -36,6 +36,8 @@ pub fn router() -> Router<AppState> {
         .route("/ojs/v1/workers/fetch", post(fetch))
         .route("/ojs/v1/workers/ack", post(ack))
         .route("/ojs/v1/workers/nack", post(nack))
+        .route("/ojs/v1/workers/ack/batch", post(ack_batch))
+        .route("/ojs/v1/workers/nack/batch", post(nack_batch))
         .route("/ojs/v1/workers/heartbeat", post(heartbeat))
         .route("/ojs/v1/workers/beat", post(heartbeat))
         .route("/ojs/v1/workers/register", post(register))
@@ -474,16 +476,7 @@ async fn ack(State(state): State<AppState>, body: JsonBody) -> Result<Response, 
     let fields = body.object()?;
     let job_id = fields.job_id("job_id")?;
     let worker_id = fields.worker_id("worker_id")?;
-    let result = fields.raw("result").map(|r| r.get());
-    if let Some(result) = result
-        && result.len() > MAX_RESULT_BYTES
-    {
-        return Err(ApiError::too_large(
-            Some("result"),
-            Some(result.len()),
-            MAX_RESULT_BYTES,
-        ));
-    }
+    let result = ack_result(&fields, "result")?;
     let job = state
         .broker()
         .ack(job_id, worker_id.as_deref(), result)
@@ -509,15 +502,35 @@ async fn ack(State(state): State<AppState>, body: JsonBody) -> Result<Response, 
     .into_response())
 }
 
-/// `POST /ojs/v1/workers/nack`: records the failure; the retry policy decides what follows.
-async fn nack(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
-    let fields = body.object()?;
-    let job_id = fields.job_id("job_id")?;
-    let worker_id = fields.worker_id("worker_id")?;
-    let requeue = fields.boolean("requeue")?.unwrap_or(false);
+/// The ACK `result` of `fields`, within its size limit.
+fn ack_result<'a>(fields: &Fields<'a>, path: &str) -> Result<Option<&'a str>, ApiError> {
+    let result = fields.raw("result").map(|r| r.get());
+    if let Some(result) = result
+        && result.len() > MAX_RESULT_BYTES
+    {
+        return Err(ApiError::too_large(
+            Some(path),
+            Some(result.len()),
+            MAX_RESULT_BYTES,
+        ));
+    }
+    Ok(result)
+}
+
+/// A NACK's `job_id`, `error` and `requeue` (`prefix` locates the NACK in the request).
+fn nack_request(
+    fields: &Fields<'_>,
+    worker_id: Option<String>,
+    prefix: &str,
+) -> Result<NackRequest, ApiError> {
+    let job_id = fields.job_id("job_id").map_err(|e| at(e, prefix))?;
+    let requeue = fields
+        .boolean("requeue")
+        .map_err(|e| at(e, prefix))?
+        .unwrap_or(false);
     let error = match fields.raw("error") {
         Some(raw) => Some(
-            JobError::parse_report(raw, "$.error").map_err(|violations| {
+            JobError::parse_report(raw, &format!("{prefix}.error")).map_err(|violations| {
                 let first = &violations[0];
                 ApiError::invalid_field(&first.path, first.message.clone())
             })?,
@@ -525,69 +538,258 @@ async fn nack(State(state): State<AppState>, body: JsonBody) -> Result<Response,
         None if requeue => None,
         None => {
             return Err(ApiError::invalid_field(
-                "$.error",
+                &format!("{prefix}.error"),
                 "'error' is required: {\"message\": ..., \"code\"?: ..., \"type\"?: ...}",
             ));
         }
     };
-    let nacked = state
-        .broker()
-        .nack(NackRequest {
-            job_id,
-            worker_id,
-            error,
-            requeue,
+    Ok(NackRequest {
+        job_id,
+        worker_id,
+        error,
+        requeue,
+    })
+}
+
+/// Moves a field error of a nested object under `prefix` (`$.x` → `$.nacks[3].x`).
+fn at(mut error: ApiError, prefix: &str) -> ApiError {
+    if prefix != "$" {
+        error.message = format!("{prefix}: {}", error.message);
+        if let Some(serde_json::Value::Object(details)) = error.details.as_mut()
+            && let Some(serde_json::Value::String(field)) = details.get_mut("field")
+            && let Some(rest) = field.strip_prefix('$')
+        {
+            *field = format!("{prefix}{rest}");
+        }
+    }
+    error
+}
+
+/// `POST /ojs/v1/workers/nack`: records the failure; the retry policy decides what follows.
+async fn nack(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let worker_id = fields.worker_id("worker_id")?;
+    let request = nack_request(&fields, worker_id, "$")?;
+    let nacked = state.broker().nack(request).await?;
+    Ok(ok(NackBody::of(&nacked)).into_response())
+}
+
+#[derive(Serialize)]
+struct NackBody<'a> {
+    id: String,
+    job_id: String,
+    state: JobState,
+    attempt: i32,
+    max_attempts: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_attempt_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_retry_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_delay_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    discarded_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dead_lettered: Option<bool>,
+    job: WireJob<'a>,
+}
+
+impl NackBody<'_> {
+    fn of(nacked: &crate::broker::Nacked) -> NackBody<'_> {
+        let job = &nacked.job;
+        let retrying = job.state == JobState::Retryable;
+        let discarded = job.state == JobState::Discarded;
+        let next = job
+            .next_retry_at
+            .filter(|_| retrying)
+            .map(timestamp::format);
+        NackBody {
+            id: job.id.to_string(),
+            job_id: job.id.to_string(),
+            state: job.state,
+            attempt: job.attempt,
+            max_attempts: job.max_attempts,
+            next_attempt_at: next.clone(),
+            next_retry_at: next,
+            retry_delay_ms: job.retry_delay_ms.filter(|_| retrying),
+            discarded_at: job
+                .discarded_at
+                .filter(|_| discarded)
+                .map(timestamp::format),
+            completed_at: job
+                .completed_at
+                .filter(|_| discarded)
+                .map(timestamp::format),
+            dead_lettered: discarded.then_some(nacked.dead_lettered),
+            job: job.wire(),
+        }
+    }
+}
+
+/// The items of a batch request's array member `key` (1 to `max` objects).
+fn batch_items<'a>(
+    fields: &Fields<'a>,
+    key: &str,
+    max: usize,
+) -> Result<Vec<Fields<'a>>, ApiError> {
+    let raw = fields.raw(key).ok_or_else(|| {
+        ApiError::invalid_field(&format!("$.{key}"), format!("'{key}' is required"))
+    })?;
+    let items: Vec<&'a RawValue> = serde_json::from_str(raw.get()).map_err(|_| {
+        ApiError::invalid_field(
+            &format!("$.{key}"),
+            format!("'{key}' must be an array of objects"),
+        )
+    })?;
+    if items.is_empty() || items.len() > max {
+        return Err(ApiError::invalid_field(
+            &format!("$.{key}"),
+            format!("'{key}' must hold 1 to {max} items, got {}", items.len()),
+        ));
+    }
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            Object::from_raw(raw).map(Fields::from_object).map_err(|_| {
+                ApiError::invalid_field(
+                    &format!("$.{key}[{i}]"),
+                    format!("{key}[{i}] must be an object"),
+                )
+            })
         })
-        .await?;
-    let job = &nacked.job;
+        .collect()
+}
+
+/// A failed item of a batch ACK/NACK: its job id and the error it would have had alone.
+#[derive(Serialize)]
+struct ItemError {
+    job_id: String,
+    error: ItemErrorFields,
+}
+
+#[derive(Serialize)]
+struct ItemErrorFields {
+    code: &'static str,
+    message: String,
+    retryable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<serde_json::Value>,
+}
+
+impl ItemError {
+    fn new(job_id: JobId, error: crate::error::Error) -> ItemError {
+        let error = ApiError::from(error);
+        ItemError {
+            job_id: job_id.to_string(),
+            error: ItemErrorFields {
+                code: error.code,
+                message: error.message.clone(),
+                retryable: error.retryable,
+                details: error.details.clone(),
+            },
+        }
+    }
+}
+
+/// `POST /ojs/v1/workers/ack/batch` (ojsd extension `batch-ack`): completes many jobs in one
+/// statement. `{"worker_id"?, "acks": [{"job_id", "result"?}, ...]}`; every item is answered
+/// in `results`, in order, with what a single ACK would have answered (its error included), so
+/// one stale job does not fail the others.
+async fn ack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let worker_id = fields.worker_id("worker_id")?;
+    let items = batch_items(&fields, "acks", state.settings().max_batch_jobs)?;
+    let mut acks = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let prefix = format!("$.acks[{i}]");
+        let id = item.job_id("job_id").map_err(|e| at(e, &prefix))?;
+        let result = ack_result(item, &format!("acks[{i}].result"))?;
+        acks.push((id, result));
+    }
+    let outcomes = state.broker().ack_many(worker_id.as_deref(), &acks).await?;
 
     #[derive(Serialize)]
-    struct NackBody<'a> {
-        id: String,
-        job_id: String,
-        state: JobState,
-        attempt: i32,
-        max_attempts: i32,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        next_attempt_at: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        next_retry_at: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        retry_delay_ms: Option<i64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        discarded_at: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        completed_at: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        dead_lettered: Option<bool>,
-        job: WireJob<'a>,
+    #[serde(untagged)]
+    enum Item {
+        Done {
+            job_id: String,
+            acknowledged: bool,
+            state: JobState,
+            completed_at: Option<String>,
+        },
+        Failed(ItemError),
     }
-    let retrying = job.state == JobState::Retryable;
-    let discarded = job.state == JobState::Discarded;
-    let next = job
-        .next_retry_at
-        .filter(|_| retrying)
-        .map(timestamp::format);
-    Ok(ok(NackBody {
-        id: job.id.to_string(),
-        job_id: job.id.to_string(),
-        state: job.state,
-        attempt: job.attempt,
-        max_attempts: job.max_attempts,
-        next_attempt_at: next.clone(),
-        next_retry_at: next,
-        retry_delay_ms: job.retry_delay_ms.filter(|_| retrying),
-        discarded_at: job
-            .discarded_at
-            .filter(|_| discarded)
-            .map(timestamp::format),
-        completed_at: job
-            .completed_at
-            .filter(|_| discarded)
-            .map(timestamp::format),
-        dead_lettered: discarded.then_some(nacked.dead_lettered),
-        job: job.wire(),
-    })
+    let (mut succeeded, mut failed) = (0, 0);
+    let results: Vec<Item> = acks
+        .iter()
+        .zip(outcomes)
+        .map(|((id, _), outcome)| match outcome {
+            Ok(job) => {
+                succeeded += 1;
+                Item::Done {
+                    job_id: job.id.to_string(),
+                    acknowledged: true,
+                    state: job.state,
+                    completed_at: job.completed_at.map(timestamp::format),
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                Item::Failed(ItemError::new(*id, e))
+            }
+        })
+        .collect();
+    Ok(ok(serde_json::json!({
+        "results": results,
+        "acknowledged": succeeded,
+        "failed": failed,
+    }))
+    .into_response())
+}
+
+/// `POST /ojs/v1/workers/nack/batch` (ojsd extension `batch-ack`): fails many attempts with one
+/// read and one write. `{"worker_id"?, "nacks": [{"job_id", "error"?, "requeue"?}, ...]}`;
+/// every item is answered in `results`, in order, with what a single NACK would have answered.
+async fn nack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let worker_id = fields.worker_id("worker_id")?;
+    let items = batch_items(&fields, "nacks", state.settings().max_batch_jobs)?;
+    let requests = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| nack_request(item, worker_id.clone(), &format!("$.nacks[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ids: Vec<JobId> = requests.iter().map(|r| r.job_id).collect();
+    let outcomes = state.broker().nack_many(requests).await?;
+
+    let outcomes: Vec<Result<crate::broker::Nacked, ItemError>> = ids
+        .into_iter()
+        .zip(outcomes)
+        .map(|(id, outcome)| outcome.map_err(|e| ItemError::new(id, e)))
+        .collect();
+
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Item<'a> {
+        Done(NackBody<'a>),
+        Failed(&'a ItemError),
+    }
+    let results: Vec<Item<'_>> = outcomes
+        .iter()
+        .map(|outcome| match outcome {
+            Ok(nacked) => Item::Done(NackBody::of(nacked)),
+            Err(e) => Item::Failed(e),
+        })
+        .collect();
+    let failed = outcomes.iter().filter(|o| o.is_err()).count();
+    Ok(ok(serde_json::json!({
+        "results": results,
+        "nacked": outcomes.len() - failed,
+        "failed": failed,
+    }))
     .into_response())
 }
 

@@ -25,8 +25,10 @@ const UNIQUE_LOCK_NAMESPACE: i32 = 0x6f6a_7375; // "ojsu"
 /// Inserts `jobs` in one statement and returns them in input order.
 ///
 /// The initial state is decided with the database clock: `pending` when asked, `scheduled` when
-/// `scheduled_at` is in the future, else `available`. Queues that gained available jobs are
-/// notified on [`super::JOB_AVAILABLE_CHANNEL`].
+/// `scheduled_at` is in the future, else `available`. Nothing is notified here: the caller
+/// announces the queues that gained available jobs after the commit (see
+/// [`crate::notifier::Announcer`]), so concurrent inserts do not serialize on the notification
+/// queue's lock.
 pub async fn insert_many(
     db: impl PgExecutor<'_>,
     jobs: &[NewJob],
@@ -87,7 +89,7 @@ pub async fn insert_many(
         pendings.push(job.pending);
     }
 
-    let rows = sqlx::query!(
+    let rows = sqlx::query_scalar!(
         r#"
         with input as (
             select *
@@ -143,13 +145,8 @@ pub async fn insert_many(
               from inserted i
              where i.state <> 'pending'
              order by (i.job).seq
-        ),
-        notified as (
-            select count(pg_notify('ojs_job_available', q.queue)) as queues
-              from (select distinct queue from inserted where state = 'available') q
         )
-        select i.job as "job!: Job", n.queues as "notified_queues!"
-          from inserted i cross join notified n
+        select i.job as "job!: Job" from inserted i
         "#,
         &ids,
         &types as &[&str],
@@ -180,7 +177,7 @@ pub async fn insert_many(
     .await?;
 
     let position: HashMap<Uuid, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let mut out: Vec<Job> = rows.into_iter().map(|r| r.job).collect();
+    let mut out: Vec<Job> = rows;
     out.sort_by_key(|job| position.get(&job.id.0).copied().unwrap_or(usize::MAX));
     Ok(out)
 }
@@ -199,6 +196,16 @@ pub async fn get(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx
         id as JobId
     )
     .fetch_optional(db)
+    .await
+}
+
+/// The jobs of `ids` that exist, in no particular order.
+pub async fn get_many(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select j as "job!: Job" from ojs_job j where j.id = any($1::uuid[])"#,
+        ids
+    )
+    .fetch_all(db)
     .await
 }
 
@@ -503,25 +510,41 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
     .await
 }
 
-/// ACK: `active` → `completed`, storing `result` and removing `error`.
+/// One ACK for [`complete_many`].
+#[derive(Debug, Clone, Copy)]
+pub struct CompleteParams<'a> {
+    pub id: JobId,
+    /// Reservation owner check (`None`: no check).
+    pub worker_id: Option<&'a str>,
+    /// The handler's result (compact JSON), if any.
+    pub result: Option<&'a str>,
+}
+
+/// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`.
 ///
-/// Fenced on the reservation: a `worker_id` other than the owner's matches nothing. Returns
-/// `None` when the job is not an active job of this worker.
-pub async fn complete(
+/// Fenced on the reservation: a `worker_id` other than the owner's matches nothing. Returns the
+/// jobs that completed (in no particular order); a job missing from the answer was not an active
+/// job of that worker. Each id must appear at most once.
+pub async fn complete_many(
     db: impl PgExecutor<'_>,
-    id: JobId,
-    worker_id: Option<&str>,
-    result: Option<&str>,
-) -> Result<Option<Job>, sqlx::Error> {
+    acks: &[CompleteParams<'_>],
+) -> Result<Vec<Job>, sqlx::Error> {
+    let ids: Vec<Uuid> = acks.iter().map(|a| a.id.0).collect();
+    let workers: Vec<Option<&str>> = acks.iter().map(|a| a.worker_id).collect();
+    let results: Vec<Option<&str>> = acks.iter().map(|a| a.result).collect();
     sqlx::query_scalar!(
         r#"
-        with moved as (
+        with input as (
+            select * from unnest($1::uuid[], $2::text[], $3::text[]) as t(id, worker_id, result)
+        ),
+        moved as (
             update ojs_job j
-               set state = 'completed', completed_at = now(), result = $3::text::json,
+               set state = 'completed', completed_at = now(), result = i.result::json,
                    error = null, visible_until = null, timeout_at = null
-             where j.id = $1
+              from input i
+             where j.id = i.id
                and j.state = 'active'
-               and ($2::text is null or j.worker_id is null or j.worker_id = $2)
+               and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
             returning j
         ),
         events as (
@@ -529,14 +552,15 @@ pub async fn complete(
             select 'job.completed', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'active',
                    (m.j).state, ojs_job_transition_data('active', m.j)
               from moved m
+             order by (m.j).seq
         )
         select m.j as "job!: Job" from moved m
         "#,
-        id as JobId,
-        worker_id,
-        result,
+        &ids,
+        &workers as &[Option<&str>],
+        &results as &[Option<&str>],
     )
-    .fetch_optional(db)
+    .fetch_all(db)
     .await
 }
 

@@ -13,6 +13,29 @@ pub mod worker;
 
 /// NOTIFY channel carrying the name of a queue that has new `available` jobs.
 ///
-/// Statements notify once per queue per statement (Postgres also folds identical notifications
-/// within a transaction), never once per job.
+/// Enqueues do not notify in their own transaction: a transaction that notifies holds a global
+/// lock from its commit until it ends, so notifying enqueues cannot share WAL flushes and
+/// serialize on it. The process announces them afterwards, coalesced per queue
+/// ([`crate::notifier::Announcer`]). The rarer statements (promotion, requeue, activation) notify
+/// in-statement, once per queue per statement, never once per job.
 pub const JOB_AVAILABLE_CHANNEL: &str = "ojs_job_available";
+
+/// Notifies [`JOB_AVAILABLE_CHANNEL`] once for each of `queues`, as `"<queue> <sender>"` so the
+/// sending process can recognize (and skip) its own notifications.
+pub async fn notify_available(
+    db: impl sqlx::PgExecutor<'_>,
+    queues: &[String],
+    sender: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        select count(pg_notify('ojs_job_available', q || ' ' || $2)) as "notified!"
+          from unnest($1::text[]) q
+        "#,
+        queues,
+        sender,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(())
+}
