@@ -1,282 +1,676 @@
-//! Load tool for ojsd, measured end to end through the HTTP API.
+//! Load tool for ojsd, measured end to end through the HTTP API of a running server.
 //!
-//! Against a running server (`--url`), on a queue of its own:
-//! 1. bulk enqueue: `--jobs` no-op jobs in batches of `--batch` (`POST /ojs/v1/jobs/batch`);
-//! 2. one-job-per-call enqueue: `--single` jobs with `--single-concurrency` requests in flight;
-//! 3. drain: `--workers` concurrent workers, each fetching `--fetch-count` jobs and
-//!    acknowledging every job with its own request, until the queue is empty.
+//! Workloads (each on a queue of its own, each printing a human line and one JSON line):
+//! - `w1-bulk`: enqueue `--jobs` no-op jobs in batches of `--batch` (`POST /ojs/v1/jobs/batch`);
+//! - `w1-single`: enqueue `--single` jobs, one per request, from `--producers` concurrent
+//!   producers;
+//! - `w2-batched`: drain `--jobs` enqueued jobs with `--batch-workers` workers, each fetching
+//!   `--batch-fetch` jobs and acknowledging them with one batch ACK (`POST
+//!   /ojs/v1/workers/ack/batch`, ojsd's `batch-ack` extension);
+//! - `w2-sdk`: drain `--sdk-jobs` jobs the way the OJS SDKs do: `--sdk-workers` workers, each
+//!   fetching `--sdk-fetch` (≤ 10) jobs and sending one ACK request per job;
+//! - `w3-latency`: enqueue one job at a time at `--rate` jobs/s for `--latency-secs` while
+//!   `--pollers` workers long-poll FETCH; reports enqueue → FETCH-returned latency;
+//! - `retention`: inserts `--retained` finished jobs, reruns `w2-batched`, then reruns it while
+//!   a pruner deletes them (the server's own prune statement, in its batch size), and reports
+//!   both against the empty-table figure.
 //!
-//! Prints jobs/s per phase and request latency percentiles, then one JSON line with the same
-//! numbers for scripts.
+//! With `--database-url` every line also reports the ojsd process's peak resident memory, the
+//! dead tuples of `ojs_job` and `ojs_event` after the workload, and WAL bytes written per job.
 //!
 //! Run with: `cargo run --release --bin ojsd-bench -- --url http://127.0.0.1:8080`
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use serde_json::{Value, json};
+use sqlx::PgPool;
 
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "ojsd-bench",
-    about = "Enqueue and drain jobs through ojsd's HTTP API and report throughput"
+    about = "Measure ojsd's throughput and latency through its HTTP API"
 )]
 struct Args {
     /// Base URL of the server.
     #[arg(long, env = "OJS_URL", default_value = "http://127.0.0.1:8080")]
     url: String,
-    /// Jobs enqueued in bulk (phase 1).
+    /// The server's database, for dead tuples, WAL volume and the retention scenario (the
+    /// server's default). Pass an empty string to skip those figures.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/ojs"
+    )]
+    database_url: String,
+    /// PID of the ojsd process whose memory is reported (default: the one process named ojsd).
+    #[arg(long)]
+    ojsd_pid: Option<u32>,
+    /// Workloads to run, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "w1-bulk,w1-single,w2-batched,w2-sdk,w3-latency"
+    )]
+    workloads: Vec<Workload>,
+    /// Jobs of w1-bulk and w2-batched (and each retention run).
     #[arg(long, default_value_t = 100_000)]
     jobs: usize,
-    /// Jobs per batch request in phase 1.
+    /// Jobs per batch request (w1-bulk, and the untimed enqueue before each drain).
     #[arg(long, default_value_t = 1_000)]
     batch: usize,
-    /// Batch requests in flight at once in phase 1.
+    /// Batch requests in flight at once.
     #[arg(long, default_value_t = 2)]
     batch_concurrency: usize,
-    /// Jobs enqueued one request each (phase 2); 0 skips the phase.
-    #[arg(long, default_value_t = 5_000)]
+    /// Jobs of w1-single.
+    #[arg(long, default_value_t = 20_000)]
     single: usize,
-    /// Single-job requests in flight at once in phase 2.
-    #[arg(long, default_value_t = 16)]
-    single_concurrency: usize,
-    /// Concurrent workers draining the queue (phase 3).
-    #[arg(long, default_value_t = 8)]
-    workers: usize,
-    /// Jobs each fetch asks for.
-    #[arg(long, default_value_t = 100)]
-    fetch_count: usize,
-    /// ACK requests each worker keeps in flight.
+    /// Concurrent producers of w1-single.
+    #[arg(long, default_value_t = 32)]
+    producers: usize,
+    /// Workers of w2-batched.
     #[arg(long, default_value_t = 4)]
-    ack_concurrency: usize,
-    /// Queue to use (default: a new one per run).
-    #[arg(long)]
-    queue: Option<String>,
+    batch_workers: usize,
+    /// Jobs per FETCH in w2-batched.
+    #[arg(long, default_value_t = 500)]
+    batch_fetch: usize,
+    /// Jobs of w2-sdk.
+    #[arg(long, default_value_t = 50_000)]
+    sdk_jobs: usize,
+    /// Workers of w2-sdk.
+    #[arg(long, default_value_t = 32)]
+    sdk_workers: usize,
+    /// Jobs per FETCH in w2-sdk.
+    #[arg(long, default_value_t = 10)]
+    sdk_fetch: usize,
+    /// Enqueue rate of w3-latency, jobs/s.
+    #[arg(long, default_value_t = 200)]
+    rate: u32,
+    /// Duration of w3-latency, seconds.
+    #[arg(long, default_value_t = 10)]
+    latency_secs: u64,
+    /// Long-polling workers of w3-latency.
+    #[arg(long, default_value_t = 4)]
+    pollers: usize,
+    /// Finished jobs the retention scenario keeps in the table.
+    #[arg(long, default_value_t = 1_000_000)]
+    retained: usize,
 }
 
-/// Latency samples of one request kind.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    W1Bulk,
+    W1Single,
+    W2Batched,
+    W2Sdk,
+    W3Latency,
+    Retention,
+}
+
+/// Latency samples.
 #[derive(Default)]
 struct Latencies(Vec<Duration>);
 
 impl Latencies {
-    fn percentile(&mut self, p: f64) -> Duration {
+    fn percentile(&mut self, p: f64) -> f64 {
         if self.0.is_empty() {
-            return Duration::ZERO;
+            return 0.0;
         }
         self.0.sort_unstable();
         let rank = ((p / 100.0) * (self.0.len() - 1) as f64).round() as usize;
-        self.0[rank]
+        ms(self.0[rank])
     }
 
-    fn summary(&mut self) -> String {
-        format!(
-            "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} requests)",
-            ms(self.percentile(50.0)),
-            ms(self.percentile(99.0)),
-            ms(self.percentile(100.0)),
-            self.0.len()
-        )
+    fn extend(&mut self, other: Latencies) {
+        self.0.extend(other.0);
     }
 }
 
 fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// What one workload measured.
+struct Outcome {
+    jobs: usize,
+    elapsed: Duration,
+    /// Latencies of the workload's characteristic request (or enqueue → fetch for w3).
+    latencies: Latencies,
+    extra: Value,
+}
+
+/// The load tool's connections and helpers.
+struct Bench {
+    args: Args,
+    client: reqwest::Client,
+    db: Option<PgPool>,
+    ojsd_pid: Option<u32>,
+}
+
+impl Bench {
+    async fn post(&self, url: &str, body: &Value) -> anyhow::Result<(Value, Duration)> {
+        let started = Instant::now();
+        let response = self
+            .client
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        let took = started.elapsed();
+        if !status.is_success() {
+            bail!(
+                "POST {url} answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+        Ok((serde_json::from_slice(&bytes)?, took))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.args.url)
+    }
+
+    /// Enqueues `total` jobs on `queue` with batch requests; returns the batch latencies.
+    async fn enqueue_batches(
+        self: &Arc<Self>,
+        queue: &str,
+        total: usize,
+    ) -> anyhow::Result<Latencies> {
+        let per = self.args.batch.max(1);
+        let next = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..self.args.batch_concurrency.max(1) {
+            let (bench, next, queue) = (self.clone(), next.clone(), queue.to_owned());
+            tasks.push(tokio::spawn(async move {
+                let url = bench.url("/ojs/v1/jobs/batch");
+                let mut latencies = Latencies::default();
+                loop {
+                    let first = next.fetch_add(per, Ordering::Relaxed);
+                    if first >= total {
+                        return anyhow::Ok(latencies);
+                    }
+                    let jobs: Vec<Value> = (first..(first + per).min(total))
+                        .map(|n| noop_job(&queue, n))
+                        .collect();
+                    let (_, took) = bench.post(&url, &json!({ "jobs": jobs })).await?;
+                    latencies.0.push(took);
+                }
+            }));
+        }
+        let mut all = Latencies::default();
+        for task in tasks {
+            all.extend(task.await??);
+        }
+        Ok(all)
+    }
+
+    async fn w1_bulk(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
+        let started = Instant::now();
+        let latencies = self.enqueue_batches(queue, self.args.jobs).await?;
+        Ok(Outcome {
+            jobs: self.args.jobs,
+            elapsed: started.elapsed(),
+            latencies,
+            extra: json!({"batch": self.args.batch, "in_flight": self.args.batch_concurrency}),
+        })
+    }
+
+    async fn w1_single(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
+        let total = self.args.single;
+        let next = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..self.args.producers.max(1) {
+            let (bench, next, queue) = (self.clone(), next.clone(), queue.to_owned());
+            tasks.push(tokio::spawn(async move {
+                let url = bench.url("/ojs/v1/jobs");
+                let mut latencies = Latencies::default();
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= total {
+                        return anyhow::Ok(latencies);
+                    }
+                    let (_, took) = bench.post(&url, &noop_job(&queue, n)).await?;
+                    latencies.0.push(took);
+                }
+            }));
+        }
+        let mut latencies = Latencies::default();
+        for task in tasks {
+            latencies.extend(task.await??);
+        }
+        Ok(Outcome {
+            jobs: total,
+            elapsed: started.elapsed(),
+            latencies,
+            extra: json!({"producers": self.args.producers}),
+        })
+    }
+
+    /// Drains `total` jobs from `queue` with `workers` workers fetching `fetch` jobs each;
+    /// `batch_ack` acknowledges each fetch with one batch ACK, otherwise each job with its own
+    /// ACK request. Returns the outcome with ACK request latencies.
+    async fn drain(
+        self: &Arc<Self>,
+        queue: &str,
+        total: usize,
+        workers: usize,
+        fetch: usize,
+        batch_ack: bool,
+    ) -> anyhow::Result<Outcome> {
+        let done = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for worker in 0..workers.max(1) {
+            let (bench, done, queue) = (self.clone(), done.clone(), queue.to_owned());
+            tasks.push(tokio::spawn(async move {
+                let fetch_url = bench.url("/ojs/v1/workers/fetch");
+                let ack_url = bench.url("/ojs/v1/workers/ack");
+                let batch_url = bench.url("/ojs/v1/workers/ack/batch");
+                let worker_id = format!("bench-{worker}");
+                let mut latencies = Latencies::default();
+                while done.load(Ordering::Relaxed) < total {
+                    let (body, _) = bench
+                        .post(
+                            &fetch_url,
+                            &json!({"queues": [queue], "count": fetch, "worker_id": worker_id}),
+                        )
+                        .await?;
+                    let ids: Vec<&str> = body["jobs"]
+                        .as_array()
+                        .map(|jobs| jobs.iter().filter_map(|j| j["id"].as_str()).collect())
+                        .unwrap_or_default();
+                    if ids.is_empty() {
+                        // Others are finishing the last jobs.
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    }
+                    if batch_ack {
+                        let acks: Vec<Value> = ids.iter().map(|id| json!({"job_id": id})).collect();
+                        let (answer, took) = bench
+                            .post(&batch_url, &json!({"worker_id": worker_id, "acks": acks}))
+                            .await?;
+                        if answer["failed"].as_u64() != Some(0) {
+                            bail!("batch ACK failed for some jobs: {answer}");
+                        }
+                        latencies.0.push(took);
+                    } else {
+                        for id in &ids {
+                            let (_, took) = bench
+                                .post(&ack_url, &json!({"job_id": id, "worker_id": worker_id}))
+                                .await?;
+                            latencies.0.push(took);
+                        }
+                    }
+                    done.fetch_add(ids.len(), Ordering::Relaxed);
+                }
+                anyhow::Ok(latencies)
+            }));
+        }
+        let mut latencies = Latencies::default();
+        for task in tasks {
+            latencies.extend(task.await??);
+        }
+        Ok(Outcome {
+            jobs: total,
+            elapsed: started.elapsed(),
+            latencies,
+            extra: json!({"workers": workers, "fetch_count": fetch, "batch_ack": batch_ack}),
+        })
+    }
+
+    async fn w2_batched(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
+        self.enqueue_batches(queue, self.args.jobs).await?;
+        let a = &self.args;
+        self.drain(queue, a.jobs, a.batch_workers, a.batch_fetch, true)
+            .await
+    }
+
+    async fn w2_sdk(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
+        self.enqueue_batches(queue, self.args.sdk_jobs).await?;
+        let a = &self.args;
+        self.drain(queue, a.sdk_jobs, a.sdk_workers, a.sdk_fetch.min(10), false)
+            .await
+    }
+
+    /// One producer enqueues at a fixed rate; long-polling workers fetch one job at a time.
+    /// Latency runs from just before the enqueue request is sent to the FETCH response that
+    /// carries the job.
+    async fn w3_latency(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
+        let total = (u64::from(self.args.rate) * self.args.latency_secs) as usize;
+        let sent: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+        let received = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut pollers = Vec::new();
+        for worker in 0..self.args.pollers.max(1) {
+            let (bench, queue, sent, received, stop) = (
+                self.clone(),
+                queue.to_owned(),
+                sent.clone(),
+                received.clone(),
+                stop.clone(),
+            );
+            pollers.push(tokio::spawn(async move {
+                let fetch_url = bench.url("/ojs/v1/workers/fetch");
+                let ack_url = bench.url("/ojs/v1/workers/ack");
+                let worker_id = format!("bench-poller-{worker}");
+                let mut latencies = Latencies::default();
+                while !stop.load(Ordering::Relaxed) {
+                    let (body, _) = bench
+                        .post(
+                            &fetch_url,
+                            &json!({"queues": [queue], "count": 1, "wait": "1s",
+                                    "worker_id": worker_id}),
+                        )
+                        .await?;
+                    let arrived = Instant::now();
+                    for job in body["jobs"].as_array().into_iter().flatten() {
+                        let n = job["args"][0].as_u64().unwrap_or(u64::MAX);
+                        if let Some(at) = sent.lock().expect("sent lock").remove(&n) {
+                            latencies.0.push(arrived - at);
+                        }
+                        received.fetch_add(1, Ordering::Relaxed);
+                        let id = job["id"].as_str().unwrap_or_default();
+                        bench
+                            .post(&ack_url, &json!({"job_id": id, "worker_id": worker_id}))
+                            .await?;
+                    }
+                }
+                anyhow::Ok(latencies)
+            }));
+        }
+        // Let the pollers start waiting.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let url = self.url("/ojs/v1/jobs");
+        let period = Duration::from_secs_f64(1.0 / f64::from(self.args.rate.max(1)));
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let started = Instant::now();
+        let mut producers = Vec::new();
+        for n in 0..total as u64 {
+            tick.tick().await;
+            let (bench, url, queue, sent) =
+                (self.clone(), url.clone(), queue.to_owned(), sent.clone());
+            // Each enqueue on its own task, so a slow one does not delay the next.
+            producers.push(tokio::spawn(async move {
+                sent.lock().expect("sent lock").insert(n, Instant::now());
+                bench.post(&url, &noop_job(&queue, n as usize)).await
+            }));
+        }
+        for p in producers {
+            p.await??;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while received.load(Ordering::Relaxed) < total && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let elapsed = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let mut latencies = Latencies::default();
+        for p in pollers {
+            latencies.extend(p.await??);
+        }
+        if latencies.0.len() < total {
+            bail!("only {} of {total} jobs were fetched", latencies.0.len());
+        }
+        Ok(Outcome {
+            jobs: total,
+            elapsed,
+            latencies,
+            extra: json!({"rate": self.args.rate, "pollers": self.args.pollers}),
+        })
+    }
+
+    /// W2 on an empty table, then with `--retained` finished jobs in it, then while those are
+    /// pruned.
+    async fn retention(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
+        let Some(db) = self.db.clone() else {
+            bail!("the retention scenario needs --database-url");
+        };
+        let empty = self.w2_batched(&format!("{queue}-empty")).await?;
+        let empty_rate = rate(empty.jobs, empty.elapsed);
+        println!("  retention: w2-batched on an empty table: {empty_rate:.0} jobs/s");
+
+        let finished_queue = format!("{queue}-finished");
+        let inserted = Instant::now();
+        insert_finished(&db, &finished_queue, self.args.retained).await?;
+        println!(
+            "  retention: {} finished jobs inserted in {:.1} s",
+            self.args.retained,
+            inserted.elapsed().as_secs_f64()
+        );
+        let retained = self.w2_batched(&format!("{queue}-retained")).await?;
+        let retained_rate = rate(retained.jobs, retained.elapsed);
+        println!("  retention: w2-batched beside them: {retained_rate:.0} jobs/s");
+
+        // The pruner's statement, in the server's default batch size, back to back.
+        let pruned = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let pruner = {
+            let (db, pruned, stop) = (db.clone(), pruned.clone(), stop.clone());
+            tokio::spawn(async move {
+                let cutoff = chrono::Utc::now() - chrono::Duration::days(1);
+                while !stop.load(Ordering::Relaxed) {
+                    let n = ojsd::store::job::prune_finished(
+                        &db,
+                        ojsd::job::JobState::Completed,
+                        cutoff,
+                        i64::from(ojsd::config::DEFAULT_MAINTENANCE_BATCH_SIZE),
+                    )
+                    .await?;
+                    pruned.fetch_add(n as u64, Ordering::Relaxed);
+                    if n == 0 {
+                        break;
+                    }
+                }
+                anyhow::Ok(())
+            })
+        };
+        let during = self.w2_batched(&format!("{queue}-pruning")).await?;
+        stop.store(true, Ordering::Relaxed);
+        pruner.await??;
+        let during_rate = rate(during.jobs, during.elapsed);
+        let pruned = pruned.load(Ordering::Relaxed);
+        println!(
+            "  retention: w2-batched while pruning: {during_rate:.0} jobs/s ({pruned} rows pruned meanwhile)"
+        );
+        // Leave the table as we found it.
+        sqlx::query("delete from ojs_job where queue = $1")
+            .bind(&finished_queue)
+            .execute(&db)
+            .await?;
+        Ok(Outcome {
+            jobs: during.jobs,
+            elapsed: during.elapsed,
+            latencies: during.latencies,
+            extra: json!({
+                "retained": self.args.retained,
+                "empty_jobs_per_s": empty_rate.round(),
+                "retained_jobs_per_s": retained_rate.round(),
+                "retained_ratio": ratio(retained_rate, empty_rate),
+                "pruning_jobs_per_s": during_rate.round(),
+                "pruning_ratio": ratio(during_rate, empty_rate),
+                "pruned_during_run": pruned,
+            }),
+        })
+    }
+
+    /// Runs one workload and reports it.
+    async fn run(self: &Arc<Self>, workload: Workload) -> anyhow::Result<()> {
+        let name = workload
+            .to_possible_value()
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default();
+        let queue = format!("bench-{name}-{}", unix_millis());
+        let before = self.db_snapshot().await?;
+        let peak = Arc::new(AtomicU64::new(0));
+        let sampling = Arc::new(AtomicBool::new(true));
+        let sampler = self.ojsd_pid.map(|pid| {
+            let (peak, sampling) = (peak.clone(), sampling.clone());
+            tokio::spawn(async move {
+                while sampling.load(Ordering::Relaxed) {
+                    if let Some(kib) = rss_kib(pid) {
+                        peak.fetch_max(kib, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        });
+        let outcome = match workload {
+            Workload::W1Bulk => self.w1_bulk(&queue).await,
+            Workload::W1Single => self.w1_single(&queue).await,
+            Workload::W2Batched => self.w2_batched(&queue).await,
+            Workload::W2Sdk => self.w2_sdk(&queue).await,
+            Workload::W3Latency => self.w3_latency(&queue).await,
+            Workload::Retention => self.retention(&queue).await,
+        };
+        sampling.store(false, Ordering::Relaxed);
+        if let Some(sampler) = sampler {
+            sampler.await?;
+        }
+        let mut outcome = outcome.with_context(|| format!("workload {name}"))?;
+        let after = self.db_snapshot().await?;
+        let jobs_per_s = rate(outcome.jobs, outcome.elapsed);
+        let (p50, p99, max) = (
+            outcome.latencies.percentile(50.0),
+            outcome.latencies.percentile(99.0),
+            outcome.latencies.percentile(100.0),
+        );
+        let rss_mb = (peak.load(Ordering::Relaxed) > 0)
+            .then(|| (peak.load(Ordering::Relaxed) as f64 / 1024.0).round());
+        println!(
+            "{name}: {} jobs in {:.2} s = {jobs_per_s:.0} jobs/s; p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms; ojsd peak RSS {}",
+            outcome.jobs,
+            outcome.elapsed.as_secs_f64(),
+            rss_mb.map_or("unknown".to_owned(), |mb| format!("{mb} MB")),
+        );
+        let mut line = json!({
+            "workload": name,
+            "jobs": outcome.jobs,
+            "seconds": outcome.elapsed.as_secs_f64(),
+            "jobs_per_s": jobs_per_s.round(),
+            "p50_ms": p50,
+            "p99_ms": p99,
+            "max_ms": max,
+            "ojsd_peak_rss_mb": rss_mb,
+        });
+        if let (Some(before), Some(after)) = (before, after) {
+            line["wal_bytes_per_job"] = json!(
+                ((after.wal_lsn - before.wal_lsn) as f64 / outcome.jobs.max(1) as f64).round()
+            );
+            line["dead_tuples_job"] = json!(after.dead_job);
+            line["dead_tuples_event"] = json!(after.dead_event);
+        }
+        if let (Value::Object(line), Value::Object(extra)) = (&mut line, outcome.extra.take()) {
+            line.extend(extra);
+        }
+        println!("{line}");
+        Ok(())
+    }
+
+    /// WAL position and dead tuples (after the statistics of finished transactions are in).
+    async fn db_snapshot(&self) -> anyhow::Result<Option<DbSnapshot>> {
+        let Some(db) = &self.db else { return Ok(None) };
+        // Backends publish table statistics at most once a second.
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let (wal_lsn, dead_job, dead_event): (i64, i64, i64) = sqlx::query_as(
+            r#"
+            select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8,
+                   coalesce((select n_dead_tup from pg_stat_user_tables where relname = 'ojs_job'), 0),
+                   coalesce((select n_dead_tup from pg_stat_user_tables where relname = 'ojs_event'), 0)
+            "#,
+        )
+        .fetch_one(db)
+        .await?;
+        Ok(Some(DbSnapshot {
+            wal_lsn,
+            dead_job,
+            dead_event,
+        }))
+    }
+}
+
+struct DbSnapshot {
+    wal_lsn: i64,
+    dead_job: i64,
+    dead_event: i64,
 }
 
 fn rate(n: usize, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64()
 }
 
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    body: &Value,
-) -> anyhow::Result<(Value, Duration)> {
-    let started = Instant::now();
-    let response = client
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .with_context(|| format!("POST {url}"))?;
-    let status = response.status();
-    let text = response.text().await?;
-    let elapsed = started.elapsed();
-    if !status.is_success() {
-        bail!("POST {url} answered {status}: {text}");
-    }
-    Ok((serde_json::from_str(&text)?, elapsed))
+fn ratio(a: f64, b: f64) -> f64 {
+    ((a / b) * 1000.0).round() / 1000.0
+}
+
+fn unix_millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default()
 }
 
 fn noop_job(queue: &str, n: usize) -> Value {
     json!({"type": "bench.noop", "queue": queue, "args": [n]})
 }
 
-/// Sends `total` items' worth of requests from `concurrency` tasks; each request carries up to
-/// `per_request` items, built by `body(first, last)` and posted to `url`.
-async fn load(
-    client: &reqwest::Client,
-    url: String,
-    total: usize,
-    per_request: usize,
-    concurrency: usize,
-    body: impl Fn(usize, usize) -> Value + Send + Sync + 'static,
-) -> anyhow::Result<(Duration, Latencies)> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let body = Arc::new(body);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency.max(1) {
-        let (client, url, next, body) = (client.clone(), url.clone(), next.clone(), body.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Latencies::default();
-            loop {
-                let first = next.fetch_add(per_request, Ordering::Relaxed);
-                if first >= total {
-                    return anyhow::Ok(latencies);
-                }
-                let last = (first + per_request).min(total);
-                let (_, took) = post(&client, &url, &body(first, last)).await?;
-                latencies.0.push(took);
-            }
-        }));
+/// Inserts `n` completed jobs that finished 8 days ago (past the default 7-day retention).
+async fn insert_finished(db: &PgPool, queue: &str, n: usize) -> anyhow::Result<()> {
+    let per = 100_000usize;
+    for first in (0..n).step_by(per) {
+        let count = per.min(n - first) as i64;
+        sqlx::query(
+            r#"
+            insert into ojs_job (id, type, queue, args, state, attempt, max_attempts, retry,
+                                 timeout_ms, created_at, enqueued_at, started_at, completed_at,
+                                 result)
+            select gen_random_uuid(), 'bench.noop', $1, json_build_array(g), 'completed', 1, 3,
+                   '{"max_attempts": 3}', 1800000, t, t, t, t, 'null'
+              from generate_series(1, $2::int8) g,
+                   lateral (select now() - interval '8 days' + g * interval '1 millisecond' as t) x
+            "#,
+        )
+        .bind(queue)
+        .bind(count)
+        .execute(db)
+        .await?;
     }
-    let mut all = Latencies::default();
-    for task in tasks {
-        all.0.extend(task.await??.0);
-    }
-    Ok((started.elapsed(), all))
+    sqlx::query("analyze ojs_job").execute(db).await?;
+    Ok(())
 }
 
-/// Phase 1: bulk enqueue.
-async fn bulk_enqueue(
-    args: &Args,
-    client: &reqwest::Client,
-    queue: &str,
-) -> anyhow::Result<(Duration, Latencies)> {
-    let queue = queue.to_owned();
-    load(
-        client,
-        format!("{}/ojs/v1/jobs/batch", args.url),
-        args.jobs,
-        args.batch.max(1),
-        args.batch_concurrency,
-        move |first, last| json!({"jobs": (first..last).map(|n| noop_job(&queue, n)).collect::<Vec<_>>()}),
-    )
-    .await
+/// Resident memory of `pid`, in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// Phase 2: one job per request.
-async fn single_enqueue(
-    args: &Args,
-    client: &reqwest::Client,
-    queue: &str,
-) -> anyhow::Result<(Duration, Latencies)> {
-    let queue = queue.to_owned();
-    load(
-        client,
-        format!("{}/ojs/v1/jobs", args.url),
-        args.single,
-        1,
-        args.single_concurrency,
-        move |n, _| noop_job(&queue, n),
-    )
-    .await
-}
-
-/// Phase 3: fetch + ack until `expected` jobs are done.
-async fn drain(
-    args: &Args,
-    client: &reqwest::Client,
-    queue: &str,
-    expected: usize,
-) -> anyhow::Result<(Duration, Latencies, Latencies)> {
-    let done = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for worker in 0..args.workers.max(1) {
-        let (client, base, queue, done, args) = (
-            client.clone(),
-            args.url.clone(),
-            queue.to_owned(),
-            done.clone(),
-            args.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let fetch_url = format!("{base}/ojs/v1/workers/fetch");
-            let ack_url = Arc::new(format!("{base}/ojs/v1/workers/ack"));
-            let worker_id = format!("bench-{worker}");
-            let (mut fetches, mut acks) = (Latencies::default(), Latencies::default());
-            while done.load(Ordering::Relaxed) < expected {
-                let (body, took) = post(
-                    &client,
-                    &fetch_url,
-                    &json!({"queues": [queue], "count": args.fetch_count, "worker_id": worker_id}),
-                )
-                .await?;
-                fetches.0.push(took);
-                let ids: Vec<String> = body["jobs"]
-                    .as_array()
-                    .map(|jobs| {
-                        jobs.iter()
-                            .filter_map(|j| j["id"].as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                if ids.is_empty() {
-                    // Others are finishing the last jobs.
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                }
-                for chunk in ids.chunks(args.ack_concurrency.max(1)) {
-                    let mut in_flight = Vec::new();
-                    for id in chunk {
-                        let (client, url, worker_id) =
-                            (client.clone(), ack_url.clone(), worker_id.clone());
-                        let id = id.clone();
-                        in_flight.push(tokio::spawn(async move {
-                            post(
-                                &client,
-                                &url,
-                                &json!({"job_id": id, "worker_id": worker_id}),
-                            )
-                            .await
-                        }));
-                    }
-                    for ack in in_flight {
-                        let (_, took) = ack.await??;
-                        acks.0.push(took);
-                    }
-                }
-                done.fetch_add(ids.len(), Ordering::Relaxed);
-            }
-            anyhow::Ok((fetches, acks))
-        }));
-    }
-    let (mut fetches, mut acks) = (Latencies::default(), Latencies::default());
-    for task in tasks {
-        let (f, a) = task.await??;
-        fetches.0.extend(f.0);
-        acks.0.extend(a.0);
-    }
-    Ok((started.elapsed(), fetches, acks))
+/// The one running process named `ojsd`, if exactly one runs on this host.
+fn find_ojsd() -> Option<u32> {
+    let mut found = std::fs::read_dir("/proc").ok()?.filter_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        (comm.trim() == "ojsd").then_some(pid)
+    });
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let queue = args.queue.clone().unwrap_or_else(|| {
-        format!(
-            "bench-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or_default()
-        )
-    });
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .timeout(Duration::from_secs(120))
@@ -288,65 +682,34 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("is ojsd running at {}?", args.url))?
         .json()
         .await?;
+    let db = if args.database_url.is_empty() {
+        None
+    } else {
+        Some(
+            sqlx::postgres::PgPoolOptions::new()
+                .max_connections(2)
+                .connect(&args.database_url)
+                .await
+                .with_context(|| format!("cannot connect to {}", args.database_url))?,
+        )
+    };
+    let ojsd_pid = args.ojsd_pid.or_else(find_ojsd);
     println!(
-        "ojsd-bench against {} ({} {}), queue {queue}",
-        args.url, manifest["implementation"]["name"], manifest["implementation"]["version"]
+        "ojsd-bench against {} ({} {}), ojsd pid {}",
+        args.url,
+        manifest["implementation"]["name"],
+        manifest["implementation"]["version"],
+        ojsd_pid.map_or("unknown".to_owned(), |p| p.to_string())
     );
-
-    let (bulk_time, mut bulk_lat) = bulk_enqueue(&args, &client, &queue).await?;
-    let bulk_rate = rate(args.jobs, bulk_time);
-    println!(
-        "enqueue (batch of {}, {} in flight): {} jobs in {:.2} s = {:.0} jobs/s; batch request {}",
-        args.batch,
-        args.batch_concurrency,
-        args.jobs,
-        bulk_time.as_secs_f64(),
-        bulk_rate,
-        bulk_lat.summary()
-    );
-
-    let mut single_rate = 0.0;
-    if args.single > 0 {
-        let (single_time, mut single_lat) = single_enqueue(&args, &client, &queue).await?;
-        single_rate = rate(args.single, single_time);
-        println!(
-            "enqueue (one job per request, {} in flight): {} jobs in {:.2} s = {:.0} jobs/s; request {}",
-            args.single_concurrency,
-            args.single,
-            single_time.as_secs_f64(),
-            single_rate,
-            single_lat.summary()
-        );
+    let workloads = args.workloads.clone();
+    let bench = Arc::new(Bench {
+        args,
+        client,
+        db,
+        ojsd_pid,
+    });
+    for workload in workloads {
+        bench.run(workload).await?;
     }
-
-    let total = args.jobs + args.single;
-    let (drain_time, mut fetch_lat, mut ack_lat) = drain(&args, &client, &queue, total).await?;
-    let drain_rate = rate(total, drain_time);
-    println!(
-        "drain ({} workers, fetch {} + one ack per job, {} acks in flight each): {} jobs in {:.2} s = {:.0} jobs/s",
-        args.workers,
-        args.fetch_count,
-        args.ack_concurrency,
-        total,
-        drain_time.as_secs_f64(),
-        drain_rate
-    );
-    println!("  fetch {}", fetch_lat.summary());
-    println!("  ack   {}", ack_lat.summary());
-    println!(
-        "{}",
-        json!({
-            "enqueue_batch_jobs_per_s": bulk_rate.round(),
-            "enqueue_single_jobs_per_s": single_rate.round(),
-            "drain_jobs_per_s": drain_rate.round(),
-            "jobs": total,
-            "workers": args.workers,
-            "fetch_count": args.fetch_count,
-            "fetch_p50_ms": ms(fetch_lat.percentile(50.0)),
-            "fetch_p99_ms": ms(fetch_lat.percentile(99.0)),
-            "ack_p50_ms": ms(ack_lat.percentile(50.0)),
-            "ack_p99_ms": ms(ack_lat.percentile(99.0)),
-        })
-    );
     Ok(())
 }
