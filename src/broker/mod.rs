@@ -24,7 +24,7 @@ use crate::job::failure::{self, JobError, Outcome, Reclaim};
 use crate::job::retry::RetryPolicy;
 use crate::job::unique::OnConflict;
 use crate::job::{Job, JobId, JobState};
-use crate::notifier::{Announcer, Notifier};
+use crate::notifier::Announcer;
 use crate::store;
 use crate::store::job::{ClaimParams, CompleteParams, FailParams, FailTarget};
 use crate::telemetry;
@@ -71,7 +71,7 @@ const ACK_GROUP_MAX: usize = 512;
 pub struct Broker {
     pool: PgPool,
     settings: Settings,
-    notifier: Notifier,
+    /// Wakes long polls here at once and tells other replicas (after commit).
     announcer: Announcer,
     /// Single-job PUSH requests, written together (see [`group`]).
     pushes: Arc<GroupCommit<NewJob, Result<Job>>>,
@@ -161,7 +161,6 @@ impl Broker {
         Broker {
             pool,
             settings,
-            notifier: announcer.notifier().clone(),
             announcer,
             pushes: Arc::new(pushes),
             acks: Arc::new(acks),
@@ -520,7 +519,7 @@ impl Broker {
         shutdown: &CancellationToken,
     ) -> Result<Vec<Job>> {
         // Subscribe before the first attempt so a job enqueued in between still wakes us.
-        let mut wakeups = (!req.wait.is_zero()).then(|| self.notifier.subscribe());
+        let mut wakeups = (!req.wait.is_zero()).then(|| self.announcer.notifier().subscribe());
         let deadline = Instant::now() + req.wait;
         loop {
             let jobs = self.try_fetch(req).await?;
@@ -680,7 +679,7 @@ impl Broker {
         let mut plans: Vec<Result<(FailTarget, Option<String>, i32)>> =
             Vec::with_capacity(reqs.len());
         for req in &reqs {
-            plans.push(self.plan_nack(req, jobs.get(&req.job_id.0), &mut planned));
+            plans.push(plan_nack(req, jobs.get(&req.job_id.0), &mut planned));
         }
         let failures: Vec<FailParams<'_>> = reqs
             .iter()
@@ -731,47 +730,6 @@ impl Broker {
         Ok(out)
     }
 
-    /// What a NACK of `job` (as read) should do: the target, the error to record and the
-    /// attempt it fails; or why it cannot.
-    fn plan_nack(
-        &self,
-        req: &NackRequest,
-        job: Option<&Job>,
-        planned: &mut HashSet<Uuid>,
-    ) -> Result<(FailTarget, Option<String>, i32)> {
-        let job = job.ok_or(Error::JobNotFound(req.job_id))?;
-        if !planned.insert(job.id.0) {
-            return Err(Error::invalid(
-                "$.job_id",
-                format!("job {} is named more than once in this request", job.id),
-            ));
-        }
-        if job.state != JobState::Active {
-            return Err(invalid_for_worker(job, "fail"));
-        }
-        if let (Some(worker), Some(owner)) = (req.worker_id.as_deref(), job.worker_id.as_deref())
-            && worker != owner
-        {
-            return Err(Error::NotOwner {
-                job_id: job.id,
-                owner: owner.to_owned(),
-            });
-        }
-        let outcome = match (&req.error, req.requeue) {
-            (_, true) => Outcome::Requeue,
-            (Some(error), false) => {
-                let policy = RetryPolicy::from_stored(&job.retry.0);
-                failure::decide(&policy, job.attempt, error, &mut rand::rng())
-            }
-            (None, false) => return Err(Error::invalid("$.error", "'error' is required")),
-        };
-        Ok((
-            FailTarget::from_outcome(outcome),
-            req.error.as_ref().map(JobError::to_json),
-            job.attempt,
-        ))
-    }
-
     /// Explains why `worker_id` cannot complete or fail job `id`.
     async fn not_held(&self, id: JobId, operation: &'static str, worker_id: Option<&str>) -> Error {
         match store::job::get(&self.pool, id).await {
@@ -812,6 +770,46 @@ impl Broker {
         self.seen_workers.lock().expect("seen-workers lock").clear();
         Ok(())
     }
+}
+
+/// What a NACK of `job` (as read) should do: the target, the error to record and the
+/// attempt it fails; or why it cannot.
+fn plan_nack(
+    req: &NackRequest,
+    job: Option<&Job>,
+    planned: &mut HashSet<Uuid>,
+) -> Result<(FailTarget, Option<String>, i32)> {
+    let job = job.ok_or(Error::JobNotFound(req.job_id))?;
+    if !planned.insert(job.id.0) {
+        return Err(Error::invalid(
+            "$.job_id",
+            format!("job {} is named more than once in this request", job.id),
+        ));
+    }
+    if job.state != JobState::Active {
+        return Err(invalid_for_worker(job, "fail"));
+    }
+    if let (Some(worker), Some(owner)) = (req.worker_id.as_deref(), job.worker_id.as_deref())
+        && worker != owner
+    {
+        return Err(Error::NotOwner {
+            job_id: job.id,
+            owner: owner.to_owned(),
+        });
+    }
+    let outcome = match (&req.error, req.requeue) {
+        (_, true) => Outcome::Requeue,
+        (Some(error), false) => {
+            let policy = RetryPolicy::from_stored(&job.retry.0);
+            failure::decide(&policy, job.attempt, error, &mut rand::rng())
+        }
+        (None, false) => return Err(Error::invalid("$.error", "'error' is required")),
+    };
+    Ok((
+        FailTarget::from_outcome(outcome),
+        req.error.as_ref().map(JobError::to_json),
+        job.attempt,
+    ))
 }
 
 /// Writes a group of single-job PUSH requests in one statement. When that fails (a client-chosen

@@ -178,38 +178,57 @@ impl Bench {
         format!("{}{path}", self.args.url)
     }
 
-    /// Enqueues `total` jobs on `queue` with batch requests; returns the batch latencies.
-    async fn enqueue_batches(
+    /// Enqueues `total` jobs on `queue` from `concurrency` producers, `per` jobs per request
+    /// (one: `POST /ojs/v1/jobs`; more: batch requests). Returns the request latencies.
+    async fn enqueue(
         self: &Arc<Self>,
         queue: &str,
         total: usize,
+        per: usize,
+        concurrency: usize,
     ) -> anyhow::Result<Latencies> {
-        let per = self.args.batch.max(1);
+        let per = per.max(1);
         let next = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
-        for _ in 0..self.args.batch_concurrency.max(1) {
+        for _ in 0..concurrency.max(1) {
             let (bench, next, queue) = (self.clone(), next.clone(), queue.to_owned());
             tasks.push(tokio::spawn(async move {
-                let url = bench.url("/ojs/v1/jobs/batch");
+                let url = bench.url(if per == 1 {
+                    "/ojs/v1/jobs"
+                } else {
+                    "/ojs/v1/jobs/batch"
+                });
                 let mut latencies = Latencies::default();
                 loop {
                     let first = next.fetch_add(per, Ordering::Relaxed);
                     if first >= total {
                         return anyhow::Ok(latencies);
                     }
-                    let jobs: Vec<Value> = (first..(first + per).min(total))
-                        .map(|n| noop_job(&queue, n))
-                        .collect();
-                    let (_, took) = bench.post(&url, &json!({ "jobs": jobs })).await?;
+                    let body = if per == 1 {
+                        noop_job(&queue, first)
+                    } else {
+                        let jobs: Vec<Value> = (first..(first + per).min(total))
+                            .map(|n| noop_job(&queue, n))
+                            .collect();
+                        json!({ "jobs": jobs })
+                    };
+                    let (_, took) = bench.post(&url, &body).await?;
                     latencies.0.push(took);
                 }
             }));
         }
-        let mut all = Latencies::default();
-        for task in tasks {
-            all.extend(task.await??);
-        }
-        Ok(all)
+        joined(tasks).await
+    }
+
+    /// Enqueues `total` jobs on `queue` with batch requests (the untimed set-up of a drain).
+    async fn enqueue_batches(
+        self: &Arc<Self>,
+        queue: &str,
+        total: usize,
+    ) -> anyhow::Result<Latencies> {
+        let a = &self.args;
+        self.enqueue(queue, total, a.batch, a.batch_concurrency)
+            .await
     }
 
     async fn w1_bulk(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
@@ -224,31 +243,12 @@ impl Bench {
     }
 
     async fn w1_single(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
-        let total = self.args.single;
-        let next = Arc::new(AtomicUsize::new(0));
         let started = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..self.args.producers.max(1) {
-            let (bench, next, queue) = (self.clone(), next.clone(), queue.to_owned());
-            tasks.push(tokio::spawn(async move {
-                let url = bench.url("/ojs/v1/jobs");
-                let mut latencies = Latencies::default();
-                loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= total {
-                        return anyhow::Ok(latencies);
-                    }
-                    let (_, took) = bench.post(&url, &noop_job(&queue, n)).await?;
-                    latencies.0.push(took);
-                }
-            }));
-        }
-        let mut latencies = Latencies::default();
-        for task in tasks {
-            latencies.extend(task.await??);
-        }
+        let latencies = self
+            .enqueue(queue, self.args.single, 1, self.args.producers)
+            .await?;
         Ok(Outcome {
-            jobs: total,
+            jobs: self.args.single,
             elapsed: started.elapsed(),
             latencies,
             extra: json!({"producers": self.args.producers}),
@@ -315,10 +315,7 @@ impl Bench {
                 anyhow::Ok(latencies)
             }));
         }
-        let mut latencies = Latencies::default();
-        for task in tasks {
-            latencies.extend(task.await??);
-        }
+        let latencies = joined(tasks).await?;
         Ok(Outcome {
             jobs: total,
             elapsed: started.elapsed(),
@@ -414,10 +411,7 @@ impl Bench {
         }
         let elapsed = started.elapsed();
         stop.store(true, Ordering::Relaxed);
-        let mut latencies = Latencies::default();
-        for p in pollers {
-            latencies.extend(p.await??);
-        }
+        let latencies = joined(pollers).await?;
         if latencies.0.len() < total {
             bail!("only {} of {total} jobs were fetched", latencies.0.len());
         }
@@ -602,6 +596,17 @@ struct DbSnapshot {
     wal_lsn: i64,
     dead_job: i64,
     dead_event: i64,
+}
+
+/// Waits for every task and merges their latencies.
+async fn joined(
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<Latencies>>>,
+) -> anyhow::Result<Latencies> {
+    let mut all = Latencies::default();
+    for task in tasks {
+        all.extend(task.await??);
+    }
+    Ok(all)
 }
 
 fn rate(n: usize, elapsed: Duration) -> f64 {
