@@ -7,9 +7,9 @@
 //! connection is also reported to [`DbHealth`]: it is usually the first sign of an outage.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
@@ -74,6 +74,8 @@ pub struct Notifier {
     /// This process's instance id: its own notifications, which it already delivered in
     /// process, are ignored when they come back from the database.
     instance: Arc<str>,
+    /// Backend pid of this process's listening connection (0 while not listening).
+    listener_pid: Arc<AtomicI32>,
 }
 
 impl Default for Notifier {
@@ -90,6 +92,7 @@ impl Notifier {
         Notifier {
             tx,
             instance: instance.into(),
+            listener_pid: Arc::default(),
         }
     }
 
@@ -111,6 +114,7 @@ impl Notifier {
                 () = shutdown.cancelled() => return,
                 r = self.listen_once(&pool, &health, &shutdown) => r,
             };
+            self.listener_pid.store(0, Ordering::Relaxed);
             match result {
                 Ok(()) => return,
                 Err(e) => {
@@ -134,6 +138,14 @@ impl Notifier {
         shutdown: &CancellationToken,
     ) -> Result<(), sqlx::Error> {
         let mut listener = PgListener::connect_with(pool).await?;
+        // Named, so that announcers can tell whether any other replica listens.
+        let pid: i32 = sqlx::query_scalar(
+            "select pg_backend_pid() from set_config('application_name', $1, false)",
+        )
+        .bind(store::LISTENER_APPLICATION_NAME)
+        .fetch_one(&mut listener)
+        .await?;
+        self.listener_pid.store(pid, Ordering::Relaxed);
         listener
             .listen_all([
                 store::JOB_AVAILABLE_CHANNEL,
@@ -177,6 +189,12 @@ impl Notifier {
 /// notified at most once per round trip of that statement. An idle announcer sends at once.
 /// A notification that cannot be sent is only logged: other replicas' waiters also poll on a
 /// timer, and this process's were already woken.
+///
+/// A NOTIFY is a commit that takes the notification queue's lock, so nothing is sent while no
+/// other replica listens on the database: each replica names its listening connection
+/// ([`store::LISTENER_APPLICATION_NAME`]), and the announcer looks for another one in
+/// `pg_stat_activity` at most every [`PEER_CHECK_INTERVAL`]. A replica that starts listening
+/// is therefore told about new jobs within that interval (its waiters poll meanwhile).
 #[derive(Debug, Clone, Default)]
 pub struct Announcer {
     notifier: Notifier,
@@ -210,6 +228,7 @@ impl Announcer {
 
     /// Sends the coalesced notifications until `shutdown` (then once more for what is left).
     pub async fn run(self, pool: PgPool, shutdown: CancellationToken) {
+        let mut peers = PeerCheck::default();
         loop {
             let stopping = tokio::select! {
                 () = shutdown.cancelled() => true,
@@ -223,6 +242,7 @@ impl Announcer {
                 .map(|q| q.to_string())
                 .collect();
             if !queues.is_empty()
+                && peers.any(&pool, &self.notifier).await
                 && let Err(e) =
                     store::notify_available(&pool, &queues, &self.notifier.instance).await
             {
@@ -232,5 +252,33 @@ impl Announcer {
                 return;
             }
         }
+    }
+}
+
+/// How long the answer to "does another replica listen?" is trusted.
+pub const PEER_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The announcer's cached knowledge of other listening replicas.
+#[derive(Debug, Default)]
+struct PeerCheck {
+    checked: Option<(Instant, bool)>,
+}
+
+impl PeerCheck {
+    /// Whether another replica may be listening. Unknown (this process is not listening, or
+    /// the check fails) counts as yes: a needless NOTIFY costs little, a missing one a poll.
+    async fn any(&mut self, pool: &PgPool, notifier: &Notifier) -> bool {
+        if let Some((at, answer)) = self.checked
+            && at.elapsed() < PEER_CHECK_INTERVAL
+        {
+            return answer;
+        }
+        let own = notifier.listener_pid.load(Ordering::Relaxed);
+        if own == 0 {
+            return true;
+        }
+        let answer = store::other_listeners(pool, own).await.unwrap_or(true);
+        self.checked = Some((Instant::now(), answer));
+        answer
     }
 }

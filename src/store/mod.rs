@@ -20,6 +20,30 @@ pub mod worker;
 /// in-statement, once per queue per statement, never once per job.
 pub const JOB_AVAILABLE_CHANNEL: &str = "ojs_job_available";
 
+/// `application_name` of every replica's listening connection.
+pub const LISTENER_APPLICATION_NAME: &str = "ojsd-listener";
+
+/// Whether a listening connection of another replica (any but backend `own_pid`) is open on
+/// this database.
+pub async fn other_listeners(
+    db: impl sqlx::PgExecutor<'_>,
+    own_pid: i32,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select exists (select 1
+                         from pg_stat_activity
+                        where datname = current_database()
+                          and application_name = $1
+                          and pid <> $2) as "any!"
+        "#,
+        LISTENER_APPLICATION_NAME,
+        own_pid,
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// Notifies [`JOB_AVAILABLE_CHANNEL`] once for each of `queues`, as `"<queue> <sender>"` so the
 /// sending process can recognize (and skip) its own notifications.
 pub async fn notify_available(

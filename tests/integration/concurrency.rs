@@ -241,3 +241,64 @@ async fn cancel_racing_ack_leaves_one_consistent_outcome() {
         }
     }
 }
+
+/// A job pushed to one replica wakes a worker long-polling another at once: the pushing replica
+/// sees the other's listening connection and sends the NOTIFY. The waiting replica's own poll
+/// timer is far longer than the fetch's wait, so only the notification can deliver the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_to_one_replica_wakes_a_long_poll_on_another() {
+    let a = TestApp::spawn().await;
+    let config = ojsd::config::Config {
+        database_url: a.db.url(),
+        listen_addr: "127.0.0.1:0".parse().unwrap(),
+        skip_migrations: true,
+        db_max_connections: 6,
+        db_min_connections: 1,
+        maintenance: false,
+        fetch_poll_interval_ms: 60_000,
+        ..ojsd::config::Config::default()
+    };
+    let b = ojsd::app::Application::build(&config).await.unwrap();
+    let b_url = format!("http://{}", b.local_addr().unwrap());
+    let (stop_b, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server_b = tokio::spawn(b.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    // Both replicas listening.
+    for _ in 0..100 {
+        let listeners: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+              where datname = current_database() and application_name = 'ojsd-listener'",
+        )
+        .fetch_one(a.pool())
+        .await
+        .unwrap();
+        if listeners == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let client = reqwest::Client::new();
+    let waiting = tokio::spawn(async move {
+        client
+            .post(format!("{b_url}/ojs/v1/workers/fetch"))
+            .json(&json!({"queues": ["relay"], "count": 1, "wait_ms": 20000}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let id = a.push_id(job("relay.ping", "relay")).await;
+    let fetched = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+        .await
+        .expect("the long poll on the other replica was not woken")
+        .unwrap();
+    assert_eq!(fetched["jobs"][0]["id"], id.as_str());
+
+    let _ = stop_b.send(());
+    server_b.await.unwrap().unwrap();
+}
