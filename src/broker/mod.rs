@@ -55,7 +55,7 @@ pub struct Settings {
 
 /// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
 /// group forms, few enough to leave the pool's connections to everything else.
-const GROUP_FLUSHERS: usize = 4;
+const GROUP_FLUSHERS: usize = 2;
 
 /// Most single-job PUSH requests written by one statement.
 const PUSH_GROUP_MAX: usize = 256;
@@ -545,14 +545,38 @@ impl Broker {
         }
     }
 
+    /// One attempt of a FETCH: claims from the queues in order of preference.
+    ///
+    /// Due scheduled and retryable jobs become available through the promoter (every
+    /// `OJS_PROMOTE_INTERVAL_MS`, with `enqueued_at` = their due time, so they keep their FIFO
+    /// place) or here: a fetch that finds fewer jobs than it wants promotes its queues' due jobs
+    /// and claims again, so a job is never missed once due. A fetch that is served at once
+    /// costs one statement per queue asked.
     async fn try_fetch(&self, req: &FetchRequest) -> Result<Vec<Job>> {
         if let Some(worker) = &req.worker_id {
             self.record_seen(worker).await?;
         }
         let queues: Vec<&str> = req.queues.iter().map(String::as_str).collect();
-        store::job::promote_due(&self.pool, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
-        let mut jobs: Vec<Job> = Vec::new();
-        for queue in &queues {
+        let mut jobs = self.claim_in_order(req, &queues, Vec::new()).await?;
+        if jobs.len() < req.count
+            && store::job::promote_due(&self.pool, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?
+                > 0
+        {
+            jobs = self.claim_in_order(req, &queues, jobs).await?;
+        }
+        telemetry::jobs_started(&jobs);
+        Ok(jobs)
+    }
+
+    /// Adds to `jobs` what `req` still wants, claimed from `queues` in order, and returns them
+    /// ordered by queue preference, then most urgent first.
+    async fn claim_in_order(
+        &self,
+        req: &FetchRequest,
+        queues: &[&str],
+        mut jobs: Vec<Job>,
+    ) -> Result<Vec<Job>> {
+        for queue in queues {
             let wanted = req.count - jobs.len();
             if wanted == 0 {
                 break;
@@ -568,11 +592,18 @@ impl Broker {
                 },
             )
             .await?;
-            // The claim returns rows in no particular order; hand them out most urgent first.
-            claimed.sort_by_key(|j| (j.priority, j.enqueued_at, j.seq));
             jobs.append(&mut claimed);
         }
-        telemetry::jobs_started(&jobs);
+        // A claim returns rows in no particular order.
+        let rank = |queue: &str| queues.iter().position(|q| *q == queue);
+        jobs.sort_by(|a, b| {
+            (rank(&a.queue), a.priority, a.enqueued_at, a.seq).cmp(&(
+                rank(&b.queue),
+                b.priority,
+                b.enqueued_at,
+                b.seq,
+            ))
+        });
         Ok(jobs)
     }
 
