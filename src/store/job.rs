@@ -140,8 +140,19 @@ pub async fn insert_many(
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
-            select ojs_job_event_type(i.state), (i.job).id::text, (i.job).id, i.queue,
-                   (i.job).type, null, i.state, ojs_job_transition_data(null, i.job)
+            select case i.state when 'available' then 'job.enqueued' else 'job.scheduled' end,
+                   (i.job).id::text, (i.job).id, i.queue, (i.job).type, null, i.state,
+                   -- = ojs_job_transition_data(null, i.job), written out (see `claim`).
+                   jsonb_build_object('job_id', (i.job).id, 'job_type', (i.job).type, 'queue', (i.job).queue, 'state', (i.job).state)
+                   || jsonb_strip_nulls(jsonb_build_object(
+                          'trace_id', coalesce(nullif((i.job).meta ->> 'trace_id', ''),
+                                               nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')),
+                          'priority', case when i.state = 'available' then (i.job).priority end,
+                          'unique_key', case when i.state = 'available' then (i.job).unique_key end))
+                   || case when (i.job).scheduled_at is not null
+                           then jsonb_build_object('scheduled_at', to_char((i.job).scheduled_at at time zone 'UTC',
+                                                                           'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                           else '{}' end
               from inserted i
              where i.state <> 'pending'
              order by (i.job).seq
@@ -494,7 +505,14 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
             select 'job.started', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'available',
-                   (m.j).state, ojs_job_transition_data('available', m.j)
+                   (m.j).state,
+                   -- = ojs_job_transition_data('available', m.j), written out: inlining that
+                   -- function costs ~2 ms of planning per execution (tested against it).
+                   jsonb_build_object('job_id', (m.j).id, 'job_type', (m.j).type, 'queue', (m.j).queue, 'state', (m.j).state)
+                   || jsonb_strip_nulls(jsonb_build_object(
+                          'trace_id', coalesce(nullif((m.j).meta ->> 'trace_id', ''),
+                                               nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')),
+                          'worker_id', (m.j).worker_id, 'attempt', (m.j).attempt))
               from moved m
              order by (m.j).seq
         )
@@ -550,7 +568,16 @@ pub async fn complete_many(
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
             select 'job.completed', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'active',
-                   (m.j).state, ojs_job_transition_data('active', m.j)
+                   (m.j).state,
+                   -- = ojs_job_transition_data('active', m.j), written out (see `claim`).
+                   jsonb_build_object('job_id', (m.j).id, 'job_type', (m.j).type, 'queue', (m.j).queue, 'state', (m.j).state)
+                   || jsonb_strip_nulls(jsonb_build_object(
+                          'trace_id', coalesce(nullif((m.j).meta ->> 'trace_id', ''),
+                                               nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')),
+                          'duration_ms', round(extract(epoch from (m.j).completed_at - (m.j).started_at) * 1000)::int8,
+                          'attempt', (m.j).attempt,
+                          'result', case when octet_length((m.j).result::text) <= 65536
+                                         then (m.j).result::jsonb end))
               from moved m
              order by (m.j).seq
         )

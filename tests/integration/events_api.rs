@@ -441,3 +441,68 @@ async fn a_queue_stream_follows_the_queue() {
     assert_eq!(changes[0]["from"], Value::Null);
     assert_eq!(changes[0]["to"], "available");
 }
+
+/// The enqueue, claim and ACK statements write their event payloads as expressions of their own
+/// (inlining `ojs_job_transition_data` would cost milliseconds of planning per execution); they
+/// must say exactly what that function says of the same change.
+#[tokio::test]
+async fn hot_path_event_payloads_match_the_transition_function() {
+    let app = TestApp::spawn().await;
+    // Checks the newest event of `id` against the function applied to the row as it is now.
+    async fn newest_matches(app: &TestApp, id: &str, expected_type: &str) {
+        let (ty, same, data): (String, bool, Value) = sqlx::query_as(
+            "select e.type, e.data = ojs_job_transition_data(e.from_state, j), e.data
+               from ojs_event e join ojs_job j on j.id = e.job_id
+              where e.job_id = $1::uuid
+              order by e.xid desc, e.seq desc limit 1",
+        )
+        .bind(id)
+        .fetch_one(app.pool())
+        .await
+        .unwrap();
+        assert_eq!(ty, expected_type);
+        assert!(
+            same,
+            "{expected_type} payload differs from the function: {data}"
+        );
+    }
+
+    let traced = app
+        .push_id(json!({
+            "type": "email.send", "queue": "hot", "args": [1], "priority": 7,
+            "meta": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+            "unique": {"keys": ["args"]}
+        }))
+        .await;
+    newest_matches(&app, &traced, "job.enqueued").await;
+    let delayed = app
+        .push_id(json!({"type": "email.send", "queue": "hot", "args": [2], "scheduled_at": "2099-01-01T00:00:00Z"}))
+        .await;
+    newest_matches(&app, &delayed, "job.scheduled").await;
+    let past = app
+        .push_id(json!({"type": "email.send", "queue": "hot", "args": [3],
+                        "scheduled_at": "2020-01-01T00:00:00.5Z", "meta": {"trace_id": "t-1"}}))
+        .await;
+    newest_matches(&app, &past, "job.enqueued").await;
+
+    let fetched = app
+        .fetch(json!({"queues": ["hot"], "count": 2, "worker_id": "w-1"}))
+        .await;
+    assert_eq!(fetched.len(), 2);
+    for job in &fetched {
+        newest_matches(&app, job["id"].as_str().unwrap(), "job.started").await;
+    }
+    let first = fetched[0]["id"].as_str().unwrap();
+    let second = fetched[1]["id"].as_str().unwrap();
+    app.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": first, "worker_id": "w-1", "result": {"ok": true, "nested": {"gone": null}}}),
+    )
+    .await
+    .expect(200);
+    newest_matches(&app, first, "job.completed").await;
+    app.post("/ojs/v1/workers/ack", json!({"job_id": second}))
+        .await
+        .expect(200);
+    newest_matches(&app, second, "job.completed").await;
+}
