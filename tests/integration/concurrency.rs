@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, count, job, statuses};
+use crate::harness::{TestApp, count, job, spawn_fetch, statuses};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
@@ -279,18 +279,11 @@ async fn a_push_to_one_replica_wakes_a_long_poll_on_another() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 
-    let client = reqwest::Client::new();
-    let waiting = tokio::spawn(async move {
-        client
-            .post(format!("{b_url}/ojs/v1/workers/fetch"))
-            .json(&json!({"queues": ["relay"], "count": 1, "wait_ms": 20000}))
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap()
-    });
+    let waiting = spawn_fetch(
+        &a.client,
+        &b_url,
+        &json!({"queues": ["relay"], "count": 1, "wait_ms": 20000}),
+    );
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let id = a.push_id(job("relay.ping", "relay")).await;
     let fetched = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)

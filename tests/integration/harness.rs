@@ -631,6 +631,23 @@ impl TestApp {
     }
 }
 
+/// Starts a (long-polling) FETCH against the server at `base` in the background; resolves to
+/// the response body.
+pub fn spawn_fetch(client: &reqwest::Client, base: &str, body: &Value) -> JoinHandle<Value> {
+    let request = client
+        .post(format!("{base}/ojs/v1/workers/fetch"))
+        .json(body);
+    tokio::spawn(async move {
+        request
+            .send()
+            .await
+            .expect("request reaches the server")
+            .json::<Value>()
+            .await
+            .expect("a JSON body")
+    })
+}
+
 /// Waits for concurrently started requests and returns their statuses.
 pub async fn statuses(tasks: Vec<JoinHandle<u16>>) -> Vec<u16> {
     let mut out = Vec::with_capacity(tasks.len());

@@ -8,7 +8,7 @@ use ojsd::maintenance::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, job};
+use crate::harness::{TestApp, job, spawn_fetch};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -136,20 +136,12 @@ async fn promoter_wakes_long_polling_fetchers() {
     let id = app
         .push_id(json!({"type": "a.b", "args": [], "queue": "wake", "scheduled_at": "+PT1H"}))
         .await;
-    let client = app.client.clone();
-    let url = format!("{}/ojs/v1/workers/fetch", app.base);
     let started = Instant::now();
-    let waiter = tokio::spawn(async move {
-        client
-            .post(url)
-            .json(&json!({"queues": ["wake"], "wait_ms": 10_000}))
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap()
-    });
+    let waiter = spawn_fetch(
+        &app.client,
+        &app.base,
+        &json!({"queues": ["wake"], "wait_ms": 10_000}),
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     run_later(&app, &promoter(&app), Duration::from_secs(7200)).await;
     let body = waiter.await.unwrap();

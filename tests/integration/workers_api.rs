@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, job};
+use crate::harness::{TestApp, job, spawn_fetch};
 
 fn ids(jobs: &[Value]) -> Vec<String> {
     jobs.iter()
@@ -122,20 +122,12 @@ async fn reservation_length_comes_from_the_job_then_the_server_default() {
 async fn long_poll_is_woken_by_an_enqueue() {
     // With a 60 s poll interval only the notification can deliver the job within the wait.
     let app = TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 60_000).await;
-    let client = app.client.clone();
-    let url = format!("{}/ojs/v1/workers/fetch", app.base);
     let started = Instant::now();
-    let waiter = tokio::spawn(async move {
-        client
-            .post(url)
-            .json(&json!({"queues": ["other", "wake"], "wait_ms": 10_000}))
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap()
-    });
+    let waiter = spawn_fetch(
+        &app.client,
+        &app.base,
+        &json!({"queues": ["other", "wake"], "wait_ms": 10_000}),
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     app.push(job("a.b", "unrelated")).await;
     let id = app.push_id(job("a.b", "wake")).await;
