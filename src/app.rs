@@ -104,12 +104,17 @@ impl Application {
                     max_priority: config.max_priority,
                     default_timeout_ms: (config.default_timeout_secs * 1_000) as i64,
                     hyphenated_types: config.hyphenated_types(),
+                    priority_aging_ms: config
+                        .priority_aging_interval
+                        .map(|span| i64::try_from(span.0.as_millis()).unwrap_or(i64::MAX)),
                 },
                 default_visibility_timeout_ms: (config.default_visibility_timeout_secs * 1_000)
                     as i64,
                 fetch_poll_interval: Duration::from_millis(config.fetch_poll_interval_ms),
                 heartbeat_timeout,
                 test_hooks: config.test_hooks,
+                fetch_strategy: config.fetch_strategy,
+                queue_weights: config.queue_weights.clone(),
             },
             announcer.clone(),
         );

@@ -117,6 +117,23 @@ pub struct Config {
     #[arg(long, env = "OJS_MAX_PRIORITY", default_value_t = DEFAULT_MAX_PRIORITY)]
     pub max_priority: i32,
 
+    /// Priority aging (off when unset): a waiting job gains one step of urgency per interval,
+    /// for ordering only (the stored priority never changes). Applies to jobs enqueued while
+    /// it is set. ISO 8601 (`PT60S`) or short form (`60s`, `500ms`).
+    #[arg(long, env = "OJS_PRIORITY_AGING_INTERVAL")]
+    pub priority_aging_interval: Option<Span>,
+
+    /// Queue consumption strategy imposed on every FETCH (`strict`, `weighted`,
+    /// `round-robin`); unset: each FETCH chooses (default `strict`). Server configuration wins
+    /// over what a worker asks for.
+    #[arg(long, env = "OJS_FETCH_STRATEGY", value_enum)]
+    pub fetch_strategy: Option<crate::broker::Strategy>,
+
+    /// Queue weights for the `weighted` strategy, e.g. `critical=5,default=2,low=1`. When set
+    /// they replace the weights a FETCH sends; queues not named weigh 1, weight 0 = never.
+    #[arg(long, env = "OJS_QUEUE_WEIGHTS", value_parser = crate::broker::parse_weights_setting)]
+    pub queue_weights: Option<crate::broker::Weights>,
+
     /// Execution timeout of jobs that do not set one (seconds).
     #[arg(long, env = "OJS_DEFAULT_TIMEOUT_SECS", default_value_t = DEFAULT_TIMEOUT_SECS)]
     pub default_timeout_secs: u64,
@@ -266,6 +283,9 @@ impl Default for Config {
             skip_migrations: false,
             test_hooks: false,
             max_priority: DEFAULT_MAX_PRIORITY,
+            priority_aging_interval: None,
+            fetch_strategy: None,
+            queue_weights: None,
             default_timeout_secs: DEFAULT_TIMEOUT_SECS,
             default_visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
             heartbeat_interval_secs: DEFAULT_HEARTBEAT_INTERVAL_SECS,
@@ -306,6 +326,12 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.max_priority < DEFAULT_MAX_PRIORITY {
             bail!("OJS_MAX_PRIORITY must be at least {DEFAULT_MAX_PRIORITY}");
+        }
+        if self
+            .priority_aging_interval
+            .is_some_and(|Span(d)| d < Duration::from_millis(1))
+        {
+            bail!("OJS_PRIORITY_AGING_INTERVAL must be at least 1ms");
         }
         if self.max_envelope_bytes < DEFAULT_MAX_ENVELOPE_BYTES {
             bail!("OJS_MAX_ENVELOPE_BYTES must be at least {DEFAULT_MAX_ENVELOPE_BYTES} (1 MiB)");

@@ -61,6 +61,12 @@ pub fn metrics() -> &'static PrometheusHandle {
             })
             .and_then(|b| {
                 b.set_buckets_for_metric(
+                    Matcher::Full("ojs_job_wait_duration_by_priority_seconds".into()),
+                    WAIT_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
                     Matcher::Full("ojs_http_request_duration_seconds".into()),
                     REQUEST_BUCKETS,
                 )
@@ -92,14 +98,45 @@ pub fn jobs_enqueued<'a>(jobs: impl IntoIterator<Item = &'a Job>) {
     }
 }
 
-/// Records how long claimed jobs waited in `available`.
+/// Records how long claimed jobs waited in `available`, by type and by priority.
 pub fn jobs_started(jobs: &[Job]) {
     for job in jobs {
         if let (Some(enqueued), Some(started)) = (job.enqueued_at, job.started_at) {
+            let waited = seconds(enqueued, started);
             histogram!("ojs_job_queue_time_seconds", "queue" => job.queue.clone(), "type" => job.r#type.clone())
-                .record(seconds(enqueued, started));
+                .record(waited);
+            histogram!(
+                "ojs_job_wait_duration_by_priority_seconds",
+                "queue" => job.queue.clone(),
+                "priority" => job.priority.to_string()
+            )
+            .record(waited);
         }
     }
+}
+
+/// Sets the `ojs_queue_available_by_priority` gauge from `(queue, priority, jobs)` rows; series
+/// of earlier calls missing from `rows` drop to 0.
+pub fn available_by_priority(rows: &[(String, i32, i64)]) {
+    static SEEN: std::sync::Mutex<Vec<(String, i32)>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().expect("gauge series lock");
+    let set = |queue: &str, priority: i32, jobs: f64| {
+        gauge!(
+            "ojs_queue_available_by_priority",
+            "queue" => queue.to_owned(),
+            "priority" => priority.to_string()
+        )
+        .set(jobs);
+    };
+    for (queue, priority) in seen.iter() {
+        if !rows.iter().any(|(q, p, _)| q == queue && p == priority) {
+            set(queue, *priority, 0.0);
+        }
+    }
+    for (queue, priority, jobs) in rows {
+        set(queue, *priority, *jobs as f64);
+    }
+    *seen = rows.iter().map(|(q, p, _)| (q.clone(), *p)).collect();
 }
 
 /// Records the end of an attempt (ACK or NACK): outcome counters and execution time.
@@ -133,6 +170,11 @@ pub fn jobs_expired(expired: &[(String, String, i64)]) {
         counter!("ojs_job_expired_total", &labels).increment(*n as u64);
         counter!("ojs_job_failed_total", &labels).increment(*n as u64);
     }
+}
+
+/// Counts a change of a job's priority after enqueue.
+pub fn priority_changed(job: &Job) {
+    counter!("ojs_job_priority_changes_total", "queue" => job.queue.clone()).increment(1);
 }
 
 /// Counts a cancelled job.

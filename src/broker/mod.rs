@@ -6,8 +6,11 @@
 //! and turns "nothing matched" into the precise reason: not found, wrong state, wrong owner.
 
 mod dead_letter;
+mod dispatch;
 mod group;
 mod workers;
+
+pub use dispatch::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -51,6 +54,10 @@ pub struct Settings {
     pub heartbeat_timeout: Duration,
     /// Whether the test-only directive hook (contract §6.5) is on.
     pub test_hooks: bool,
+    /// Queue consumption strategy imposed on every FETCH (`None`: the FETCH chooses).
+    pub fetch_strategy: Option<Strategy>,
+    /// Queue weights imposed on every weighted FETCH (`None`: the FETCH's own).
+    pub queue_weights: Option<Weights>,
 }
 
 /// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
@@ -79,6 +86,8 @@ pub struct Broker {
     acks: Arc<GroupCommit<AckItem, Result<Option<Job>>>>,
     /// Fetching workers recently recorded as seen, so FETCH writes `last_seen_at` rarely.
     seen_workers: Arc<Mutex<HashMap<String, Instant>>>,
+    /// State of the weighted and round-robin strategies.
+    dispatcher: Arc<dispatch::Dispatcher>,
 }
 
 /// How a pushed job came to be in the response.
@@ -110,6 +119,10 @@ pub struct FetchRequest {
     pub visibility_timeout_ms: Option<i64>,
     /// How long to wait for work when none is available right away.
     pub wait: Duration,
+    /// How the slots are spread over the queues (server configuration may override it).
+    pub strategy: Strategy,
+    /// Queue weights of the `weighted` strategy (server configuration may override them).
+    pub weights: Weights,
 }
 
 /// A NACK request, validated.
@@ -165,6 +178,7 @@ impl Broker {
             pushes: Arc::new(pushes),
             acks: Arc::new(acks),
             seen_workers: Arc::default(),
+            dispatcher: Arc::default(),
         }
     }
 
@@ -344,8 +358,9 @@ impl Broker {
                             if unique.policy.upgrade_priority
                                 && job.priority < existing.priority
                                 && let Some(raised) =
-                                    store::job::raise_priority(&mut *tx, existing.id, job.priority)
+                                    store::job::set_priority(&mut *tx, existing.id, job.priority, true)
                                         .await?
+                                        .and_then(|change| change.job)
                             {
                                 kept = raised;
                             }
@@ -497,6 +512,31 @@ impl Broker {
         })
     }
 
+    /// Changes the priority of an `available` or `scheduled` job (priority extension §8.1):
+    /// returns the job and its previous priority. Setting the priority it already has succeeds
+    /// and records nothing.
+    pub async fn set_priority(&self, id: JobId, priority: i32) -> Result<(Job, i32)> {
+        let change = store::job::set_priority(&self.pool, id, priority, false)
+            .await?
+            .ok_or(Error::JobNotFound(id))?;
+        if !JobState::PRIORITY_CHANGEABLE.contains(&change.state) {
+            return Err(Error::InvalidTransition {
+                job_id: id,
+                operation: "change the priority of",
+                current: change.state,
+                allowed: &JobState::PRIORITY_CHANGEABLE,
+            });
+        }
+        match change.job {
+            Some(job) => {
+                telemetry::priority_changed(&job);
+                Ok((job, change.previous))
+            }
+            // Same priority as before: nothing to write.
+            None => Ok((self.info(id).await?, change.previous)),
+        }
+    }
+
     /// ACTIVATE: `pending` → `available`.
     pub async fn activate(&self, id: JobId) -> Result<Job> {
         if let Some(job) = store::job::activate(&self.pool, id).await? {
@@ -557,19 +597,91 @@ impl Broker {
             self.record_seen(worker).await?;
         }
         let queues: Vec<&str> = req.queues.iter().map(String::as_str).collect();
-        let mut jobs = self.claim_in_order(req, &queues, Vec::new()).await?;
+        let mut jobs = self.claim_by_strategy(req, &queues, Vec::new()).await?;
         if jobs.len() < req.count
             && store::job::promote_due(&self.pool, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?
                 > 0
         {
-            jobs = self.claim_in_order(req, &queues, jobs).await?;
+            jobs = self.claim_by_strategy(req, &queues, jobs).await?;
         }
+        // A claim returns rows in no particular order: by queue preference, then dispatch order.
+        let rank = |queue: &str| queues.iter().position(|q| *q == queue);
+        jobs.sort_by_cached_key(|job| (rank(&job.queue), job.dispatch_key()));
         telemetry::jobs_started(&jobs);
         Ok(jobs)
     }
 
-    /// Adds to `jobs` what `req` still wants, claimed from `queues` in order, and returns them
-    /// ordered by queue preference, then most urgent first.
+    /// Adds to `jobs` what `req` still wants from `queues`, spread by the effective strategy:
+    /// the server's when configured, else the request's.
+    async fn claim_by_strategy(
+        &self,
+        req: &FetchRequest,
+        queues: &[&str],
+        jobs: Vec<Job>,
+    ) -> Result<Vec<Job>> {
+        let weights = self.settings.queue_weights.as_ref().unwrap_or(&req.weights);
+        let weighted: Vec<(String, u32)> =
+            match self.settings.fetch_strategy.unwrap_or(req.strategy) {
+                Strategy::Strict => return self.claim_in_order(req, queues, jobs).await,
+                Strategy::Weighted => queues
+                    .iter()
+                    .map(|q| ((*q).to_owned(), weights.of(q)))
+                    .collect(),
+                Strategy::RoundRobin => queues.iter().map(|q| ((*q).to_owned(), 1)).collect(),
+            };
+        self.claim_weighted(req, &weighted, jobs).await
+    }
+
+    /// Adds to `jobs` what `req` still wants, slot by slot from the queue the weighted
+    /// dispatcher picks (see [`dispatch`]); a queue that cannot fill its slots is empty for the
+    /// rest of this FETCH and its slots go to the others.
+    async fn claim_weighted(
+        &self,
+        req: &FetchRequest,
+        queues: &[(String, u32)],
+        mut jobs: Vec<Job>,
+    ) -> Result<Vec<Job>> {
+        let mut open = vec![true; queues.len()];
+        while jobs.len() < req.count {
+            let given = self
+                .dispatcher
+                .reserve(queues, &open, req.count - jobs.len());
+            if given.iter().all(|n| *n == 0) {
+                break;
+            }
+            for (index, wanted) in given.into_iter().enumerate().filter(|(_, n)| *n > 0) {
+                let claimed = store::job::claim(&self.pool, self.claim_params(req, &queues[index].0, wanted))
+                    .await;
+                let mut claimed = match claimed {
+                    Ok(claimed) => claimed,
+                    Err(e) => {
+                        self.dispatcher.release(queues, &open, index, wanted);
+                        return Err(e.into());
+                    }
+                };
+                if claimed.len() < wanted {
+                    open[index] = false;
+                    self.dispatcher
+                        .release(queues, &open, index, wanted - claimed.len());
+                }
+                jobs.append(&mut claimed);
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// The claim of `limit` jobs of `queue` for `req`.
+    fn claim_params<'a>(&'a self, req: &'a FetchRequest, queue: &'a str, limit: usize) -> ClaimParams<'a> {
+        ClaimParams {
+            queue,
+            limit: limit as i64,
+            worker_id: req.worker_id.as_deref(),
+            visibility_timeout_ms: req.visibility_timeout_ms,
+            default_visibility_timeout_ms: self.settings.default_visibility_timeout_ms,
+        }
+    }
+
+    /// Adds to `jobs` what `req` still wants, claimed from `queues` in order of preference.
     async fn claim_in_order(
         &self,
         req: &FetchRequest,
@@ -581,29 +693,10 @@ impl Broker {
             if wanted == 0 {
                 break;
             }
-            let mut claimed = store::job::claim(
-                &self.pool,
-                ClaimParams {
-                    queue,
-                    limit: wanted as i64,
-                    worker_id: req.worker_id.as_deref(),
-                    visibility_timeout_ms: req.visibility_timeout_ms,
-                    default_visibility_timeout_ms: self.settings.default_visibility_timeout_ms,
-                },
-            )
-            .await?;
+            let mut claimed =
+                store::job::claim(&self.pool, self.claim_params(req, queue, wanted)).await?;
             jobs.append(&mut claimed);
         }
-        // A claim returns rows in no particular order.
-        let rank = |queue: &str| queues.iter().position(|q| *q == queue);
-        jobs.sort_by(|a, b| {
-            (rank(&a.queue), a.priority, a.enqueued_at, a.seq).cmp(&(
-                rank(&b.queue),
-                b.priority,
-                b.enqueued_at,
-                b.seq,
-            ))
-        });
         Ok(jobs)
     }
 

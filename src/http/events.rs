@@ -21,7 +21,7 @@ use super::extract::JobIdPath;
 use super::query::QueryParams;
 use super::{AppState, ok};
 use crate::events::{self, EventKey, WireEvent};
-use crate::job::{JobState, is_valid_queue};
+use crate::job::JobState;
 use crate::store;
 use crate::store::event::{EventFilter, EventRow, Position};
 use crate::timestamp;
@@ -387,14 +387,7 @@ async fn queue_stream(
     headers: HeaderMap,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
-    if !is_valid_queue(&name) {
-        return Err(ApiError::invalid_field(
-            "path.name",
-            format!(
-                "queue name {name:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.'"
-            ),
-        ));
-    }
+    super::queues::queue_path(&name)?;
     let known = store::job::queue_known(state.broker().pool(), &name)
         .await
         .map_err(crate::Error::from)?;

@@ -1,4 +1,4 @@
-//! `/ojs/v1/jobs`: PUSH (single and batch), INFO, CANCEL, ACTIVATE.
+//! `/ojs/v1/jobs`: PUSH (single and batch), INFO, CANCEL, ACTIVATE and priority changes.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -24,7 +24,10 @@ pub fn router(settings: &HttpSettings) -> Router<AppState> {
             "/ojs/v1/jobs/batch",
             post(push_batch).layer(Extension(BodyLimit(settings.max_batch_bytes))),
         )
-        .route("/ojs/v1/jobs/{id}", get(info).delete(cancel))
+        .route(
+            "/ojs/v1/jobs/{id}",
+            get(info).delete(cancel).patch(change_priority),
+        )
         .route("/ojs/v1/jobs/{id}/activate", post(activate))
 }
 
@@ -181,6 +184,45 @@ async fn cancel(
             .job
             .wire()
             .with_previous_state(cancelled.previous_state),
+    })
+    .into_response())
+}
+
+/// `PATCH /ojs/v1/jobs/{id}` with `{"priority": n}` (priority extension §8.1): changes the
+/// priority of an `available` or `scheduled` job; FETCH uses it from the next claim on.
+/// Other members of the body are ignored.
+async fn change_priority(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let Some(raw) = fields.raw("priority") else {
+        return Err(ApiError::invalid_field(
+            "$.priority",
+            "'priority' is required: the job's new priority (0 is the most urgent)",
+        ));
+    };
+    let max = state.broker().settings().limits.max_priority;
+    let priority = envelope::parse_priority("$.priority", raw, max)
+        .map_err(|rejection| Error::Rejected {
+            index: None,
+            rejection,
+        })?;
+    let (job, previous_priority) = state.broker().set_priority(id, priority).await?;
+
+    #[derive(Serialize)]
+    struct Changed<'a> {
+        id: String,
+        priority: i32,
+        previous_priority: i32,
+        job: WireJob<'a>,
+    }
+    Ok(ok(Changed {
+        id: job.id.to_string(),
+        priority: job.priority,
+        previous_priority,
+        job: job.wire(),
     })
     .into_response())
 }

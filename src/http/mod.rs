@@ -13,6 +13,7 @@ mod dead_letter;
 mod events;
 mod jobs;
 pub mod query;
+mod queues;
 mod system;
 mod workers;
 
@@ -98,7 +99,12 @@ struct Inner {
     shutdown: CancellationToken,
     /// False while shutting down: `/ready` answers 503.
     accepting: AtomicBool,
+    /// When the database-backed gauges were last read (see [`AppState::refresh_gauges`]).
+    gauges_read_at: tokio::sync::Mutex<Option<Instant>>,
 }
+
+/// Database-backed gauges are read at most this often, however often `/metrics` is scraped.
+const GAUGE_REFRESH: Duration = Duration::from_secs(5);
 
 impl AppState {
     pub fn new(
@@ -115,12 +121,29 @@ impl AppState {
                 started: Instant::now(),
                 shutdown,
                 accepting: AtomicBool::new(true),
+                gauges_read_at: tokio::sync::Mutex::new(None),
             }),
         }
     }
 
     pub fn broker(&self) -> &Broker {
         &self.inner.broker
+    }
+
+    /// Reads the gauges that come from the database (available jobs by queue and priority),
+    /// unless they were read less than [`GAUGE_REFRESH`] ago. A failed read keeps the previous
+    /// values: a scrape never fails because the database is slow or down.
+    pub async fn refresh_gauges(&self) {
+        let mut read_at = self.inner.gauges_read_at.lock().await;
+        if read_at.is_some_and(|at| at.elapsed() < GAUGE_REFRESH) {
+            return;
+        }
+        let pool = self.broker().pool();
+        match crate::store::job::available_by_priority(pool, None).await {
+            Ok(rows) => crate::telemetry::available_by_priority(&rows),
+            Err(e) => tracing::debug!(error = %e, "cannot read the available-by-priority gauge"),
+        }
+        *read_at = Some(Instant::now());
     }
 
     pub fn settings(&self) -> &HttpSettings {
@@ -168,6 +191,7 @@ pub fn router(state: AppState) -> Router {
         .merge(workers::router())
         .merge(dead_letter::router())
         .merge(events::router())
+        .merge(queues::router())
         .merge(admin::router(state.settings().test_hooks))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -27,7 +27,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Prometheus text exposition. The content type is exactly `text/plain` (contract C-69).
-async fn metrics() -> Response {
+async fn metrics(State(state): State<AppState>) -> Response {
+    state.refresh_gauges().await;
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"))],
         crate::telemetry::metrics().render(),
@@ -96,8 +97,12 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "min": 0,
             "max": limits.max_priority,
             "order": "ascending",
-            "strategies": ["strict"],
-            "aging": false,
+            "model": "0 is the most urgent; a queue dispatches by priority, then by the time a job became available (FIFO)",
+            "strategies": ["strict", "weighted", "round-robin"],
+            "default_strategy": state.broker().settings().fetch_strategy.unwrap_or_default().as_str(),
+            "strategy_enforced": state.broker().settings().fetch_strategy.is_some(),
+            "aging": limits.priority_aging_ms.is_some(),
+            "aging_interval_ms": limits.priority_aging_ms,
         },
         "limits": {
             "max_envelope_bytes": s.max_envelope_bytes,

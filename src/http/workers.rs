@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::error::ApiError;
 use super::extract::{Fields, JsonBody, WorkerIdPath};
 use super::{AppState, Ojs, ok};
-use crate::broker::{FetchRequest, NackRequest};
+use crate::broker::{FetchRequest, MAX_WEIGHT, NackRequest, Strategy, Weights};
 use crate::duration;
 use crate::job::failure::JobError;
 use crate::job::wire::WireJob;
@@ -419,37 +419,63 @@ fn parse_fetch(state: &AppState, fields: &Fields<'_>) -> Result<FetchRequest, Ap
         }
         Some(ms) => Duration::from_millis(ms as u64).min(settings.max_wait),
     };
-    match fields.string("strategy")?.as_deref() {
-        None | Some("strict") => {}
-        Some(s @ ("round-robin" | "weighted" | "least-loaded")) => {
-            return Err(ApiError::unsupported(format!(
-                "Fetch strategy '{s}' is not supported yet; use 'strict' (queues in the order given)."
-            )));
-        }
-        Some(other) => {
-            return Err(ApiError::invalid_field(
-                "$.strategy",
-                format!(
-                    "'strategy' must be strict, round-robin, weighted or least-loaded, not {other:?}"
-                ),
+    let strategy = match fields.string("strategy")?.as_deref() {
+        None => Strategy::default(),
+        Some("least-loaded") => {
+            return Err(ApiError::unsupported(
+                "Fetch strategy 'least-loaded' is not supported yet; use strict, weighted or round-robin."
+                    .to_owned(),
             ));
         }
-    }
-    if let Some(raw) = fields.raw("weights")
-        && Kind::of(raw) != Kind::Object
-    {
-        return Err(ApiError::invalid_field(
-            "$.weights",
-            "'weights' must be an object",
-        ));
-    }
+        Some(name) => name
+            .parse()
+            .map_err(|e: String| ApiError::invalid_field("$.strategy", e))?,
+    };
+    let weights = match fields.raw("weights") {
+        None => Weights::default(),
+        Some(raw) => parse_weights(raw)?,
+    };
     Ok(FetchRequest {
         queues,
         count,
         worker_id: fields.worker_id("worker_id")?,
         visibility_timeout_ms: positive_ms(fields, "visibility_timeout_ms")?,
         wait,
+        strategy,
+        weights,
     })
+}
+
+/// A FETCH's `weights`: an object of queue name → integer weight 0..=MAX_WEIGHT.
+fn parse_weights(raw: &RawValue) -> Result<Weights, ApiError> {
+    let invalid = |path: &str, message: String| ApiError::invalid_field(path, message);
+    let object = (Kind::of(raw) == Kind::Object)
+        .then(|| Object::from_raw(raw).ok())
+        .flatten()
+        .ok_or_else(|| {
+            invalid(
+                "$.weights",
+                "'weights' must be an object of queue name to weight".to_owned(),
+            )
+        })?;
+    let mut weights = Weights::default();
+    for (queue, value) in object.iter() {
+        let path = format!("$.weights.{queue}");
+        if !is_valid_queue(queue) {
+            return Err(invalid(&path, format!("queue name {queue:?} is invalid")));
+        }
+        let weight = json::as_integer(value)
+            .and_then(|w| u32::try_from(w).ok())
+            .filter(|w| *w <= MAX_WEIGHT)
+            .ok_or_else(|| {
+                invalid(
+                    &path,
+                    format!("the weight of {queue} must be an integer from 0 to {MAX_WEIGHT}"),
+                )
+            })?;
+        weights.0.insert(queue.to_owned(), weight);
+    }
+    Ok(weights)
 }
 
 /// `POST /ojs/v1/workers/fetch`: `{"jobs": [...], "job": <first>}`; `{"jobs": []}` when idle.

@@ -71,6 +71,8 @@ pub struct Limits {
     pub default_timeout_ms: i64,
     /// Whether job types may contain hyphens (`OJS_ALLOW_HYPHENATED_TYPES`).
     pub hyphenated_types: bool,
+    /// Priority aging interval given to new jobs, in milliseconds (`None`: no aging).
+    pub priority_aging_ms: Option<i64>,
 }
 
 /// A validated job, ready to be written.
@@ -86,6 +88,8 @@ pub struct NewJob {
     /// Compact JSON object text.
     pub meta: String,
     pub priority: i32,
+    /// Priority aging interval (ms) the job is ordered with; `None`: no aging.
+    pub priority_aging_ms: Option<i64>,
     pub timeout_ms: i64,
     pub visibility_timeout_ms: Option<i64>,
     pub scheduled_at: Option<ClientTime>,
@@ -200,6 +204,39 @@ impl<'a> Sources<'a> {
     /// `name` at the top level, then inside `options`.
     fn either(&self, name: &str) -> Option<(String, &'a RawValue)> {
         self.first(&[(At::Top, name), (At::Options, name)])
+    }
+}
+
+/// A priority value at `path`: an integer 0..=`max` or a conventional name (`critical` = 0 …
+/// `bulk` = 4, any case). Out of range → [`Rejection::PriorityOutOfRange`] (naming the bound);
+/// anything else → [`Rejection::Invalid`].
+pub fn parse_priority(path: &str, raw: &RawValue, max: i32) -> Result<i32, Rejection> {
+    let value = match Kind::of(raw) {
+        Kind::String => json::decode::<String>(raw)
+            .ok()
+            .and_then(|s| priority_alias(&s))
+            .map(i64::from),
+        Kind::Number => json::as_integer(raw),
+        _ => None,
+    };
+    let out_of_range = |message: String, value: i64| Rejection::PriorityOutOfRange {
+        violation: Violation::new(path, message),
+        value,
+        max,
+    };
+    match value {
+        Some(p) if p < 0 => Err(out_of_range("priority must be >= 0".to_owned(), p)),
+        Some(p) if p > i64::from(max) => Err(out_of_range(
+            format!("priority must be <= {max} (maximum supported priority)"),
+            p,
+        )),
+        Some(p) => Ok(p as i32),
+        None => Err(Rejection::Invalid(vec![Violation::new(
+            path,
+            format!(
+                "priority must be an integer from 0 (most urgent) to {max}, or one of critical, high, normal, low, bulk"
+            ),
+        )])),
     }
 }
 
@@ -343,46 +380,20 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
     let mut priority_range: Option<(Violation, i64)> = None;
     let priority = match src.either("priority") {
         None => DEFAULT_PRIORITY,
-        Some((path, raw)) => {
-            let value = match Kind::of(raw) {
-                Kind::String => json::decode::<String>(raw)
-                    .ok()
-                    .and_then(|s| priority_alias(&s))
-                    .map(i64::from),
-                Kind::Number => json::as_integer(raw),
-                _ => None,
-            };
-            match value {
-                Some(p) if p < 0 => {
-                    priority_range = Some((Violation::new(path, "priority must be >= 0"), p));
-                    DEFAULT_PRIORITY
-                }
-                Some(p) if p > i64::from(limits.max_priority) => {
-                    priority_range = Some((
-                        Violation::new(
-                            path,
-                            format!(
-                                "priority must be <= {} (maximum supported priority)",
-                                limits.max_priority
-                            ),
-                        ),
-                        p,
-                    ));
-                    DEFAULT_PRIORITY
-                }
-                Some(p) => p as i32,
-                None => {
-                    v.push(Violation::new(
-                        path,
-                        format!(
-                            "priority must be an integer from 0 (most urgent) to {}, or one of critical, high, normal, low, bulk",
-                            limits.max_priority
-                        ),
-                    ));
-                    DEFAULT_PRIORITY
-                }
+        Some((path, raw)) => match parse_priority(&path, raw, limits.max_priority) {
+            Ok(p) => p,
+            Err(Rejection::PriorityOutOfRange {
+                violation, value, ..
+            }) => {
+                priority_range = Some((violation, value));
+                DEFAULT_PRIORITY
             }
-        }
+            Err(Rejection::Invalid(mut violations)) => {
+                v.append(&mut violations);
+                DEFAULT_PRIORITY
+            }
+            Err(other) => return Err(other),
+        },
     };
 
     let timeout_ms = match src.first(&[
@@ -600,6 +611,7 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
             .unwrap_or_else(|| "[]".to_owned()),
         meta: meta.unwrap_or_else(|| "{}".to_owned()),
         priority,
+        priority_aging_ms: limits.priority_aging_ms,
         timeout_ms,
         visibility_timeout_ms,
         scheduled_at,
@@ -713,6 +725,7 @@ mod tests {
 
     const LIMITS: Limits = Limits {
         max_priority: 255,
+        priority_aging_ms: None,
         default_timeout_ms: 1_800_000,
         hyphenated_types: false,
     };

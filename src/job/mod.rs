@@ -141,6 +141,9 @@ impl JobState {
         )
     }
 
+    /// States whose priority may still change (priority extension §8.1).
+    pub const PRIORITY_CHANGEABLE: [JobState; 2] = [JobState::Available, JobState::Scheduled];
+
     /// States from which CANCEL moves a job to `cancelled`.
     pub const CANCELLABLE: [JobState; 5] = [
         JobState::Scheduled,
@@ -212,6 +215,29 @@ pub struct Job {
     pub claim_deadline_at: Option<DateTime<Utc>>,
     pub total_deadline_at: Option<DateTime<Utc>>,
     pub re_enqueued_at: Option<DateTime<Utc>>,
+    /// Priority aging interval in effect when the job was enqueued (`None`: no aging).
+    pub priority_aging_ms: Option<i64>,
+}
+
+impl Job {
+    /// Where an available job stands in its queue's dispatch order (smaller first): the order
+    /// of the claim, `ojs_job_dispatch_idx` (migration V4). Without aging: priority, then the
+    /// time the job became available, then `seq`. With aging the effective priority is
+    /// `priority - waited / interval`, the same order as `became_available + priority *
+    /// interval`.
+    pub fn dispatch_key(&self) -> (i32, i128, i64) {
+        let available_us = self
+            .enqueued_at
+            .map_or(i128::MAX, |t| i128::from(t.timestamp_micros()));
+        match self.priority_aging_ms {
+            None => (self.priority, available_us, self.seq),
+            Some(ms) => (
+                0,
+                available_us + i128::from(self.priority) * i128::from(ms) * 1_000,
+                self.seq,
+            ),
+        }
+    }
 }
 
 /// The field names of [`Job`], in order (checked against the table by the test suite).
@@ -260,6 +286,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "claim_deadline_at",
     "total_deadline_at",
     "re_enqueued_at",
+    "priority_aging_ms",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

@@ -58,6 +58,7 @@ pub async fn insert_many(
     let mut unique_keys = Vec::with_capacity(n);
     let mut extras = Vec::with_capacity(n);
     let mut pendings = Vec::with_capacity(n);
+    let mut agings = Vec::with_capacity(n);
     for job in jobs {
         ids.push(job.id.0);
         types.push(job.r#type.as_str());
@@ -87,6 +88,7 @@ pub async fn insert_many(
         unique_keys.push(job.unique.as_ref().map(|u| u.key.as_str()));
         extras.push(job.extra.as_str());
         pendings.push(job.pending);
+        agings.push(job.priority_aging_ms);
     }
 
     let rows = sqlx::query_scalar!(
@@ -97,13 +99,13 @@ pub async fn insert_many(
                           $7::int4[], $8::text[], $9::int8[], $10::int8[], $11::timestamptz[],
                           $12::int8[], $13::text[], $14::timestamptz[], $15::int8[], $16::text[],
                           $17::int4[], $18::int4[], $19::text[], $20::text[], $21::text[],
-                          $22::text[], $23::text[], $24::bool[])
+                          $22::text[], $23::text[], $24::bool[], $25::int8[])
                    with ordinality
                 as t(id, type, queue, args, meta, priority, max_attempts, retry, timeout_ms,
                      visibility_timeout_ms, scheduled_abs, scheduled_rel_ms, scheduled_at_input,
                      expires_abs, expires_rel_ms, expires_at_input, enqueue_ttl_secs,
                      total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
-                     pending, ord)
+                     pending, priority_aging_ms, ord)
         ),
         resolved as (
             select i.*, r.scheduled_at, r.expires_at,
@@ -123,7 +125,7 @@ pub async fn insert_many(
                     visibility_timeout_ms, scheduled_at, scheduled_at_input, expires_at,
                     expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags, schema_uri,
                     unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
-                    total_deadline_at)
+                    total_deadline_at, priority_aging_ms)
             select id, type, queue, args::json, meta::json, priority, state, max_attempts,
                    retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
                    expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
@@ -132,7 +134,8 @@ pub async fn insert_many(
                    schema_uri, unique_policy::json, unique_key, extra::json,
                    case when state = 'available' then now() end,
                    now() + enqueue_ttl_secs * interval '1 second',
-                   now() + total_timeout_secs * interval '1 second'
+                   now() + total_timeout_secs * interval '1 second',
+                   priority_aging_ms
               from resolved
              -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
              order by ord
@@ -183,6 +186,7 @@ pub async fn insert_many(
         &unique_keys as &[Option<&str>],
         &extras as &[&str],
         &pendings,
+        &agings as &[Option<i64>],
     )
     .fetch_all(db)
     .await?;
@@ -351,23 +355,39 @@ pub async fn replace_scheduled(
     .await
 }
 
-/// Unique `upgrade_priority`: lowers an `available`/`scheduled` job's priority number.
-pub async fn raise_priority(
+/// What [`set_priority`] found and did.
+#[derive(Debug, Clone)]
+pub struct PriorityChange {
+    /// The job's state when it was looked at.
+    pub state: JobState,
+    /// Its priority before the change.
+    pub previous: i32,
+    /// The job after the change; `None` when nothing changed (its state does not allow it, or
+    /// `only_if_more_urgent` and `priority` is not more urgent).
+    pub job: Option<Job>,
+}
+
+/// Sets an `available` or `scheduled` job's stored priority and records `priority.changed`
+/// when the value differs. FETCH orders by it from the next claim on (the dispatch index keys
+/// on it). With `only_if_more_urgent` (unique `upgrade_priority`) it only ever lowers the
+/// number. `None`: no such job.
+pub async fn set_priority(
     db: impl PgExecutor<'_>,
     id: JobId,
     priority: i32,
-) -> Result<Option<Job>, sqlx::Error> {
-    sqlx::query_scalar!(
+    only_if_more_urgent: bool,
+) -> Result<Option<PriorityChange>, sqlx::Error> {
+    let row = sqlx::query!(
         r#"
         with target as (
-            select id, state, priority from ojs_job
-             where id = $1 and state in ('available', 'scheduled') and priority > $2
-               for update
+            select id, state, priority from ojs_job where id = $1 for update
         ),
         moved as (
             update ojs_job j set priority = $2
               from target t
              where j.id = t.id
+               and t.state in ('available', 'scheduled')
+               and (t.priority > $2 or (not $3 and t.priority <> $2))
             returning j, t.state as prev, t.priority as prev_priority
         ),
         events as (
@@ -377,13 +397,21 @@ pub async fn raise_priority(
               from moved m
               cross join lateral ojs_job_events(m.prev, null, null, null, 0, null, m.prev_priority, m.j) e
         )
-        select m.j as "job!: Job" from moved m
+        select t.state as "state!: JobState", t.priority as "previous!",
+               (select m.j from moved m) as "job: Job"
+          from target t
         "#,
         id as JobId,
         priority,
+        only_if_more_urgent,
     )
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(row.map(|r| PriorityChange {
+        state: r.state,
+        previous: r.previous,
+        job: r.job,
+    }))
 }
 
 /// Moves due `scheduled` and `retryable` jobs to `available` (at most `limit` of each, earliest
@@ -484,7 +512,13 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
                -- A worker told to stop (or stopping by itself) gets nothing.
                and not exists (select 1 from ojs_worker w
                                 where w.id = $3 and (w.directive <> '' or w.state <> 'running'))
-             order by priority, enqueued_at, seq
+             -- The dispatch order of ojs_job_dispatch_idx (migration V4), written exactly as
+             -- indexed: priority, then the time the job became available (with priority
+             -- aging: that time plus priority * interval), then seq.
+             order by (case when priority_aging_ms is null then priority else 0 end),
+                      (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
+                       + coalesce(priority * priority_aging_ms, 0)),
+                      seq
              limit $2
                for update skip locked
         ),
@@ -993,4 +1027,28 @@ pub async fn queue_known(db: impl PgExecutor<'_>, queue: &str) -> Result<bool, s
 pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!("truncate ojs_job").execute(db).await?;
     Ok(())
+}
+
+/// Available jobs per queue and stored priority (of `queue` only, when given), ordered by queue
+/// then priority: priority statistics and the `ojs_queue_available_by_priority` gauge.
+pub async fn available_by_priority(
+    db: impl PgExecutor<'_>,
+    queue: Option<&str>,
+) -> Result<Vec<(String, i32, i64)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select queue, priority, count(*) as "jobs!"
+          from ojs_job
+         where state = 'available' and ($1::text is null or queue = $1)
+         group by queue, priority
+         order by queue, priority
+        "#,
+        queue,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.queue, r.priority, r.jobs))
+        .collect())
 }

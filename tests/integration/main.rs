@@ -8,6 +8,7 @@ mod harness;
 mod jobs_api;
 mod leadership;
 mod maintenance;
+mod priority;
 mod processes;
 mod replicas;
 mod schema;

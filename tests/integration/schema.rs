@@ -77,24 +77,49 @@ async fn migrations_are_idempotent() {
 }
 
 #[tokio::test]
-async fn the_fetch_claim_uses_the_fetch_index() {
+async fn the_fetch_claim_is_a_range_scan_of_the_dispatch_index_with_and_without_aging() {
     let db = TestDb::new().await;
-    sqlx::query("set enable_seqscan = off")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    // A backlog where half the jobs age and half do not, so that the planner has real
+    // statistics to choose from (no enable_seqscan games).
+    sqlx::raw_sql(
+        "insert into ojs_job (id, type, queue, args, meta, priority, state, max_attempts, retry,
+                              timeout_ms, extra, enqueued_at, priority_aging_ms)
+         select gen_random_uuid(), 'a.b', 'q' || (i % 10), '[]', '{}', i % 5, 'available', 3,
+                '{}', 1000, '{}', now() - i * interval '1 ms',
+                case when i % 2 = 0 then 60000 end
+           from generate_series(1, 20000) i;
+         analyze ojs_job;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // The claim's ORDER BY, as written in src/store/job.rs.
     let plan: Vec<String> = sqlx::query_scalar(
-        "explain select id from ojs_job where queue = 'q' and state = 'available'
-          order by priority, enqueued_at, seq limit 10 for update skip locked",
+        "explain select id from ojs_job where queue = 'q3' and state = 'available'
+          order by (case when priority_aging_ms is null then priority else 0 end),
+                   (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
+                    + coalesce(priority * priority_aging_ms, 0)),
+                   seq
+          limit 10 for update skip locked",
     )
     .fetch_all(&db.pool)
     .await
     .unwrap();
     let plan = plan.join("\n");
-    assert!(plan.contains("ojs_job_fetch_idx"), "{plan}");
+    assert!(plan.contains("Index Scan using ojs_job_dispatch_idx"), "{plan}");
     assert!(
         !plan.contains("Sort"),
         "the index order is the claim order:\n{plan}"
+    );
+    let claim_source = include_str!("../../src/store/job.rs");
+    assert!(
+        claim_source.contains(
+            "order by (case when priority_aging_ms is null then priority else 0 end),
+                      (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
+                       + coalesce(priority * priority_aging_ms, 0)),
+                      seq"
+        ),
+        "the claim orders by the indexed expressions"
     );
 }
 

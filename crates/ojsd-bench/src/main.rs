@@ -97,6 +97,11 @@ struct Args {
     /// Long-polling workers of w3-latency.
     #[arg(long, default_value_t = 4)]
     pollers: usize,
+    /// Spread enqueued jobs over this many priorities (job n gets priority n mod N); 1 leaves
+    /// every job at the default priority. With priority aging on in the server, this measures
+    /// FETCH over a backlog whose order depends on aging.
+    #[arg(long, default_value_t = 1)]
+    priorities: usize,
     /// Finished jobs the retention scenario keeps in the table.
     #[arg(long, default_value_t = 1_000_000)]
     retained: usize,
@@ -188,6 +193,7 @@ impl Bench {
         concurrency: usize,
     ) -> anyhow::Result<Latencies> {
         let per = per.max(1);
+        let priorities = self.args.priorities.max(1);
         let next = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for _ in 0..concurrency.max(1) {
@@ -205,10 +211,10 @@ impl Bench {
                         return anyhow::Ok(latencies);
                     }
                     let body = if per == 1 {
-                        noop_job(&queue, first)
+                        noop_job(&queue, first, priorities)
                     } else {
                         let jobs: Vec<Value> = (first..(first + per).min(total))
-                            .map(|n| noop_job(&queue, n))
+                            .map(|n| noop_job(&queue, n, priorities))
                             .collect();
                         json!({ "jobs": jobs })
                     };
@@ -399,7 +405,9 @@ impl Bench {
             // Each enqueue on its own task, so a slow one does not delay the next.
             producers.push(tokio::spawn(async move {
                 sent.lock().expect("sent lock").insert(n, Instant::now());
-                bench.post(&url, &noop_job(&queue, n as usize)).await
+                bench
+                    .post(&url, &noop_job(&queue, n as usize, bench.args.priorities))
+                    .await
             }));
         }
         for p in producers {
@@ -624,8 +632,13 @@ fn unix_millis() -> u128 {
         .unwrap_or_default()
 }
 
-fn noop_job(queue: &str, n: usize) -> Value {
-    json!({"type": "bench.noop", "queue": queue, "args": [n]})
+/// The `n`th no-op job, at priority `n mod priorities` (the default priority when 1).
+fn noop_job(queue: &str, n: usize, priorities: usize) -> Value {
+    let mut job = json!({"type": "bench.noop", "queue": queue, "args": [n]});
+    if priorities > 1 {
+        job["priority"] = json!(n % priorities);
+    }
+    job
 }
 
 /// Inserts `n` completed jobs that finished 8 days ago (past the default 7-day retention).
