@@ -87,7 +87,9 @@ pub fn parse_weights_setting(text: &str) -> Result<Weights, String> {
             .parse()
             .ok()
             .filter(|w| *w <= MAX_WEIGHT)
-            .ok_or_else(|| format!("weight of {queue} must be an integer from 0 to {MAX_WEIGHT}"))?;
+            .ok_or_else(|| {
+                format!("weight of {queue} must be an integer from 0 to {MAX_WEIGHT}")
+            })?;
         weights.insert(queue.to_owned(), weight);
     }
     Ok(Weights(weights))
@@ -101,10 +103,13 @@ const REBASE_AT: f64 = 1e9;
 /// list starts again from equal passes, which costs fairness for a few slots only).
 const MAX_LISTS: usize = 10_000;
 
+/// A FETCH's queues with their weights, in the order it names them.
+type QueueList = Vec<(String, u32)>;
+
 /// The passes of every queue list this process has served by weight.
 #[derive(Debug, Default)]
 pub struct Dispatcher {
-    lists: Mutex<HashMap<Vec<(String, u32)>, Vec<f64>>>,
+    lists: Mutex<HashMap<QueueList, Vec<f64>>>,
 }
 
 impl Dispatcher {

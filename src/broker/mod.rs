@@ -357,10 +357,14 @@ impl Broker {
                             let mut kept = existing.clone();
                             if unique.policy.upgrade_priority
                                 && job.priority < existing.priority
-                                && let Some(raised) =
-                                    store::job::set_priority(&mut *tx, existing.id, job.priority, true)
-                                        .await?
-                                        .and_then(|change| change.job)
+                                && let Some(raised) = store::job::set_priority(
+                                    &mut *tx,
+                                    existing.id,
+                                    job.priority,
+                                    true,
+                                )
+                                .await?
+                                .and_then(|change| change.job)
                             {
                                 kept = raised;
                             }
@@ -612,7 +616,10 @@ impl Broker {
     }
 
     /// Adds to `jobs` what `req` still wants from `queues`, spread by the effective strategy:
-    /// the server's when configured, else the request's.
+    /// the server's when configured, else the request's. Within a queue every strategy takes
+    /// jobs in dispatch order (priority, then time available). Workflow steps (priority
+    /// extension §9.2), when workflows exist, are created through PUSH with the root's
+    /// priority unless they set their own, and so need nothing here.
     async fn claim_by_strategy(
         &self,
         req: &FetchRequest,
@@ -650,8 +657,9 @@ impl Broker {
                 break;
             }
             for (index, wanted) in given.into_iter().enumerate().filter(|(_, n)| *n > 0) {
-                let claimed = store::job::claim(&self.pool, self.claim_params(req, &queues[index].0, wanted))
-                    .await;
+                let claimed =
+                    store::job::claim(&self.pool, self.claim_params(req, &queues[index].0, wanted))
+                        .await;
                 let mut claimed = match claimed {
                     Ok(claimed) => claimed,
                     Err(e) => {
@@ -671,7 +679,12 @@ impl Broker {
     }
 
     /// The claim of `limit` jobs of `queue` for `req`.
-    fn claim_params<'a>(&'a self, req: &'a FetchRequest, queue: &'a str, limit: usize) -> ClaimParams<'a> {
+    fn claim_params<'a>(
+        &'a self,
+        req: &'a FetchRequest,
+        queue: &'a str,
+        limit: usize,
+    ) -> ClaimParams<'a> {
         ClaimParams {
             queue,
             limit: limit as i64,

@@ -204,8 +204,8 @@ async fn change_priority(
         ));
     };
     let max = state.broker().settings().limits.max_priority;
-    let priority = envelope::parse_priority("$.priority", raw, max)
-        .map_err(|rejection| Error::Rejected {
+    let priority =
+        envelope::parse_priority("$.priority", raw, max).map_err(|rejection| Error::Rejected {
             index: None,
             rejection,
         })?;

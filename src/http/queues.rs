@@ -42,7 +42,11 @@ async fn priority_stats(
     let counts = store::job::available_by_priority(pool, Some(&name))
         .await
         .map_err(Error::from)?;
-    if counts.is_empty() && !store::job::queue_known(pool, &name).await.map_err(Error::from)? {
+    if counts.is_empty()
+        && !store::job::queue_known(pool, &name)
+            .await
+            .map_err(Error::from)?
+    {
         return Err(ApiError::not_found("queue", &name));
     }
 

@@ -512,6 +512,9 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
                -- A worker told to stop (or stopping by itself) gets nothing.
                and not exists (select 1 from ojs_worker w
                                 where w.id = $3 and (w.directive <> '' or w.state <> 'running'))
+             -- Rate limits (priority extension §9.1), when they exist, filter here: a
+             -- rate-limited urgent job is skipped and the next eligible one taken, so the
+             -- limit stays a hard constraint and priority orders what it allows.
              -- The dispatch order of ojs_job_dispatch_idx (migration V4), written exactly as
              -- indexed: priority, then the time the job became available (with priority
              -- aging: that time plus priority * interval), then seq.

@@ -8,9 +8,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{Resp, TestApp, job};
+use crate::harness::{Resp, TestApp, job, spawn_fetch};
 
-fn with_priority(queue: &str, priority: Value) -> Value {
+fn with_priority(queue: &str, priority: &Value) -> Value {
     json!({"type": "p.work", "args": [], "queue": queue, "priority": priority})
 }
 
@@ -46,16 +46,19 @@ async fn priority_validation_edges_on_enqueue_and_on_change() {
     let app = TestApp::spawn().await;
     // Omitted → 2; the bounds are accepted; names are aliases.
     assert_eq!(app.push(job("p.work", "v")).await["priority"], 2);
-    assert_eq!(app.push(with_priority("v", json!(0))).await["priority"], 0);
-    assert_eq!(app.push(with_priority("v", json!(255))).await["priority"], 255);
+    assert_eq!(app.push(with_priority("v", &json!(0))).await["priority"], 0);
     assert_eq!(
-        app.push(with_priority("v", json!("critical"))).await["priority"],
+        app.push(with_priority("v", &json!(255))).await["priority"],
+        255
+    );
+    assert_eq!(
+        app.push(with_priority("v", &json!("critical"))).await["priority"],
         0
     );
     let target = app.push_id(job("p.work", "v")).await;
 
     let over = app
-        .post("/ojs/v1/jobs", with_priority("v", json!(256)))
+        .post("/ojs/v1/jobs", with_priority("v", &json!(256)))
         .await
         .expect_error(400, "invalid_request");
     assert!(
@@ -68,12 +71,12 @@ async fn priority_validation_edges_on_enqueue_and_on_change() {
     );
     assert_eq!(over.json["error"]["details"]["max_priority"], 255);
     let negative = app
-        .post("/ojs/v1/jobs", with_priority("v", json!(-1)))
+        .post("/ojs/v1/jobs", with_priority("v", &json!(-1)))
         .await
         .expect_error(400, "invalid_request");
     assert!(negative.text.contains(">= 0"), "{}", negative.text);
     for bad in [json!(1.5), json!("urgent"), json!(true), json!([1])] {
-        app.post("/ojs/v1/jobs", with_priority("v", bad.clone()))
+        app.post("/ojs/v1/jobs", with_priority("v", &bad))
             .await
             .expect_error(400, "invalid_request");
         app.set_priority(&target, bad)
@@ -105,16 +108,25 @@ async fn priority_validation_edges_on_enqueue_and_on_change() {
     .await
     .expect_error(400, "invalid_payload");
     assert_eq!(app.job(&target).await["priority"], 2);
-    assert_eq!(app.set_priority(&target, json!(0)).await.expect(200).json["priority"], 0);
-    assert_eq!(app.set_priority(&target, json!(255)).await.expect(200).json["priority"], 255);
+    assert_eq!(
+        app.set_priority(&target, json!(0)).await.expect(200).json["priority"],
+        0
+    );
+    assert_eq!(
+        app.set_priority(&target, json!(255)).await.expect(200).json["priority"],
+        255
+    );
 }
 
 #[tokio::test]
 async fn a_larger_configured_maximum_is_accepted_and_reported() {
     let app = TestApp::spawn_with(|c| c.max_priority = 1000).await;
-    assert_eq!(app.push(with_priority("m", json!(1000))).await["priority"], 1000);
+    assert_eq!(
+        app.push(with_priority("m", &json!(1000))).await["priority"],
+        1000
+    );
     let over = app
-        .post("/ojs/v1/jobs", with_priority("m", json!(1001)))
+        .post("/ojs/v1/jobs", with_priority("m", &json!(1001)))
         .await
         .expect_error(400, "invalid_request");
     assert!(over.text.contains("1000"), "{}", over.text);
@@ -129,7 +141,7 @@ async fn concurrent_fetchers_dispatch_by_priority_then_time_available() {
     let mut enqueued = Vec::new();
     for i in 0..200u64 {
         let priority = (i * 7 + i / 13) % 10;
-        enqueued.push(app.push(with_priority("order", json!(priority))).await);
+        enqueued.push(app.push(with_priority("order", &json!(priority))).await);
     }
     let mut expected: Vec<(i64, String, String)> = enqueued.iter().map(key).collect();
     expected.sort();
@@ -140,7 +152,7 @@ async fn concurrent_fetchers_dispatch_by_priority_then_time_available() {
     while dispatched < expected.len() {
         let fetches: Vec<_> = (0..4)
             .map(|w| {
-                crate::harness::spawn_fetch(
+                spawn_fetch(
                     &app.client,
                     &app.base,
                     &json!({"queues": ["order"], "count": 5, "worker_id": format!("w{w}")}),
@@ -166,14 +178,14 @@ async fn concurrent_fetchers_dispatch_by_priority_then_time_available() {
 #[tokio::test]
 async fn a_job_that_becomes_available_later_takes_its_place_by_that_time() {
     let app = TestApp::spawn().await;
-    let early = app.push_id(with_priority("later", json!(1))).await;
-    let low = app.push_id(with_priority("later", json!(2))).await;
+    let early = app.push_id(with_priority("later", &json!(1))).await;
+    let low = app.push_id(with_priority("later", &json!(2))).await;
     // Due in 300 ms; promoted by the FETCH below (the test server runs no promoter).
-    let mut delayed = with_priority("later", json!(1));
+    let mut delayed = with_priority("later", &json!(1));
     delayed["scheduled_at"] = json!("+300ms");
     let delayed = app.push_id(delayed).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let late = app.push_id(with_priority("later", json!(1))).await;
+    let late = app.push_id(with_priority("later", &json!(1))).await;
     let ids: Vec<String> = app
         .fetch(json!({"queues": ["later"], "count": 10}))
         .await
@@ -309,7 +321,8 @@ async fn dispatch_shares(
     let remaining = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(total));
     let tasks: Vec<_> = (0..workers)
         .map(|w| {
-            let (client, base, remaining) = (app.client.clone(), app.base.clone(), remaining.clone());
+            let (client, base, remaining) =
+                (app.client.clone(), app.base.clone(), remaining.clone());
             let mut body = body.clone();
             body["worker_id"] = json!(format!("share-{w}"));
             tokio::spawn(async move {
@@ -322,15 +335,7 @@ async fn dispatch_shares(
                     )
                     .is_ok()
                 {
-                    let resp: Value = client
-                        .post(format!("{base}/ojs/v1/workers/fetch"))
-                        .json(&body)
-                        .send()
-                        .await
-                        .unwrap()
-                        .json()
-                        .await
-                        .unwrap();
+                    let resp = spawn_fetch(&client, &base, &body).await.unwrap();
                     let job = &resp["jobs"][0];
                     seen.push(job["queue"].as_str().expect("saturated queues").to_owned());
                     client
@@ -363,7 +368,13 @@ async fn fill(app: &TestApp, queues: &[&str], per_queue: usize) {
 }
 
 #[track_caller]
-fn assert_share(shares: &HashMap<String, usize>, queue: &str, total: usize, expected: f64, tolerance: f64) {
+fn assert_share(
+    shares: &HashMap<String, usize>,
+    queue: &str,
+    total: usize,
+    expected: f64,
+    tolerance: f64,
+) {
     let got = *shares.get(queue).unwrap_or(&0) as f64 / total as f64;
     assert!(
         (got - expected).abs() <= tolerance,
@@ -389,15 +400,20 @@ async fn weighted_fetches_follow_the_weights_under_saturation() {
     let mut trickle = 0;
     for _ in 0..300 {
         let jobs = app
-            .fetch(json!({"queues": ["bulk", "trickle"], "strategy": "weighted",
-                          "weights": {"bulk": 50, "trickle": 1}}))
+            .fetch(
+                json!({"queues": ["bulk", "trickle"], "strategy": "weighted",
+                          "weights": {"bulk": 50, "trickle": 1}}),
+            )
             .await;
         if jobs[0]["queue"] == "trickle" {
             trickle += 1;
             since_trickle = 0;
         } else {
             since_trickle += 1;
-            assert!(since_trickle <= 51, "trickle waited {since_trickle} dispatches");
+            assert!(
+                since_trickle <= 51,
+                "trickle waited {since_trickle} dispatches"
+            );
         }
     }
     assert!((5..=7).contains(&trickle), "{trickle} of 300");
@@ -409,16 +425,20 @@ async fn a_weighted_batch_fetch_spreads_its_slots_and_fills_from_others_when_one
     fill(&app, &["a"], 100).await;
     fill(&app, &["b"], 3).await;
     let jobs = app
-        .fetch(json!({"queues": ["a", "b"], "count": 20, "strategy": "weighted",
-                      "weights": {"a": 1, "b": 1}}))
+        .fetch(
+            json!({"queues": ["a", "b"], "count": 20, "strategy": "weighted",
+                      "weights": {"a": 1, "b": 1}}),
+        )
         .await;
     assert_eq!(jobs.len(), 20);
     let from_b = jobs.iter().filter(|j| j["queue"] == "b").count();
     assert_eq!(from_b, 3, "b gives what it has, a the rest");
     // Weight 0: never served.
     let jobs = app
-        .fetch(json!({"queues": ["a", "b"], "count": 5, "strategy": "weighted",
-                      "weights": {"a": 0}}))
+        .fetch(
+            json!({"queues": ["a", "b"], "count": 5, "strategy": "weighted",
+                      "weights": {"a": 0}}),
+        )
         .await;
     assert!(jobs.is_empty(), "{jobs:?}");
 }
@@ -444,8 +464,10 @@ async fn server_side_strategy_and_weights_win_over_the_request() {
     fill(&app, &["x", "y"], 50).await;
     // The worker asks for strict with all weight on x; the server spreads evenly.
     let jobs = app
-        .fetch(json!({"queues": ["x", "y"], "count": 10, "strategy": "strict",
-                      "weights": {"x": 10, "y": 0}}))
+        .fetch(
+            json!({"queues": ["x", "y"], "count": 10, "strategy": "strict",
+                      "weights": {"x": 10, "y": 0}}),
+        )
         .await;
     let from_y = jobs.iter().filter(|j| j["queue"] == "y").count();
     assert_eq!(from_y, 5, "{jobs:?}");
@@ -485,19 +507,27 @@ async fn with_aging_an_old_job_overtakes_newer_urgent_ones_at_the_configured_rat
     })
     .await;
     // Waited 6 s at priority 4: effective priority -2, ahead of a new priority 0.
-    let old = app.push_id(with_priority("age", json!(4))).await;
+    let old = app.push_id(with_priority("age", &json!(4))).await;
     // Waited 3.5 s at priority 4: effective 0.5, behind a new 0 but ahead of a new 1.
-    let middle = app.push_id(with_priority("age", json!(4))).await;
+    let middle = app.push_id(with_priority("age", &json!(4))).await;
     app.sql(&format!(
         "update ojs_job set enqueued_at = now() - interval '6 s' where id = '{old}';
          update ojs_job set enqueued_at = now() - interval '3.5 s' where id = '{middle}';"
     ))
     .await;
-    let urgent = app.push_id(with_priority("age", json!(0))).await;
-    let high = app.push_id(with_priority("age", json!(1))).await;
+    let urgent = app.push_id(with_priority("age", &json!(0))).await;
+    let high = app.push_id(with_priority("age", &json!(1))).await;
     let jobs = app.fetch(json!({"queues": ["age"], "count": 10})).await;
     let ids: Vec<&str> = jobs.iter().map(|j| j["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, [old.as_str(), urgent.as_str(), middle.as_str(), high.as_str()]);
+    assert_eq!(
+        ids,
+        [
+            old.as_str(),
+            urgent.as_str(),
+            middle.as_str(),
+            high.as_str()
+        ]
+    );
     // Ordering only: the stored priority is what every response shows.
     assert_eq!(jobs[0]["priority"], 4);
     assert_eq!(app.job(&old).await["priority"], 4);
@@ -509,12 +539,12 @@ async fn with_aging_an_old_job_overtakes_newer_urgent_ones_at_the_configured_rat
 #[tokio::test]
 async fn without_aging_waiting_never_beats_priority() {
     let app = TestApp::spawn().await;
-    let old = app.push_id(with_priority("noage", json!(4))).await;
+    let old = app.push_id(with_priority("noage", &json!(4))).await;
     app.sql(&format!(
         "update ojs_job set enqueued_at = now() - interval '1 day' where id = '{old}'"
     ))
     .await;
-    let urgent = app.push_id(with_priority("noage", json!(3))).await;
+    let urgent = app.push_id(with_priority("noage", &json!(3))).await;
     let jobs = app.fetch(json!({"queues": ["noage"], "count": 2})).await;
     assert_eq!(jobs[0]["id"], urgent.as_str());
     assert_eq!(jobs[1]["id"], old.as_str());
@@ -526,9 +556,9 @@ async fn without_aging_waiting_never_beats_priority() {
 async fn priority_stats_count_available_jobs_per_priority() {
     let app = TestApp::spawn().await;
     for p in [0, 2, 2, 10, 10, 10] {
-        app.push(with_priority("stats", json!(p))).await;
+        app.push(with_priority("stats", &json!(p))).await;
     }
-    let mut later = with_priority("stats", json!(1));
+    let mut later = with_priority("stats", &json!(1));
     later["scheduled_at"] = json!("+1h");
     app.push(later).await;
     let resp = app
@@ -541,7 +571,10 @@ async fn priority_stats_count_available_jobs_per_priority() {
         r#"{"queue":"stats","counts_by_priority":{"0":1,"2":2,"10":3},"total":6}"#
     );
     app.fetch_one("stats", "w").await;
-    let resp = app.get("/ojs/v1/queues/stats/priority-stats").await.expect(200);
+    let resp = app
+        .get("/ojs/v1/queues/stats/priority-stats")
+        .await
+        .expect(200);
     assert_eq!(resp.json["counts_by_priority"]["0"], Value::Null);
     assert_eq!(resp.json["total"], 5);
 
@@ -556,15 +589,18 @@ async fn priority_stats_count_available_jobs_per_priority() {
 #[tokio::test]
 async fn priority_metrics_are_exposed() {
     let app = TestApp::spawn().await;
-    app.push(with_priority("met", json!(3))).await;
-    app.push(with_priority("met", json!(3))).await;
-    app.push(with_priority("met", json!(1))).await;
+    app.push(with_priority("met", &json!(3))).await;
+    app.push(with_priority("met", &json!(3))).await;
+    app.push(with_priority("met", &json!(1))).await;
     app.fetch_one("met", "w").await;
     let metrics = app.get("/metrics").await.expect(200).text;
     for line in [
         r#"ojs_queue_available_by_priority{queue="met",priority="3"} 2"#,
         r#"ojs_job_wait_duration_by_priority_seconds_count{queue="met",priority="1"} 1"#,
     ] {
-        assert!(metrics.lines().any(|l| l == line), "missing {line}:\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line}:\n{metrics}"
+        );
     }
 }

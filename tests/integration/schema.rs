@@ -106,7 +106,10 @@ async fn the_fetch_claim_is_a_range_scan_of_the_dispatch_index_with_and_without_
     .await
     .unwrap();
     let plan = plan.join("\n");
-    assert!(plan.contains("Index Scan using ojs_job_dispatch_idx"), "{plan}");
+    assert!(
+        plan.contains("Index Scan using ojs_job_dispatch_idx"),
+        "{plan}"
+    );
     assert!(
         !plan.contains("Sort"),
         "the index order is the claim order:\n{plan}"

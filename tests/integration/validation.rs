@@ -263,7 +263,7 @@ async fn features_not_offered_are_refused_with_422_unsupported() {
     }
     app.post(
         "/ojs/v1/workers/fetch",
-        json!({"queues": ["q"], "strategy": "weighted"}),
+        json!({"queues": ["q"], "strategy": "least-loaded"}),
     )
     .await
     .expect_error(422, "unsupported");
