@@ -70,6 +70,20 @@ impl Weights {
     pub fn of(&self, queue: &str) -> u32 {
         self.0.get(queue).copied().unwrap_or(1)
     }
+
+    /// As stored with a worker registration: a JSON object, keys sorted.
+    pub fn to_json(&self) -> String {
+        let sorted: std::collections::BTreeMap<&str, u32> =
+            self.0.iter().map(|(q, w)| (q.as_str(), *w)).collect();
+        serde_json::to_string(&sorted).unwrap_or_else(|_| "{}".to_owned())
+    }
+
+    /// From [`Weights::to_json`]'s form; `None` if it is not one.
+    pub fn from_json(text: &str) -> Option<Weights> {
+        serde_json::from_str::<HashMap<String, u32>>(text)
+            .ok()
+            .map(|w| Weights(w.into_iter().map(|(q, n)| (q, n.min(MAX_WEIGHT))).collect()))
+    }
 }
 
 /// Parses the `OJS_QUEUE_WEIGHTS` setting: `queue=weight` pairs separated by commas.

@@ -84,8 +84,9 @@ pub struct Broker {
     pushes: Arc<GroupCommit<NewJob, Result<Job>>>,
     /// ACK requests, written together.
     acks: Arc<GroupCommit<AckItem, Result<Option<Job>>>>,
-    /// Fetching workers recently recorded as seen, so FETCH writes `last_seen_at` rarely.
-    seen_workers: Arc<Mutex<HashMap<String, Instant>>>,
+    /// Fetching workers recently recorded as seen (so FETCH writes `last_seen_at` rarely),
+    /// with the fetch defaults they registered.
+    seen_workers: Arc<Mutex<HashMap<String, (Instant, FetchDefaults)>>>,
     /// State of the weighted and round-robin strategies.
     dispatcher: Arc<dispatch::Dispatcher>,
 }
@@ -119,10 +120,29 @@ pub struct FetchRequest {
     pub visibility_timeout_ms: Option<i64>,
     /// How long to wait for work when none is available right away.
     pub wait: Duration,
-    /// How the slots are spread over the queues (server configuration may override it).
-    pub strategy: Strategy,
-    /// Queue weights of the `weighted` strategy (server configuration may override them).
-    pub weights: Weights,
+    /// How the slots are spread over the queues, when the request says.
+    pub strategy: Option<Strategy>,
+    /// Queue weights of the `weighted` strategy, when the request gives them.
+    pub weights: Option<Weights>,
+}
+
+/// The strategy and weights a worker registered with: what its FETCHes use when they name
+/// none and no server configuration applies (contract §4.3.5).
+#[derive(Debug, Clone, Default)]
+struct FetchDefaults {
+    strategy: Option<Strategy>,
+    weights: Option<Weights>,
+}
+
+impl FetchDefaults {
+    /// From the stored registration. A strategy this server cannot apply yet
+    /// (`least-loaded`) falls back to the default.
+    fn from_stored(strategy: Option<String>, weights: Option<String>) -> FetchDefaults {
+        FetchDefaults {
+            strategy: strategy.and_then(|s| s.parse().ok()),
+            weights: weights.and_then(|w| Weights::from_json(&w)),
+        }
+    }
 }
 
 /// A NACK request, validated.
@@ -597,16 +617,21 @@ impl Broker {
     /// and claims again, so a job is never missed once due. A fetch that is served at once
     /// costs one statement per queue asked.
     async fn try_fetch(&self, req: &FetchRequest) -> Result<Vec<Job>> {
-        if let Some(worker) = &req.worker_id {
-            self.record_seen(worker).await?;
-        }
+        let registered = match &req.worker_id {
+            Some(worker) => self.record_seen(worker).await?,
+            None => FetchDefaults::default(),
+        };
         let queues: Vec<&str> = req.queues.iter().map(String::as_str).collect();
-        let mut jobs = self.claim_by_strategy(req, &queues, Vec::new()).await?;
+        let mut jobs = self
+            .claim_by_strategy(req, &registered, &queues, Vec::new())
+            .await?;
         if jobs.len() < req.count
             && store::job::promote_due(&self.pool, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?
                 > 0
         {
-            jobs = self.claim_by_strategy(req, &queues, jobs).await?;
+            jobs = self
+                .claim_by_strategy(req, &registered, &queues, jobs)
+                .await?;
         }
         // A claim returns rows in no particular order: by queue preference, then dispatch order.
         let rank = |queue: &str| queues.iter().position(|q| *q == queue);
@@ -616,26 +641,35 @@ impl Broker {
     }
 
     /// Adds to `jobs` what `req` still wants from `queues`, spread by the effective strategy:
-    /// the server's when configured, else the request's. Within a queue every strategy takes
+    /// the server's when configured, else the request's, else the one the worker `registered`
+    /// with, else `strict` (weights likewise). Within a queue every strategy takes
     /// jobs in dispatch order (priority, then time available). Workflow steps (priority
     /// extension §9.2), when workflows exist, are created through PUSH with the root's
     /// priority unless they set their own, and so need nothing here.
     async fn claim_by_strategy(
         &self,
         req: &FetchRequest,
+        registered: &FetchDefaults,
         queues: &[&str],
         jobs: Vec<Job>,
     ) -> Result<Vec<Job>> {
-        let weights = self.settings.queue_weights.as_ref().unwrap_or(&req.weights);
-        let weighted: Vec<(String, u32)> =
-            match self.settings.fetch_strategy.unwrap_or(req.strategy) {
-                Strategy::Strict => return self.claim_in_order(req, queues, jobs).await,
-                Strategy::Weighted => queues
-                    .iter()
-                    .map(|q| ((*q).to_owned(), weights.of(q)))
-                    .collect(),
-                Strategy::RoundRobin => queues.iter().map(|q| ((*q).to_owned(), 1)).collect(),
-            };
+        let no_weights = Weights::default();
+        let weights = (self.settings.queue_weights.as_ref())
+            .or(req.weights.as_ref())
+            .or(registered.weights.as_ref())
+            .unwrap_or(&no_weights);
+        let strategy = (self.settings.fetch_strategy)
+            .or(req.strategy)
+            .or(registered.strategy)
+            .unwrap_or_default();
+        let weighted: Vec<(String, u32)> = match strategy {
+            Strategy::Strict => return self.claim_in_order(req, queues, jobs).await,
+            Strategy::Weighted => queues
+                .iter()
+                .map(|q| ((*q).to_owned(), weights.of(q)))
+                .collect(),
+            Strategy::RoundRobin => queues.iter().map(|q| ((*q).to_owned(), 1)).collect(),
+        };
         self.claim_weighted(req, &weighted, jobs).await
     }
 
@@ -713,30 +747,47 @@ impl Broker {
         Ok(jobs)
     }
 
-    /// Records a fetching worker as seen (contract §6.1), at most every few seconds per worker.
-    async fn record_seen(&self, worker_id: &str) -> Result<()> {
+    /// Records a fetching worker as seen (contract §6.1), at most every few seconds per worker,
+    /// and returns the fetch defaults it registered with (as of that write).
+    async fn record_seen(&self, worker_id: &str) -> Result<FetchDefaults> {
         let now = Instant::now();
         {
             let mut seen = self.seen_workers.lock().expect("seen-workers lock");
-            if seen
-                .get(worker_id)
-                .is_some_and(|at| now.duration_since(*at) < SEEN_WRITE_INTERVAL)
+            if let Some((at, defaults)) = seen.get(worker_id)
+                && now.duration_since(*at) < SEEN_WRITE_INTERVAL
             {
-                return Ok(());
+                return Ok(defaults.clone());
             }
             if seen.len() >= 10_000 {
-                seen.retain(|_, at| now.duration_since(*at) < SEEN_WRITE_INTERVAL);
+                seen.retain(|_, (at, _)| now.duration_since(*at) < SEEN_WRITE_INTERVAL);
             }
-            seen.insert(worker_id.to_owned(), now);
+            seen.insert(worker_id.to_owned(), (now, FetchDefaults::default()));
         }
-        if let Err(e) = store::worker::record_seen(&self.pool, worker_id).await {
-            self.seen_workers
-                .lock()
-                .expect("seen-workers lock")
-                .remove(worker_id);
-            return Err(e.into());
+        match store::worker::record_seen(&self.pool, worker_id).await {
+            Ok((strategy, weights)) => {
+                let defaults = FetchDefaults::from_stored(strategy, weights);
+                self.seen_workers
+                    .lock()
+                    .expect("seen-workers lock")
+                    .insert(worker_id.to_owned(), (now, defaults.clone()));
+                Ok(defaults)
+            }
+            Err(e) => {
+                self.seen_workers
+                    .lock()
+                    .expect("seen-workers lock")
+                    .remove(worker_id);
+                Err(e.into())
+            }
         }
-        Ok(())
+    }
+
+    /// Forgets what was cached about a worker (it registered again: new fetch defaults).
+    fn forget_seen(&self, worker_id: &str) {
+        self.seen_workers
+            .lock()
+            .expect("seen-workers lock")
+            .remove(worker_id);
     }
 
     /// ACK: `active` → `completed`.

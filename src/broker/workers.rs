@@ -41,6 +41,7 @@ impl Broker {
     /// Registration (optional: the first heartbeat registers too).
     pub async fn register(&self, report: &WorkerReport<'_>) -> Result<Registered> {
         let (created, directive, server_time) = store::worker::register(&self.pool, report).await?;
+        self.forget_seen(report.worker_id);
         Ok(Registered {
             created,
             directive,

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::error::ApiError;
 use super::extract::{Fields, JsonBody, WorkerIdPath};
 use super::{AppState, Ojs, ok};
-use crate::broker::{FetchRequest, MAX_WEIGHT, NackRequest, Strategy, Weights};
+use crate::broker::{FetchRequest, MAX_WEIGHT, NackRequest, Weights};
 use crate::duration;
 use crate::job::failure::JobError;
 use crate::job::wire::WireJob;
@@ -273,21 +273,11 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
             ));
         }
     };
-    let weights = match fields.raw("weights") {
-        None => None,
-        Some(raw) => {
-            let weights = json::decode::<std::collections::BTreeMap<String, i64>>(raw)
-                .ok()
-                .filter(|w| w.iter().all(|(q, n)| is_valid_queue(q) && *n >= 0))
-                .ok_or_else(|| {
-                    ApiError::invalid_field(
-                        "$.weights",
-                        "'weights' must map queue names to integers >= 0",
-                    )
-                })?;
-            Some(serde_json::to_string(&weights).unwrap_or_default())
-        }
-    };
+    let weights = fields
+        .raw("weights")
+        .map(parse_weights)
+        .transpose()?
+        .map(|w| w.to_json());
     let mut report = report_fields.report(&worker_id, "running");
     report.concurrency = report.concurrency.or(Some(DEFAULT_WORKER_CONCURRENCY));
     report.strategy = strategy.as_deref();
@@ -420,21 +410,19 @@ fn parse_fetch(state: &AppState, fields: &Fields<'_>) -> Result<FetchRequest, Ap
         Some(ms) => Duration::from_millis(ms as u64).min(settings.max_wait),
     };
     let strategy = match fields.string("strategy")?.as_deref() {
-        None => Strategy::default(),
+        None => None,
         Some("least-loaded") => {
             return Err(ApiError::unsupported(
                 "Fetch strategy 'least-loaded' is not supported yet; use strict, weighted or round-robin."
                     .to_owned(),
             ));
         }
-        Some(name) => name
-            .parse()
-            .map_err(|e: String| ApiError::invalid_field("$.strategy", e))?,
+        Some(name) => Some(
+            name.parse()
+                .map_err(|e: String| ApiError::invalid_field("$.strategy", e))?,
+        ),
     };
-    let weights = match fields.raw("weights") {
-        None => Weights::default(),
-        Some(raw) => parse_weights(raw)?,
-    };
+    let weights = fields.raw("weights").map(parse_weights).transpose()?;
     Ok(FetchRequest {
         queues,
         count,

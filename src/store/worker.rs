@@ -208,18 +208,23 @@ pub async fn register(
 }
 
 /// Records that a worker fetched (creating a bare record for an unknown worker id). Such a
-/// record is not subject to stale detection until the worker heartbeats or registers.
-pub async fn record_seen(db: impl PgExecutor<'_>, worker_id: &str) -> Result<(), sqlx::Error> {
-    sqlx::query!(
+/// record is not subject to stale detection until the worker heartbeats or registers. Returns
+/// the fetch strategy and weights (JSON text) the worker registered with, if any.
+pub async fn record_seen(
+    db: impl PgExecutor<'_>,
+    worker_id: &str,
+) -> Result<(Option<String>, Option<String>), sqlx::Error> {
+    let row = sqlx::query!(
         r#"
         insert into ojs_worker as w (id, last_seen_at) values ($1, now())
         on conflict (id) do update set last_seen_at = now()
+        returning w.strategy, w.weights::text as weights
         "#,
         worker_id,
     )
-    .execute(db)
+    .fetch_one(db)
     .await?;
-    Ok(())
+    Ok((row.strategy, row.weights))
 }
 
 /// A worker as the API shows it.

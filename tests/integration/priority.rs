@@ -604,3 +604,46 @@ async fn priority_metrics_are_exposed() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_worker_registered_with_a_strategy_fetches_by_it_unless_the_fetch_says_otherwise() {
+    let app = TestApp::spawn().await;
+    fill(&app, &["reg-a", "reg-b"], 50).await;
+    app.post(
+        "/ojs/v1/workers/register",
+        json!({"worker_id": "weighted-worker", "strategy": "weighted",
+               "weights": {"reg-a": 1, "reg-b": 1}}),
+    )
+    .await
+    .expect(201);
+    let spread = app
+        .fetch(json!({"queues": ["reg-a", "reg-b"], "count": 10, "worker_id": "weighted-worker"}))
+        .await;
+    assert_eq!(spread.iter().filter(|j| j["queue"] == "reg-b").count(), 5);
+    // The request's own strategy wins over the registration.
+    let strict = app
+        .fetch(
+            json!({"queues": ["reg-a", "reg-b"], "count": 10, "worker_id": "weighted-worker",
+                      "strategy": "strict"}),
+        )
+        .await;
+    assert!(strict.iter().all(|j| j["queue"] == "reg-a"), "{strict:?}");
+    // Registering again with other defaults applies at once.
+    app.post(
+        "/ojs/v1/workers/register",
+        json!({"worker_id": "weighted-worker", "strategy": "strict"}),
+    )
+    .await
+    .expect(200);
+    let again = app
+        .fetch(json!({"queues": ["reg-a", "reg-b"], "count": 10, "worker_id": "weighted-worker"}))
+        .await;
+    assert!(again.iter().all(|j| j["queue"] == "reg-a"), "{again:?}");
+    // Invalid registration weights are refused like a FETCH's.
+    app.post(
+        "/ojs/v1/workers/register",
+        json!({"worker_id": "w2", "weights": {"reg-a": -1}}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
+}

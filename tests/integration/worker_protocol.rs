@@ -66,7 +66,10 @@ async fn registration_rejects_bad_fields() {
             json!({"worker_id": "w", "strategy": "random"}),
             "$.strategy",
         ),
-        (json!({"worker_id": "w", "weights": {"q": -1}}), "$.weights"),
+        (
+            json!({"worker_id": "w", "weights": {"q": -1}}),
+            "$.weights.q",
+        ),
         (json!({"worker_id": "w", "pool": "NO"}), "$.pool"),
         (json!({"worker": 5}), "$.worker"),
     ] {
