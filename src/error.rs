@@ -25,6 +25,18 @@ pub enum Error {
     /// The job is not in the dead-letter queue (or does not exist).
     #[error("job {0} is not in the dead-letter queue")]
     NotInDeadLetter(JobId),
+    /// The queue is unknown.
+    #[error("queue {0} not found")]
+    QueueNotFound(String),
+    /// The queue already exists (explicit creation).
+    #[error("queue {0} already exists")]
+    QueueExists(String),
+    /// The queue is being deleted and refuses the operation.
+    #[error("queue {queue} is draining")]
+    QueueDraining {
+        queue: String,
+        operation: &'static str,
+    },
     /// The worker is unknown.
     #[error("worker {0} not found")]
     WorkerNotFound(String),

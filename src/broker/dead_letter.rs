@@ -43,10 +43,17 @@ impl Broker {
 
     /// Manual retry of one dead-lettered job, with optional new values.
     pub async fn retry_dead_letter(&self, id: JobId, with: &RetryOverride) -> Result<Job> {
-        store::dead_letter::retry(&self.pool, &[id.0], with)
+        let mut tx = self.pool.begin().await?;
+        // An override may send the job to a queue that does not exist yet.
+        if let Some(queue) = &with.queue {
+            store::queue::ensure(&mut *tx, queue, true).await?;
+        }
+        let job = store::dead_letter::retry(&mut *tx, &[id.0], with)
             .await?
             .pop()
-            .ok_or(Error::NotInDeadLetter(id))
+            .ok_or(Error::NotInDeadLetter(id))?;
+        tx.commit().await?;
+        Ok(job)
     }
 
     /// Bulk retry of every dead-lettered job matching `filter`.

@@ -8,9 +8,11 @@
 mod dead_letter;
 mod dispatch;
 mod group;
+mod queues;
 mod workers;
 
 pub use dispatch::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting};
+pub use queues::{Queue, QueueStats};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -316,6 +318,14 @@ impl Broker {
             .filter_map(|j| j.unique.as_ref().map(|u| u.key.as_str()))
             .collect();
         store::job::lock_unique_keys(&mut *tx, &keys).await?;
+        // A replacement in place may move a job to a queue that has no row yet (new jobs
+        // register theirs as they are inserted).
+        let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        for queue in queues {
+            store::queue::ensure(&mut *tx, queue, true).await?;
+        }
         let (candidates, now) = store::job::unique_candidates(&mut *tx, &keys).await?;
 
         enum Plan {
@@ -954,6 +964,7 @@ impl Broker {
         store::job::delete_all(&mut *tx).await?;
         store::worker::delete_all(&mut *tx).await?;
         store::event::delete_all(&mut *tx).await?;
+        store::queue::delete_all(&mut *tx).await?;
         tx.commit().await?;
         self.seen_workers.lock().expect("seen-workers lock").clear();
         Ok(())

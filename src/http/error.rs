@@ -360,6 +360,19 @@ impl From<Error> for ApiError {
             )
             .with_details(json!({"resource_type": "dead_letter", "resource_id": id.to_string()})),
             Error::WorkerNotFound(id) => ApiError::not_found("worker", &id),
+            Error::QueueNotFound(name) => ApiError::not_found("queue", &name),
+            Error::QueueExists(name) => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("Queue '{name}' already exists."),
+            )
+            .with_details(json!({"queue": name})),
+            Error::QueueDraining { queue, operation } => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("Queue '{queue}' is draining (being deleted); cannot {operation} it."),
+            )
+            .with_details(json!({"queue": queue, "current_state": "draining"})),
             Error::WorkerNotStale { worker_id, state } => ApiError::new(
                 StatusCode::CONFLICT,
                 "conflict",

@@ -1,20 +1,271 @@
-//! `/ojs/v1/queues/{name}/…`: per-queue views.
+//! `/ojs/v1/queues`: queues as resources — listing, explicit creation, pause and resume,
+//! live statistics and priority statistics (contract §4.4).
 
 use axum::Router;
 use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+use chrono::Utc;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use super::error::ApiError;
-use super::{AppState, ok};
+use super::extract::JsonBody;
+use super::query::{DATA_PLANE, Page, Pagination, QueryParams};
+use super::{AppState, Ojs, ok};
+use crate::broker::{Queue, QueueStats};
 use crate::error::Error;
 use crate::job::is_valid_queue;
 use crate::store;
+use crate::store::queue::{QueueCounts, QueueState};
+use crate::timestamp;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/ojs/v1/queues/{name}/priority-stats", get(priority_stats))
+    Router::new()
+        .route("/ojs/v1/queues", get(list).post(create))
+        .route("/ojs/v1/queues/{name}", get(show))
+        .route("/ojs/v1/queues/{name}/stats", get(stats))
+        .route("/ojs/v1/queues/{name}/pause", post(pause))
+        .route("/ojs/v1/queues/{name}/resume", post(resume))
+        .route("/ojs/v1/admin/queues/{name}/pause", post(pause))
+        .route("/ojs/v1/admin/queues/{name}/resume", post(resume))
+        .route("/ojs/v1/queues/{name}/priority-stats", get(priority_stats))
+}
+
+/// The queue object of contract §4.4 (without `config`, which arrives with queue
+/// configuration).
+#[derive(Serialize)]
+struct QueueBody<'a> {
+    name: &'a str,
+    state: QueueState,
+    /// `state` again, for binding clients.
+    status: QueueState,
+    paused: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused_at: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl<'a> QueueBody<'a> {
+    fn of(q: &'a Queue) -> QueueBody<'a> {
+        let paused = q.state == QueueState::Paused;
+        QueueBody {
+            name: &q.name,
+            state: q.state,
+            status: q.state,
+            paused,
+            paused_at: paused
+                .then_some(q.paused_at)
+                .flatten()
+                .map(timestamp::format),
+            created_at: timestamp::format(q.created_at),
+            updated_at: timestamp::format(q.updated_at),
+        }
+    }
+}
+
+/// Current counts by state (the `counts` of a listed queue).
+#[derive(Serialize)]
+struct Counts {
+    available: i64,
+    active: i64,
+    scheduled: i64,
+    retryable: i64,
+    pending: i64,
+}
+
+impl Counts {
+    fn of(c: &QueueCounts) -> Counts {
+        Counts {
+            available: c.available,
+            active: c.active,
+            scheduled: c.scheduled,
+            retryable: c.retryable,
+            pending: c.pending,
+        }
+    }
+}
+
+/// `GET /ojs/v1/queues?state=&limit=&offset=`: queues by name, with their current counts.
+async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+    let page = Page::from_query(&query, DATA_PLANE)?;
+    let filter = match query.get("state") {
+        None => None,
+        Some("active") => Some(QueueState::Active),
+        Some("paused") => Some(QueueState::Paused),
+        Some("draining") => Some(QueueState::Draining),
+        Some(other) => {
+            return Err(ApiError::invalid_field(
+                "query.state",
+                format!("'state' must be active, paused or draining, not {other:?}"),
+            ));
+        }
+    };
+    let (queues, total) = state
+        .broker()
+        .queues(filter, page.limit, page.offset)
+        .await?;
+
+    #[derive(Serialize)]
+    struct Listed<'a> {
+        #[serde(flatten)]
+        queue: QueueBody<'a>,
+        counts: Counts,
+    }
+    #[derive(Serialize)]
+    struct ListBody<'a> {
+        queues: Vec<Listed<'a>>,
+        pagination: Pagination,
+    }
+    Ok(ok(ListBody {
+        queues: queues
+            .iter()
+            .map(|q| Listed {
+                queue: QueueBody::of(&q.queue),
+                counts: Counts::of(&q.counts),
+            })
+            .collect(),
+        pagination: page.describe(total),
+    })
+    .into_response())
+}
+
+/// `POST /ojs/v1/queues` with `{"name": ...}`: 201 with the queue, 409 if it exists.
+async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let name = fields.required_string("name")?;
+    if !is_valid_queue(&name) {
+        return Err(ApiError::invalid_field(
+            "$.name",
+            format!(
+                "queue name {name:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.'"
+            ),
+        ));
+    }
+    if fields.raw("config").is_some_and(|c| c.get().trim() != "{}") {
+        return Err(ApiError::unsupported(
+            "Queue configuration is not supported yet; create the queue without 'config'.",
+        ));
+    }
+    let queue = state.broker().create_queue(&name).await?;
+    let mut response = Ojs(StatusCode::CREATED, QueueBody::of(&queue)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/ojs/v1/queues/{name}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// `GET /ojs/v1/queues/{name}`: the queue with its `stats`.
+async fn show(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    queue_path(&name)?;
+    let QueueStats { queue, counts } = state.broker().queue_stats(&name).await?;
+
+    #[derive(Serialize)]
+    struct Stats {
+        depth: i64,
+        available: i64,
+        active: i64,
+        retryable: i64,
+        scheduled: i64,
+        pending: i64,
+        completed_today: i64,
+        failed_today: i64,
+    }
+    #[derive(Serialize)]
+    struct Shown<'a> {
+        #[serde(flatten)]
+        queue: QueueBody<'a>,
+        stats: Stats,
+    }
+    Ok(ok(Shown {
+        queue: QueueBody::of(&queue),
+        stats: Stats {
+            depth: counts.depth(),
+            available: counts.available,
+            active: counts.active,
+            retryable: counts.retryable,
+            scheduled: counts.scheduled,
+            pending: counts.pending,
+            completed_today: counts.completed_today,
+            failed_today: counts.failed_today,
+        },
+    })
+    .into_response())
+}
+
+/// `GET /ojs/v1/queues/{name}/stats` (contract §4.4.8): exact current counts of the queue's
+/// retained jobs, and its last hour.
+async fn stats(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    queue_path(&name)?;
+    let QueueStats { queue, counts: c } = state.broker().queue_stats(&name).await?;
+    let paused = queue.state == QueueState::Paused;
+    let round = |ms: Option<f64>| ms.map(|v| v.round() as i64);
+    Ok(ok(serde_json::json!({
+        "queue": {
+            "name": queue.name, "state": queue.state, "paused": paused, "depth": c.depth(),
+            "available": c.available, "active": c.active, "scheduled": c.scheduled,
+            "retryable": c.retryable, "pending": c.pending, "completed": c.completed,
+            "discarded": c.discarded, "cancelled": c.cancelled, "dead_letter": c.dead_letter,
+            "max_size": null,
+        },
+        "stats": {
+            "queue": queue.name, "depth": c.depth(), "available": c.available,
+            "active": c.active, "scheduled": c.scheduled, "retryable": c.retryable,
+            "pending": c.pending, "completed": c.completed, "discarded": c.discarded,
+            "cancelled": c.cancelled, "dead_letter": c.dead_letter, "max_depth": null,
+            "completed_last_hour": c.completed_last_hour,
+            "failed_last_hour": c.failed_last_hour,
+            "avg_duration_ms": round(c.avg_duration_ms),
+            "avg_wait_ms": round(c.avg_wait_ms),
+            "throughput_per_second": c.completed_last_hour as f64 / 3600.0,
+        },
+        "status": queue.state,
+        "computed_at": timestamp::format(Utc::now()),
+    }))
+    .into_response())
+}
+
+/// `POST /ojs/v1/queues/{name}/pause`.
+async fn pause(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(&state, &name, true).await
+}
+
+/// `POST /ojs/v1/queues/{name}/resume`.
+async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(&state, &name, false).await
+}
+
+/// Pause or resume (contract §4.4.7): creates an unknown queue, idempotent.
+async fn set_paused(state: &AppState, name: &str, paused: bool) -> Result<Response, ApiError> {
+    queue_path(name)?;
+    let queue = state.broker().set_queue_paused(name, paused).await?;
+    let (key, at) = if paused {
+        ("paused_at", queue.paused_at)
+    } else {
+        ("resumed_at", queue.resumed_at)
+    };
+    let summary = serde_json::json!({
+        "name": queue.name, "paused": paused, "state": queue.state,
+    });
+    let mut body = serde_json::json!({
+        "queue": summary, "name": queue.name, "paused": paused, "state": queue.state,
+    });
+    body[key] = serde_json::json!(at.map(timestamp::format));
+    Ok(ok(body).into_response())
 }
 
 /// The queue name of a path, validated.

@@ -141,6 +141,19 @@ pub async fn insert_many(
              order by ord
             returning j as job, j.queue, j.state
         ),
+        -- A queue exists from its first enqueue on (queue configuration extension).
+        new_queues as (
+            insert into ojs_queue (name)
+            select distinct queue from input
+            on conflict do nothing
+            returning name
+        ),
+        queue_events as (
+            insert into ojs_event (type, subject, queue, data)
+            select 'queue.created', q.name, q.name, jsonb_build_object('queue', q.name, 'implicit', true)
+              from new_queues q
+            returning 1
+        ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
             select case i.state when 'available' then 'job.enqueued' else 'job.scheduled' end,
@@ -157,7 +170,9 @@ pub async fn insert_many(
                                                                            'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
                            else '{}' end
               from inserted i
-             where i.state <> 'pending'
+             -- Reading queue_events first writes a new queue's `queue.created` before the
+             -- events of its first jobs.
+             where i.state <> 'pending' and (select count(*) from queue_events) >= 0
              order by (i.job).seq
         )
         select i.job as "job!: Job" from inserted i
@@ -509,6 +524,8 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
                and (expires_at is null or expires_at > now())
                and (claim_deadline_at is null or claim_deadline_at > now())
                and (total_deadline_at is null or total_deadline_at > now())
+               -- A paused queue is skipped (it still accepts jobs).
+               and not exists (select 1 from ojs_queue q where q.name = $1 and q.state = 'paused')
                -- A worker told to stop (or stopping by itself) gets nothing.
                and not exists (select 1 from ojs_worker w
                                 where w.id = $3 and (w.directive <> '' or w.state <> 'running'))
@@ -1013,12 +1030,13 @@ pub async fn prune_finished(
     .await
 }
 
-/// Whether a queue has ever been used: some event (indexed by queue) or job names it.
+/// Whether a queue exists: it has a row (every enqueue, pause or resume creates one), or
+/// events name it (a queue deleted while its events are retained). Both are index lookups.
 pub async fn queue_known(db: impl PgExecutor<'_>, queue: &str) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
-        select exists (select 1 from ojs_event where queue = $1)
-            or exists (select 1 from ojs_job where queue = $1) as "known!"
+        select exists (select 1 from ojs_queue where name = $1)
+            or exists (select 1 from ojs_event where queue = $1) as "known!"
         "#,
         queue
     )

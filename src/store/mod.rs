@@ -9,6 +9,7 @@ pub mod dead_letter;
 pub mod event;
 pub mod job;
 pub mod leader;
+pub mod queue;
 pub mod worker;
 
 /// NOTIFY channel carrying the name of a queue that has new `available` jobs.

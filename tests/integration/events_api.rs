@@ -55,14 +55,19 @@ async fn lifecycle_events_are_written_with_each_change() {
     .await
     .expect(200);
 
-    let body = poll(&app, "queues=mail", 3).await;
+    let body = poll(&app, "queues=mail", 4).await;
     assert_eq!(
         types(&body),
-        ["job.enqueued", "job.started", "job.completed"]
+        [
+            "queue.created",
+            "job.enqueued",
+            "job.started",
+            "job.completed"
+        ]
     );
     assert_eq!(body["has_more"], false);
     let events = body["events"].as_array().unwrap();
-    let completed = &events[2];
+    let completed = &events[3];
     assert_eq!(body["cursor"], completed["id"]);
     assert_eq!(completed["specversion"], "1.0");
     assert!(completed["id"].as_str().unwrap().starts_with("evt_"));
@@ -88,8 +93,13 @@ async fn lifecycle_events_are_written_with_each_change() {
     assert!(data["duration_ms"].as_i64().unwrap() >= 0);
     assert_eq!(data["result"], json!({"sent": true}));
     assert_eq!(data["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
-    assert_eq!(events[1]["data"]["worker_id"], "w-1");
-    assert_eq!(events[0]["data"]["priority"], 2);
+    assert_eq!(events[2]["data"]["worker_id"], "w-1");
+    assert_eq!(events[1]["data"]["priority"], 2);
+    assert_eq!(events[0]["subject"], "mail");
+    assert_eq!(
+        events[0]["data"],
+        json!({"queue": "mail", "implicit": true})
+    );
 }
 
 #[tokio::test]
@@ -165,9 +175,10 @@ async fn nothing_is_written_for_a_change_that_rolls_back() {
     )
     .await
     .expect_error(409, "duplicate");
-    let body = poll(&app, "", 1).await;
-    assert_eq!(types(&body), ["job.enqueued"]);
-    assert_eq!(body["events"][0]["data"]["queue"], "first");
+    let body = poll(&app, "", 2).await;
+    // Nor is the queue the refused batch would have created.
+    assert_eq!(types(&body), ["queue.created", "job.enqueued"]);
+    assert_eq!(body["events"][1]["data"]["queue"], "first");
 }
 
 #[tokio::test]
@@ -178,7 +189,8 @@ async fn the_cursor_pages_through_events_and_filters_them() {
             .await;
     }
     app.push(job("other.kind", "p")).await;
-    poll(&app, "", 6).await;
+    // Six jobs, and the queue they created.
+    poll(&app, "", 7).await;
     let first = poll(&app, "limit=2", 2).await;
     assert_eq!(first["events"].as_array().unwrap().len(), 2);
     assert_eq!(first["has_more"], true);
@@ -196,10 +208,10 @@ async fn the_cursor_pages_through_events_and_filters_them() {
         }
         cursor = page["cursor"].as_str().unwrap().to_owned();
     }
-    assert_eq!(seen.len(), 6);
+    assert_eq!(seen.len(), 7);
     let ids: std::collections::HashSet<&str> =
         seen.iter().map(|e| e["id"].as_str().unwrap()).collect();
-    assert_eq!(ids.len(), 6, "no event twice");
+    assert_eq!(ids.len(), 7, "no event twice");
 
     let body = poll(&app, "job_types=other.kind", 1).await;
     assert_eq!(body["events"].as_array().unwrap().len(), 1);
