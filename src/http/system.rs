@@ -64,7 +64,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "schema_validation": false,
             "unique_jobs": true,
             "workflows": false,
-            "pause_resume": false,
+            "pause_resume": true,
             "fair_scheduling": false,
             "queue_config": false,
             "events": true,

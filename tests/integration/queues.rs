@@ -81,6 +81,8 @@ async fn a_paused_queue_accepts_jobs_but_fetch_skips_it_until_resumed() {
     .expect(200);
     let shown = app.get("/ojs/v1/queues/pq").await.expect(200).json;
     assert_eq!(shown["state"], "paused");
+    let manifest = app.get("/ojs/manifest").await.expect(200).json;
+    assert_eq!(manifest["capabilities"]["pause_resume"], true);
     assert_eq!(shown["paused_at"], paused_at.as_str());
 
     // A long poll on the paused queue is answered as soon as it resumes.
