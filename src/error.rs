@@ -31,6 +31,9 @@ pub enum Error {
     /// The queue already exists (explicit creation).
     #[error("queue {0} already exists")]
     QueueExists(String),
+    /// Deletion with `reject` of a queue that still has unfinished jobs.
+    #[error("queue {queue} has {non_terminal} unfinished jobs")]
+    QueueNotEmpty { queue: String, non_terminal: i64 },
     /// The queue is being deleted and refuses the operation.
     #[error("queue {queue} is draining")]
     QueueDraining {

@@ -12,7 +12,7 @@ mod queues;
 mod workers;
 
 pub use dispatch::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting};
-pub use queues::{Queue, QueueStats};
+pub use queues::{DeleteStrategy, Deleted, Queue, QueueStats};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -269,6 +269,12 @@ impl Broker {
             }
         }
         match result {
+            Err(Error::Database(e)) if let Some(queue) = store::queue::draining_queue(&e) => {
+                Err(Error::QueueDraining {
+                    queue,
+                    operation: "enqueue into",
+                })
+            }
             // A client-supplied id is taken (possibly by a concurrent request).
             Err(Error::Database(e)) if is_violation(&e, "ojs_job_pkey") => {
                 Err(self.duplicate_id_error(&jobs, batch, e).await)

@@ -367,6 +367,17 @@ impl From<Error> for ApiError {
                 format!("Queue '{name}' already exists."),
             )
             .with_details(json!({"queue": name})),
+            Error::QueueNotEmpty {
+                queue,
+                non_terminal,
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "Queue '{queue}' still has {non_terminal} unfinished jobs; delete it with strategy discard or move, or wait for them."
+                ),
+            )
+            .with_details(json!({"queue": queue, "non_terminal_count": non_terminal})),
             Error::QueueDraining { queue, operation } => ApiError::new(
                 StatusCode::CONFLICT,
                 "conflict",

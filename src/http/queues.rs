@@ -11,10 +11,10 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use super::error::ApiError;
-use super::extract::JsonBody;
+use super::extract::{JsonBody, OptionalJsonBody};
 use super::query::{DATA_PLANE, Page, Pagination, QueryParams};
 use super::{AppState, Ojs, ok};
-use crate::broker::{Queue, QueueStats};
+use crate::broker::{DeleteStrategy, Queue, QueueStats};
 use crate::error::Error;
 use crate::job::is_valid_queue;
 use crate::store;
@@ -24,7 +24,7 @@ use crate::timestamp;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/ojs/v1/queues", get(list).post(create))
-        .route("/ojs/v1/queues/{name}", get(show))
+        .route("/ojs/v1/queues/{name}", get(show).delete(delete_queue))
         .route("/ojs/v1/queues/{name}/stats", get(stats))
         .route("/ojs/v1/queues/{name}/pause", post(pause))
         .route("/ojs/v1/queues/{name}/resume", post(resume))
@@ -231,6 +231,63 @@ async fn stats(
         "computed_at": timestamp::format(Utc::now()),
     }))
     .into_response())
+}
+
+/// `DELETE /ojs/v1/queues/{name}` with `strategy` (`reject`, `discard`, `move`) and, for
+/// `move`, `target_queue`, in the body or the query (contract §4.4.6): 202.
+async fn delete_queue(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: QueryParams,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    queue_path(&name)?;
+    let fields = body.as_ref().map(|b| b.object()).transpose()?;
+    let option = |key: &str| -> Result<Option<String>, ApiError> {
+        match fields.as_ref().map(|f| f.string(key)).transpose()? {
+            Some(Some(v)) => Ok(Some(v)),
+            _ => Ok(query.get(key).map(str::to_owned)),
+        }
+    };
+    let strategy = match option("strategy")?.as_deref() {
+        Some("reject") => DeleteStrategy::Reject,
+        Some("discard") => DeleteStrategy::Discard,
+        Some("move") => {
+            let target = option("target_queue")?.ok_or_else(|| {
+                ApiError::invalid_field(
+                    "$.target_queue",
+                    "'target_queue' is required with strategy move",
+                )
+            })?;
+            if !is_valid_queue(&target) || target == name {
+                return Err(ApiError::invalid_field(
+                    "$.target_queue",
+                    format!("'target_queue' must be a valid queue name other than {name:?}"),
+                ));
+            }
+            DeleteStrategy::Move(target)
+        }
+        other => {
+            return Err(ApiError::invalid_field(
+                "$.strategy",
+                format!(
+                    "'strategy' is required: reject, discard or move{}",
+                    other.map(|o| format!(", not {o:?}")).unwrap_or_default()
+                ),
+            ));
+        }
+    };
+    let deleted = state.broker().delete_queue(&name, &strategy).await?;
+    let mut body = serde_json::json!({
+        "queue": name,
+        "strategy": strategy.name(),
+        "jobs_affected": deleted.jobs_affected,
+        "state": if deleted.draining { "draining" } else { "deleted" },
+    });
+    if let DeleteStrategy::Move(target) = &strategy {
+        body["target_queue"] = serde_json::json!(target);
+    }
+    Ok(Ojs(StatusCode::ACCEPTED, body).into_response())
 }
 
 /// `POST /ojs/v1/queues/{name}/pause`.

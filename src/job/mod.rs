@@ -217,6 +217,8 @@ pub struct Job {
     pub re_enqueued_at: Option<DateTime<Utc>>,
     /// Priority aging interval in effect when the job was enqueued (`None`: no aging).
     pub priority_aging_ms: Option<i64>,
+    /// The queue the job was in before that queue was deleted with strategy `move`.
+    pub original_queue: Option<String>,
 }
 
 impl Job {
@@ -287,6 +289,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "total_deadline_at",
     "re_enqueued_at",
     "priority_aging_ms",
+    "original_queue",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

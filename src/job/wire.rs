@@ -119,6 +119,9 @@ impl Serialize for WireJob<'_> {
         if let Some(at) = j.re_enqueued_at {
             map.serialize_entry("re_enqueued_at", &ts(at))?;
         }
+        if let Some(queue) = &j.original_queue {
+            map.serialize_entry("original_queue", queue)?;
+        }
         if let Some(at) = j.started_at {
             map.serialize_entry("started_at", &ts(at))?;
         }

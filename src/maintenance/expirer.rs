@@ -18,7 +18,8 @@ pub struct ExpirerConfig {
 
 /// Discards `scheduled`, `available`, `pending` and `retryable` jobs whose `expires_at`,
 /// enqueue TTL or total timeout passed (error `expired`; dead-lettered per `on_exhaustion`).
-/// FETCH already never hands such a job out; this makes its state say so.
+/// FETCH already never hands such a job out; this makes its state say so. Each pass also
+/// removes draining queues (being deleted) whose last unfinished job has ended.
 pub struct Expirer {
     context: Context,
     config: ExpirerConfig,
@@ -41,6 +42,10 @@ impl Service for Expirer {
 
     async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
         let size = self.config.batch_size;
+        // Queues being deleted whose last job has ended are removed now.
+        let mut tx = self.context.begin("scheduler").await?;
+        store::queue::complete_draining(&mut *tx).await?;
+        tx.commit().await?;
         self.context
             .batches("scheduler", |conn| {
                 Box::pin(async move {

@@ -107,6 +107,14 @@ pub async fn insert_many(
                      total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
                      pending, priority_aging_ms, ord)
         ),
+        -- A draining queue (being deleted) takes no new jobs: the statement aborts with
+        -- SQLSTATE OJ001. No lock is taken: an enqueue that read the queue as active just
+        -- before it started draining lands its job there, where it runs normally.
+        refused as (
+            select ojs_queue_draining_error(q.name) as refused
+              from ojs_queue q
+             where q.name in (select distinct queue from input) and q.state = 'draining'
+        ),
         resolved as (
             select i.*, r.scheduled_at, r.expires_at,
                    case when i.pending then 'pending'
@@ -137,6 +145,7 @@ pub async fn insert_many(
                    now() + total_timeout_secs * interval '1 second',
                    priority_aging_ms
               from resolved
+             where not exists (select 1 from refused)
              -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
              order by ord
             returning j as job, j.queue, j.state

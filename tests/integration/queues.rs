@@ -315,3 +315,200 @@ async fn a_dead_letter_retry_into_a_new_queue_creates_it() {
     let queue = app.get("/ojs/v1/queues/elsewhere").await.expect(200).json;
     assert_eq!(queue["stats"]["available"], 1);
 }
+
+impl TestApp {
+    async fn delete_queue(&self, name: &str, body: serde_json::Value) -> crate::harness::Resp {
+        self.send(
+            reqwest::Method::DELETE,
+            &format!("/ojs/v1/queues/{name}"),
+            Some(body.to_string().into_bytes()),
+            &[("content-type", "application/json")],
+        )
+        .await
+    }
+
+    /// One expirer pass, which also removes drained queues.
+    async fn expire(&self) {
+        use ojsd::maintenance::Service;
+        let expirer = ojsd::maintenance::Expirer::new(
+            self.maintenance(),
+            ojsd::maintenance::ExpirerConfig {
+                interval: Duration::from_secs(1),
+                batch_size: 100,
+            },
+        );
+        expirer.run_once(None).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn deleting_with_reject_only_removes_an_empty_queue() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("a.b", "rej")).await;
+    let refused = app
+        .delete_queue("rej", json!({"strategy": "reject"}))
+        .await
+        .expect_error(409, "conflict");
+    assert_eq!(refused.json["error"]["details"]["non_terminal_count"], 1);
+    app.delete(&format!("/ojs/v1/jobs/{id}")).await.expect(200);
+    let deleted = app
+        .delete_queue("rej", json!({"strategy": "reject"}))
+        .await
+        .expect(202);
+    assert_eq!(
+        deleted.json,
+        json!({"queue": "rej", "strategy": "reject", "jobs_affected": 0, "state": "deleted"})
+    );
+    app.get("/ojs/v1/queues/rej")
+        .await
+        .expect_error(404, "not_found");
+    // The name can be used again: a new queue.
+    app.push(job("a.b", "rej")).await;
+    app.get("/ojs/v1/queues/rej").await.expect(200);
+
+    for (body, field) in [
+        (json!({}), "$.strategy"),
+        (json!({"strategy": "burn"}), "$.strategy"),
+        (json!({"strategy": "move"}), "$.target_queue"),
+        (
+            json!({"strategy": "move", "target_queue": "rej"}),
+            "$.target_queue",
+        ),
+    ] {
+        let resp = app
+            .delete_queue("rej", body)
+            .await
+            .expect_error(400, "invalid_request");
+        assert_eq!(resp.json["error"]["details"]["field"], field);
+    }
+    app.delete_queue("nowhere", json!({"strategy": "reject"}))
+        .await
+        .expect_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn deleting_with_discard_drains_active_jobs_then_removes_the_queue() {
+    let app = TestApp::spawn().await;
+    let running = app.push_id(job("a.b", "dq")).await;
+    app.fetch_one("dq", "w").await;
+    let waiting = app.push_id(job("a.b", "dq")).await;
+    let mut later = job("a.b", "dq");
+    later["scheduled_at"] = json!("+1h");
+    let scheduled = app.push_id(later).await;
+
+    let resp = app
+        .send(
+            reqwest::Method::DELETE,
+            "/ojs/v1/queues/dq?strategy=discard",
+            None,
+            &[],
+        )
+        .await
+        .expect(202);
+    assert_eq!(resp.json["jobs_affected"], 2);
+    assert_eq!(resp.json["state"], "draining");
+    for id in [&waiting, &scheduled] {
+        let j = app.job(id).await;
+        assert_eq!(j["state"], "discarded");
+        assert_eq!(j["error"]["code"], "queue_deleted");
+        assert!(
+            j.get("dead_lettered_at")
+                .is_none_or(serde_json::Value::is_null)
+        );
+    }
+    // Draining: listed as such, refuses new jobs and pausing, still serves its workers.
+    assert_eq!(
+        app.get("/ojs/v1/queues/dq").await.expect(200).json["state"],
+        "draining"
+    );
+    app.post("/ojs/v1/jobs", job("a.b", "dq"))
+        .await
+        .expect_error(409, "conflict");
+    app.post(
+        "/ojs/v1/jobs/batch",
+        json!({"jobs": [job("a.b", "ok"), job("a.b", "dq")]}),
+    )
+    .await
+    .expect_error(409, "conflict");
+    app.get("/ojs/v1/queues/ok")
+        .await
+        .expect_error(404, "not_found");
+    app.post("/ojs/v1/queues/dq/pause", json!({}))
+        .await
+        .expect_error(409, "conflict");
+    app.delete_queue("dq", json!({"strategy": "discard"}))
+        .await
+        .expect_error(409, "conflict");
+    app.expire().await;
+    assert_eq!(
+        app.get("/ojs/v1/queues/dq").await.expect(200).json["state"],
+        "draining",
+        "an active job remains"
+    );
+    app.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": running, "worker_id": "w"}),
+    )
+    .await
+    .expect(200);
+    app.expire().await;
+    app.get("/ojs/v1/queues/dq")
+        .await
+        .expect_error(404, "not_found");
+    let data: serde_json::Value = sqlx::query_scalar(
+        "select data from ojs_event where type = 'queue.deleted' and subject = 'dq'",
+    )
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        data,
+        json!({"queue": "dq", "strategy": "discard", "jobs_affected": 2})
+    );
+    let reason: String = sqlx::query_scalar(
+        "select data ->> 'reason' from ojs_event where type = 'job.discarded' and job_id = $1::uuid",
+    )
+    .bind(&waiting)
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(reason, "queue_deleted");
+}
+
+#[tokio::test]
+async fn deleting_with_move_sends_waiting_jobs_to_the_target() {
+    let app = TestApp::spawn().await;
+    let a = app.push_id(job("a.b", "old")).await;
+    let b = app.push_id(job("a.b", "old")).await;
+    app.push(job("a.b", "new")).await;
+    let poll = spawn_fetch(
+        &app.client,
+        &app.base,
+        &json!({"queues": ["fresh"], "wait_ms": 10000}),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = app
+        .delete_queue("old", json!({"strategy": "move", "target_queue": "fresh"}))
+        .await
+        .expect(202);
+    assert_eq!(
+        resp.json,
+        json!({"queue": "old", "strategy": "move", "target_queue": "fresh",
+               "jobs_affected": 2, "state": "deleted"})
+    );
+    // The long poll on the target hears of the moved jobs.
+    let body = poll.await.unwrap();
+    assert_eq!(body["jobs"][0]["id"], a.as_str());
+    assert_eq!(body["jobs"][0]["original_queue"], "old");
+    let moved = app.job(&b).await;
+    assert_eq!(moved["queue"], "fresh");
+    assert_eq!(moved["original_queue"], "old");
+    assert_eq!(moved["state"], "available");
+    app.get("/ojs/v1/queues/old")
+        .await
+        .expect_error(404, "not_found");
+    assert_eq!(
+        app.get("/ojs/v1/queues/fresh").await.expect(200).json["stats"]["available"],
+        1
+    );
+}
