@@ -115,6 +115,7 @@ impl Application {
                 test_hooks: config.test_hooks,
                 fetch_strategy: config.fetch_strategy,
                 queue_weights: config.queue_weights.clone(),
+                strict_queues: config.strict_queues,
             },
             announcer.clone(),
         );

@@ -129,6 +129,11 @@ pub struct Config {
     #[arg(long, env = "OJS_FETCH_STRATEGY", value_enum)]
     pub fetch_strategy: Option<crate::broker::Strategy>,
 
+    /// Refuse enqueues to queues that do not exist (400 `unknown_queue`) instead of creating
+    /// them; queues are then created with `POST /ojs/v1/queues` (or pause/resume).
+    #[arg(long, env = "OJS_STRICT_QUEUES", value_parser = clap::builder::BoolishValueParser::new())]
+    pub strict_queues: bool,
+
     /// Queue weights for the `weighted` strategy, e.g. `critical=5,default=2,low=1`. When set
     /// they replace the weights a FETCH sends; queues not named weigh 1, weight 0 = never.
     #[arg(long, env = "OJS_QUEUE_WEIGHTS", value_parser = crate::broker::parse_weights_setting)]
@@ -286,6 +291,7 @@ impl Default for Config {
             priority_aging_interval: None,
             fetch_strategy: None,
             queue_weights: None,
+            strict_queues: false,
             default_timeout_secs: DEFAULT_TIMEOUT_SECS,
             default_visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
             heartbeat_interval_secs: DEFAULT_HEARTBEAT_INTERVAL_SECS,

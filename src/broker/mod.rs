@@ -32,6 +32,7 @@ use crate::job::{Job, JobId, JobState};
 use crate::notifier::Announcer;
 use crate::store;
 use crate::store::job::{ClaimParams, CompleteParams, FailParams, FailTarget};
+use crate::store::queue::QueueRefusal;
 use crate::telemetry;
 use crate::timestamp::ClientTime;
 use group::GroupCommit;
@@ -60,6 +61,8 @@ pub struct Settings {
     pub fetch_strategy: Option<Strategy>,
     /// Queue weights imposed on every weighted FETCH (`None`: the FETCH's own).
     pub queue_weights: Option<Weights>,
+    /// Enqueues to a queue that does not exist are refused instead of creating it.
+    pub strict_queues: bool,
 }
 
 /// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
@@ -186,8 +189,9 @@ impl Broker {
     /// runtime; `announcer`'s task must run for other replicas to hear of new jobs.
     pub fn new(pool: PgPool, settings: Settings, announcer: Announcer) -> Broker {
         let push_pool = pool.clone();
+        let strict_queues = settings.strict_queues;
         let pushes = GroupCommit::spawn(GROUP_FLUSHERS, PUSH_GROUP_MAX, move |jobs| {
-            flush_pushes(push_pool.clone(), jobs)
+            flush_pushes(push_pool.clone(), jobs, strict_queues)
         });
         let ack_pool = pool.clone();
         let acks = GroupCommit::spawn(GROUP_FLUSHERS, ACK_GROUP_MAX, move |acks| {
@@ -244,7 +248,7 @@ impl Broker {
                 None => Err(Error::Database(sqlx::Error::PoolClosed)),
             }
         } else {
-            store::job::insert_many(&self.pool, &jobs)
+            store::job::insert_many(&self.pool, &jobs, self.settings.strict_queues)
                 .await
                 .map(created)
                 .map_err(Error::from)
@@ -269,10 +273,15 @@ impl Broker {
             }
         }
         match result {
-            Err(Error::Database(e)) if let Some(queue) = store::queue::draining_queue(&e) => {
-                Err(Error::QueueDraining {
-                    queue,
-                    operation: "enqueue into",
+            Err(Error::Database(e))
+                if let Some((refusal, queue)) = store::queue::queue_refusal(&e) =>
+            {
+                Err(match refusal {
+                    QueueRefusal::Draining => Error::QueueDraining {
+                        queue,
+                        operation: "enqueue into",
+                    },
+                    QueueRefusal::Unknown => Error::UnknownQueue(queue),
                 })
             }
             // A client-supplied id is taken (possibly by a concurrent request).
@@ -329,7 +338,7 @@ impl Broker {
         let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
         queues.sort_unstable();
         queues.dedup();
-        for queue in queues {
+        for queue in queues.into_iter().filter(|_| !self.settings.strict_queues) {
             store::queue::ensure(&mut *tx, queue, true).await?;
         }
         let (candidates, now) = store::job::unique_candidates(&mut *tx, &keys).await?;
@@ -491,7 +500,8 @@ impl Broker {
         }
         create_indexes.sort_unstable();
         let to_create: Vec<NewJob> = create_indexes.iter().map(|&i| jobs[i].clone()).collect();
-        let created = store::job::insert_many(&mut *tx, &to_create).await?;
+        let created =
+            store::job::insert_many(&mut *tx, &to_create, self.settings.strict_queues).await?;
         tx.commit().await?;
 
         let created: HashMap<usize, Job> = create_indexes.into_iter().zip(created).collect();
@@ -1020,16 +1030,17 @@ fn plan_nack(
 /// Writes a group of single-job PUSH requests in one statement. When that fails (a client-chosen
 /// id taken, or two requests naming the same id), each job is written alone, so each request gets
 /// the outcome it would have had by itself.
-async fn flush_pushes(pool: PgPool, jobs: Vec<NewJob>) -> Vec<Result<Job>> {
+async fn flush_pushes(pool: PgPool, jobs: Vec<NewJob>, strict_queues: bool) -> Vec<Result<Job>> {
     if jobs.len() > 1 {
-        match store::job::insert_many(&pool, &jobs).await {
+        match store::job::insert_many(&pool, &jobs, strict_queues).await {
             Ok(rows) if rows.len() == jobs.len() => return rows.into_iter().map(Ok).collect(),
             Ok(_) | Err(_) => {}
         }
     }
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {
-        let written = store::job::insert_many(&pool, std::slice::from_ref(&job)).await;
+        let written =
+            store::job::insert_many(&pool, std::slice::from_ref(&job), strict_queues).await;
         out.push(match written {
             Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
             Ok(_) => Err(Error::Database(sqlx::Error::RowNotFound)),

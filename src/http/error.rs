@@ -361,6 +361,14 @@ impl From<Error> for ApiError {
             .with_details(json!({"resource_type": "dead_letter", "resource_id": id.to_string()})),
             Error::WorkerNotFound(id) => ApiError::not_found("worker", &id),
             Error::QueueNotFound(name) => ApiError::not_found("queue", &name),
+            Error::UnknownQueue(name) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!(
+                    "Queue '{name}' does not exist, and this server only enqueues to existing queues: create it first (POST /ojs/v1/queues)."
+                ),
+            )
+            .with_details(json!({"field": "$.queue", "queue": name, "reason": "unknown_queue"})),
             Error::QueueExists(name) => ApiError::new(
                 StatusCode::CONFLICT,
                 "conflict",

@@ -32,6 +32,7 @@ const UNIQUE_LOCK_NAMESPACE: i32 = 0x6f6a_7375; // "ojsu"
 pub async fn insert_many(
     db: impl PgExecutor<'_>,
     jobs: &[NewJob],
+    strict_queues: bool,
 ) -> Result<Vec<Job>, sqlx::Error> {
     let n = jobs.len();
     let mut ids = Vec::with_capacity(n);
@@ -110,10 +111,15 @@ pub async fn insert_many(
         -- A draining queue (being deleted) takes no new jobs: the statement aborts with
         -- SQLSTATE OJ001. No lock is taken: an enqueue that read the queue as active just
         -- before it started draining lands its job there, where it runs normally.
+        -- With strict queues ($26) a queue must exist before its first job (SQLSTATE OJ002).
         refused as (
             select ojs_queue_draining_error(q.name) as refused
               from ojs_queue q
              where q.name in (select distinct queue from input) and q.state = 'draining'
+            union all
+            select ojs_queue_unknown_error(n.queue)
+              from (select distinct queue from input) n
+             where $26 and not exists (select 1 from ojs_queue q where q.name = n.queue)
         ),
         resolved as (
             select i.*, r.scheduled_at, r.expires_at,
@@ -211,6 +217,7 @@ pub async fn insert_many(
         &extras as &[&str],
         &pendings,
         &agings as &[Option<i64>],
+        strict_queues,
     )
     .fetch_all(db)
     .await?;

@@ -392,10 +392,24 @@ pub async fn complete_draining(db: impl PgExecutor<'_>) -> Result<Vec<String>, s
     .await
 }
 
-/// Whether `e` is an enqueue refused because its queue is draining; the queue's name if so.
-pub fn draining_queue(e: &sqlx::Error) -> Option<String> {
+/// Why the database refused an enqueue because of its queue, and which queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueRefusal {
+    /// The queue is draining (SQLSTATE OJ001).
+    Draining,
+    /// The queue does not exist and strict queues are on (SQLSTATE OJ002).
+    Unknown,
+}
+
+/// Whether `e` is an enqueue refused because of its queue: why, and the queue's name.
+pub fn queue_refusal(e: &sqlx::Error) -> Option<(QueueRefusal, String)> {
     let db = e.as_database_error()?;
-    (db.code().as_deref() == Some("OJ001")).then(|| db.message().to_owned())
+    let refusal = match db.code().as_deref()? {
+        "OJ001" => QueueRefusal::Draining,
+        "OJ002" => QueueRefusal::Unknown,
+        _ => return None,
+    };
+    Some((refusal, db.message().to_owned()))
 }
 
 /// Deletes every queue row (test hook `POST /ojs/v1/admin/reset` only).

@@ -512,3 +512,36 @@ async fn deleting_with_move_sends_waiting_jobs_to_the_target() {
         1
     );
 }
+
+#[tokio::test]
+async fn with_strict_queues_only_existing_queues_take_jobs() {
+    let app = TestApp::spawn_with(|c| c.strict_queues = true).await;
+    let refused = app
+        .post("/ojs/v1/jobs", job("a.b", "unknown"))
+        .await
+        .expect_error(400, "invalid_request");
+    assert_eq!(refused.json["error"]["details"]["reason"], "unknown_queue");
+    assert_eq!(refused.json["error"]["details"]["queue"], "unknown");
+    app.get("/ojs/v1/queues/unknown")
+        .await
+        .expect_error(404, "not_found");
+
+    app.post("/ojs/v1/queues", json!({"name": "known"}))
+        .await
+        .expect(201);
+    app.push(job("a.b", "known")).await;
+    // A batch naming one unknown queue is refused whole.
+    app.post(
+        "/ojs/v1/jobs/batch",
+        json!({"jobs": [job("a.b", "known"), job("a.b", "unknown")]}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
+    // Unique jobs follow the same rule.
+    let mut unique = job("a.b", "unknown");
+    unique["unique"] = json!({"keys": ["type"]});
+    app.post("/ojs/v1/jobs", unique)
+        .await
+        .expect_error(400, "invalid_request");
+    assert_eq!(app.job_count().await, 1);
+}
