@@ -10,15 +10,16 @@ alter table ojs_queue add column deletion jsonb;
 comment on column ojs_queue.deletion is
     'While draining: how the queue is being deleted ({"strategy", "target_queue", "jobs_affected"}), for its queue.deleted event once its last active job ends.';
 
--- Raised by an enqueue into a draining queue (SQLSTATE OJ001, the queue name as the message);
--- the server answers 409 conflict. Called only for queues found draining.
-create function ojs_queue_draining_error(queue text) returns boolean
+-- Aborts an enqueue the queue refuses, with the queue name as the message and `code` as the
+-- SQLSTATE: OJ001 for a draining queue (409 conflict), OJ002 for a queue that does not exist
+-- while strict queues are on (400 invalid_request). Called only for the queues that refuse.
+create function ojs_queue_refused(queue text, code text) returns boolean
     language plpgsql
 as $$
 begin
-    raise exception using errcode = 'OJ001', message = queue;
+    raise exception using errcode = code, message = queue;
 end;
 $$;
 
-comment on function ojs_queue_draining_error(text) is
-    'Aborts an enqueue into a draining queue (SQLSTATE OJ001, message = queue name).';
+comment on function ojs_queue_refused(text, text) is
+    'Aborts an enqueue its queue refuses (SQLSTATE OJ001: draining; OJ002: unknown under strict queues; message = queue name).';

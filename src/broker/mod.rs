@@ -334,12 +334,14 @@ impl Broker {
             .collect();
         store::job::lock_unique_keys(&mut *tx, &keys).await?;
         // A replacement in place may move a job to a queue that has no row yet (new jobs
-        // register theirs as they are inserted).
-        let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
-        queues.sort_unstable();
-        queues.dedup();
-        for queue in queues.into_iter().filter(|_| !self.settings.strict_queues) {
-            store::queue::ensure(&mut *tx, queue, true).await?;
+        // register theirs as they are inserted). Strict queues are never created this way.
+        if !self.settings.strict_queues {
+            let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+            queues.sort_unstable();
+            queues.dedup();
+            for queue in queues {
+                store::queue::ensure(&mut *tx, queue, true).await?;
+            }
         }
         let (candidates, now) = store::job::unique_candidates(&mut *tx, &keys).await?;
 

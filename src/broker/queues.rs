@@ -68,8 +68,7 @@ impl Broker {
     /// One queue with its counts.
     pub async fn queue_stats(&self, name: &str) -> Result<QueueStats> {
         let queue = self.queue(name).await?;
-        let counts = store::queue::counts(&self.pool, name).await?;
-        Ok(QueueStats { queue, counts })
+        Ok(self.with_counts(vec![queue]).await?.remove(0))
     }
 
     /// Queues by name, a page at a time, with their counts; and how many there are.
@@ -80,12 +79,20 @@ impl Broker {
         offset: i64,
     ) -> Result<(Vec<QueueStats>, i64)> {
         let (rows, total) = store::queue::list(&self.pool, state, limit, offset).await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for queue in rows {
-            let counts = store::queue::counts(&self.pool, &queue.name).await?;
-            out.push(QueueStats { queue, counts });
-        }
-        Ok((out, total))
+        Ok((self.with_counts(rows).await?, total))
+    }
+
+    /// `queues` with their counts, read in one statement.
+    async fn with_counts(&self, queues: Vec<Queue>) -> Result<Vec<QueueStats>> {
+        let names: Vec<String> = queues.iter().map(|q| q.name.clone()).collect();
+        let mut counts = store::queue::counts(&self.pool, &names).await?;
+        Ok(queues
+            .into_iter()
+            .map(|queue| QueueStats {
+                counts: counts.remove(&queue.name).unwrap_or_default(),
+                queue,
+            })
+            .collect())
     }
 
     /// Deletes a queue (contract §4.4.6). Waiting jobs are discarded or moved per `strategy`

@@ -136,14 +136,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let name = fields.required_string("name")?;
-    if !is_valid_queue(&name) {
-        return Err(ApiError::invalid_field(
-            "$.name",
-            format!(
-                "queue name {name:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.'"
-            ),
-        ));
-    }
+    check_queue_name("$.name", &name)?;
     if fields.raw("config").is_some_and(|c| c.get().trim() != "{}") {
         return Err(ApiError::unsupported(
             "Queue configuration is not supported yet; create the queue without 'config'.",
@@ -325,18 +318,23 @@ async fn set_paused(state: &AppState, name: &str, paused: bool) -> Result<Respon
     Ok(ok(body).into_response())
 }
 
-/// The queue name of a path, validated.
-pub fn queue_path(name: &str) -> Result<(), ApiError> {
+/// A queue name found at `field` of a request, validated.
+pub fn check_queue_name(field: &str, name: &str) -> Result<(), ApiError> {
     if is_valid_queue(name) {
         Ok(())
     } else {
         Err(ApiError::invalid_field(
-            "path.name",
+            field,
             format!(
                 "queue name {name:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.'"
             ),
         ))
     }
+}
+
+/// The queue name of a path, validated.
+pub fn queue_path(name: &str) -> Result<(), ApiError> {
+    check_queue_name("path.name", name)
 }
 
 /// `GET /ojs/v1/queues/{name}/priority-stats` (priority extension §10.3): available jobs per

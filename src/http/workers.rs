@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Fields, JsonBody, WorkerIdPath};
+use super::queues::check_queue_name;
 use super::{AppState, Ojs, ok};
 use crate::broker::{FetchRequest, MAX_WEIGHT, NackRequest, Weights};
 use crate::duration;
@@ -376,14 +377,7 @@ fn parse_fetch(state: &AppState, fields: &Fields<'_>) -> Result<FetchRequest, Ap
     }
     let mut queues: Vec<String> = Vec::with_capacity(names.len());
     for (i, name) in names.into_iter().enumerate() {
-        if !is_valid_queue(&name) {
-            return Err(ApiError::invalid_field(
-                &format!("$.queues[{i}]"),
-                format!(
-                    "queue name {name:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.'"
-                ),
-            ));
-        }
+        check_queue_name(&format!("$.queues[{i}]"), &name)?;
         if !queues.contains(&name) {
             queues.push(name);
         }
@@ -449,9 +443,7 @@ fn parse_weights(raw: &RawValue) -> Result<Weights, ApiError> {
     let mut weights = Weights::default();
     for (queue, value) in object.iter() {
         let path = format!("$.weights.{queue}");
-        if !is_valid_queue(queue) {
-            return Err(invalid(&path, format!("queue name {queue:?} is invalid")));
-        }
+        check_queue_name(&path, queue)?;
         let weight = json::as_integer(value)
             .and_then(|w| u32::try_from(w).ok())
             .filter(|w| *w <= MAX_WEIGHT)

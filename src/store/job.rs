@@ -113,11 +113,11 @@ pub async fn insert_many(
         -- before it started draining lands its job there, where it runs normally.
         -- With strict queues ($26) a queue must exist before its first job (SQLSTATE OJ002).
         refused as (
-            select ojs_queue_draining_error(q.name) as refused
+            select ojs_queue_refused(q.name, 'OJ001') as refused
               from ojs_queue q
              where q.name in (select distinct queue from input) and q.state = 'draining'
             union all
-            select ojs_queue_unknown_error(n.queue)
+            select ojs_queue_refused(n.queue, 'OJ002')
               from (select distinct queue from input) n
              where $26 and not exists (select 1 from ojs_queue q where q.name = n.queue)
         ),

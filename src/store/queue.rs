@@ -4,6 +4,8 @@
 //! [`crate::store::job::insert_many`]), when it is paused or resumed, or when it is created
 //! explicitly. Jobs name their queue by text, so a queue without a row behaves as `active`.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
@@ -182,11 +184,16 @@ pub async fn set_paused(
     .await
 }
 
-/// Job counts and recent activity of `queue` ("today" starts at 00:00 UTC).
-pub async fn counts(db: impl PgExecutor<'_>, queue: &str) -> Result<QueueCounts, sqlx::Error> {
-    let r = sqlx::query!(
+/// Job counts and recent activity of each of `queues` ("today" starts at 00:00 UTC), in one
+/// pass over their jobs. A queue without jobs gets all zeros.
+pub async fn counts(
+    db: impl PgExecutor<'_>,
+    queues: &[String],
+) -> Result<HashMap<String, QueueCounts>, sqlx::Error> {
+    let rows = sqlx::query!(
         r#"
-        select count(*) filter (where state = 'available') as "available!",
+        select queue as "queue!",
+               count(*) filter (where state = 'available') as "available!",
                count(*) filter (where state = 'active') as "active!",
                count(*) filter (where state = 'scheduled') as "scheduled!",
                count(*) filter (where state = 'retryable') as "retryable!",
@@ -210,29 +217,36 @@ pub async fn counts(db: impl PgExecutor<'_>, queue: &str) -> Result<QueueCounts,
                    filter (where state = 'completed' and completed_at >= now() - interval '1 hour')
                    ::float8 as avg_wait_ms
           from ojs_job
-         where queue = $1
+         where queue = any($1)
+         group by queue
         "#,
-        queue,
+        queues,
     )
-    .fetch_one(db)
+    .fetch_all(db)
     .await?;
-    Ok(QueueCounts {
-        available: r.available,
-        active: r.active,
-        scheduled: r.scheduled,
-        retryable: r.retryable,
-        pending: r.pending,
-        completed: r.completed,
-        discarded: r.discarded,
-        cancelled: r.cancelled,
-        dead_letter: r.dead_letter,
-        completed_today: r.completed_today,
-        failed_today: r.failed_today,
-        completed_last_hour: r.completed_last_hour,
-        failed_last_hour: r.failed_last_hour,
-        avg_duration_ms: r.avg_duration_ms,
-        avg_wait_ms: r.avg_wait_ms,
-    })
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let counts = QueueCounts {
+                available: r.available,
+                active: r.active,
+                scheduled: r.scheduled,
+                retryable: r.retryable,
+                pending: r.pending,
+                completed: r.completed,
+                discarded: r.discarded,
+                cancelled: r.cancelled,
+                dead_letter: r.dead_letter,
+                completed_today: r.completed_today,
+                failed_today: r.failed_today,
+                completed_last_hour: r.completed_last_hour,
+                failed_last_hour: r.failed_last_hour,
+                avg_duration_ms: r.avg_duration_ms,
+                avg_wait_ms: r.avg_wait_ms,
+            };
+            (r.queue, counts)
+        })
+        .collect())
 }
 
 /// What a deletion found, with the queue row locked.
