@@ -79,6 +79,36 @@ pub enum Error {
         unique_key: String,
         index: Option<usize>,
     },
+    /// A queue configuration body is invalid.
+    #[error("invalid queue configuration")]
+    InvalidConfig(crate::queue_config::ConfigError),
+    /// The queue is at its bound and its overflow policy refuses the enqueue.
+    #[error("queue {queue} is full")]
+    QueueFull {
+        queue: String,
+        /// Unfinished jobs in the queue.
+        depth: i64,
+        /// Its `max_size` (or, when the byte bound was hit, the jobs it holds).
+        bound: i64,
+        /// The byte bound when that is the one hit.
+        bound_bytes: Option<i64>,
+        policy: String,
+        index: Option<usize>,
+    },
+    /// The queue's `allowed_job_types` do not match the job's type.
+    #[error("job type {job_type} is not allowed in queue {queue}")]
+    JobTypeNotAllowed {
+        queue: String,
+        job_type: String,
+        index: Option<usize>,
+    },
+    /// The queue's `producers` do not include the request's producer.
+    #[error("producer is not allowed to enqueue to queue {queue}")]
+    ProducerNotAllowed {
+        queue: String,
+        producer: Option<String>,
+        index: Option<usize>,
+    },
     /// The request asks for something this server does not offer.
     #[error("{0}")]
     Unsupported(String),

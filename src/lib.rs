@@ -30,6 +30,8 @@ pub mod leadership;
 pub mod maintenance;
 /// LISTEN/NOTIFY fan-out for long-polling fetches.
 pub mod notifier;
+/// Queue configuration: validation, merging and resolution of its layers.
+pub mod queue_config;
 /// All SQL, grouped by table.
 pub mod store;
 /// Logging setup.

@@ -219,3 +219,23 @@ pub fn maintenance_pass(
         None => counter!("ojs_maintenance_errors_total", "service" => service).increment(1),
     }
 }
+
+/// A bounded queue's depth against its bound (`ojs_queue_max_size`, `ojs_queue_utilization`,
+/// `ojs_backpressure_pressure`), as seen by an enqueue.
+pub fn queue_pressure(queue: &str, depth: i64, bound: i64) {
+    let ratio = depth as f64 / bound.max(1) as f64;
+    gauge!("ojs_queue_max_size", "queue" => queue.to_owned()).set(bound as f64);
+    gauge!("ojs_queue_utilization", "queue" => queue.to_owned()).set(ratio);
+    gauge!("ojs_backpressure_pressure", "queue" => queue.to_owned()).set(ratio);
+}
+
+/// An enqueue refused (`reject`, `block`) or a job dropped (`drop_oldest`) at a queue's bound.
+pub fn queue_overflow(queue: &str, policy: &str) {
+    counter!("ojs_queue_overflow_total", "queue" => queue.to_owned(), "policy" => policy.to_owned())
+        .increment(1);
+    if policy == "drop_oldest" {
+        counter!("ojs_backpressure_dropped_total", "queue" => queue.to_owned()).increment(1);
+    } else {
+        counter!("ojs_backpressure_rejected_total", "queue" => queue.to_owned()).increment(1);
+    }
+}

@@ -5,12 +5,14 @@
 //! An operation runs its statements (in one transaction when it needs several to be atomic)
 //! and turns "nothing matched" into the precise reason: not found, wrong state, wrong owner.
 
+pub mod configs;
 mod dead_letter;
 mod dispatch;
 mod group;
 mod queues;
 mod workers;
 
+pub use configs::Snapshot as QueueConfigs;
 pub use dispatch::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting};
 pub use queues::{DeleteStrategy, Deleted, Queue, QueueStats};
 
@@ -35,6 +37,7 @@ use crate::store::job::{ClaimParams, CompleteParams, FailParams, FailTarget};
 use crate::store::queue::QueueRefusal;
 use crate::telemetry;
 use crate::timestamp::ClientTime;
+use configs::{Configs, Snapshot};
 use group::GroupCommit;
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
@@ -92,6 +95,10 @@ pub struct Broker {
     /// Fetching workers recently recorded as seen (so FETCH writes `last_seen_at` rarely),
     /// with the fetch defaults they registered.
     seen_workers: Arc<Mutex<HashMap<String, (Instant, FetchDefaults)>>>,
+    /// Resolved queue configurations.
+    configs: Arc<Configs>,
+    /// When this process last recorded `queue.full` per queue.
+    full_events: Arc<Mutex<HashMap<String, Instant>>>,
     /// State of the weighted and round-robin strategies.
     dispatcher: Arc<dispatch::Dispatcher>,
 }
@@ -112,6 +119,101 @@ pub enum PushOutcome {
 pub struct Pushed {
     pub job: Job,
     pub outcome: PushOutcome,
+}
+
+/// Who is pushing, and how long they may wait for room (contract §1.3).
+#[derive(Debug, Clone, Default)]
+pub struct PushContext {
+    /// The producer identity (`OJS-Producer` header), checked against a queue's `producers`.
+    pub producer: Option<String>,
+    /// How long an enqueue into a full `block` queue may wait (`OJS-Block-Timeout`).
+    pub block_timeout: Duration,
+}
+
+/// What a PUSH wrote, and the pressure on the fullest bounded queue it wrote to when that is
+/// at or past the queue's `warning_threshold`.
+#[derive(Debug, Clone)]
+pub struct PushResult {
+    pub jobs: Vec<Pushed>,
+    pub pressure: Option<Pressure>,
+}
+
+/// A bounded queue's depth against its bound.
+#[derive(Debug, Clone)]
+pub struct Pressure {
+    pub queue: String,
+    pub depth: i64,
+    pub bound: i64,
+}
+
+impl Pressure {
+    /// Depth / bound.
+    pub fn ratio(&self) -> f64 {
+        self.depth as f64 / self.bound.max(1) as f64
+    }
+}
+
+/// How often a PUSH blocked on a full queue looks for room again.
+const BLOCK_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Whether a write failed because the jobs were prepared with an outdated configuration.
+fn is_stale_config(e: &Error) -> bool {
+    matches!(e, Error::Database(db)
+        if matches!(store::queue::queue_refusal(db), Some((QueueRefusal::StaleConfig, _))))
+}
+
+/// Applies each job's queue configuration: its access rules (`allowed_job_types`,
+/// `producers`) and, where the job sets none of its own, the queue's `default_timeout`,
+/// `visibility_timeout` and `default_retry` fields (the job's retry fields win one by one).
+fn prepare(
+    jobs: &[NewJob],
+    configs: &Snapshot,
+    ctx: &PushContext,
+    limits: &Limits,
+) -> Result<Vec<NewJob>> {
+    let batch = jobs.len() > 1;
+    jobs.iter()
+        .enumerate()
+        .map(|(index, job)| {
+            let index = batch.then_some(index);
+            let config = configs.of(&job.queue);
+            if !config.allows_type(&job.r#type) {
+                return Err(Error::JobTypeNotAllowed {
+                    queue: job.queue.clone(),
+                    job_type: job.r#type.clone(),
+                    index,
+                });
+            }
+            if !config.allows_producer(ctx.producer.as_deref()) {
+                return Err(Error::ProducerNotAllowed {
+                    queue: job.queue.clone(),
+                    producer: ctx.producer.clone(),
+                    index,
+                });
+            }
+            let mut job = job.clone();
+            job.config_generation = configs.generation;
+            if !job.timeout_explicit {
+                job.timeout_ms = config
+                    .default_timeout
+                    .map_or(limits.default_timeout_ms, |s| s * 1_000);
+            }
+            if job.visibility_timeout_ms.is_none() {
+                job.visibility_timeout_ms = config.visibility_timeout.map(|s| s * 1_000);
+            }
+            if let Some(merged) = crate::queue_config::layered_retry(
+                &config.default_retry,
+                job.retry_input.as_deref(),
+            ) {
+                let raw = crate::json::raw(merged);
+                job.retry = RetryPolicy::parse(&raw, "$.retry").map_err(|v| Error::Rejected {
+                    index,
+                    rejection: crate::job::envelope::Rejection::InvalidRetry(v),
+                })?;
+            }
+            Ok(job)
+        })
+        .collect()
 }
 
 /// A FETCH request, validated.
@@ -205,6 +307,8 @@ impl Broker {
             acks: Arc::new(acks),
             seen_workers: Arc::default(),
             dispatcher: Arc::default(),
+            configs: Arc::default(),
+            full_events: Arc::default(),
         }
     }
 
@@ -218,8 +322,62 @@ impl Broker {
         &self.settings
     }
 
-    /// PUSH: writes validated jobs atomically (all or none) and returns them in request order.
-    pub async fn push(&self, jobs: Vec<NewJob>) -> Result<Vec<Pushed>> {
+    /// PUSH: applies the queues' configuration to validated jobs (access rules and defaults),
+    /// writes them atomically (all or none) and returns them in request order. A queue at its
+    /// bound refuses, drops its oldest waiting jobs, or is waited on, per its overflow policy.
+    pub async fn push(&self, jobs: Vec<NewJob>, ctx: &PushContext) -> Result<PushResult> {
+        let deadline = Instant::now() + ctx.block_timeout;
+        let mut stale = 0;
+        loop {
+            let configs = self.configs.current(&self.pool).await?;
+            let prepared = prepare(&jobs, &configs, ctx, &self.settings.limits)?;
+            let result = match self.write_pushed(&prepared, None).await {
+                Err(Error::QueueFull { policy, .. }) if policy == "drop_oldest" => {
+                    self.push_dropping_oldest(&prepared).await
+                }
+                other => other,
+            };
+            match result {
+                Err(e) if is_stale_config(&e) && stale < 3 => {
+                    stale += 1;
+                    self.configs.reload(&self.pool).await?;
+                }
+                Err(Error::QueueFull { ref policy, .. })
+                    if policy == "block" && Instant::now() < deadline =>
+                {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(left.min(BLOCK_POLL_INTERVAL)).await;
+                }
+                Err(Error::QueueFull {
+                    ref queue,
+                    depth,
+                    bound,
+                    ref policy,
+                    ..
+                }) => {
+                    self.queue_full(queue, depth, bound, policy, &jobs).await;
+                    return Err(result.expect_err("matched an error"));
+                }
+                Ok(jobs) => {
+                    let mut out = PushResult {
+                        jobs,
+                        pressure: None,
+                    };
+                    self.after_push(&mut out, &configs).await;
+                    return Ok(out);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes prepared jobs (in `tx` when given, which the caller commits).
+    async fn write_pushed(
+        &self,
+        jobs: &[NewJob],
+        tx: Option<&mut sqlx::PgConnection>,
+    ) -> Result<Vec<Pushed>> {
+        let jobs = jobs.to_vec();
         let mut seen = HashSet::with_capacity(jobs.len());
         for (index, job) in jobs.iter().enumerate() {
             if !seen.insert(job.id) {
@@ -238,7 +396,12 @@ impl Broker {
                 })
                 .collect()
         };
-        let result = if jobs.iter().any(|j| j.unique.is_some()) {
+        let result = if let Some(tx) = tx {
+            store::job::insert_many(tx, &jobs, self.settings.strict_queues)
+                .await
+                .map(created)
+                .map_err(Error::from)
+        } else if jobs.iter().any(|j| j.unique.is_some()) {
             self.push_unique(&jobs, batch).await
         } else if let [job] = jobs.as_slice()
             && job.args.len() + job.meta.len() <= PUSH_GROUP_MAX_JOB_BYTES
@@ -253,25 +416,6 @@ impl Broker {
                 .map(created)
                 .map_err(Error::from)
         };
-        if let Ok(pushed) = &result {
-            let new_jobs = || {
-                pushed
-                    .iter()
-                    .filter(|p| p.outcome == PushOutcome::Created)
-                    .map(|p| &p.job)
-            };
-            telemetry::jobs_enqueued(new_jobs());
-            let mut available: Vec<(&str, usize)> = Vec::new();
-            for job in new_jobs().filter(|j| j.state == JobState::Available) {
-                match available.iter_mut().find(|(q, _)| *q == job.queue) {
-                    Some((_, n)) => *n += 1,
-                    None => available.push((&job.queue, 1)),
-                }
-            }
-            for (queue, jobs) in available {
-                self.announcer.announce(queue, jobs);
-            }
-        }
         match result {
             Err(Error::Database(e))
                 if let Some((refusal, queue)) = store::queue::queue_refusal(&e) =>
@@ -282,6 +426,19 @@ impl Broker {
                         operation: "enqueue into",
                     },
                     QueueRefusal::Unknown => Error::UnknownQueue(queue),
+                    QueueRefusal::Full(o) => Error::QueueFull {
+                        index: batch
+                            .then(|| jobs.iter().position(|j| j.queue == queue))
+                            .flatten(),
+                        depth: o.depth,
+                        bound: o.bound.unwrap_or(o.depth),
+                        bound_bytes: o
+                            .bound_bytes
+                            .filter(|max| o.bound.is_none_or(|b| o.depth < b) && o.bytes <= *max),
+                        policy: o.policy,
+                        queue,
+                    },
+                    QueueRefusal::StaleConfig => Error::Database(e),
                 })
             }
             // A client-supplied id is taken (possibly by a concurrent request).
@@ -289,6 +446,154 @@ impl Broker {
                 Err(self.duplicate_id_error(&jobs, batch, e).await)
             }
             other => other,
+        }
+    }
+
+    /// After a successful PUSH: metrics, wakeups for the queues that gained available jobs,
+    /// and the pressure of bounded queues (their depth against `warning_threshold`).
+    async fn after_push(&self, pushed: &mut PushResult, configs: &Snapshot) {
+        let new_jobs = || {
+            pushed
+                .jobs
+                .iter()
+                .filter(|p| p.outcome == PushOutcome::Created)
+                .map(|p| &p.job)
+        };
+        telemetry::jobs_enqueued(new_jobs());
+        let mut added: Vec<(&str, usize, usize)> = Vec::new();
+        for job in new_jobs() {
+            let available = usize::from(job.state == JobState::Available);
+            match added.iter_mut().find(|(q, _, _)| *q == job.queue) {
+                Some((_, n, a)) => {
+                    *n += 1;
+                    *a += available;
+                }
+                None => added.push((&job.queue, 1, available)),
+            }
+        }
+        let mut pressure = None;
+        for (queue, jobs, available) in added {
+            if available > 0 {
+                self.announcer.announce(queue, available);
+            }
+            let config = configs.of(queue);
+            let Some(bound) = config.max_size else {
+                continue;
+            };
+            // The counter as of now (other enqueues may have added to it meanwhile).
+            let Ok(Some((depth, _))) = store::queue::capacity(&self.pool, queue).await else {
+                continue;
+            };
+            let ratio = depth as f64 / bound as f64;
+            telemetry::queue_pressure(queue, depth, bound);
+            let before = (depth - jobs as i64) as f64 / bound as f64;
+            if ratio >= config.warning_threshold && before < config.warning_threshold {
+                let data = serde_json::json!({"queue": queue, "depth": depth, "bound": bound});
+                if let Err(e) = store::event::insert_queue_event(
+                    &self.pool,
+                    "backpressure.warning",
+                    queue,
+                    &data,
+                )
+                .await
+                {
+                    tracing::warn!(error = %e, queue, "could not record backpressure.warning");
+                }
+            }
+            if ratio >= config.warning_threshold
+                && pressure
+                    .as_ref()
+                    .is_none_or(|p: &Pressure| ratio > p.ratio())
+            {
+                pressure = Some(Pressure {
+                    queue: queue.to_owned(),
+                    depth,
+                    bound,
+                });
+            }
+        }
+        pushed.pressure = pressure;
+    }
+
+    /// After a PUSH refused for a full queue: `queue.full` and `backpressure.rejected`
+    /// (at most one pair per queue per second from this process) and the metrics.
+    async fn queue_full(&self, queue: &str, depth: i64, bound: i64, policy: &str, jobs: &[NewJob]) {
+        telemetry::queue_overflow(queue, policy);
+        let now = Instant::now();
+        {
+            let mut last = self.full_events.lock().expect("full-events lock");
+            if last
+                .get(queue)
+                .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(1))
+            {
+                return;
+            }
+            if last.len() > 10_000 {
+                last.clear();
+            }
+            last.insert(queue.to_owned(), now);
+        }
+        let job_type = jobs
+            .iter()
+            .find(|j| j.queue == queue)
+            .map(|j| j.r#type.as_str());
+        let full = serde_json::json!({"queue": queue, "depth": depth, "bound": bound});
+        let rejected = serde_json::json!({"queue": queue, "depth": depth, "bound": bound, "job_type": job_type});
+        for (kind, data) in [("queue.full", &full), ("backpressure.rejected", &rejected)] {
+            if let Err(e) = store::event::insert_queue_event(&self.pool, kind, queue, data).await {
+                tracing::warn!(error = %e, queue, "could not record {kind}");
+            }
+        }
+    }
+
+    /// PUSH into a full `drop_oldest` queue: in one transaction, under the queue's capacity
+    /// row lock, discards the oldest waiting jobs of every such queue of the request (error
+    /// `overflow`, not dead-lettered) until the new jobs fit, then writes them. Refuses when
+    /// the queue cannot make room (its unfinished jobs are active, or the request alone is
+    /// larger than the bound).
+    async fn push_dropping_oldest(&self, jobs: &[NewJob]) -> Result<Vec<Pushed>> {
+        let mut tx = self.pool.begin().await?;
+        let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        let mut dropped = Vec::new();
+        for queue in queues {
+            let incoming: Vec<&NewJob> = jobs.iter().filter(|j| j.queue == queue).collect();
+            let bytes: i64 = incoming
+                .iter()
+                .map(|j| (j.args.len() + j.meta.len()) as i64)
+                .sum();
+            let mut freed =
+                store::queue::drop_oldest(&mut tx, queue, incoming.len() as i64, bytes).await?;
+            dropped.append(&mut freed);
+        }
+        let result = self.write_pushed(jobs, Some(&mut tx)).await;
+        match result {
+            Ok(pushed) => {
+                tx.commit().await?;
+                for (queue, job_type) in &dropped {
+                    telemetry::queue_overflow(queue, "drop_oldest");
+                    tracing::debug!(queue, job_type, "dropped the oldest job to make room");
+                }
+                Ok(pushed)
+            }
+            // Still full: the bound cannot be met by dropping; refuse like `reject`.
+            Err(Error::QueueFull {
+                queue,
+                depth,
+                bound,
+                bound_bytes,
+                index,
+                ..
+            }) => Err(Error::QueueFull {
+                queue,
+                depth,
+                bound,
+                bound_bytes,
+                index,
+                policy: "drop_oldest".to_owned(),
+            }),
+            Err(e) => Err(e),
         }
     }
 
@@ -719,9 +1024,9 @@ impl Broker {
                 break;
             }
             for (index, wanted) in given.into_iter().enumerate().filter(|(_, n)| *n > 0) {
-                let claimed =
-                    store::job::claim(&self.pool, self.claim_params(req, &queues[index].0, wanted))
-                        .await;
+                let claimed = self
+                    .claim(self.claim_params(req, &queues[index].0, wanted))
+                    .await;
                 let mut claimed = match claimed {
                     Ok(claimed) => claimed,
                     Err(e) => {
@@ -740,6 +1045,51 @@ impl Broker {
         Ok(jobs)
     }
 
+    /// Claims from one queue. A queue with dispatch limits (`concurrency`, `rate_limit`) is
+    /// claimed from under its dispatch lock, shared by every replica, and never beyond what
+    /// its limits leave: jobs it cannot start now stay available.
+    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<Job>, sqlx::Error> {
+        let configs = self.configs.current(&self.pool).await?;
+        let config = configs.of(params.queue);
+        if !config.limits_dispatch() {
+            return store::job::claim(&self.pool, params).await;
+        }
+        let queue = params.queue;
+        let rate_key = format!("queue:{queue}");
+        let period_ms = config
+            .rate_limit
+            .map_or(0, |r| i64::try_from(r.period_ms).unwrap_or(i64::MAX));
+        let mut tx = self.pool.begin().await?;
+        store::queue::lock_dispatch(&mut tx, queue).await?;
+        let (active, started, now) =
+            store::queue::dispatch_usage(&mut tx, queue, &rate_key, period_ms).await?;
+        let mut allowed = params.limit;
+        if let Some(concurrency) = config.concurrency {
+            allowed = allowed.min(concurrency - active);
+        }
+        if let Some(rate) = config.rate_limit {
+            allowed = allowed.min(rate.limit - started);
+        }
+        if allowed <= 0 {
+            return Ok(Vec::new());
+        }
+        let jobs = store::job::claim(
+            &mut *tx,
+            ClaimParams {
+                limit: allowed,
+                started_at: Some(now),
+                ..params
+            },
+        )
+        .await?;
+        if config.rate_limit.is_some() && !jobs.is_empty() {
+            let n = i32::try_from(jobs.len()).unwrap_or(i32::MAX);
+            store::queue::record_starts(&mut tx, &rate_key, n, now, period_ms).await?;
+        }
+        tx.commit().await?;
+        Ok(jobs)
+    }
+
     /// The claim of `limit` jobs of `queue` for `req`.
     fn claim_params<'a>(
         &'a self,
@@ -753,6 +1103,7 @@ impl Broker {
             worker_id: req.worker_id.as_deref(),
             visibility_timeout_ms: req.visibility_timeout_ms,
             default_visibility_timeout_ms: self.settings.default_visibility_timeout_ms,
+            started_at: None,
         }
     }
 
@@ -768,8 +1119,7 @@ impl Broker {
             if wanted == 0 {
                 break;
             }
-            let mut claimed =
-                store::job::claim(&self.pool, self.claim_params(req, queue, wanted)).await?;
+            let mut claimed = self.claim(self.claim_params(req, queue, wanted)).await?;
             jobs.append(&mut claimed);
         }
         Ok(jobs)

@@ -1,12 +1,16 @@
 //! Queue operations: explicit creation, pause and resume, and what a queue looks like with its
 //! live counts.
 
-use serde_json::json;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
 
 use super::Broker;
+use super::configs::Snapshot;
 use crate::error::{Error, Result};
+use crate::queue_config::{self, DEFAULT_QUEUE, QueueConfig};
 use crate::store;
-use crate::store::queue::{QueueCounts, QueueRow, QueueState};
+use crate::store::queue::{Bounds, QueueCounts, QueueRow, QueueState};
 
 /// How a queue is deleted (contract §4.4.6).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +46,15 @@ pub struct Deleted {
 /// A queue: its row.
 pub type Queue = QueueRow;
 
+/// The bounds the database enforces for a resolved configuration.
+fn bounds(config: &QueueConfig) -> Option<Bounds<'static>> {
+    config.is_bounded().then(|| Bounds {
+        max_jobs: config.max_size,
+        max_bytes: config.max_size_bytes,
+        overflow_policy: config.overflow_policy.as_str(),
+    })
+}
+
 /// A queue with its live job counts.
 #[derive(Debug, Clone)]
 pub struct QueueStats {
@@ -50,12 +63,101 @@ pub struct QueueStats {
 }
 
 impl Broker {
-    /// Creates a queue explicitly; `QueueExists` if it exists (however it came to).
-    pub async fn create_queue(&self, name: &str) -> Result<Queue> {
-        if !store::queue::ensure(&self.pool, name, false).await? {
+    /// Creates a queue explicitly, with `config` as its own configuration when given;
+    /// `QueueExists` if it exists (however it came to).
+    pub async fn create_queue(&self, name: &str, config: Option<&Value>) -> Result<Queue> {
+        let mut tx = self.pool.begin().await?;
+        if !store::queue::ensure(&mut *tx, name, false).await? {
             return Err(Error::QueueExists(name.to_owned()));
         }
+        if let Some(body) = config {
+            self.configure_in(&mut tx, name, body).await?;
+        }
+        tx.commit().await?;
+        if config.is_some() {
+            self.configs.reload(&self.pool).await?;
+        }
         self.queue(name).await
+    }
+
+    /// The resolved queue configurations now in force.
+    pub async fn queue_configs(&self) -> Result<Arc<Snapshot>> {
+        Ok(self.configs.current(&self.pool).await?)
+    }
+
+    /// The resolved configuration of `name` (`_default`: what queues without their own values
+    /// get); `QueueNotFound` for an unknown queue.
+    pub async fn queue_config(&self, name: &str) -> Result<Arc<QueueConfig>> {
+        if name != DEFAULT_QUEUE {
+            self.queue(name).await?;
+        }
+        let configs = self.configs.current(&self.pool).await?;
+        Ok(if name == DEFAULT_QUEUE {
+            configs.default.clone()
+        } else {
+            configs.of(name).clone()
+        })
+    }
+
+    /// Changes the configuration of `name` (or `_default`) by a config PUT body (merge rules
+    /// of [`queue_config::apply_patch`]), creating an unknown queue. Applies to jobs
+    /// enqueued and dispatch decisions made afterwards; returns the new resolved configuration.
+    pub async fn set_queue_config(&self, name: &str, body: &Value) -> Result<Arc<QueueConfig>> {
+        let mut tx = self.pool.begin().await?;
+        let resolved = self.configure_in(&mut tx, name, body).await?;
+        tx.commit().await?;
+        self.configs.reload(&self.pool).await?;
+        Ok(Arc::new(resolved))
+    }
+
+    /// [`Broker::set_queue_config`] inside `tx`.
+    async fn configure_in(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        name: &str,
+        body: &Value,
+    ) -> Result<QueueConfig> {
+        let is_default = name == DEFAULT_QUEUE;
+        let (stored, _) = store::queue::lock_config(&mut *tx, name).await?;
+        if !is_default
+            && store::queue::get(&mut *tx, name).await?.map(|q| q.state)
+                == Some(QueueState::Draining)
+        {
+            return Err(Error::QueueDraining {
+                queue: name.to_owned(),
+                operation: "configure",
+            });
+        }
+        let empty = Value::Object(Map::new());
+        let default_layer = if is_default {
+            empty.clone()
+        } else {
+            store::queue::default_layer(&mut *tx).await?
+        };
+        let mut layer = match stored {
+            Value::Object(layer) => layer,
+            _ => Map::new(),
+        };
+        let changed = queue_config::apply_patch(&mut layer, body, (!is_default).then_some(name))
+            .map_err(Error::InvalidConfig)?;
+        let layer = Value::Object(layer);
+        let resolved = if is_default {
+            QueueConfig::resolve(&layer, &empty)
+        } else {
+            QueueConfig::resolve(&default_layer, &layer)
+        }
+        .map_err(Error::InvalidConfig)?;
+        store::queue::write_config(&mut *tx, name, &layer, &changed).await?;
+        store::queue::set_bounds(&mut *tx, name, bounds(&resolved)).await?;
+        if is_default {
+            // Every queue inherits the new bounds unless it sets its own.
+            for (queue, own) in store::queue::all_layers(&mut *tx).await? {
+                let config =
+                    QueueConfig::resolve(&layer, &own).unwrap_or_else(|_| resolved.clone());
+                store::queue::set_bounds(&mut *tx, &queue, bounds(&config)).await?;
+            }
+        }
+        Ok(resolved)
     }
 
     /// One queue's row.

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::error::Error;
 use crate::job::JobState;
 use crate::job::envelope::{Rejection, Violation};
+use crate::queue_config::ConfigError;
 
 /// A client-visible error (boxed: it travels through many `Result`s).
 #[derive(Debug, Clone)]
@@ -33,6 +34,8 @@ pub struct ApiErrorData {
     pub hint: Option<&'static str>,
     /// `Retry-After` seconds (429 and 503).
     pub retry_after: Option<u32>,
+    /// `X-OJS-Queue-Depth` and `X-OJS-Queue-Bound` (429 `QUEUE_FULL`).
+    pub queue_depth: Option<(i64, i64)>,
     /// What went wrong inside the server; logged, never sent.
     pub cause: Option<String>,
     /// The database connection broke (the server stops using the database until it is back).
@@ -67,6 +70,7 @@ impl ApiError {
             details: None,
             hint: None,
             retry_after: None,
+            queue_depth: None,
             cause: None,
             connection_lost: false,
         }))
@@ -249,6 +253,11 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        if let Some((depth, bound)) = self.queue_depth {
+            let headers = response.headers_mut();
+            headers.insert("x-ojs-queue-depth", HeaderValue::from(depth));
+            headers.insert("x-ojs-queue-bound", HeaderValue::from(bound));
+        }
         response
             .extensions_mut()
             .insert(PendingError(Arc::new(self)));
@@ -360,6 +369,80 @@ impl From<Error> for ApiError {
             )
             .with_details(json!({"resource_type": "dead_letter", "resource_id": id.to_string()})),
             Error::WorkerNotFound(id) => ApiError::not_found("worker", &id),
+            Error::InvalidConfig(ConfigError::Invalid(v)) => ApiError::invalid_field(&v.path, v.message),
+            Error::InvalidConfig(ConfigError::Retry(violations)) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation_error",
+                validation_message(&violations, None),
+            )
+            .with_details(validation_details(&violations, None)),
+            Error::QueueFull {
+                queue,
+                depth,
+                bound,
+                bound_bytes,
+                policy,
+                index,
+            } => {
+                let what = match bound_bytes {
+                    Some(bytes) => format!("its size bound of {bytes} bytes"),
+                    None => format!("its bound of {bound} jobs"),
+                };
+                let mut err = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "QUEUE_FULL",
+                    prefixed(
+                        index,
+                        &format!(
+                            "Queue '{queue}' is full: it holds {depth} unfinished jobs and the job would take it past {what}."
+                        ),
+                    ),
+                )
+                .with_details(with_index(
+                    json!({"queue": queue, "depth": depth, "bound": bound,
+                           "max_size_bytes": bound_bytes, "strategy": policy}),
+                    index,
+                ));
+                err.retryable = true;
+                err.retry_after = Some(1);
+                err.queue_depth = Some((depth, bound));
+                err
+            }
+            Error::JobTypeNotAllowed {
+                queue,
+                job_type,
+                index,
+            } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "JOB_TYPE_NOT_ALLOWED",
+                prefixed(
+                    index,
+                    &format!("Job type '{job_type}' is not allowed in queue '{queue}' (see the queue's allowed_job_types)."),
+                ),
+            )
+            .with_details(with_index(
+                json!({"field": "$.type", "queue": queue, "job_type": job_type}),
+                index,
+            )),
+            Error::ProducerNotAllowed {
+                queue,
+                producer,
+                index,
+            } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                prefixed(
+                    index,
+                    &match &producer {
+                        Some(p) => format!("Producer '{p}' (OJS-Producer header) may not enqueue to queue '{queue}'."),
+                        None => format!("Queue '{queue}' only accepts jobs from listed producers: name yours in the OJS-Producer header."),
+                    },
+                ),
+            )
+            .with_details(with_index(
+                json!({"queue": queue, "producer": producer, "reason": "producer_not_allowed"}),
+                index,
+            )),
             Error::QueueNotFound(name) => ApiError::not_found("queue", &name),
             Error::UnknownQueue(name) => ApiError::new(
                 StatusCode::BAD_REQUEST,

@@ -1,7 +1,7 @@
 //! `/ojs/v1/jobs`: PUSH (single and batch), INFO, CANCEL, ACTIVATE and priority changes.
 
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use super::error::ApiError;
 use super::extract::{BodyLimit, JobIdPath, JsonBody};
 use super::{AppState, HttpSettings, Ojs, ok};
-use crate::broker::{PushOutcome, Pushed};
+use crate::broker::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 use crate::error::Error;
 use crate::job::envelope::{self, NewJob};
 use crate::job::wire::WireJob;
@@ -59,14 +59,20 @@ fn parse_envelope(
 }
 
 /// `POST /ojs/v1/jobs`: 201 with the new job, or 200 with the existing one (unique policy).
-async fn push(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn push(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let ctx = push_context(&headers)?;
     let fields = body.object()?;
     let job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
-    let pushed = state.broker().push(vec![job]).await?;
-    let Some(Pushed { job, outcome }) = pushed.into_iter().next() else {
+    let pushed = state.broker().push(vec![job], &ctx).await?;
+    let pressure = pushed.pressure;
+    let Some(Pushed { job, outcome }) = pushed.jobs.into_iter().next() else {
         return Err(ApiError::internal("push returned no job"));
     };
-    Ok(match outcome {
+    let response = match outcome {
         PushOutcome::Created => created(&job.id.to_string(), JobBody { job: job.wire() }),
         PushOutcome::Deduplicated => {
             #[derive(Serialize)]
@@ -94,7 +100,63 @@ async fn push(State(state): State<AppState>, body: JsonBody) -> Result<Response,
             })
             .into_response()
         }
+    };
+    Ok(with_pressure(response, pressure.as_ref()))
+}
+
+/// Header naming the producer, checked against a queue's `producers`.
+const PRODUCER_HEADER: &str = "ojs-producer";
+/// Header with the seconds an enqueue may wait for room in a full `block` queue.
+const BLOCK_TIMEOUT_HEADER: &str = "ojs-block-timeout";
+/// Longest `OJS-Block-Timeout` accepted, in seconds.
+const MAX_BLOCK_TIMEOUT_SECS: u64 = 30;
+
+/// The producer and block timeout of a PUSH, from its headers.
+fn push_context(headers: &HeaderMap) -> Result<PushContext, ApiError> {
+    let producer = match headers.get(PRODUCER_HEADER) {
+        None => None,
+        Some(v) => match v.to_str().map(str::trim) {
+            Ok(p) if !p.is_empty() && p.len() <= 255 => Some(p.to_owned()),
+            _ => {
+                return Err(ApiError::invalid_field(
+                    "OJS-Producer",
+                    "OJS-Producer must be 1 to 255 printable ASCII characters",
+                ));
+            }
+        },
+    };
+    let block_timeout = match headers.get(BLOCK_TIMEOUT_HEADER) {
+        None => 0,
+        Some(v) => match v.to_str().ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+            Some(secs) if secs <= MAX_BLOCK_TIMEOUT_SECS => secs,
+            _ => {
+                return Err(ApiError::invalid_field(
+                    "OJS-Block-Timeout",
+                    format!(
+                        "OJS-Block-Timeout must be an integer number of seconds from 0 to {MAX_BLOCK_TIMEOUT_SECS}"
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(PushContext {
+        producer,
+        block_timeout: std::time::Duration::from_secs(block_timeout),
     })
+}
+
+/// Adds `X-OJS-Queue-Pressure`, `-Depth` and `-Bound` when a bounded queue written to is at
+/// or past its warning threshold.
+fn with_pressure(mut response: Response, pressure: Option<&Pressure>) -> Response {
+    if let Some(p) = pressure {
+        let headers = response.headers_mut();
+        if let Ok(ratio) = HeaderValue::from_str(&format!("{:.2}", p.ratio().min(1.0))) {
+            headers.insert("x-ojs-queue-pressure", ratio);
+        }
+        headers.insert("x-ojs-queue-depth", HeaderValue::from(p.depth));
+        headers.insert("x-ojs-queue-bound", HeaderValue::from(p.bound));
+    }
+    response
 }
 
 /// A 201 with `Location: /ojs/v1/jobs/{id}`.
@@ -107,7 +169,12 @@ fn created(id: &str, body: impl Serialize) -> Response {
 }
 
 /// `POST /ojs/v1/jobs/batch`: all jobs or none, in request order.
-async fn push_batch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn push_batch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let ctx = push_context(&headers)?;
     let fields = body.object()?;
     let max_jobs = state.settings().max_batch_jobs;
     let items: Vec<&RawValue> = match fields.raw("jobs") {
@@ -147,7 +214,10 @@ async fn push_batch(State(state): State<AppState>, body: JsonBody) -> Result<Res
         })?;
         jobs.push(parse_envelope(&state, &obj, item.get().len(), Some(index))?);
     }
-    let pushed = state.broker().push(jobs).await?;
+    let PushResult {
+        jobs: pushed,
+        pressure,
+    } = state.broker().push(jobs, &ctx).await?;
 
     #[derive(Serialize)]
     struct BatchBody<'a> {
@@ -161,7 +231,10 @@ async fn push_batch(State(state): State<AppState>, body: JsonBody) -> Result<Res
             .map(|p| p.job.wire().deduplicated(p.outcome != PushOutcome::Created))
             .collect(),
     };
-    Ok(Ojs(StatusCode::CREATED, body).into_response())
+    Ok(with_pressure(
+        Ojs(StatusCode::CREATED, body).into_response(),
+        pressure.as_ref(),
+    ))
 }
 
 /// `GET /ojs/v1/jobs/{id}`.

@@ -14,9 +14,10 @@ use super::error::ApiError;
 use super::extract::{JsonBody, OptionalJsonBody};
 use super::query::{DATA_PLANE, Page, Pagination, QueryParams};
 use super::{AppState, Ojs, ok};
-use crate::broker::{DeleteStrategy, Queue, QueueStats};
+use crate::broker::{DeleteStrategy, Queue, QueueConfigs, QueueStats};
 use crate::error::Error;
 use crate::job::is_valid_queue;
+use crate::queue_config::DEFAULT_QUEUE;
 use crate::store;
 use crate::store::queue::{QueueCounts, QueueState};
 use crate::timestamp;
@@ -31,10 +32,17 @@ pub fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/queues/{name}/pause", post(pause))
         .route("/ojs/v1/admin/queues/{name}/resume", post(resume))
         .route("/ojs/v1/queues/{name}/priority-stats", get(priority_stats))
+        .route(
+            "/ojs/v1/queues/{name}/config",
+            get(show_config).put(put_config),
+        )
+        .route(
+            "/ojs/v1/admin/queues/{name}/config",
+            get(show_config).put(put_config),
+        )
 }
 
-/// The queue object of contract §4.4 (without `config`, which arrives with queue
-/// configuration).
+/// The queue object of contract §4.4, with its resolved configuration.
 #[derive(Serialize)]
 struct QueueBody<'a> {
     name: &'a str,
@@ -44,12 +52,13 @@ struct QueueBody<'a> {
     paused: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     paused_at: Option<String>,
+    config: serde_json::Value,
     created_at: String,
     updated_at: String,
 }
 
 impl<'a> QueueBody<'a> {
-    fn of(q: &'a Queue) -> QueueBody<'a> {
+    fn of(q: &'a Queue, configs: &QueueConfigs) -> QueueBody<'a> {
         let paused = q.state == QueueState::Paused;
         QueueBody {
             name: &q.name,
@@ -60,6 +69,7 @@ impl<'a> QueueBody<'a> {
                 .then_some(q.paused_at)
                 .flatten()
                 .map(timestamp::format),
+            config: configs.of(&q.name).to_json(),
             created_at: timestamp::format(q.created_at),
             updated_at: timestamp::format(q.updated_at),
         }
@@ -107,6 +117,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         .broker()
         .queues(filter, page.limit, page.offset)
         .await?;
+    let configs = state.broker().queue_configs().await?;
 
     #[derive(Serialize)]
     struct Listed<'a> {
@@ -123,7 +134,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         queues: queues
             .iter()
             .map(|q| Listed {
-                queue: QueueBody::of(&q.queue),
+                queue: QueueBody::of(&q.queue, &configs),
                 counts: Counts::of(&q.counts),
             })
             .collect(),
@@ -132,18 +143,22 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     .into_response())
 }
 
-/// `POST /ojs/v1/queues` with `{"name": ...}`: 201 with the queue, 409 if it exists.
+/// `POST /ojs/v1/queues` with `{"name", "config"?}`: 201 with the queue, 409 if it exists.
 async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let name = fields.required_string("name")?;
     check_queue_name("$.name", &name)?;
-    if fields.raw("config").is_some_and(|c| c.get().trim() != "{}") {
-        return Err(ApiError::unsupported(
-            "Queue configuration is not supported yet; create the queue without 'config'.",
-        ));
-    }
-    let queue = state.broker().create_queue(&name).await?;
-    let mut response = Ojs(StatusCode::CREATED, QueueBody::of(&queue)).into_response();
+    let config = match fields.raw("config") {
+        None => None,
+        Some(raw) => Some(
+            serde_json::from_str::<serde_json::Value>(raw.get())
+                .map_err(|_| ApiError::invalid_field("$.config", "'config' must be an object"))?,
+        ),
+    };
+    let broker = state.broker();
+    let queue = broker.create_queue(&name, config.as_ref()).await?;
+    let configs = broker.queue_configs().await?;
+    let mut response = Ojs(StatusCode::CREATED, QueueBody::of(&queue, &configs)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/ojs/v1/queues/{name}")) {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -157,6 +172,7 @@ async fn show(
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
     let QueueStats { queue, counts } = state.broker().queue_stats(&name).await?;
+    let configs = state.broker().queue_configs().await?;
 
     #[derive(Serialize)]
     struct Stats {
@@ -176,7 +192,7 @@ async fn show(
         stats: Stats,
     }
     Ok(ok(Shown {
-        queue: QueueBody::of(&queue),
+        queue: QueueBody::of(&queue, &configs),
         stats: Stats {
             depth: counts.depth(),
             available: counts.available,
@@ -199,6 +215,7 @@ async fn stats(
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
     let QueueStats { queue, counts: c } = state.broker().queue_stats(&name).await?;
+    let max_size = state.broker().queue_configs().await?.of(&name).max_size;
     let paused = queue.state == QueueState::Paused;
     let round = |ms: Option<f64>| ms.map(|v| v.round() as i64);
     Ok(ok(serde_json::json!({
@@ -207,13 +224,13 @@ async fn stats(
             "available": c.available, "active": c.active, "scheduled": c.scheduled,
             "retryable": c.retryable, "pending": c.pending, "completed": c.completed,
             "discarded": c.discarded, "cancelled": c.cancelled, "dead_letter": c.dead_letter,
-            "max_size": null,
+            "max_size": max_size,
         },
         "stats": {
             "queue": queue.name, "depth": c.depth(), "available": c.available,
             "active": c.active, "scheduled": c.scheduled, "retryable": c.retryable,
             "pending": c.pending, "completed": c.completed, "discarded": c.discarded,
-            "cancelled": c.cancelled, "dead_letter": c.dead_letter, "max_depth": null,
+            "cancelled": c.cancelled, "dead_letter": c.dead_letter, "max_depth": max_size,
             "completed_last_hour": c.completed_last_hour,
             "failed_last_hour": c.failed_last_hour,
             "avg_duration_ms": round(c.avg_duration_ms),
@@ -316,6 +333,49 @@ async fn set_paused(state: &AppState, name: &str, paused: bool) -> Result<Respon
     });
     body[key] = serde_json::json!(at.map(timestamp::format));
     Ok(ok(body).into_response())
+}
+
+/// A queue name of a configuration path: a queue, or `_default`.
+fn config_path(name: &str) -> Result<(), ApiError> {
+    if name == DEFAULT_QUEUE {
+        Ok(())
+    } else {
+        queue_path(name)
+    }
+}
+
+/// `GET /ojs/v1/queues/{name}/config` (and `_default`, and the admin alias): the resolved
+/// configuration.
+async fn show_config(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    config_path(&name)?;
+    let config = state.broker().queue_config(&name).await?;
+    Ok(ok(serde_json::json!({"name": name, "config": config.to_json()})).into_response())
+}
+
+/// `PUT /ojs/v1/queues/{name}/config` (and `_default`, and the admin alias): merges the body
+/// into the queue's own configuration (creating an unknown queue); 200 with the queue object.
+async fn put_config(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    config_path(&name)?;
+    body.object()?;
+    let value: serde_json::Value = serde_json::from_str(body.text())
+        .map_err(|_| ApiError::invalid_field("$", "the body must be a JSON object"))?;
+    let broker = state.broker();
+    let config = broker.set_queue_config(&name, &value).await?;
+    if name == DEFAULT_QUEUE {
+        return Ok(
+            ok(serde_json::json!({"name": name, "config": config.to_json()})).into_response(),
+        );
+    }
+    let queue = broker.queue(&name).await?;
+    let configs = broker.queue_configs().await?;
+    Ok(ok(QueueBody::of(&queue, &configs)).into_response())
 }
 
 /// A queue name found at `field` of a request, validated.

@@ -91,11 +91,16 @@ pub struct NewJob {
     /// Priority aging interval (ms) the job is ordered with; `None`: no aging.
     pub priority_aging_ms: Option<i64>,
     pub timeout_ms: i64,
+    /// Whether the envelope set the execution timeout (else a queue's `default_timeout` applies).
+    pub timeout_explicit: bool,
     pub visibility_timeout_ms: Option<i64>,
     pub scheduled_at: Option<ClientTime>,
     pub expires_at: Option<ClientTime>,
     pub pending: bool,
     pub retry: RetryPolicy,
+    /// The envelope's own `retry` object (compact JSON), layered over a queue's
+    /// `default_retry`.
+    pub retry_input: Option<String>,
     pub unique: Option<UniqueSpec>,
     pub tags: Option<Vec<String>>,
     pub schema_uri: Option<String>,
@@ -103,6 +108,9 @@ pub struct NewJob {
     pub total_timeout_secs: Option<i32>,
     /// Unknown attributes as a compact JSON object text.
     pub extra: String,
+    /// Generation of the queue configuration whose defaults were applied (`-1`: none yet;
+    /// the broker applies them before writing).
+    pub config_generation: i64,
 }
 
 /// A job's unique policy with its fingerprint.
@@ -396,12 +404,16 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
         },
     };
 
-    let timeout_ms = match src.first(&[
+    let timeout_given = src.first(&[
         (At::Top, "timeout_ms"),
         (At::Top, "timeout"),
         (At::Options, "timeout_ms"),
         (At::Options, "timeout"),
-    ]) {
+    ]);
+    let timeout_explicit = timeout_given
+        .as_ref()
+        .is_some_and(|(_, raw)| json::as_integer(raw) != Some(0));
+    let timeout_ms = match timeout_given {
         None => limits.default_timeout_ms,
         Some((path, raw)) => {
             let per_unit = if path.ends_with("_ms") { 1 } else { 1_000 };
@@ -574,15 +586,17 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
         return Err(Rejection::Invalid(v));
     }
 
-    let retry = match src.first(&[
+    let retry_raw = src.first(&[
         (At::Top, "retry"),
         (At::Top, "retry_policy"),
         (At::Options, "retry"),
         (At::Options, "retry_policy"),
-    ]) {
+    ]);
+    let retry = match &retry_raw {
         None => RetryPolicy::default(),
-        Some((path, raw)) => RetryPolicy::parse(raw, &path).map_err(Rejection::InvalidRetry)?,
+        Some((path, raw)) => RetryPolicy::parse(raw, path).map_err(Rejection::InvalidRetry)?,
     };
+    let retry_input = retry_raw.map(|(_, raw)| raw.get().to_owned());
 
     for name in ["rate_limit", "workflow"] {
         if let Some((path, _)) = src.either(name) {
@@ -613,17 +627,20 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
         priority,
         priority_aging_ms: limits.priority_aging_ms,
         timeout_ms,
+        timeout_explicit,
         visibility_timeout_ms,
         scheduled_at,
         expires_at,
         pending,
         retry,
+        retry_input,
         unique,
         tags,
         schema_uri,
         enqueue_ttl_secs,
         total_timeout_secs,
         extra,
+        config_generation: -1,
     })
 }
 

@@ -219,6 +219,9 @@ pub struct Job {
     pub priority_aging_ms: Option<i64>,
     /// The queue the job was in before that queue was deleted with strategy `move`.
     pub original_queue: Option<String>,
+    /// Whether the job counts against its queue's capacity bounds (`None`: rows older than
+    /// queue configuration, which do not).
+    pub capacity_tracked: Option<bool>,
 }
 
 impl Job {
@@ -290,6 +293,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "re_enqueued_at",
     "priority_aging_ms",
     "original_queue",
+    "capacity_tracked",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

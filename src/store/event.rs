@@ -288,3 +288,21 @@ pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!("truncate ojs_event").execute(db).await?;
     Ok(())
 }
+
+/// Records a queue-level event (`queue.full`, `backpressure.*`, ...) on its own.
+pub async fn insert_queue_event(
+    db: impl PgExecutor<'_>,
+    kind: &str,
+    queue: &str,
+    data: &serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "insert into ojs_event (type, subject, queue, data) values ($1, $2, $2, $3)",
+        kind,
+        queue,
+        data,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}

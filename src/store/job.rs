@@ -34,6 +34,9 @@ pub async fn insert_many(
     jobs: &[NewJob],
     strict_queues: bool,
 ) -> Result<Vec<Job>, sqlx::Error> {
+    // The queue configuration the jobs' defaults came from; a job prepared from an older one
+    // makes the statement refuse (SQLSTATE OJ004) so the caller prepares them again.
+    let generation = jobs.iter().map(|j| j.config_generation).min().unwrap_or(0);
     let n = jobs.len();
     let mut ids = Vec::with_capacity(n);
     let mut types = Vec::with_capacity(n);
@@ -120,6 +123,38 @@ pub async fn insert_many(
             select ojs_queue_refused(n.queue, 'OJ002')
               from (select distinct queue from input) n
              where $26 and not exists (select 1 from ojs_queue q where q.name = n.queue)
+            union all
+            select ojs_queue_refused('', 'OJ004')
+              from ojs_queue_config_generation g
+             where g.generation <> $27
+        ),
+        -- Bounded queues (queue configuration): the jobs are counted against the bound in the
+        -- same statement. The counter row is updated under its row lock, so concurrent
+        -- enqueues see each other's counts and never overshoot together; a new queue takes
+        -- the `_default` bounds when there are any. Past a bound the statement aborts
+        -- (SQLSTATE OJ003) with the depth and bound.
+        grouped as (
+            select queue, count(*) as jobs, sum(octet_length(args) + octet_length(meta)) as bytes
+              from input
+             group by queue
+        ),
+        capacity as (
+            insert into ojs_queue_capacity as c (queue, max_jobs, max_bytes, overflow_policy, jobs, bytes)
+            select g.queue, d.max_jobs, d.max_bytes, coalesce(d.overflow_policy, 'reject'), g.jobs, g.bytes
+              from grouped g
+              left join ojs_queue_capacity d on d.queue = '_default'
+             where exists (select 1 from ojs_queue_capacity x where x.queue = g.queue)
+                or (d.queue is not null and not exists (select 1 from ojs_queue q where q.name = g.queue))
+            on conflict (queue) do update
+               set jobs = c.jobs + excluded.jobs, bytes = c.bytes + excluded.bytes
+            returning c.queue, c.jobs, c.bytes, c.max_jobs, c.max_bytes, c.overflow_policy
+        ),
+        overflow as (
+            select ojs_queue_full(c.queue, c.jobs - g.jobs, c.max_jobs, c.bytes - g.bytes,
+                                  c.max_bytes, c.overflow_policy)
+              from capacity c
+              join grouped g on g.queue = c.queue
+             where c.jobs > c.max_jobs or c.bytes > c.max_bytes
         ),
         resolved as (
             select i.*, r.scheduled_at, r.expires_at,
@@ -139,7 +174,7 @@ pub async fn insert_many(
                     visibility_timeout_ms, scheduled_at, scheduled_at_input, expires_at,
                     expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags, schema_uri,
                     unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
-                    total_deadline_at, priority_aging_ms)
+                    total_deadline_at, priority_aging_ms, capacity_tracked)
             select id, type, queue, args::json, meta::json, priority, state, max_attempts,
                    retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
                    expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
@@ -149,9 +184,10 @@ pub async fn insert_many(
                    case when state = 'available' then now() end,
                    now() + enqueue_ttl_secs * interval '1 second',
                    now() + total_timeout_secs * interval '1 second',
-                   priority_aging_ms
+                   priority_aging_ms,
+                   queue in (select queue from capacity)
               from resolved
-             where not exists (select 1 from refused)
+             where not exists (select 1 from refused) and not exists (select 1 from overflow)
              -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
              order by ord
             returning j as job, j.queue, j.state
@@ -218,6 +254,7 @@ pub async fn insert_many(
         &pendings,
         &agings as &[Option<i64>],
         strict_queues,
+        generation,
     )
     .fetch_all(db)
     .await?;
@@ -519,6 +556,9 @@ pub struct ClaimParams<'a> {
     pub visibility_timeout_ms: Option<i64>,
     /// Reservation length when neither the fetch nor the job names one.
     pub default_visibility_timeout_ms: i64,
+    /// The claim's time (`None`: the transaction's); rate-limited claims pass the time their
+    /// limit was checked at.
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 /// Claims up to `limit` available jobs of one queue, most urgent first (priority, then FIFO).
@@ -562,11 +602,11 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
             update ojs_job j
                set state = 'active',
                    attempt = j.attempt + 1,
-                   started_at = now(),
+                   started_at = coalesce($6, now()),
                    worker_id = $3,
                    reservation_ms = coalesce($4, j.visibility_timeout_ms, $5),
-                   visible_until = now() + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond',
-                   timeout_at = now() + j.timeout_ms * interval '1 millisecond',
+                   visible_until = coalesce($6, now()) + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond',
+                   timeout_at = coalesce($6, now()) + j.timeout_ms * interval '1 millisecond',
                    claim_deadline_at = null
               from candidate c
              where j.id = c.id
@@ -593,6 +633,7 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
         p.worker_id,
         p.visibility_timeout_ms,
         p.default_visibility_timeout_ms,
+        p.started_at,
     )
     .fetch_all(db)
     .await

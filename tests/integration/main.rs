@@ -10,6 +10,7 @@ mod leadership;
 mod maintenance;
 mod priority;
 mod processes;
+mod queue_config;
 mod queues;
 mod replicas;
 mod schema;

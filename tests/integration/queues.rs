@@ -206,12 +206,13 @@ async fn explicit_creation_refuses_duplicates_and_bad_names() {
             .await
             .expect_error(400, "invalid_request");
     }
+    // An invalid configuration creates nothing.
     app.post(
         "/ojs/v1/queues",
-        json!({"name": "cfg", "config": {"max_size": 5}}),
+        json!({"name": "cfg", "config": {"max_size": 0}}),
     )
     .await
-    .expect_error(422, "unsupported");
+    .expect_error(400, "invalid_request");
     app.get("/ojs/v1/queues/cfg")
         .await
         .expect_error(404, "not_found");

@@ -1,0 +1,127 @@
+//! The resolved queue configurations, cached per process.
+//!
+//! Every configuration change bumps a generation counter in the database. A process keeps the
+//! configurations of one generation and looks at the counter at most every
+//! [`REFRESH_INTERVAL`] when it uses them, so a change made through another replica applies
+//! here within that interval; a change made here applies at once. Enqueues are exact anyway:
+//! the enqueue statement checks the generation its defaults came from and refuses a stale one
+//! (the broker then reloads and tries again).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::time::Instant;
+
+use crate::queue_config::{DEFAULT_QUEUE, QueueConfig};
+use crate::store;
+
+/// How stale another replica's configuration change may be here.
+pub const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The configurations of one generation.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// `-1` before the first load.
+    pub generation: i64,
+    /// The `_default` layer as stored.
+    pub default_layer: Value,
+    /// What a queue without its own values resolves to.
+    pub default: Arc<QueueConfig>,
+    /// Queues with their own values.
+    queues: HashMap<String, Arc<QueueConfig>>,
+}
+
+impl Snapshot {
+    /// The resolved configuration of `queue`.
+    pub fn of(&self, queue: &str) -> &Arc<QueueConfig> {
+        self.queues.get(queue).unwrap_or(&self.default)
+    }
+
+    /// Queues with their own configuration.
+    pub fn configured(&self) -> impl Iterator<Item = (&str, &Arc<QueueConfig>)> {
+        self.queues.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    fn build(generation: i64, layers: Vec<(String, Value)>) -> Snapshot {
+        let empty = Value::Object(Default::default());
+        let default_layer = layers
+            .iter()
+            .find(|(name, _)| name == DEFAULT_QUEUE)
+            .map_or_else(|| empty.clone(), |(_, layer)| layer.clone());
+        // Stored layers were validated when written; one that no longer resolves (edited by
+        // hand) falls back to what is beneath it rather than stopping the server.
+        let default = QueueConfig::resolve(&default_layer, &empty).unwrap_or_else(|e| {
+            tracing::warn!(error = ?e, "the _default queue configuration does not resolve; using the system defaults");
+            QueueConfig::default()
+        });
+        let queues = layers
+            .into_iter()
+            .filter(|(name, _)| name != DEFAULT_QUEUE)
+            .map(|(name, own)| {
+                let config = QueueConfig::resolve(&default_layer, &own).unwrap_or_else(|e| {
+                    tracing::warn!(queue = %name, error = ?e, "queue configuration does not resolve; using _default");
+                    default.clone()
+                });
+                (name, Arc::new(config))
+            })
+            .collect();
+        Snapshot {
+            generation,
+            default_layer,
+            default: Arc::new(default),
+            queues,
+        }
+    }
+}
+
+/// The cache.
+#[derive(Debug)]
+pub struct Configs {
+    state: Mutex<(Arc<Snapshot>, Option<Instant>)>,
+}
+
+impl Default for Configs {
+    fn default() -> Self {
+        let empty = Snapshot {
+            generation: -1,
+            ..Snapshot::default()
+        };
+        Configs {
+            state: Mutex::new((Arc::new(empty), None)),
+        }
+    }
+}
+
+impl Configs {
+    /// The current configurations: cached, or reloaded when the generation moved on (checked at
+    /// most every [`REFRESH_INTERVAL`]).
+    pub async fn current(&self, pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+        let (snapshot, checked) = self.state.lock().expect("configs lock").clone();
+        let now = Instant::now();
+        if checked.is_some_and(|at| now.duration_since(at) < REFRESH_INTERVAL) {
+            return Ok(snapshot);
+        }
+        let generation = store::queue::config_generation(pool).await?;
+        if generation == snapshot.generation {
+            self.state.lock().expect("configs lock").1 = Some(now);
+            return Ok(snapshot);
+        }
+        self.reload(pool).await
+    }
+
+    /// Loads the configurations now.
+    pub async fn reload(&self, pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+        let now = Instant::now();
+        let (generation, layers) = store::queue::config_layers(pool).await?;
+        let snapshot = Arc::new(Snapshot::build(generation, layers));
+        let mut state = self.state.lock().expect("configs lock");
+        // A concurrent reload may have stored a newer generation already.
+        if state.0.generation <= generation {
+            *state = (snapshot.clone(), Some(now));
+        }
+        Ok(snapshot)
+    }
+}
