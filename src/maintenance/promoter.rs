@@ -44,7 +44,12 @@ impl Service for Promoter {
         self.context
             .batches("scheduler", |conn| {
                 Box::pin(async move {
-                    let promoted = store::job::promote_due(conn, None, now, size).await?;
+                    let promoted = store::job::promote_due(&mut *conn, None, now, size).await?;
+                    // Dead-lettered jobs of queues with a dead-letter queue move there.
+                    let routed = store::dead_letter::route(&mut *conn, size).await?;
+                    if !routed.is_empty() {
+                        store::notify_available(&mut *conn, &routed, "maintenance").await?;
+                    }
                     Ok((promoted as u64, promoted >= size))
                 })
             })

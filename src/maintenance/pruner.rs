@@ -4,9 +4,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use serde_json::Value;
+
 use super::{Context, Pass, Service};
+use crate::duration;
 use crate::job::JobState;
+use crate::queue_config::DEFAULT_QUEUE;
 use crate::store;
+use crate::store::job::PruneCutoffs;
 
 /// Pruner settings.
 #[derive(Debug, Clone)]
@@ -48,10 +53,14 @@ impl Pruner {
         let size = self.config.batch_size;
         self.context
             .batches("scheduler", |conn| {
+                let target = target.clone();
                 Box::pin(async move {
                     let deleted = match target {
-                        Target::Jobs(state, cutoff) => {
-                            store::job::prune_finished(conn, state, cutoff, size).await?
+                        Target::Jobs(ref cutoffs) => {
+                            store::job::prune_finished(conn, cutoffs, size).await?
+                        }
+                        Target::DeadLetterExcess(ref queue, keep) => {
+                            store::job::prune_dead_letter_excess(conn, queue, keep, size).await?
                         }
                         Target::Events(cutoff, max) => {
                             store::event::prune(conn, cutoff, max, size).await?
@@ -66,14 +75,97 @@ impl Pruner {
 }
 
 /// What a batch deletes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Target {
-    /// Jobs in this terminal state finished before the cutoff.
-    Jobs(JobState, DateTime<Utc>),
+    /// Jobs in a terminal state finished before their cutoff.
+    Jobs(PruneCutoffs),
+    /// Dead-lettered jobs of a queue beyond its newest `n` (`dead_letter_max_size`).
+    DeadLetterExcess(String, i64),
     /// Events before the cutoff or beyond the count.
     Events(DateTime<Utc>, i64),
     /// Workers stale (or only seen fetching) since before the cutoff.
     Workers(DateTime<Utc>),
+}
+
+/// The retention fields of the queue configuration layers (seed 003 §6.3–6.4): `retention.*`,
+/// `dead_letter_ttl` and `dead_letter_max_size` of `_default` and of each queue that sets them.
+/// What no layer sets comes from the server's settings.
+struct Retention<'a> {
+    layers: &'a [(String, Value)],
+}
+
+impl<'a> Retention<'a> {
+    fn of(layers: &'a [(String, Value)]) -> Retention<'a> {
+        Retention { layers }
+    }
+
+    fn layer(&self, queue: &str) -> Option<&'a Value> {
+        self.layers.iter().find(|(q, _)| q == queue).map(|(_, l)| l)
+    }
+
+    /// A duration field of a layer (`retention.<field>` or a top-level one).
+    fn duration(layer: &Value, pointer: &str) -> Option<Duration> {
+        layer
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .and_then(|d| duration::parse_ms(d).ok())
+            .map(Duration::from_millis)
+    }
+
+    /// The cutoffs of `state`: the server's `retention` (and, for dead letters,
+    /// `dead_letter_ttl`) unless `_default` sets them, and each queue's own values.
+    fn cutoffs(
+        &self,
+        now: DateTime<Utc>,
+        state: JobState,
+        retention: Duration,
+        dead_letter_ttl: Duration,
+    ) -> PruneCutoffs {
+        let field = format!("/retention/{}", state.as_str());
+        let defaults = self.layer(DEFAULT_QUEUE);
+        let default_retention = defaults
+            .and_then(|l| Self::duration(l, &field))
+            .unwrap_or(retention);
+        let default_ttl = defaults
+            .and_then(|l| Self::duration(l, "/dead_letter_ttl"))
+            .unwrap_or(dead_letter_ttl);
+        let queues = self
+            .layers
+            .iter()
+            .filter(|(q, _)| q != DEFAULT_QUEUE)
+            .filter_map(|(queue, layer)| {
+                let own = Self::duration(layer, &field);
+                let own_ttl = Self::duration(layer, "/dead_letter_ttl");
+                (own.is_some() || own_ttl.is_some()).then(|| {
+                    (
+                        queue.clone(),
+                        since(now, own.unwrap_or(default_retention)),
+                        since(now, own_ttl.unwrap_or(default_ttl)),
+                    )
+                })
+            })
+            .collect();
+        PruneCutoffs {
+            state,
+            cutoff: since(now, default_retention),
+            dead_letter_cutoff: since(now, default_ttl),
+            queues,
+        }
+    }
+
+    fn dead_letter_max_size(&self, queue: &str) -> Option<i64> {
+        self.layer(queue)
+            .and_then(|l| l.get("dead_letter_max_size"))
+            .and_then(Value::as_i64)
+    }
+
+    fn own_dead_letter_max_sizes(&self) -> Vec<(String, i64)> {
+        self.layers
+            .iter()
+            .filter(|(q, _)| q != DEFAULT_QUEUE)
+            .filter_map(|(q, _)| self.dead_letter_max_size(q).map(|n| (q.clone(), n)))
+            .collect()
+    }
 }
 
 /// The cutoff `retention` before `now` (the beginning of time for absurdly long retentions).
@@ -103,13 +195,26 @@ impl Service for Pruner {
             }
         };
         let c = &self.config;
-        let targets = [
-            Target::Jobs(JobState::Completed, since(now, c.completed)),
-            Target::Jobs(JobState::Cancelled, since(now, c.cancelled)),
-            Target::Jobs(JobState::Discarded, since(now, c.discarded)),
-            Target::Events(since(now, c.events), c.max_events),
-            Target::Workers(since(now, c.stale_workers)),
+        let (_, layers) = store::queue::config_layers(&self.context.pool).await?;
+        let retention = Retention::of(&layers);
+        let mut targets = vec![
+            Target::Jobs(retention.cutoffs(now, JobState::Completed, c.completed, c.discarded)),
+            Target::Jobs(retention.cutoffs(now, JobState::Cancelled, c.cancelled, c.discarded)),
+            Target::Jobs(retention.cutoffs(now, JobState::Discarded, c.discarded, c.discarded)),
         ];
+        if let Some(keep) = retention.dead_letter_max_size(DEFAULT_QUEUE) {
+            // `_default` bounds every queue's dead letters, except those with their own bound.
+            for queue in store::job::dead_letter_queues(&self.context.pool).await? {
+                let keep = retention.dead_letter_max_size(&queue).unwrap_or(keep);
+                targets.push(Target::DeadLetterExcess(queue, keep));
+            }
+        } else {
+            for (queue, keep) in retention.own_dead_letter_max_sizes() {
+                targets.push(Target::DeadLetterExcess(queue, keep));
+            }
+        }
+        targets.push(Target::Events(since(now, c.events), c.max_events));
+        targets.push(Target::Workers(since(now, c.stale_workers)));
         let mut pass = Pass::default();
         for target in targets {
             let done = self.prune(target).await?;

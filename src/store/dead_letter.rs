@@ -310,3 +310,73 @@ pub async fn purge(
     .fetch_one(db)
     .await
 }
+
+/// Dead-letter routing (queue configuration `dead_letter_queue`): moves up to `limit` jobs that
+/// were dead-lettered in a queue with a dead-letter queue configured (its own or `_default`'s)
+/// since that configuration took effect into that queue, as new `available` jobs there. Their
+/// error and error history are kept; `original_queue` names the queue they failed in. Writes
+/// `job.enqueued` (with `dead_lettered_from`). Returns the queues that received jobs.
+pub async fn route(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with routes as (
+            select q.name as queue,
+                   coalesce(q.config ->> 'dead_letter_queue', d.config ->> 'dead_letter_queue') as target,
+                   case when q.config ? 'dead_letter_queue' then q.updated_at else d.updated_at end as since
+              from ojs_queue q
+              left join ojs_queue d on d.name = '_default'
+             where q.name <> '_default'
+               and (q.config ? 'dead_letter_queue' or d.config ? 'dead_letter_queue')
+        ),
+        due as (
+            select j.id, r.target
+              from routes r
+              join ojs_job j on j.queue = r.queue
+             where r.target is not null and r.target <> r.queue
+               and j.state = 'discarded' and j.dead_lettered_at >= r.since
+             limit $1
+               for update of j skip locked
+        ),
+        targets as (
+            insert into ojs_queue (name) select distinct target from due
+            on conflict do nothing
+        ),
+        routed as (
+            update ojs_job j
+               set original_queue = j.queue,
+                   queue = d.target,
+                   state = 'available',
+                   attempt = 0,
+                   worker_id = null,
+                   started_at = null,
+                   completed_at = null,
+                   discarded_at = null,
+                   dead_lettered_at = null,
+                   next_retry_at = null,
+                   retry_delay_ms = null,
+                   claim_deadline_at = null,
+                   total_deadline_at = now() + j.total_timeout_secs * interval '1 second',
+                   enqueued_at = now(),
+                   re_enqueued_at = now()
+              from due d
+             where j.id = d.id
+            returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.enqueued', (r.j).id::text, (r.j).id, (r.j).queue, (r.j).type, 'discarded',
+                   'available',
+                   jsonb_build_object('job_id', (r.j).id, 'job_type', (r.j).type,
+                                      'queue', (r.j).queue, 'state', 'available',
+                                      'priority', (r.j).priority,
+                                      'dead_lettered_from', (r.j).original_queue)
+              from routed r
+             order by (r.j).seq
+        )
+        select distinct (r.j).queue as "queue!" from routed r
+        "#,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}

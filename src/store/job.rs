@@ -1041,26 +1041,56 @@ pub async fn lock_held_by(
     .await
 }
 
-/// Pruner: deletes up to `limit` jobs in the terminal `state` that finished before `cutoff`,
-/// oldest first. Dead-lettered jobs among them are reported as `dead_letter.pruned` events, one
-/// per queue. Returns how many rows were deleted.
+/// Cutoffs of one terminal state: rows that finished before their cutoff are deleted. Queues
+/// with their own retention (queue configuration) have their own cutoffs; dead-lettered
+/// discarded jobs follow `dead_letter_ttl` instead of the discarded retention.
+#[derive(Debug, Clone)]
+pub struct PruneCutoffs {
+    pub state: JobState,
+    pub cutoff: DateTime<Utc>,
+    pub dead_letter_cutoff: DateTime<Utc>,
+    /// `(queue, cutoff, dead-letter cutoff)` of queues with their own values.
+    pub queues: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
+}
+
+/// Deletes up to `limit` jobs in a terminal state past their retention, oldest first,
+/// reporting dead-lettered ones as `dead_letter.pruned`. Returns how many.
 pub async fn prune_finished(
     db: impl PgExecutor<'_>,
-    state: JobState,
-    cutoff: DateTime<Utc>,
+    c: &PruneCutoffs,
     limit: i64,
 ) -> Result<i64, sqlx::Error> {
+    let queues: Vec<&str> = c.queues.iter().map(|(q, _, _)| q.as_str()).collect();
+    let cutoffs: Vec<DateTime<Utc>> = c.queues.iter().map(|(_, at, _)| *at).collect();
+    let dead_letter_cutoffs: Vec<DateTime<Utc>> = c.queues.iter().map(|(_, _, at)| *at).collect();
+    // The index range covers every cutoff; each row is then held to its own.
+    let latest = cutoffs
+        .iter()
+        .chain(&dead_letter_cutoffs)
+        .chain([&c.cutoff, &c.dead_letter_cutoff])
+        .max()
+        .copied()
+        .unwrap_or(c.cutoff);
     sqlx::query_scalar!(
         r#"
-        with doomed as (
-            select id
-              from ojs_job
-             where state = $1
-               and state in ('completed', 'cancelled', 'discarded')
-               and coalesce(discarded_at, cancelled_at, completed_at) < $2
-             order by state, coalesce(discarded_at, cancelled_at, completed_at)
-             limit $3
-               for update skip locked
+        with own as (
+            select * from unnest($4::text[], $5::timestamptz[], $6::timestamptz[])
+                       as o(queue, cutoff, dead_letter_cutoff)
+        ),
+        doomed as (
+            select j.id
+              from ojs_job j
+              left join own o on o.queue = j.queue
+             where j.state = $1
+               and j.state in ('completed', 'cancelled', 'discarded')
+               and coalesce(j.discarded_at, j.cancelled_at, j.completed_at) < $7
+               and coalesce(j.discarded_at, j.cancelled_at, j.completed_at)
+                   < case when j.dead_lettered_at is not null
+                          then coalesce(o.dead_letter_cutoff, $3)
+                          else coalesce(o.cutoff, $2) end
+             order by j.state, coalesce(j.discarded_at, j.cancelled_at, j.completed_at)
+             limit $8
+               for update of j skip locked
         ),
         deleted as (
             delete from ojs_job j
@@ -1079,11 +1109,66 @@ pub async fn prune_finished(
         )
         select count(*) as "deleted!" from deleted
         "#,
-        state as JobState,
-        cutoff,
+        c.state as JobState,
+        c.cutoff,
+        c.dead_letter_cutoff,
+        &queues as &[&str],
+        &cutoffs,
+        &dead_letter_cutoffs,
+        latest,
         limit,
     )
     .fetch_one(db)
+    .await
+}
+
+/// Deletes the dead-lettered jobs of `queue` beyond its newest `keep` (its
+/// `dead_letter_max_size`), up to `limit`, reporting them as `dead_letter.pruned`. Returns how
+/// many.
+pub async fn prune_dead_letter_excess(
+    db: impl PgExecutor<'_>,
+    queue: &str,
+    keep: i64,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select id from ojs_job
+             where queue = $1 and dead_lettered_at is not null
+             order by dead_lettered_at desc, seq desc
+            offset $2
+             limit $3
+               for update skip locked
+        ),
+        deleted as (
+            delete from ojs_job j using doomed d where j.id = d.id
+            returning j.queue
+        ),
+        reported as (
+            insert into ojs_event (type, subject, queue, data)
+            select 'dead_letter.pruned', $1, $1,
+                   jsonb_build_object('queue', $1::text, 'count', count(*), 'reason', 'max_size')
+              from deleted
+            having count(*) > 0
+            returning 1
+        )
+        select count(*) as "deleted!" from deleted
+        "#,
+        queue,
+        keep,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Queues that have dead-lettered jobs.
+pub async fn dead_letter_queues(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select distinct queue as "queue!" from ojs_job where dead_lettered_at is not null"#
+    )
+    .fetch_all(db)
     .await
 }
 

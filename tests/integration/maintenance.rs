@@ -587,3 +587,116 @@ async fn the_leader_runs_maintenance_on_its_own() {
     .unwrap();
     assert_eq!(source, format!("ojs://ojs-server/scheduler/{leader}"));
 }
+
+/// A job of `queue` failed for good (one attempt, dead-lettered).
+async fn dead_letter_one(app: &TestApp, queue: &str) -> String {
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": queue, "retry": {"max_attempts": 1}}))
+        .await;
+    app.fetch_one(queue, "w").await;
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "error": {"code": "boom", "message": "no"}}),
+    )
+    .await
+    .expect(200);
+    id
+}
+
+async fn put_config(app: &TestApp, queue: &str, body: Value) {
+    app.send(
+        reqwest::Method::PUT,
+        &format!("/ojs/v1/queues/{queue}/config"),
+        Some(body.to_string().into_bytes()),
+        &[("content-type", "application/json")],
+    )
+    .await
+    .expect(200);
+}
+
+#[tokio::test]
+async fn pruner_follows_each_queues_retention_and_dead_letter_settings() {
+    let app = TestApp::spawn().await;
+    put_config(&app, "_default", json!({"retention": {"completed": "P2D"}})).await;
+    put_config(
+        &app,
+        "keep",
+        json!({"retention": {"completed": "P20D"}, "dead_letter_ttl": "P1D"}),
+    )
+    .await;
+    put_config(&app, "small", json!({"dead_letter_max_size": 2})).await;
+    let mut done = Vec::new();
+    for queue in ["plain", "keep"] {
+        let id = app.push_id(job("a.b", queue)).await;
+        app.fetch_one(queue, "w").await;
+        app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
+            .await
+            .expect(200);
+        done.push(id);
+    }
+    let kept_dead = dead_letter_one(&app, "keep").await;
+    let mut small = Vec::new();
+    for _ in 0..4 {
+        small.push(dead_letter_one(&app, "small").await);
+    }
+
+    let pruner = Pruner::new(app.maintenance(), pruner_config());
+    run_later(&app, &pruner, Duration::from_secs(3600)).await;
+    // dead_letter_max_size 2: only the two newest dead letters of `small` remain.
+    for (i, id) in small.iter().enumerate() {
+        let status = app.get(&format!("/ojs/v1/jobs/{id}")).await.status;
+        assert_eq!(status, if i < 2 { 404 } else { 200 }, "dead letter {i}");
+    }
+    run_later(&app, &pruner, 3 * DAY).await;
+    // _default's 2 days for completed jobs; `keep`'s dead letters last 1 day, its
+    // completed jobs 20.
+    app.get(&format!("/ojs/v1/jobs/{}", done[0]))
+        .await
+        .expect_error(404, "not_found");
+    app.get(&format!("/ojs/v1/jobs/{kept_dead}"))
+        .await
+        .expect_error(404, "not_found");
+    assert_eq!(app.job(&done[1]).await["state"], "completed");
+    run_later(&app, &pruner, 21 * DAY).await;
+    app.get(&format!("/ojs/v1/jobs/{}", done[1]))
+        .await
+        .expect_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn exhausted_jobs_are_re_enqueued_to_the_dead_letter_queue_with_their_error() {
+    let app = TestApp::spawn().await;
+    let before = dead_letter_one(&app, "payments").await;
+    put_config(
+        &app,
+        "payments",
+        json!({"dead_letter_queue": "payments-dlq"}),
+    )
+    .await;
+    let failed = dead_letter_one(&app, "payments").await;
+    assert_eq!(app.job(&failed).await["state"], "discarded");
+
+    let promoter = promoter(&app);
+    promoter.run_once(None).await.unwrap();
+    let routed = app.job(&failed).await;
+    assert_eq!(routed["state"], "available");
+    assert_eq!(routed["queue"], "payments-dlq");
+    assert_eq!(routed["original_queue"], "payments");
+    assert_eq!(routed["error"]["code"], "boom");
+    assert_eq!(routed["attempt"], 0);
+    // Jobs dead-lettered before the routing was configured stay where they are.
+    let old = app.job(&before).await;
+    assert_eq!(old["queue"], "payments");
+    assert_eq!(old["state"], "discarded");
+    // The dead-letter queue is an ordinary queue: its workers fetch the job.
+    let fetched = app.fetch_one("payments-dlq", "dlq-worker").await;
+    assert_eq!(fetched["id"], routed["id"]);
+    let data: Value = sqlx::query_scalar(
+        "select data from ojs_event where type = 'job.enqueued' and job_id = $1::uuid and queue = 'payments-dlq'",
+    )
+    .bind(&failed)
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(data["dead_lettered_from"], "payments");
+}

@@ -460,11 +460,16 @@ impl Bench {
             let (db, pruned, stop) = (db.clone(), pruned.clone(), stop.clone());
             tokio::spawn(async move {
                 let cutoff = chrono::Utc::now() - chrono::Duration::days(1);
+                let cutoffs = ojsd::store::job::PruneCutoffs {
+                    state: ojsd::job::JobState::Completed,
+                    cutoff,
+                    dead_letter_cutoff: cutoff,
+                    queues: Vec::new(),
+                };
                 while !stop.load(Ordering::Relaxed) {
                     let n = ojsd::store::job::prune_finished(
                         &db,
-                        ojsd::job::JobState::Completed,
-                        cutoff,
+                        &cutoffs,
                         i64::from(ojsd::config::DEFAULT_MAINTENANCE_BATCH_SIZE),
                     )
                     .await?;
