@@ -5,12 +5,14 @@
 //! An operation runs its statements (in one transaction when it needs several to be atomic)
 //! and turns "nothing matched" into the precise reason: not found, wrong state, wrong owner.
 
+mod admin;
 mod dead_letter;
 mod dispatch;
 mod group;
 mod queues;
 mod workers;
 
+pub use admin::{AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW};
 pub use dispatch::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting};
 pub use queues::{DeleteStrategy, Deleted, Queue, QueueStats};
 
