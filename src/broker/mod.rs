@@ -5,6 +5,7 @@
 //! An operation runs its statements (in one transaction when it needs several to be atomic)
 //! and turns "nothing matched" into the precise reason: not found, wrong state, wrong owner.
 
+mod admin;
 pub mod configs;
 mod dead_letter;
 mod dispatch;
@@ -12,6 +13,7 @@ mod group;
 mod queues;
 mod workers;
 
+pub use admin::{AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW};
 pub use configs::Snapshot as QueueConfigs;
 pub use dispatch::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting};
 pub use queues::{DeleteStrategy, Deleted, Queue, QueueStats};

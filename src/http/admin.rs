@@ -1,5 +1,11 @@
-//! `/ojs/v1/admin`: the operator's view of workers (contract §4.8.5), and the test-only reset
+//! `/ojs/v1/admin`: the operator's API (contract §4.8) — statistics, queues, jobs and bulk
+//! actions, the dead-letter queue, workers (§4.8.5, here) — and the test-only reset
 //! (`test_hooks`), never routed unless `OJS_TEST_HOOKS=1`.
+
+mod dead_letter;
+mod jobs;
+mod queues;
+mod stats;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -16,6 +22,10 @@ use super::{AppState, ok};
 
 pub fn router(test_hooks: bool) -> Router<AppState> {
     let router = Router::new()
+        .merge(stats::router())
+        .merge(queues::router())
+        .merge(jobs::router())
+        .merge(dead_letter::router())
         .route("/ojs/v1/admin/workers", get(list_workers))
         .route(
             "/ojs/v1/admin/workers/{worker_id}",

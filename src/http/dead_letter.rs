@@ -38,7 +38,7 @@ fn type_filter(value: Option<String>, filter: &mut DeadLetterFilter) {
     }
 }
 
-fn filter_from_query(q: &QueryParams) -> Result<DeadLetterFilter, ApiError> {
+pub(super) fn filter_from_query(q: &QueryParams) -> Result<DeadLetterFilter, ApiError> {
     let mut filter = DeadLetterFilter {
         queue: q.get("queue").map(str::to_owned),
         error_type: q.get("error_type").map(str::to_owned),
@@ -51,7 +51,7 @@ fn filter_from_query(q: &QueryParams) -> Result<DeadLetterFilter, ApiError> {
 }
 
 /// A timestamp field of a request body.
-fn body_timestamp(
+pub(super) fn body_timestamp(
     fields: &Fields<'_>,
     key: &str,
     path: &str,
@@ -93,7 +93,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 }
 
 /// `GET /ojs/v1/dead-letter/stats`.
-async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(super) async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.broker().dead_letter_stats().await?;
     let by_queue: serde_json::Map<String, serde_json::Value> = stats
         .by_queue
@@ -135,7 +135,7 @@ async fn show(
 }
 
 /// Validates `override` like an enqueue envelope and keeps the fields it sets.
-fn parse_override(
+pub(super) fn parse_override(
     state: &AppState,
     raw: &serde_json::value::RawValue,
 ) -> Result<RetryOverride, ApiError> {
@@ -196,7 +196,7 @@ fn under_override(rejection: Rejection) -> Rejection {
 
 /// `POST /ojs/v1/dead-letter/{id}/retry`: back to `available` with a fresh history; an optional
 /// `{"override": {...}}` replaces queue, meta, retry, priority or args.
-async fn retry_one(
+pub(super) async fn retry_one(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     OptionalJsonBody(body): OptionalJsonBody,
@@ -212,7 +212,7 @@ async fn retry_one(
     Ok(ok(JobBody { job: job.wire() }).into_response())
 }
 
-fn require_confirm(fields: &Fields<'_>) -> Result<(), ApiError> {
+pub(super) fn require_confirm(fields: &Fields<'_>) -> Result<(), ApiError> {
     if fields.boolean("confirm")? != Some(true) {
         return Err(ApiError::invalid_field(
             "$.confirm",
@@ -224,7 +224,7 @@ fn require_confirm(fields: &Fields<'_>) -> Result<(), ApiError> {
 
 /// `POST /ojs/v1/dead-letter/retry`: retries every dead-lettered job matching `filter`
 /// (`confirm: true` required).
-async fn retry_all(
+pub(super) async fn retry_all(
     State(state): State<AppState>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
@@ -268,7 +268,7 @@ async fn remove(
 
 /// `DELETE /ojs/v1/dead-letter`: purges dead-lettered jobs (`confirm: true` required; options in
 /// the body or the query string, the body winning).
-async fn purge(
+pub(super) async fn purge(
     State(state): State<AppState>,
     query: QueryParams,
     OptionalJsonBody(body): OptionalJsonBody,

@@ -247,7 +247,7 @@ async fn info(
 }
 
 /// `DELETE /ojs/v1/jobs/{id}`: cancel (idempotent for an already cancelled job).
-async fn cancel(
+pub(super) async fn cancel(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {

@@ -160,13 +160,34 @@ pub async fn retry(
     ids: &[uuid::Uuid],
     o: &RetryOverride,
 ) -> Result<Vec<Job>, sqlx::Error> {
+    retry_discarded(db, ids, o, true).await
+}
+
+/// Manual retry as [`retry`], of the `discarded` jobs among `ids` whether they are in the
+/// dead-letter queue or not (`dead_lettered_only`: only those that are). The admin API retries
+/// any discarded job; `dead_letter.retried` is recorded only for those taken out of the DLQ.
+pub async fn retry_discarded(
+    db: impl PgExecutor<'_>,
+    ids: &[uuid::Uuid],
+    o: &RetryOverride,
+    dead_lettered_only: bool,
+) -> Result<Vec<Job>, sqlx::Error> {
     let (retry, max_attempts) = match &o.retry {
         Some((retry, max)) => (Some(retry.as_str()), Some(*max)),
         None => (None, None),
     };
     sqlx::query_scalar!(
         r#"
-        with retried as (
+        with target as (
+            select id, dead_lettered_at
+              from ojs_job
+             where id = any($1::uuid[])
+               and state = 'discarded'
+               and (dead_lettered_at is not null or not $8)
+             order by id
+               for update
+        ),
+        retried as (
             update ojs_job j
                set state = 'available',
                    queue = coalesce($2, j.queue),
@@ -190,19 +211,18 @@ pub async fn retry(
                    total_deadline_at = now() + j.total_timeout_secs * interval '1 second',
                    enqueued_at = now(),
                    re_enqueued_at = now()
-             where j.id = any($1::uuid[])
-               and j.state = 'discarded'
-               and j.dead_lettered_at is not null
-            returning j
+              from target t
+             where j.id = t.id
+            returning j, t.dead_lettered_at as prev_dead_lettered_at
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
             select e.type, (r.j).id::text, (r.j).id, (r.j).queue, (r.j).type, e.from_state,
                    e.to_state, e.data
               from retried r
-              -- Taken out of the dead-letter queue (prev_dead_lettered_at: any instant).
-              cross join lateral ojs_job_events('discarded', null, null, now(), 0, null,
-                                                (r.j).priority, r.j) e
+              -- dead_letter.retried for the jobs taken out of the dead-letter queue.
+              cross join lateral ojs_job_events('discarded', null, null, r.prev_dead_lettered_at,
+                                                0, null, (r.j).priority, r.j) e
              order by (r.j).seq, e.ord
         ),
         notified as (
@@ -218,6 +238,7 @@ pub async fn retry(
         max_attempts,
         o.priority,
         o.args,
+        dead_lettered_only,
     )
     .fetch_all(db)
     .await

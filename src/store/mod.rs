@@ -5,6 +5,7 @@
 //! replicas never compare their own clocks. Maintenance statements take an optional `now` that
 //! overrides it, so tests can move time without sleeping.
 
+pub mod admin;
 pub mod dead_letter;
 pub mod event;
 pub mod job;

@@ -1,5 +1,6 @@
 //! Integration tests: the real server over HTTP, on a real PostgreSQL, one database per test.
 
+mod admin_api;
 mod batching;
 mod concurrency;
 mod dead_letter;

@@ -1,0 +1,445 @@
+//! Statements behind the admin API (contract §4.8): server-wide and per-queue figures, job
+//! listings with filters, and the set operations of bulk actions and queue purges.
+//!
+//! Figures are read from `ojs_job` itself, so they cover the jobs retention still keeps; the
+//! "recent" figures (throughput, latency) look at the jobs that finished within a window that
+//! the caller passes in seconds.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::job::{JobId, JobState};
+use crate::store::queue::QueueCounts;
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn seconds(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Jobs by state (serialized as the admin API's `counts`/`jobs` object).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct StateCounts {
+    pub available: i64,
+    pub active: i64,
+    pub scheduled: i64,
+    pub pending: i64,
+    pub retryable: i64,
+    pub completed: i64,
+    pub discarded: i64,
+    pub cancelled: i64,
+}
+
+impl From<&QueueCounts> for StateCounts {
+    fn from(c: &QueueCounts) -> StateCounts {
+        StateCounts {
+            available: c.available,
+            active: c.active,
+            scheduled: c.scheduled,
+            pending: c.pending,
+            retryable: c.retryable,
+            completed: c.completed,
+            discarded: c.discarded,
+            cancelled: c.cancelled,
+        }
+    }
+}
+
+/// The whole server at a glance.
+#[derive(Debug, Clone, Copy)]
+pub struct Overview {
+    /// Queues that exist (`_default` is not a queue).
+    pub queues: i64,
+    /// Workers that are not stale.
+    pub workers: i64,
+    pub jobs: StateCounts,
+    /// Jobs completed within the window.
+    pub completed_recently: i64,
+    /// Jobs discarded within the window.
+    pub discarded_recently: i64,
+}
+
+/// Queue, worker and job counts, and how many jobs completed and were discarded within
+/// `window`. A worker without a heartbeat for `stale_after` counts as gone, as it does in the
+/// worker listing (even before the detector has run).
+pub async fn overview(
+    db: impl PgExecutor<'_>,
+    stale_after: Duration,
+    window: Duration,
+) -> Result<Overview, sqlx::Error> {
+    let r = sqlx::query!(
+        r#"
+        select (select count(*) from ojs_queue where name <> '_default') as "queues!",
+               (select count(*)
+                  from ojs_worker w
+                 where w.stale_at is null
+                   and coalesce(w.last_heartbeat_at >= now() - $1::int8 * interval '1 millisecond',
+                                true)) as "workers!",
+               count(*) filter (where state = 'scheduled') as "scheduled!",
+               count(*) filter (where state = 'available') as "available!",
+               count(*) filter (where state = 'pending') as "pending!",
+               count(*) filter (where state = 'active') as "active!",
+               count(*) filter (where state = 'retryable') as "retryable!",
+               count(*) filter (where state = 'completed') as "completed!",
+               count(*) filter (where state = 'discarded') as "discarded!",
+               count(*) filter (where state = 'cancelled') as "cancelled!",
+               count(*) filter (where state = 'completed'
+                                  and completed_at >= now() - $2::float8 * interval '1 second')
+                   as "completed_recently!",
+               count(*) filter (where state = 'discarded'
+                                  and discarded_at >= now() - $2::float8 * interval '1 second')
+                   as "discarded_recently!"
+          from ojs_job
+        "#,
+        millis(stale_after),
+        seconds(window),
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(Overview {
+        queues: r.queues,
+        workers: r.workers,
+        jobs: StateCounts {
+            scheduled: r.scheduled,
+            available: r.available,
+            pending: r.pending,
+            active: r.active,
+            retryable: r.retryable,
+            completed: r.completed,
+            discarded: r.discarded,
+            cancelled: r.cancelled,
+        },
+        completed_recently: r.completed_recently,
+        discarded_recently: r.discarded_recently,
+    })
+}
+
+/// What a queue did within the window.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QueueActivity {
+    /// Jobs completed.
+    pub completed: i64,
+    /// Jobs discarded.
+    pub discarded: i64,
+    /// Execution time (claim to ACK) of the completed jobs, in milliseconds: 50th, 95th and
+    /// 99th percentile; `None` when none completed.
+    pub latency_ms: Option<[f64; 3]>,
+}
+
+/// The activity of each of `queues` within `window`, read from the jobs that finished in it
+/// (through the index of finished jobs). A queue without such jobs is absent.
+pub async fn queue_activity(
+    db: impl PgExecutor<'_>,
+    queues: &[String],
+    window: Duration,
+) -> Result<HashMap<String, QueueActivity>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select queue as "queue!",
+               count(*) filter (where state = 'completed') as "completed!",
+               count(*) filter (where state = 'discarded') as "discarded!",
+               percentile_cont(array[0.5, 0.95, 0.99]::float8[]) within group (
+                   order by extract(epoch from completed_at - started_at) * 1000)
+                   filter (where state = 'completed' and started_at is not null) as latency_ms
+          from ojs_job
+         where queue = any($1)
+           and state in ('completed', 'discarded')
+           and coalesce(discarded_at, cancelled_at, completed_at)
+               >= now() - $2::float8 * interval '1 second'
+         group by queue
+        "#,
+        queues,
+        seconds(window),
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let latency_ms = r.latency_ms.and_then(|p| <[f64; 3]>::try_from(p).ok());
+            (
+                r.queue,
+                QueueActivity {
+                    completed: r.completed,
+                    discarded: r.discarded,
+                    latency_ms,
+                },
+            )
+        })
+        .collect())
+}
+
+/// When the job that has waited longest in `queue` became available (`None`: nothing waits).
+pub async fn oldest_available_at(
+    db: impl PgExecutor<'_>,
+    queue: &str,
+) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select min(enqueued_at) from ojs_job where queue = $1 and state = 'available'"#,
+        queue,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Which jobs a listing or a bulk action applies to (`None`: any).
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub queue: Option<String>,
+    pub states: Option<Vec<JobState>>,
+    /// Exact job type.
+    pub job_type: Option<String>,
+    /// Job type prefix (from `type=prefix*`).
+    pub type_prefix: Option<String>,
+    /// Matches the last error's `type` or `code`.
+    pub error_type: Option<String>,
+    /// `created_at` at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// `created_at` before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl JobFilter {
+    /// The type prefix as a LIKE pattern.
+    fn prefix_pattern(&self) -> Option<String> {
+        self.type_prefix.as_ref().map(|p| {
+            format!(
+                "{}%",
+                p.replace('\\', "\\\\")
+                    .replace('%', "\\%")
+                    .replace('_', "\\_")
+            )
+        })
+    }
+
+    /// The state filter as text (Postgres casts it to the enum).
+    fn state_names(&self) -> Option<Vec<String>> {
+        self.states
+            .as_ref()
+            .map(|s| s.iter().map(|s| s.as_str().to_owned()).collect())
+    }
+}
+
+/// What a job listing is ordered by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JobSort {
+    #[default]
+    CreatedAt,
+    /// Jobs without `scheduled_at` come last either way.
+    ScheduledAt,
+    Priority,
+}
+
+impl JobSort {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobSort::CreatedAt => "created_at",
+            JobSort::ScheduledAt => "scheduled_at",
+            JobSort::Priority => "priority",
+        }
+    }
+}
+
+/// One line of a job listing.
+#[derive(Debug, Clone)]
+pub struct JobSummary {
+    pub id: JobId,
+    pub r#type: String,
+    pub queue: String,
+    pub state: JobState,
+    pub priority: i32,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub created_at: DateTime<Utc>,
+    pub enqueued_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// Jobs matching `filter`, ordered by `sort` (arrival order breaks ties, in the same direction),
+/// a page at a time; and how many match in all.
+pub async fn list_jobs(
+    db: impl PgExecutor<'_> + Copy,
+    filter: &JobFilter,
+    sort: JobSort,
+    ascending: bool,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<JobSummary>, i64), sqlx::Error> {
+    let pattern = filter.prefix_pattern();
+    let states = filter.state_names();
+    // One statement for every order: each CASE is constant (null) unless it is the chosen one.
+    let jobs = sqlx::query_as!(
+        JobSummary,
+        r#"
+        select j.id as "id: JobId", j.type, j.queue, j.state as "state: JobState", j.priority,
+               j.attempt, j.max_attempts, j.created_at, j.enqueued_at, j.started_at,
+               j.completed_at
+          from ojs_job j
+         where ($1::text is null or j.queue = $1)
+           and ($2::text[] is null or j.state = any($2::text[]::ojs_job_state[]))
+           and ($3::text is null or j.type = $3)
+           and ($4::text is null or j.type like $4)
+           and ($5::text is null or j.error ->> 'type' = $5 or j.error ->> 'code' = $5)
+           and ($6::timestamptz is null or j.created_at >= $6)
+           and ($7::timestamptz is null or j.created_at < $7)
+         order by case when $8 = 'created_at' and $9 then j.created_at end asc,
+                  case when $8 = 'created_at' and not $9 then j.created_at end desc,
+                  case when $8 = 'scheduled_at' and $9 then j.scheduled_at end asc nulls last,
+                  case when $8 = 'scheduled_at' and not $9 then j.scheduled_at end desc nulls last,
+                  case when $8 = 'priority' and $9 then j.priority end asc,
+                  case when $8 = 'priority' and not $9 then j.priority end desc,
+                  case when $9 then j.seq end asc,
+                  case when not $9 then j.seq end desc
+         limit $10 offset $11
+        "#,
+        filter.queue,
+        states.as_deref(),
+        filter.job_type,
+        pattern,
+        filter.error_type,
+        filter.since,
+        filter.until,
+        sort.as_str(),
+        ascending,
+        limit,
+        offset,
+    )
+    .fetch_all(db)
+    .await?;
+    let total = sqlx::query_scalar!(
+        r#"
+        select count(*) as "total!"
+          from ojs_job j
+         where ($1::text is null or j.queue = $1)
+           and ($2::text[] is null or j.state = any($2::text[]::ojs_job_state[]))
+           and ($3::text is null or j.type = $3)
+           and ($4::text is null or j.type like $4)
+           and ($5::text is null or j.error ->> 'type' = $5 or j.error ->> 'code' = $5)
+           and ($6::timestamptz is null or j.created_at >= $6)
+           and ($7::timestamptz is null or j.created_at < $7)
+        "#,
+        filter.queue,
+        states.as_deref(),
+        filter.job_type,
+        pattern,
+        filter.error_type,
+        filter.since,
+        filter.until,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((jobs, total))
+}
+
+/// Ids of up to `limit` jobs matching `filter` (its `states` are the caller's to narrow to the
+/// states an action accepts), oldest first.
+pub async fn matching_ids(
+    db: impl PgExecutor<'_>,
+    filter: &JobFilter,
+    limit: i64,
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    let pattern = filter.prefix_pattern();
+    let states = filter.state_names();
+    sqlx::query_scalar!(
+        r#"
+        select j.id
+          from ojs_job j
+         where ($1::text is null or j.queue = $1)
+           and ($2::text[] is null or j.state = any($2::text[]::ojs_job_state[]))
+           and ($3::text is null or j.type = $3)
+           and ($4::text is null or j.type like $4)
+           and ($5::text is null or j.error ->> 'type' = $5 or j.error ->> 'code' = $5)
+           and ($6::timestamptz is null or j.created_at >= $6)
+           and ($7::timestamptz is null or j.created_at < $7)
+         order by j.seq
+         limit $8
+        "#,
+        filter.queue,
+        states.as_deref(),
+        filter.job_type,
+        pattern,
+        filter.error_type,
+        filter.since,
+        filter.until,
+        limit,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Deletes the finished (`completed`, `cancelled`, `discarded`) jobs among `ids` for good;
+/// those that were in the dead-letter queue get their `dead_letter.deleted` event. Returns the
+/// ids deleted.
+pub async fn delete_finished(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with deleted as (
+            delete from ojs_job j
+             where j.id = any($1::uuid[])
+               and j.state in ('completed', 'cancelled', 'discarded')
+            returning j.id, j.queue, j.type, j.dead_lettered_at
+        ),
+        reported as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, data)
+            select 'dead_letter.deleted', d.id::text, d.id, d.queue, d.type,
+                   jsonb_build_object('job_id', d.id, 'job_type', d.type, 'queue', d.queue)
+              from deleted d
+             where d.dead_lettered_at is not null
+        )
+        select d.id as "id!" from deleted d
+        "#,
+        ids,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Purge: deletes up to `limit` jobs of `queue` in `states` (never `active`: a worker holds
+/// those) created before `older_than` (any time when `None`). Jobs locked by a concurrent
+/// operation are skipped. Returns how many were deleted.
+pub async fn purge_queue(
+    db: impl PgExecutor<'_>,
+    queue: &str,
+    states: &[JobState],
+    older_than: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    let states: Vec<&str> = states
+        .iter()
+        .filter(|s| **s != JobState::Active)
+        .map(|s| s.as_str())
+        .collect();
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select id from ojs_job
+             where queue = $1
+               and state = any($2::text[]::ojs_job_state[])
+               and state <> 'active'
+               and ($3::timestamptz is null or created_at < $3)
+             limit $4
+               for update skip locked
+        ),
+        deleted as (
+            delete from ojs_job j using doomed d where j.id = d.id returning j.id
+        )
+        select count(*) as "purged!" from deleted
+        "#,
+        queue,
+        &states as &[&str],
+        older_than,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
