@@ -239,3 +239,35 @@ pub fn queue_overflow(queue: &str, policy: &str) {
         counter!("ojs_backpressure_rejected_total", "queue" => queue.to_owned()).increment(1);
     }
 }
+
+/// Sets `ojs_queue_depth{queue,state}` from `(queue, state, jobs)` rows of unfinished jobs (series
+/// that drained drop to 0), and `ojs_queue_max_size` / `ojs_queue_utilization` of the bounded
+/// queues.
+pub fn queue_depth(rows: &[(String, String, i64)], bounds: &[(String, i64)]) {
+    static SEEN: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().expect("gauge series lock");
+    let set = |queue: &str, state: &str, jobs: f64| {
+        gauge!("ojs_queue_depth", "queue" => queue.to_owned(), "state" => state.to_owned())
+            .set(jobs);
+    };
+    for (queue, state) in seen.iter() {
+        if !rows.iter().any(|(q, s, _)| q == queue && s == state) {
+            set(queue, state, 0.0);
+        }
+    }
+    for (queue, state, jobs) in rows {
+        set(queue, state, *jobs as f64);
+    }
+    *seen = rows
+        .iter()
+        .map(|(q, s, _)| (q.clone(), s.clone()))
+        .collect();
+    for (queue, bound) in bounds {
+        let depth: i64 = rows
+            .iter()
+            .filter(|(q, _, _)| q == queue)
+            .map(|(_, _, n)| n)
+            .sum();
+        queue_pressure(queue, depth, *bound);
+    }
+}

@@ -1328,7 +1328,7 @@ impl Broker {
         }
     }
 
-    /// Deletes all jobs, workers and events (test hook).
+    /// Deletes all jobs, workers, events and queues with their configuration (test hook).
     pub async fn reset(&self) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         store::job::delete_all(&mut *tx).await?;
@@ -1337,6 +1337,7 @@ impl Broker {
         store::queue::delete_all(&mut *tx).await?;
         tx.commit().await?;
         self.seen_workers.lock().expect("seen-workers lock").clear();
+        self.configs.reload(&self.pool).await?;
         Ok(())
     }
 }

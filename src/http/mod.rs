@@ -143,6 +143,10 @@ impl AppState {
             Ok(rows) => crate::telemetry::available_by_priority(&rows),
             Err(e) => tracing::debug!(error = %e, "cannot read the available-by-priority gauge"),
         }
+        match crate::store::queue::depth_gauges(pool).await {
+            Ok((depth, bounds)) => crate::telemetry::queue_depth(&depth, &bounds),
+            Err(e) => tracing::debug!(error = %e, "cannot read the queue depth gauges"),
+        }
         *read_at = Some(Instant::now());
     }
 

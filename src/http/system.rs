@@ -66,13 +66,16 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "workflows": false,
             "pause_resume": true,
             "fair_scheduling": false,
-            "queue_config": false,
+            "queue_config": true,
             "events": true,
             "long_poll_fetch": true,
         },
         "extensions": {
             "official": [
+                {"name": "priority", "uri": "urn:ojs:ext:priority", "version": "1.0.0-rc.1"},
+                {"name": "queue-config", "uri": "urn:ojs:ext:queue-config", "version": "1.0.0-rc.1"},
                 {"name": "dead-letter", "uri": "urn:ojs:ext:dead-letter", "version": "1.0.0-rc.1"},
+                {"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0-rc.1"},
                 {"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0-rc.1"},
                 {"name": "timeouts", "uri": "urn:ojs:ext:timeouts", "version": "1.0.0-rc.1"},
             ],

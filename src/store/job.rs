@@ -36,6 +36,9 @@ pub async fn insert_many(
 ) -> Result<Vec<Job>, sqlx::Error> {
     // The queue configuration the jobs' defaults came from; a job prepared from an older one
     // makes the statement refuse (SQLSTATE OJ004) so the caller prepares them again.
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
     let generation = jobs.iter().map(|j| j.config_generation).min().unwrap_or(0);
     let n = jobs.len();
     let mut ids = Vec::with_capacity(n);

@@ -452,7 +452,16 @@ pub fn queue_refusal(e: &sqlx::Error) -> Option<(QueueRefusal, String)> {
 
 /// Deletes every queue row (test hook `POST /ojs/v1/admin/reset` only).
 pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query!("delete from ojs_queue").execute(db).await?;
+    sqlx::query!(
+        r#"
+        with queues as (delete from ojs_queue),
+        capacity as (delete from ojs_queue_capacity),
+        rates as (delete from ojs_rate_window)
+        update ojs_queue_config_generation set generation = generation + 1
+        "#
+    )
+    .execute(db)
+    .await?;
     Ok(())
 }
 
@@ -790,4 +799,36 @@ pub async fn record_starts(
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Unfinished jobs by queue and state, and each bounded queue's bound: the `ojs_queue_depth`,
+/// `ojs_queue_max_size` and `ojs_queue_utilization` gauges.
+pub async fn depth_gauges(
+    db: impl PgExecutor<'_> + Copy,
+) -> Result<(Vec<(String, String, i64)>, Vec<(String, i64)>), sqlx::Error> {
+    let depth = sqlx::query!(
+        r#"
+        select queue as "queue!", state::text as "state!", count(*) as "jobs!"
+          from ojs_job
+         where state in ('scheduled', 'available', 'pending', 'retryable', 'active')
+         group by queue, state
+        "#,
+    )
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|r| (r.queue, r.state, r.jobs))
+    .collect();
+    let bounds = sqlx::query!(
+        r#"
+        select queue, max_jobs as "max_jobs!" from ojs_queue_capacity
+         where queue <> '_default' and max_jobs is not null
+        "#,
+    )
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|r| (r.queue, r.max_jobs))
+    .collect();
+    Ok((depth, bounds))
 }

@@ -201,7 +201,11 @@ async fn queues_are_listed_with_counts_throughput_and_latency() {
     assert_eq!(one["counts"], alpha["counts"]);
     assert_eq!(one["latency_ms"], alpha["latency_ms"]);
     // The resolved configuration, the same object the queue API shows.
-    let config = app.get("/ojs/v1/queues/alpha/config").await.expect(200).json;
+    let config = app
+        .get("/ojs/v1/queues/alpha/config")
+        .await
+        .expect(200)
+        .json;
     assert_eq!(one["configuration"], config["config"]);
     assert_eq!(one["configuration"]["overflow_policy"], "reject");
     let waiting = app

@@ -785,3 +785,33 @@ async fn a_rate_limit_of_ten_per_second_holds_across_two_replicas() {
     drop(a);
     drop(b);
 }
+
+#[tokio::test]
+async fn a_unique_push_that_creates_nothing_succeeds_and_reset_clears_configuration() {
+    let app = TestApp::spawn().await;
+    let unique = json!({"type": "a.b", "args": [1], "queue": "u",
+                        "unique": {"keys": ["type", "args"], "on_conflict": "ignore"}});
+    let first = app.push(unique.clone()).await;
+    let again = app.post("/ojs/v1/jobs", unique).await.expect(200);
+    assert_eq!(again.json["job"]["id"], first["id"]);
+
+    app.put(
+        "/ojs/v1/queues/u/config",
+        json!({"max_size": 1, "concurrency": 0}),
+    )
+    .await
+    .expect(200);
+    app.post("/ojs/v1/admin/reset", json!({})).await.expect(200);
+    // Nothing of the old configuration is left: no bound, no limit.
+    app.push(job("a.b", "u")).await;
+    app.push(job("a.b", "u")).await;
+    assert_eq!(
+        app.fetch(json!({"queues": ["u"], "count": 2})).await.len(),
+        2
+    );
+    let capacity: i64 = sqlx::query_scalar("select count(*) from ojs_queue_capacity")
+        .fetch_one(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(capacity, 0);
+}
