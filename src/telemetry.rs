@@ -271,3 +271,17 @@ pub fn queue_depth(rows: &[(String, String, i64)], bounds: &[(String, i64)]) {
         queue_pressure(queue, depth, *bound);
     }
 }
+
+/// Queues that came into existence (`ojs_queue_created_total`).
+pub fn queues_created(n: i64) {
+    if n > 0 {
+        counter!("ojs_queue_created_total").increment(n.unsigned_abs());
+    }
+}
+
+/// Queues removed (`ojs_queue_deleted_total`).
+pub fn queues_deleted(n: usize) {
+    if n > 0 {
+        counter!("ojs_queue_deleted_total").increment(n as u64);
+    }
+}

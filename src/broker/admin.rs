@@ -175,7 +175,9 @@ impl Broker {
     pub async fn retry_discarded(&self, id: JobId, with: &RetryOverride) -> Result<Job> {
         let mut tx = self.pool.begin().await?;
         if let Some(queue) = &with.queue {
-            store::queue::ensure(&mut *tx, queue, true).await?;
+            crate::telemetry::queues_created(i64::from(
+                store::queue::ensure(&mut *tx, queue, true).await?,
+            ));
         }
         let retried = store::dead_letter::retry_discarded(&mut *tx, &[id.0], with, false)
             .await?

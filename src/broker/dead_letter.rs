@@ -46,7 +46,9 @@ impl Broker {
         let mut tx = self.pool.begin().await?;
         // An override may send the job to a queue that does not exist yet.
         if let Some(queue) = &with.queue {
-            store::queue::ensure(&mut *tx, queue, true).await?;
+            crate::telemetry::queues_created(i64::from(
+                store::queue::ensure(&mut *tx, queue, true).await?,
+            ));
         }
         let job = store::dead_letter::retry(&mut *tx, &[id.0], with)
             .await?

@@ -399,7 +399,7 @@ impl Broker {
                 .collect()
         };
         let result = if let Some(tx) = tx {
-            store::job::insert_many(tx, &jobs, self.settings.strict_queues)
+            insert_jobs(tx, &jobs, self.settings.strict_queues)
                 .await
                 .map(created)
                 .map_err(Error::from)
@@ -413,7 +413,7 @@ impl Broker {
                 None => Err(Error::Database(sqlx::Error::PoolClosed)),
             }
         } else {
-            store::job::insert_many(&self.pool, &jobs, self.settings.strict_queues)
+            insert_jobs(&self.pool, &jobs, self.settings.strict_queues)
                 .await
                 .map(created)
                 .map_err(Error::from)
@@ -647,7 +647,9 @@ impl Broker {
             queues.sort_unstable();
             queues.dedup();
             for queue in queues {
-                store::queue::ensure(&mut *tx, queue, true).await?;
+                crate::telemetry::queues_created(i64::from(
+                    store::queue::ensure(&mut *tx, queue, true).await?,
+                ));
             }
         }
         let (candidates, now) = store::job::unique_candidates(&mut *tx, &keys).await?;
@@ -809,8 +811,7 @@ impl Broker {
         }
         create_indexes.sort_unstable();
         let to_create: Vec<NewJob> = create_indexes.iter().map(|&i| jobs[i].clone()).collect();
-        let created =
-            store::job::insert_many(&mut *tx, &to_create, self.settings.strict_queues).await?;
+        let created = insert_jobs(&mut *tx, &to_create, self.settings.strict_queues).await?;
         tx.commit().await?;
 
         let created: HashMap<usize, Job> = create_indexes.into_iter().zip(created).collect();
@@ -1385,17 +1386,27 @@ fn plan_nack(
 /// Writes a group of single-job PUSH requests in one statement. When that fails (a client-chosen
 /// id taken, or two requests naming the same id), each job is written alone, so each request gets
 /// the outcome it would have had by itself.
+/// [`store::job::insert_many`], counting the queues it created.
+async fn insert_jobs(
+    db: impl sqlx::PgExecutor<'_>,
+    jobs: &[NewJob],
+    strict_queues: bool,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let (jobs, queues_created) = store::job::insert_many(db, jobs, strict_queues).await?;
+    telemetry::queues_created(queues_created);
+    Ok(jobs)
+}
+
 async fn flush_pushes(pool: PgPool, jobs: Vec<NewJob>, strict_queues: bool) -> Vec<Result<Job>> {
     if jobs.len() > 1 {
-        match store::job::insert_many(&pool, &jobs, strict_queues).await {
+        match insert_jobs(&pool, &jobs, strict_queues).await {
             Ok(rows) if rows.len() == jobs.len() => return rows.into_iter().map(Ok).collect(),
             Ok(_) | Err(_) => {}
         }
     }
     let mut out = Vec::with_capacity(jobs.len());
     for job in jobs {
-        let written =
-            store::job::insert_many(&pool, std::slice::from_ref(&job), strict_queues).await;
+        let written = insert_jobs(&pool, std::slice::from_ref(&job), strict_queues).await;
         out.push(match written {
             Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
             Ok(_) => Err(Error::Database(sqlx::Error::RowNotFound)),

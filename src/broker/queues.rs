@@ -70,6 +70,7 @@ impl Broker {
         if !store::queue::ensure(&mut *tx, name, false).await? {
             return Err(Error::QueueExists(name.to_owned()));
         }
+        crate::telemetry::queues_created(1);
         if let Some(body) = config {
             self.configure_in(&mut tx, name, body).await?;
         }
@@ -118,7 +119,8 @@ impl Broker {
         body: &Value,
     ) -> Result<QueueConfig> {
         let is_default = name == DEFAULT_QUEUE;
-        let (stored, _) = store::queue::lock_config(&mut *tx, name).await?;
+        let (stored, created) = store::queue::lock_config(&mut *tx, name).await?;
+        crate::telemetry::queues_created(i64::from(created));
         if !is_default
             && store::queue::get(&mut *tx, name).await?.map(|q| q.state)
                 == Some(QueueState::Draining)
@@ -222,7 +224,9 @@ impl Broker {
             DeleteStrategy::Reject => 0,
             DeleteStrategy::Discard => store::queue::discard_waiting(&mut *tx, name).await?,
             DeleteStrategy::Move(to) => {
-                store::queue::ensure(&mut *tx, to, true).await?;
+                crate::telemetry::queues_created(i64::from(
+                    store::queue::ensure(&mut *tx, to, true).await?,
+                ));
                 let (moved, available) = store::queue::move_waiting(&mut *tx, name, to).await?;
                 moved_available = available;
                 moved
@@ -235,6 +239,9 @@ impl Broker {
         let draining = target.active > 0;
         store::queue::finish_delete(&mut *tx, name, &deletion, draining).await?;
         tx.commit().await?;
+        if !draining {
+            crate::telemetry::queues_deleted(1);
+        }
         if let DeleteStrategy::Move(to) = strategy
             && moved_available > 0
         {
@@ -250,7 +257,9 @@ impl Broker {
     /// Pauses (FETCH skips the queue; enqueues are accepted, active jobs finish) or resumes a
     /// queue, creating it if it does not exist yet. Idempotent; a draining queue refuses.
     pub async fn set_queue_paused(&self, name: &str, paused: bool) -> Result<Queue> {
-        store::queue::ensure(&self.pool, name, true).await?;
+        crate::telemetry::queues_created(i64::from(
+            store::queue::ensure(&self.pool, name, true).await?,
+        ));
         let queue = store::queue::set_paused(&self.pool, name, paused)
             .await?
             .ok_or_else(|| Error::QueueNotFound(name.to_owned()))?;

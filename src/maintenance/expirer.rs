@@ -44,8 +44,9 @@ impl Service for Expirer {
         let size = self.config.batch_size;
         // Queues being deleted whose last job has ended are removed now.
         let mut tx = self.context.begin("scheduler").await?;
-        store::queue::complete_draining(&mut *tx).await?;
+        let removed = store::queue::complete_draining(&mut *tx).await?;
         tx.commit().await?;
+        crate::telemetry::queues_deleted(removed.len());
         self.context
             .batches("scheduler", |conn| {
                 Box::pin(async move {

@@ -22,7 +22,8 @@ use crate::job::{Job, JobId, JobState};
 /// Advisory-lock namespace of unique-key checks (first half of the two-int lock key).
 const UNIQUE_LOCK_NAMESPACE: i32 = 0x6f6a_7375; // "ojsu"
 
-/// Inserts `jobs` in one statement and returns them in input order.
+/// Inserts `jobs` in one statement and returns them in input order, with how many queues the
+/// statement created.
 ///
 /// The initial state is decided with the database clock: `pending` when asked, `scheduled` when
 /// `scheduled_at` is in the future, else `available`. Nothing is notified here: the caller
@@ -33,12 +34,12 @@ pub async fn insert_many(
     db: impl PgExecutor<'_>,
     jobs: &[NewJob],
     strict_queues: bool,
-) -> Result<Vec<Job>, sqlx::Error> {
+) -> Result<(Vec<Job>, i64), sqlx::Error> {
+    if jobs.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
     // The queue configuration the jobs' defaults came from; a job prepared from an older one
     // makes the statement refuse (SQLSTATE OJ004) so the caller prepares them again.
-    if jobs.is_empty() {
-        return Ok(Vec::new());
-    }
     let generation = jobs.iter().map(|j| j.config_generation).min().unwrap_or(0);
     let n = jobs.len();
     let mut ids = Vec::with_capacity(n);
@@ -98,7 +99,7 @@ pub async fn insert_many(
         agings.push(job.priority_aging_ms);
     }
 
-    let rows = sqlx::query_scalar!(
+    let rows = sqlx::query!(
         r#"
         with input as (
             select *
@@ -229,7 +230,8 @@ pub async fn insert_many(
              where i.state <> 'pending' and (select count(*) from queue_events) >= 0
              order by (i.job).seq
         )
-        select i.job as "job!: Job" from inserted i
+        select i.job as "job!: Job", (select count(*) from queue_events) as "queues_created!"
+          from inserted i
         "#,
         &ids,
         &types as &[&str],
@@ -262,10 +264,11 @@ pub async fn insert_many(
     .fetch_all(db)
     .await?;
 
+    let created = rows.first().map_or(0, |r| r.queues_created);
     let position: HashMap<Uuid, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let mut out: Vec<Job> = rows;
+    let mut out: Vec<Job> = rows.into_iter().map(|r| r.job).collect();
     out.sort_by_key(|job| position.get(&job.id.0).copied().unwrap_or(usize::MAX));
-    Ok(out)
+    Ok((out, created))
 }
 
 /// Which of `ids` already exist.

@@ -411,6 +411,13 @@ async fn twenty_concurrent_producers_never_take_a_queue_past_max_size() {
         .json;
     assert_eq!(stats["stats"]["depth"], 100);
     assert_eq!(stats["stats"]["max_depth"], 100);
+    let metrics = app.get("/metrics").await.expect(200).text;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with(r#"ojs_queue_overflow_total{queue="bounded",policy="reject"}"#)),
+        "{metrics}"
+    );
     let events = app.event_types().await;
     assert!(events.iter().any(|t| t == "queue.full"));
     assert!(events.iter().any(|t| t == "backpressure.rejected"));
