@@ -227,3 +227,12 @@ comment on column ojs_queue_overview.utilization is 'depth / max_size.';
 comment on column ojs_queue_overview.own_config is 'The queue''s own configuration values.';
 comment on column ojs_queue_overview.created_at is 'When the queue came into existence.';
 comment on column ojs_queue_overview.updated_at is 'Last change of state or configuration.';
+
+-- Statistics for the new tables now. A table that was never analyzed is assumed by the planner
+-- to hold several pages of rows; these stay (nearly) empty, so autovacuum may never analyze
+-- them, and the enqueue statement, which reads them, would then be re-planned at every
+-- execution instead of using its cached generic plan.
+analyze ojs_queue;
+analyze ojs_queue_capacity;
+analyze ojs_queue_config_generation;
+analyze ojs_rate_window;
