@@ -961,10 +961,11 @@ impl Broker {
         let mut jobs = self
             .claim_by_strategy(req, &registered, &queues, Vec::new())
             .await?;
-        if jobs.len() < req.count
-            && store::job::promote_due(&self.pool, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?
-                > 0
-        {
+        if jobs.len() < req.count {
+            // Claim again even when this promoted nothing: the promoter may have made the due
+            // jobs available between the claim above and this promotion, and they are owed to
+            // this FETCH as much as the ones promoted here.
+            store::job::promote_due(&self.pool, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
             jobs = self
                 .claim_by_strategy(req, &registered, &queues, jobs)
                 .await?;
