@@ -379,7 +379,6 @@ impl Broker {
         jobs: &[NewJob],
         tx: Option<&mut sqlx::PgConnection>,
     ) -> Result<Vec<Pushed>> {
-        let jobs = jobs.to_vec();
         let mut seen = HashSet::with_capacity(jobs.len());
         for (index, job) in jobs.iter().enumerate() {
             if !seen.insert(job.id) {
@@ -399,13 +398,13 @@ impl Broker {
                 .collect()
         };
         let result = if let Some(tx) = tx {
-            insert_jobs(tx, &jobs, self.settings.strict_queues)
+            insert_jobs(tx, jobs, self.settings.strict_queues)
                 .await
                 .map(created)
                 .map_err(Error::from)
         } else if jobs.iter().any(|j| j.unique.is_some()) {
-            self.push_unique(&jobs, batch).await
-        } else if let [job] = jobs.as_slice()
+            self.push_unique(jobs, batch).await
+        } else if let [job] = jobs
             && job.args.len() + job.meta.len() <= PUSH_GROUP_MAX_JOB_BYTES
         {
             match self.pushes.submit(job.clone()).await {
@@ -413,7 +412,7 @@ impl Broker {
                 None => Err(Error::Database(sqlx::Error::PoolClosed)),
             }
         } else {
-            insert_jobs(&self.pool, &jobs, self.settings.strict_queues)
+            insert_jobs(&self.pool, jobs, self.settings.strict_queues)
                 .await
                 .map(created)
                 .map_err(Error::from)
@@ -445,7 +444,7 @@ impl Broker {
             }
             // A client-supplied id is taken (possibly by a concurrent request).
             Err(Error::Database(e)) if is_violation(&e, "ojs_job_pkey") => {
-                Err(self.duplicate_id_error(&jobs, batch, e).await)
+                Err(self.duplicate_id_error(jobs, batch, e).await)
             }
             other => other,
         }
