@@ -160,6 +160,7 @@ impl Application {
                 stale_workers: config.stale_worker_retention.0,
                 batch_size: batch,
             },
+            starvation: maintenance::StarvationConfig::default(),
         };
         let context = maintenance::Context::new(pool.clone(), &config.service_name, &instance_id);
         let events = EventTail::new(
@@ -247,6 +248,10 @@ impl Application {
         background.spawn(health.clone().probe(connect_options, shutdown.clone()));
         background.spawn(events.run(shutdown.clone()));
         background.spawn(metrics_upkeep(shutdown.clone()));
+        background.spawn(flush_dispatch_counts(
+            state.broker().clone(),
+            shutdown.clone(),
+        ));
         if let Some((elector, config, context)) = elector {
             let role = elector.subscribe();
             background.spawn(maintenance::supervise(
@@ -315,6 +320,25 @@ async fn metrics_upkeep(shutdown: CancellationToken) {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = tick.tick() => handle.run_upkeep(),
+        }
+    }
+}
+
+/// Writes this process's dispatch counts (fair-scheduling statistics) to the database every
+/// [`crate::broker::pools::FLUSH_INTERVAL`], and once more at shutdown.
+async fn flush_dispatch_counts(broker: crate::broker::Broker, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(crate::broker::pools::FLUSH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let stop = tokio::select! {
+            () = shutdown.cancelled() => true,
+            _ = tick.tick() => false,
+        };
+        if let Err(e) = broker.flush_dispatch_counts().await {
+            tracing::debug!(error = %e, "cannot write dispatch counts; kept for the next try");
+        }
+        if stop {
+            return;
         }
     }
 }

@@ -28,6 +28,9 @@ pub enum Error {
     /// The queue is unknown.
     #[error("queue {0} not found")]
     QueueNotFound(String),
+    /// The worker pool is unknown.
+    #[error("pool {0} not found")]
+    PoolNotFound(String),
     /// An enqueue names a queue that does not exist while strict queues are on.
     #[error("queue {0} does not exist")]
     UnknownQueue(String),

@@ -30,6 +30,8 @@ pub mod leadership;
 pub mod maintenance;
 /// LISTEN/NOTIFY fan-out for long-polling fetches.
 pub mod notifier;
+/// Worker pools (fair scheduling): definition and validation.
+pub mod pool;
 /// Queue configuration: validation, merging and resolution of its layers.
 pub mod queue_config;
 /// All SQL, grouped by table.

@@ -67,6 +67,12 @@ pub fn metrics() -> &'static PrometheusHandle {
             })
             .and_then(|b| {
                 b.set_buckets_for_metric(
+                    Matcher::Full("ojs_scheduling_queue_wait_duration_seconds".into()),
+                    WAIT_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
                     Matcher::Full("ojs_http_request_duration_seconds".into()),
                     REQUEST_BUCKETS,
                 )
@@ -283,5 +289,46 @@ pub fn queues_created(n: i64) {
 pub fn queues_deleted(n: usize) {
     if n > 0 {
         counter!("ojs_queue_deleted_total").increment(n as u64);
+    }
+}
+
+/// Jobs a FETCH dispatched for a member of `pool` (`default` for none): the fair-scheduling
+/// dispatch counter and wait histogram (seed 002 §11.2).
+pub fn jobs_dispatched(jobs: &[Job], pool: &str) {
+    let mut per_queue: HashMap<&str, u64> = HashMap::new();
+    for job in jobs {
+        *per_queue.entry(job.queue.as_str()).or_default() += 1;
+        if let (Some(enqueued), Some(started)) = (job.enqueued_at, job.started_at) {
+            histogram!("ojs_scheduling_queue_wait_duration_seconds", "queue" => job.queue.clone())
+                .record(seconds(enqueued, started));
+        }
+    }
+    for (queue, n) in per_queue {
+        counter!("ojs_scheduling_dispatch_total", "queue" => queue.to_owned(), "pool" => pool.to_owned())
+            .increment(n);
+    }
+}
+
+/// A queue found starved (`ojs_scheduling_starvation_events_total`).
+pub fn queue_starved(queue: &str) {
+    counter!("ojs_scheduling_starvation_events_total", "queue" => queue.to_owned()).increment(1);
+}
+
+/// Sets `ojs_scheduling_dispatch_ratio{queue}` (share of the last minute's dispatches, over
+/// all replicas) and `ojs_scheduling_pool_utilization{pool}` (active jobs / concurrency).
+pub fn scheduling(ratios: &[(String, f64)], utilization: &[(String, f64)]) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().expect("gauge series lock");
+    for queue in seen.iter() {
+        if !ratios.iter().any(|(q, _)| q == queue) {
+            gauge!("ojs_scheduling_dispatch_ratio", "queue" => queue.clone()).set(0.0);
+        }
+    }
+    for (queue, ratio) in ratios {
+        gauge!("ojs_scheduling_dispatch_ratio", "queue" => queue.clone()).set(*ratio);
+    }
+    *seen = ratios.iter().map(|(q, _)| q.clone()).collect();
+    for (pool, u) in utilization {
+        gauge!("ojs_scheduling_pool_utilization", "pool" => pool.clone()).set(*u);
     }
 }

@@ -7,7 +7,7 @@
 //! the enqueue statement checks the generation its defaults came from and refuses a stale one
 //! (the broker then reloads and tries again).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
+use crate::pool::Pool;
 use crate::queue_config::{DEFAULT_QUEUE, QueueConfig};
 use crate::store;
 
@@ -32,6 +33,12 @@ pub struct Snapshot {
     pub default: Arc<QueueConfig>,
     /// Queues with their own values.
     queues: HashMap<String, Arc<QueueConfig>>,
+    /// Worker pools by name.
+    pools: HashMap<String, Arc<Pool>>,
+    /// Queue → the isolated pools listing it.
+    isolated: HashMap<String, Vec<String>>,
+    /// Tenant-fair queues.
+    fair: HashSet<String>,
 }
 
 impl Snapshot {
@@ -40,12 +47,35 @@ impl Snapshot {
         self.queues.get(queue).unwrap_or(&self.default)
     }
 
+    /// The pool named `name`, if configured.
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.get(name)
+    }
+
+    /// Whether `queue` may be served to a member of `pool` (`None`: no pool): a queue of
+    /// isolated pools is served to their members only.
+    pub fn serves(&self, queue: &str, pool: Option<&str>) -> bool {
+        self.isolated
+            .get(queue)
+            .is_none_or(|owners| pool.is_some_and(|p| owners.iter().any(|o| o == p)))
+    }
+
+    /// Whether `queue` dispatches fairly across tenants.
+    pub fn is_tenant_fair(&self, queue: &str) -> bool {
+        self.fair.contains(queue)
+    }
+
     /// Queues with their own configuration.
     pub fn configured(&self) -> impl Iterator<Item = (&str, &Arc<QueueConfig>)> {
         self.queues.iter().map(|(k, v)| (k.as_str(), v))
     }
 
-    fn build(generation: i64, layers: Vec<(String, Value)>) -> Snapshot {
+    fn build(
+        generation: i64,
+        layers: Vec<(String, Value)>,
+        pools: Vec<Pool>,
+        fair: HashSet<String>,
+    ) -> Snapshot {
         let empty = Value::Object(Default::default());
         let default_layer = layers
             .iter()
@@ -68,11 +98,26 @@ impl Snapshot {
                 (name, Arc::new(config))
             })
             .collect();
+        let mut isolated: HashMap<String, Vec<String>> = HashMap::new();
+        for pool in pools.iter().filter(|p| p.isolated) {
+            for queue in &pool.queues {
+                isolated
+                    .entry(queue.clone())
+                    .or_default()
+                    .push(pool.name.clone());
+            }
+        }
         Snapshot {
             generation,
             default_layer,
             default: Arc::new(default),
             queues,
+            pools: pools
+                .into_iter()
+                .map(|p| (p.name.clone(), Arc::new(p)))
+                .collect(),
+            isolated,
+            fair,
         }
     }
 }
@@ -116,7 +161,16 @@ impl Configs {
     pub async fn reload(&self, pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
         let now = Instant::now();
         let (generation, layers) = store::queue::config_layers(pool).await?;
-        let snapshot = Arc::new(Snapshot::build(generation, layers));
+        // Read after the generation: if a change lands in between, the next check sees a newer
+        // generation and loads again.
+        let pools = store::pool::all(pool).await?;
+        let fair = store::pool::fair_queues(pool).await?;
+        let snapshot = Arc::new(Snapshot::build(
+            generation,
+            layers,
+            pools.into_iter().map(|p| p.pool).collect(),
+            fair.into_iter().map(|f| f.queue).collect(),
+        ));
         let mut state = self.state.lock().expect("configs lock");
         // A concurrent reload may have stored a newer generation already.
         if state.0.generation <= generation {

@@ -8,9 +8,11 @@
 mod admin;
 pub mod configs;
 mod dead_letter;
-mod dispatch;
+pub mod dispatch;
 mod group;
+pub mod pools;
 mod queues;
+pub mod scheduling;
 mod workers;
 
 pub use admin::{AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW};
@@ -34,12 +36,14 @@ use crate::job::retry::RetryPolicy;
 use crate::job::unique::OnConflict;
 use crate::job::{Job, JobId, JobState};
 use crate::notifier::Announcer;
+use crate::pool::Pool;
 use crate::store;
 use crate::store::job::{ClaimParams, CompleteParams, FailParams, FailTarget};
 use crate::store::queue::QueueRefusal;
 use crate::telemetry;
 use crate::timestamp::ClientTime;
 use configs::{Configs, Snapshot};
+use dispatch::{Guarantee, Plan};
 use group::GroupCommit;
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
@@ -101,8 +105,10 @@ pub struct Broker {
     configs: Arc<Configs>,
     /// When this process last recorded `queue.full` per queue.
     full_events: Arc<Mutex<HashMap<String, Instant>>>,
-    /// State of the weighted and round-robin strategies.
+    /// State of the strategies and starvation guarantees.
     dispatcher: Arc<dispatch::Dispatcher>,
+    /// Dispatch counts, backlog depths and overload events of fair scheduling.
+    scheduling: Arc<scheduling::Scheduling>,
 }
 
 /// How a pushed job came to be in the response.
@@ -235,22 +241,51 @@ pub struct FetchRequest {
     pub weights: Option<Weights>,
 }
 
-/// The strategy and weights a worker registered with: what its FETCHes use when they name
-/// none and no server configuration applies (contract §4.3.5).
+/// What a worker registered with that its FETCHes use: its pool and capacity, and the
+/// strategy and weights for when no pool configuration applies (contract §4.3.5).
 #[derive(Debug, Clone, Default)]
 struct FetchDefaults {
     strategy: Option<Strategy>,
     weights: Option<Weights>,
+    pool: Option<String>,
+    concurrency: Option<i32>,
 }
 
 impl FetchDefaults {
-    /// From the stored registration. A strategy this server cannot apply yet
-    /// (`least-loaded`) falls back to the default.
-    fn from_stored(strategy: Option<String>, weights: Option<String>) -> FetchDefaults {
+    /// From the stored registration.
+    fn from_stored(r: store::worker::Registration) -> FetchDefaults {
         FetchDefaults {
-            strategy: strategy.and_then(|s| s.parse().ok()),
-            weights: weights.and_then(|w| Weights::from_json(&w)),
+            strategy: r.strategy.and_then(|s| s.parse().ok()),
+            weights: r.weights.and_then(|w| Weights::from_json(&w)),
+            pool: r.pool,
+            concurrency: r.concurrency,
         }
+    }
+}
+
+/// The pool that applies to workers that name none (contract §5.8).
+pub const DEFAULT_POOL: &str = "default";
+
+/// Jobs a worker runs at once when it did not say (`least-loaded`, contract §4.3.1).
+const DEFAULT_WORKER_CONCURRENCY: i64 = 10;
+
+/// How one FETCH is served once the server's configuration is applied (contract §4.3.1 steps
+/// 2–5): the governing pool, the queues (with weights) and how slots spread over them.
+#[derive(Debug, Clone)]
+struct Route {
+    pool: Option<Arc<Pool>>,
+    queues: Vec<(String, u32)>,
+    strategy: Strategy,
+    guarantee: Option<Guarantee>,
+}
+
+impl Route {
+    fn pool_name(&self) -> Option<&str> {
+        self.pool.as_deref().map(|p| p.name.as_str())
+    }
+
+    fn queue_names(&self) -> Vec<String> {
+        self.queues.iter().map(|(q, _)| q.clone()).collect()
     }
 }
 
@@ -309,6 +344,7 @@ impl Broker {
             acks: Arc::new(acks),
             seen_workers: Arc::default(),
             dispatcher: Arc::default(),
+            scheduling: Arc::default(),
             configs: Arc::default(),
             full_events: Arc::default(),
         }
@@ -910,8 +946,9 @@ impl Broker {
         })
     }
 
-    /// FETCH: claims up to `count` jobs, strictly in the given queue order, waiting up to
-    /// `wait` for work when none is available. Returns early (empty) on `shutdown`.
+    /// FETCH: claims up to `count` jobs from the queues the request (or the worker's pool)
+    /// names, spread by the effective strategy, waiting up to `wait` for work when none is
+    /// available. Returns early (empty) on `shutdown`.
     pub async fn fetch(
         &self,
         req: &FetchRequest,
@@ -920,8 +957,12 @@ impl Broker {
         // Subscribe before the first attempt so a job enqueued in between still wakes us.
         let mut wakeups = (!req.wait.is_zero()).then(|| self.announcer.notifier().subscribe());
         let deadline = Instant::now() + req.wait;
+        let mut queues = req.queues.clone();
         loop {
-            let jobs = self.try_fetch(req).await?;
+            let (jobs, route) = self.try_fetch(req).await?;
+            if let Some(route) = route {
+                queues = route.queue_names();
+            }
             let now = Instant::now();
             if !jobs.is_empty() || now >= deadline || shutdown.is_cancelled() {
                 return Ok(jobs);
@@ -935,7 +976,7 @@ impl Broker {
                     () = shutdown.cancelled() => return Ok(Vec::new()),
                     () = tokio::time::sleep_until(poll_at) => break,
                     wakeup = rx.recv() => match wakeup {
-                        Ok(w) if !w.take_for(&req.queues) => continue,
+                        Ok(w) if !w.take_for(&queues) => continue,
                         // Relevant, lagged (missed some) or closed: poll now.
                         _ => break,
                     },
@@ -944,103 +985,204 @@ impl Broker {
         }
     }
 
-    /// One attempt of a FETCH: claims from the queues in order of preference.
+    /// One attempt of a FETCH, with the route it took (`None`: the worker may take nothing
+    /// now).
     ///
     /// Due scheduled and retryable jobs become available through the promoter (every
     /// `OJS_PROMOTE_INTERVAL_MS`, with `enqueued_at` = their due time, so they keep their FIFO
     /// place) or here: a fetch that finds fewer jobs than it wants promotes its queues' due jobs
     /// and claims again, so a job is never missed once due. A fetch that is served at once
     /// costs one statement per queue asked.
-    async fn try_fetch(&self, req: &FetchRequest) -> Result<Vec<Job>> {
+    async fn try_fetch(&self, req: &FetchRequest) -> Result<(Vec<Job>, Option<Route>)> {
         let registered = match &req.worker_id {
             Some(worker) => self.record_seen(worker).await?,
             None => FetchDefaults::default(),
         };
-        let queues: Vec<&str> = req.queues.iter().map(String::as_str).collect();
-        let mut jobs = self
-            .claim_by_strategy(req, &registered, &queues, Vec::new())
-            .await?;
-        if jobs.len() < req.count {
+        let configs = self.configs.current(&self.pool).await?;
+        let route = self.route(req, &registered, &configs)?;
+        if route.queues.is_empty() {
+            return Ok((Vec::new(), Some(route)));
+        }
+        let mut wanted = req.count;
+        if route.strategy == Strategy::LeastLoaded
+            && let Some(worker) = &req.worker_id
+        {
+            let capacity = registered
+                .concurrency
+                .map_or(DEFAULT_WORKER_CONCURRENCY, i64::from);
+            let active = store::worker::active_jobs(&self.pool, worker).await?;
+            wanted = wanted.min(usize::try_from(capacity - active).unwrap_or(0));
+            if wanted == 0 {
+                return Ok((Vec::new(), Some(route)));
+            }
+        }
+        let names = route.queue_names();
+        let queues: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut jobs = self.claim_routed(req, &route, wanted, Vec::new()).await?;
+        if jobs.len() < wanted {
             // Claim again even when this promoted nothing: the promoter may have made the due
             // jobs available between the claim above and this promotion, and they are owed to
             // this FETCH as much as the ones promoted here.
             store::job::promote_due(&self.pool, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
-            jobs = self
-                .claim_by_strategy(req, &registered, &queues, jobs)
-                .await?;
+            jobs = self.claim_routed(req, &route, wanted, jobs).await?;
         }
         // A claim returns rows in no particular order: by queue preference, then dispatch order.
         let rank = |queue: &str| queues.iter().position(|q| *q == queue);
         jobs.sort_by_cached_key(|job| (rank(&job.queue), job.dispatch_key()));
         telemetry::jobs_started(&jobs);
-        Ok(jobs)
+        telemetry::jobs_dispatched(&jobs, route.pool_name().unwrap_or(DEFAULT_POOL));
+        self.scheduling
+            .record(&jobs, route.pool_name().unwrap_or(""));
+        Ok((jobs, Some(route)))
     }
 
-    /// Adds to `jobs` what `req` still wants from `queues`, spread by the effective strategy:
-    /// the server's when configured, else the request's, else the one the worker `registered`
-    /// with, else `strict` (weights likewise). Within a queue every strategy takes
-    /// jobs in dispatch order (priority, then time available). Workflow steps (priority
-    /// extension §9.2), when workflows exist, are created through PUSH with the root's
-    /// priority unless they set their own, and so need nothing here.
-    async fn claim_by_strategy(
+    /// Applies the server's configuration to a FETCH (contract §4.3.1 step 2): the worker's
+    /// pool (or the `default` pool for a worker without one) replaces the request's queues,
+    /// strategy, weights and starvation settings; otherwise the server-wide strategy and
+    /// weights, else the request's, else those the worker registered with, else `strict`.
+    /// Queues of isolated pools are dropped for everyone but their members.
+    fn route(
         &self,
         req: &FetchRequest,
         registered: &FetchDefaults,
-        queues: &[&str],
-        jobs: Vec<Job>,
-    ) -> Result<Vec<Job>> {
-        let no_weights = Weights::default();
-        let weights = (self.settings.queue_weights.as_ref())
-            .or(req.weights.as_ref())
-            .or(registered.weights.as_ref())
-            .unwrap_or(&no_weights);
-        let strategy = (self.settings.fetch_strategy)
-            .or(req.strategy)
-            .or(registered.strategy)
-            .unwrap_or_default();
-        let weighted: Vec<(String, u32)> = match strategy {
-            Strategy::Strict => return self.claim_in_order(req, queues, jobs).await,
-            Strategy::Weighted => queues
-                .iter()
-                .map(|q| ((*q).to_owned(), weights.of(q)))
-                .collect(),
-            Strategy::RoundRobin => queues.iter().map(|q| ((*q).to_owned(), 1)).collect(),
+        configs: &Snapshot,
+    ) -> Result<Route> {
+        let pool = configs
+            .pool(registered.pool.as_deref().unwrap_or(DEFAULT_POOL))
+            .cloned();
+        let mut route = match &pool {
+            Some(p) => Route {
+                queues: p
+                    .queues
+                    .iter()
+                    .map(|q| {
+                        let weight = match p.strategy {
+                            Strategy::Weighted => p.weight(q),
+                            _ => 1,
+                        };
+                        (q.clone(), weight)
+                    })
+                    .collect(),
+                strategy: p.strategy,
+                guarantee: p.starvation.enabled.then(|| Guarantee {
+                    window: Duration::from_millis(p.starvation.rotation_interval_ms),
+                    min_ratio: p.starvation.min_dispatch_ratio,
+                }),
+                pool: pool.clone(),
+            },
+            None => {
+                if req.queues.is_empty() {
+                    return Err(Error::invalid(
+                        "$.queues",
+                        "'queues' is required unless the worker belongs to a configured pool",
+                    ));
+                }
+                let no_weights = Weights::default();
+                let weights = (self.settings.queue_weights.as_ref())
+                    .or(req.weights.as_ref())
+                    .or(registered.weights.as_ref())
+                    .unwrap_or(&no_weights);
+                let strategy = (self.settings.fetch_strategy)
+                    .or(req.strategy)
+                    .or(registered.strategy)
+                    .unwrap_or_default();
+                Route {
+                    queues: req
+                        .queues
+                        .iter()
+                        .map(|q| {
+                            let weight = match strategy {
+                                Strategy::Weighted => weights.of(q),
+                                _ => 1,
+                            };
+                            (q.clone(), weight)
+                        })
+                        .collect(),
+                    strategy,
+                    guarantee: None,
+                    pool: None,
+                }
+            }
         };
-        self.claim_weighted(req, &weighted, jobs).await
+        let member_of = route.pool_name().map(str::to_owned);
+        route
+            .queues
+            .retain(|(q, _)| configs.serves(q, member_of.as_deref()));
+        Ok(route)
     }
 
-    /// Adds to `jobs` what `req` still wants, slot by slot from the queue the weighted
-    /// dispatcher picks (see [`dispatch`]); a queue that cannot fill its slots is empty for the
-    /// rest of this FETCH and its slots go to the others.
-    async fn claim_weighted(
+    /// Adds to `jobs` what the FETCH still wants (up to `wanted`) from the route's queues.
+    /// Within a queue every strategy takes jobs in dispatch order (priority, then time
+    /// available, or the tenant-fair order). Workflow steps (priority extension §9.2), when
+    /// workflows exist, are created through PUSH with the root's priority unless they set their
+    /// own, and so need nothing here.
+    async fn claim_routed(
         &self,
         req: &FetchRequest,
-        queues: &[(String, u32)],
+        route: &Route,
+        wanted: usize,
         mut jobs: Vec<Job>,
     ) -> Result<Vec<Job>> {
-        let mut open = vec![true; queues.len()];
-        while jobs.len() < req.count {
-            let given = self
-                .dispatcher
-                .reserve(queues, &open, req.count - jobs.len());
+        let preference: Option<Vec<usize>> = if route.strategy == Strategy::LeastLoaded {
+            // The deepest backlog first (seed 002 §7.2).
+            let names = route.queue_names();
+            let depths = self.scheduling.depths(&self.pool, &names).await?;
+            let mut order: Vec<usize> = (0..names.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(depths[i]));
+            Some(order)
+        } else {
+            None
+        };
+        let pool = route.pool.as_deref();
+        if route.guarantee.is_none()
+            && matches!(route.strategy, Strategy::Strict | Strategy::LeastLoaded)
+        {
+            let order: Vec<usize> = preference
+                .clone()
+                .unwrap_or_else(|| (0..route.queues.len()).collect());
+            for i in order {
+                let left = wanted - jobs.len();
+                if left == 0 {
+                    break;
+                }
+                let mut claimed = self
+                    .claim(self.claim_params(req, &route.queues[i].0, left, pool), pool)
+                    .await?;
+                jobs.append(&mut claimed);
+            }
+            return Ok(jobs);
+        }
+        let plan = Plan {
+            scope: route.pool_name().unwrap_or(""),
+            queues: &route.queues,
+            strategy: route.strategy,
+            guarantee: route.guarantee,
+            preference: preference.as_deref(),
+        };
+        let mut open = vec![true; route.queues.len()];
+        while jobs.len() < wanted {
+            let given = self.dispatcher.reserve(&plan, &open, wanted - jobs.len());
             if given.iter().all(|n| *n == 0) {
                 break;
             }
-            for (index, wanted) in given.into_iter().enumerate().filter(|(_, n)| *n > 0) {
+            for (index, slots) in given.into_iter().enumerate().filter(|(_, n)| *n > 0) {
                 let claimed = self
-                    .claim(self.claim_params(req, &queues[index].0, wanted))
+                    .claim(
+                        self.claim_params(req, &route.queues[index].0, slots, pool),
+                        pool,
+                    )
                     .await;
                 let mut claimed = match claimed {
                     Ok(claimed) => claimed,
                     Err(e) => {
-                        self.dispatcher.release(queues, &open, index, wanted);
+                        self.dispatcher.release(&plan, &open, index, slots);
                         return Err(e.into());
                     }
                 };
-                if claimed.len() < wanted {
+                if claimed.len() < slots {
                     open[index] = false;
                     self.dispatcher
-                        .release(queues, &open, index, wanted - claimed.len());
+                        .release(&plan, &open, index, slots - claimed.len());
                 }
                 jobs.append(&mut claimed);
             }
@@ -1048,49 +1190,108 @@ impl Broker {
         Ok(jobs)
     }
 
-    /// Claims from one queue. A queue with dispatch limits (`concurrency`, `rate_limit`) is
-    /// claimed from under its dispatch lock, shared by every replica, and never beyond what
-    /// its limits leave: jobs it cannot start now stay available.
-    async fn claim(&self, params: ClaimParams<'_>) -> Result<Vec<Job>, sqlx::Error> {
+    /// Claims from one queue for a member of `pool` (if any). A pool with a `concurrency`
+    /// and a queue with dispatch limits (`concurrency`, `rate_limit`) are claimed from under
+    /// their dispatch locks, shared by every replica (the pool's first, always in that order),
+    /// and never beyond what their limits leave: jobs that cannot start now stay available.
+    async fn claim(
+        &self,
+        params: ClaimParams<'_>,
+        pool: Option<&Pool>,
+    ) -> Result<Vec<Job>, sqlx::Error> {
         let configs = self.configs.current(&self.pool).await?;
         let config = configs.of(params.queue);
-        if !config.limits_dispatch() {
-            return store::job::claim(&self.pool, params).await;
+        let fair = configs.is_tenant_fair(params.queue);
+        let pool_limit = pool.and_then(|p| p.concurrency.map(|c| (p, i64::from(c))));
+        if !config.limits_dispatch() && pool_limit.is_none() {
+            let mut conn = self.pool.acquire().await?;
+            return claim_rows(&mut conn, params, fair).await;
         }
-        let queue = params.queue;
-        let rate_key = format!("queue:{queue}");
-        let period_ms = config
-            .rate_limit
-            .map_or(0, |r| i64::try_from(r.period_ms).unwrap_or(i64::MAX));
         let mut tx = self.pool.begin().await?;
-        store::queue::lock_dispatch(&mut tx, queue).await?;
-        let (active, started, now) =
-            store::queue::dispatch_usage(&mut tx, queue, &rate_key, period_ms).await?;
         let mut allowed = params.limit;
-        if let Some(concurrency) = config.concurrency {
-            allowed = allowed.min(concurrency - active);
+        if let Some((pool, limit)) = pool_limit {
+            store::queue::lock_dispatch(&mut tx, &format!("pool:{}", pool.name)).await?;
+            let active = store::pool::active_jobs(&mut *tx, &pool.name).await?;
+            allowed = allowed.min(limit - active);
+            if allowed <= 0 {
+                drop(tx);
+                self.pool_overloaded(pool, active).await;
+                return Ok(Vec::new());
+            }
         }
-        if let Some(rate) = config.rate_limit {
-            allowed = allowed.min(rate.limit - started);
+        let mut started_at = None;
+        let mut rate = None;
+        if config.limits_dispatch() {
+            let queue = params.queue;
+            let rate_key = format!("queue:{queue}");
+            let period_ms = config
+                .rate_limit
+                .map_or(0, |r| i64::try_from(r.period_ms).unwrap_or(i64::MAX));
+            store::queue::lock_dispatch(&mut tx, queue).await?;
+            let (active, started, now) =
+                store::queue::dispatch_usage(&mut tx, queue, &rate_key, period_ms).await?;
+            if let Some(concurrency) = config.concurrency {
+                allowed = allowed.min(concurrency - active);
+            }
+            if let Some(limit) = config.rate_limit {
+                allowed = allowed.min(limit.limit - started);
+                rate = Some((rate_key, period_ms));
+            }
+            started_at = Some(now);
         }
         if allowed <= 0 {
             return Ok(Vec::new());
         }
-        let jobs = store::job::claim(
-            &mut *tx,
+        let jobs = claim_rows(
+            &mut tx,
             ClaimParams {
                 limit: allowed,
-                started_at: Some(now),
+                started_at: started_at.or(params.started_at),
                 ..params
             },
+            fair,
         )
         .await?;
-        if config.rate_limit.is_some() && !jobs.is_empty() {
+        if let (Some((rate_key, period_ms)), Some(now)) = (rate, started_at)
+            && !jobs.is_empty()
+        {
             let n = i32::try_from(jobs.len()).unwrap_or(i32::MAX);
             store::queue::record_starts(&mut tx, &rate_key, n, now, period_ms).await?;
         }
         tx.commit().await?;
         Ok(jobs)
+    }
+
+    /// A member's FETCH found its pool at its concurrency: `scheduling.pool_overloaded` (at
+    /// most every few seconds per pool and process) when the pool's queues have work waiting.
+    async fn pool_overloaded(&self, pool: &Pool, active: i64) {
+        if !self.scheduling.overload_event_due(&pool.name) {
+            return;
+        }
+        let waiting = match store::pool::available(&self.pool, &pool.queues, 10_000).await {
+            Ok(rows) => rows.iter().map(|r| r.1).sum::<i64>(),
+            Err(e) => {
+                tracing::warn!(error = %e, pool = %pool.name, "could not count a pool's waiting jobs");
+                return;
+            }
+        };
+        if waiting == 0 {
+            return;
+        }
+        let data = serde_json::json!({
+            "pool": pool.name, "active_jobs": active, "waiting_jobs": waiting,
+            "concurrency": pool.concurrency,
+        });
+        if let Err(e) = store::event::insert_subject_event(
+            &self.pool,
+            "scheduling.pool_overloaded",
+            &pool.name,
+            &data,
+        )
+        .await
+        {
+            tracing::warn!(error = %e, pool = %pool.name, "could not record scheduling.pool_overloaded");
+        }
     }
 
     /// The claim of `limit` jobs of `queue` for `req`.
@@ -1099,6 +1300,7 @@ impl Broker {
         req: &'a FetchRequest,
         queue: &'a str,
         limit: usize,
+        pool: Option<&'a Pool>,
     ) -> ClaimParams<'a> {
         ClaimParams {
             queue,
@@ -1107,29 +1309,12 @@ impl Broker {
             visibility_timeout_ms: req.visibility_timeout_ms,
             default_visibility_timeout_ms: self.settings.default_visibility_timeout_ms,
             started_at: None,
+            pool: pool.map(|p| p.name.as_str()),
         }
-    }
-
-    /// Adds to `jobs` what `req` still wants, claimed from `queues` in order of preference.
-    async fn claim_in_order(
-        &self,
-        req: &FetchRequest,
-        queues: &[&str],
-        mut jobs: Vec<Job>,
-    ) -> Result<Vec<Job>> {
-        for queue in queues {
-            let wanted = req.count - jobs.len();
-            if wanted == 0 {
-                break;
-            }
-            let mut claimed = self.claim(self.claim_params(req, queue, wanted)).await?;
-            jobs.append(&mut claimed);
-        }
-        Ok(jobs)
     }
 
     /// Records a fetching worker as seen (contract §6.1), at most every few seconds per worker,
-    /// and returns the fetch defaults it registered with (as of that write).
+    /// and returns what it registered with (as of that write).
     async fn record_seen(&self, worker_id: &str) -> Result<FetchDefaults> {
         let now = Instant::now();
         {
@@ -1145,8 +1330,8 @@ impl Broker {
             seen.insert(worker_id.to_owned(), (now, FetchDefaults::default()));
         }
         match store::worker::record_seen(&self.pool, worker_id).await {
-            Ok((strategy, weights)) => {
-                let defaults = FetchDefaults::from_stored(strategy, weights);
+            Ok(registration) => {
+                let defaults = FetchDefaults::from_stored(registration);
                 self.seen_workers
                     .lock()
                     .expect("seen-workers lock")
@@ -1336,6 +1521,7 @@ impl Broker {
         store::worker::delete_all(&mut *tx).await?;
         store::event::delete_all(&mut *tx).await?;
         store::queue::delete_all(&mut *tx).await?;
+        store::pool::reset(&mut tx).await?;
         tx.commit().await?;
         self.seen_workers.lock().expect("seen-workers lock").clear();
         self.configs.reload(&self.pool).await?;
@@ -1543,4 +1729,30 @@ pub async fn release_jobs(
         telemetry::attempt_finished(job);
     }
     Ok(released)
+}
+
+/// Claims from one queue, in the tenant-fair order when the queue is tenant-fair (then in plain
+/// order for whatever the fair claim could not fill: jobs not tagged yet).
+async fn claim_rows(
+    conn: &mut sqlx::PgConnection,
+    params: ClaimParams<'_>,
+    fair: bool,
+) -> Result<Vec<Job>, sqlx::Error> {
+    if !fair {
+        return store::job::claim(&mut *conn, params).await;
+    }
+    let mut jobs = store::job::claim_fair(&mut *conn, params).await?;
+    let short = params.limit - jobs.len() as i64;
+    if short > 0 {
+        let mut more = store::job::claim(
+            &mut *conn,
+            ClaimParams {
+                limit: short,
+                ..params
+            },
+        )
+        .await?;
+        jobs.append(&mut more);
+    }
+    Ok(jobs)
 }

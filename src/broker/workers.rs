@@ -35,7 +35,10 @@ pub struct WorkerSummary {
 impl Broker {
     /// BEAT: records the worker as alive and extends the reservations it still holds.
     pub async fn heartbeat(&self, params: &HeartbeatParams<'_>) -> Result<HeartbeatOutcome> {
-        Ok(store::worker::heartbeat(&self.pool, params).await?)
+        let outcome = store::worker::heartbeat(&self.pool, params).await?;
+        // The heartbeat may carry registration data (a pool, a capacity) FETCH uses.
+        self.forget_seen(params.report.worker_id);
+        Ok(outcome)
     }
 
     /// Registration (optional: the first heartbeat registers too).

@@ -4,6 +4,7 @@
 
 mod dead_letter;
 mod jobs;
+mod pools;
 mod queues;
 mod stats;
 
@@ -26,6 +27,7 @@ pub fn router(test_hooks: bool) -> Router<AppState> {
         .merge(queues::router())
         .merge(jobs::router())
         .merge(dead_letter::router())
+        .merge(pools::router())
         .route("/ojs/v1/admin/workers", get(list_workers))
         .route(
             "/ojs/v1/admin/workers/{worker_id}",

@@ -444,6 +444,7 @@ impl From<Error> for ApiError {
                 index,
             )),
             Error::QueueNotFound(name) => ApiError::not_found("queue", &name),
+            Error::PoolNotFound(name) => ApiError::not_found("pool", &name),
             Error::UnknownQueue(name) => ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",

@@ -147,6 +147,23 @@ impl AppState {
             Ok((depth, bounds)) => crate::telemetry::queue_depth(&depth, &bounds),
             Err(e) => tracing::debug!(error = %e, "cannot read the queue depth gauges"),
         }
+        match self.broker().scheduling_stats().await {
+            Ok(stats) => {
+                let ratios: Vec<(String, f64)> = stats
+                    .queues
+                    .iter()
+                    .filter(|q| q.dispatched > 0)
+                    .map(|q| (q.queue.clone(), q.ratio))
+                    .collect();
+                let utilization: Vec<(String, f64)> = stats
+                    .pools
+                    .iter()
+                    .filter_map(|v| Some((v.stored.pool.name.clone(), v.utilization()?)))
+                    .collect();
+                crate::telemetry::scheduling(&ratios, &utilization);
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot read the scheduling gauges"),
+        }
         *read_at = Some(Instant::now());
     }
 

@@ -65,7 +65,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "unique_jobs": true,
             "workflows": false,
             "pause_resume": true,
-            "fair_scheduling": false,
+            "fair_scheduling": true,
             "queue_config": true,
             "events": true,
             "long_poll_fetch": true,
@@ -74,6 +74,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "official": [
                 {"name": "priority", "uri": "urn:ojs:ext:priority", "version": "1.0.0-rc.1"},
                 {"name": "queue-config", "uri": "urn:ojs:ext:queue-config", "version": "1.0.0-rc.1"},
+                {"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0-rc.1"},
                 {"name": "dead-letter", "uri": "urn:ojs:ext:dead-letter", "version": "1.0.0-rc.1"},
                 {"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0-rc.1"},
                 {"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0-rc.1"},

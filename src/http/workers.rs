@@ -363,13 +363,10 @@ fn positive_ms(fields: &Fields<'_>, key: &str) -> Result<Option<i64>, ApiError> 
 
 fn parse_fetch(state: &AppState, fields: &Fields<'_>) -> Result<FetchRequest, ApiError> {
     let settings = state.settings();
-    let names = fields.strings("queues")?.ok_or_else(|| {
-        ApiError::invalid_field(
-            "$.queues",
-            "'queues' is required: the queues to fetch from, in order of preference",
-        )
-    })?;
-    if names.is_empty() || names.len() > MAX_FETCH_QUEUES {
+    // A pool member may leave the queues to its pool (contract §4.3.1); the broker refuses an
+    // empty list when no pool supplies queues.
+    let names = fields.strings("queues")?.unwrap_or_default();
+    if names.len() > MAX_FETCH_QUEUES || (names.is_empty() && fields.raw("queues").is_some()) {
         return Err(ApiError::invalid_field(
             "$.queues",
             format!("'queues' must name 1 to {MAX_FETCH_QUEUES} queues"),
@@ -405,12 +402,6 @@ fn parse_fetch(state: &AppState, fields: &Fields<'_>) -> Result<FetchRequest, Ap
     };
     let strategy = match fields.string("strategy")?.as_deref() {
         None => None,
-        Some("least-loaded") => {
-            return Err(ApiError::unsupported(
-                "Fetch strategy 'least-loaded' is not supported yet; use strict, weighted or round-robin."
-                    .to_owned(),
-            ));
-        }
         Some(name) => Some(
             name.parse()
                 .map_err(|e: String| ApiError::invalid_field("$.strategy", e))?,

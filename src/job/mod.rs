@@ -222,6 +222,15 @@ pub struct Job {
     /// Whether the job counts against its queue's capacity bounds (`None`: rows older than
     /// queue configuration, which do not).
     pub capacity_tracked: Option<bool>,
+    /// Pool of the worker that claimed the job, if it had one.
+    pub pool: Option<String>,
+    /// Whether the job is in a tenant-fair queue (`None`: rows older than fair scheduling).
+    pub tenant_fair: Option<bool>,
+    /// Tenant of a tenant-fair job (`meta.tenant_id`, empty for none).
+    pub tenant: Option<String>,
+    /// Virtual finish time of a tenant-fair job while available (dispatch order within its
+    /// priority).
+    pub fair_key: Option<f64>,
 }
 
 impl Job {
@@ -234,6 +243,10 @@ impl Job {
         let available_us = self
             .enqueued_at
             .map_or(i128::MAX, |t| i128::from(t.timestamp_micros()));
+        if let Some(key) = self.fair_key {
+            // The tenant-fair order (migration V8): priority, then virtual finish time.
+            return (self.priority, (key * 1e9) as i128, self.seq);
+        }
         match self.priority_aging_ms {
             None => (self.priority, available_us, self.seq),
             Some(ms) => (
@@ -294,6 +307,10 @@ pub const JOB_COLUMNS: &[&str] = &[
     "priority_aging_ms",
     "original_queue",
     "capacity_tracked",
+    "pool",
+    "tenant_fair",
+    "tenant",
+    "fair_key",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

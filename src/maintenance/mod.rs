@@ -7,6 +7,7 @@
 //! | [`Expirer`] | waiting jobs past `expires_at`, `enqueue_ttl` or `total_timeout` → discarded | 500 ms |
 //! | [`StaleWorkers`] | workers silent for the heartbeat timeout → stale, their jobs released | 2 s |
 //! | [`Pruner`] | finished jobs, old events and long-stale workers → deleted | 60 s |
+//! | [`StarvationWatch`] | `scheduling.queue_starved` for starved pool queues; old dispatch counts → deleted | 1 s |
 //!
 //! Only the elected leader runs them ([`crate::leadership`]); [`supervise`] starts them when
 //! this replica is elected and stops them when it is not. Each service is a struct with its own
@@ -24,6 +25,7 @@ mod promoter;
 mod pruner;
 mod reaper;
 mod stale_workers;
+mod starvation;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -40,6 +42,7 @@ pub use promoter::{Promoter, PromoterConfig};
 pub use pruner::{Pruner, PrunerConfig};
 pub use reaper::{Reaper, ReaperConfig};
 pub use stale_workers::{StaleWorkers, StaleWorkersConfig};
+pub use starvation::{StarvationConfig, StarvationWatch};
 
 use crate::db::DbHealth;
 use crate::leadership::{Role, jittered};
@@ -134,6 +137,7 @@ pub struct MaintenanceConfig {
     pub expirer: ExpirerConfig,
     pub stale_workers: StaleWorkersConfig,
     pub pruner: PrunerConfig,
+    pub starvation: StarvationConfig,
 }
 
 /// Runs the services while this replica leads, until `shutdown`.
@@ -185,6 +189,12 @@ pub async fn supervise(
         spawn(
             &mut tasks,
             Pruner::new(context.clone(), config.pruner.clone()),
+            &health,
+            &services,
+        );
+        spawn(
+            &mut tasks,
+            StarvationWatch::new(context.clone(), config.starvation.clone()),
             &health,
             &services,
         );

@@ -306,3 +306,22 @@ pub async fn insert_queue_event(
     .await?;
     Ok(())
 }
+
+/// Records an event about something other than a job or queue (a pool, say): `subject` names
+/// it; the event has no queue.
+pub async fn insert_subject_event(
+    db: impl PgExecutor<'_>,
+    kind: &str,
+    subject: &str,
+    data: &serde_json::Value,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "insert into ojs_event (type, subject, data) values ($1, $2, $3)",
+        kind,
+        subject,
+        data,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}

@@ -127,10 +127,12 @@ pub async fn insert_many(
             select ojs_queue_refused(n.queue, 'OJ002')
               from (select distinct queue from input) n
              where $26 and not exists (select 1 from ojs_queue q where q.name = n.queue)
+            -- The generation is read under the shared lock a pool change takes exclusively
+            -- (migration V8), so jobs written here are either seen by such a change or carry
+            -- its settings (tenant_fair below).
             union all
             select ojs_queue_refused('', 'OJ004')
-              from ojs_queue_config_generation g
-             where g.generation <> $27
+             where ojs_config_generation_locked() <> $27
         ),
         -- Bounded queues (queue configuration): the jobs are counted against the bound in the
         -- same statement. The counter row is updated under its row lock, so concurrent
@@ -178,7 +180,7 @@ pub async fn insert_many(
                     visibility_timeout_ms, scheduled_at, scheduled_at_input, expires_at,
                     expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags, schema_uri,
                     unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
-                    total_deadline_at, priority_aging_ms, capacity_tracked)
+                    total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair)
             select id, type, queue, args::json, meta::json, priority, state, max_attempts,
                    retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
                    expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
@@ -189,7 +191,8 @@ pub async fn insert_many(
                    now() + enqueue_ttl_secs * interval '1 second',
                    now() + total_timeout_secs * interval '1 second',
                    priority_aging_ms,
-                   queue in (select queue from capacity)
+                   queue in (select queue from capacity),
+                   queue in (select queue from ojs_fair_queue)
               from resolved
              where not exists (select 1 from refused) and not exists (select 1 from overflow)
              -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
@@ -565,6 +568,8 @@ pub struct ClaimParams<'a> {
     /// The claim's time (`None`: the transaction's); rate-limited claims pass the time their
     /// limit was checked at.
     pub started_at: Option<DateTime<Utc>>,
+    /// The claiming worker's pool (pool concurrency counts its active jobs).
+    pub pool: Option<&'a str>,
 }
 
 /// Claims up to `limit` available jobs of one queue, most urgent first (priority, then FIFO).
@@ -613,7 +618,8 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
                    reservation_ms = coalesce($4, j.visibility_timeout_ms, $5),
                    visible_until = coalesce($6, now()) + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond',
                    timeout_at = coalesce($6, now()) + j.timeout_ms * interval '1 millisecond',
-                   claim_deadline_at = null
+                   claim_deadline_at = null,
+                   pool = $7
               from candidate c
              where j.id = c.id
             returning j
@@ -640,6 +646,80 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
         p.visibility_timeout_ms,
         p.default_visibility_timeout_ms,
         p.started_at,
+        p.pool,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// [`claim`] from a tenant-fair queue: within each priority level, jobs are taken by their
+/// virtual finish time (`fair_key`, migration V8), which interleaves tenants in proportion to
+/// their weights. Untagged jobs (none, unless tagging was switched on mid-flight) are left to
+/// [`claim`].
+pub async fn claim_fair(
+    db: impl PgExecutor<'_>,
+    p: ClaimParams<'_>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with candidate as (
+            select id
+              from ojs_job
+             where queue = $1
+               and state = 'available'
+               and (expires_at is null or expires_at > now())
+               and (claim_deadline_at is null or claim_deadline_at > now())
+               and (total_deadline_at is null or total_deadline_at > now())
+               -- A paused queue is skipped (it still accepts jobs).
+               and not exists (select 1 from ojs_queue q where q.name = $1 and q.state = 'paused')
+               -- A worker told to stop (or stopping by itself) gets nothing.
+               and not exists (select 1 from ojs_worker w
+                                where w.id = $3 and (w.directive <> '' or w.state <> 'running'))
+               and fair_key is not null
+             -- The order of ojs_job_fair_idx (migration V8): priority, then the tenant-fair
+             -- virtual finish time, then seq.
+             order by priority, fair_key, seq
+             limit $2
+               for update skip locked
+        ),
+        moved as (
+            update ojs_job j
+               set state = 'active',
+                   attempt = j.attempt + 1,
+                   started_at = coalesce($6, now()),
+                   worker_id = $3,
+                   reservation_ms = coalesce($4, j.visibility_timeout_ms, $5),
+                   visible_until = coalesce($6, now()) + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond',
+                   timeout_at = coalesce($6, now()) + j.timeout_ms * interval '1 millisecond',
+                   claim_deadline_at = null,
+                   pool = $7
+              from candidate c
+             where j.id = c.id
+            returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.started', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'available',
+                   (m.j).state,
+                   -- = ojs_job_transition_data('available', m.j), written out: inlining that
+                   -- function costs ~2 ms of planning per execution (tested against it).
+                   jsonb_build_object('job_id', (m.j).id, 'job_type', (m.j).type, 'queue', (m.j).queue, 'state', (m.j).state)
+                   || jsonb_strip_nulls(jsonb_build_object(
+                          'trace_id', coalesce(nullif((m.j).meta ->> 'trace_id', ''),
+                                               nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')),
+                          'worker_id', (m.j).worker_id, 'attempt', (m.j).attempt))
+              from moved m
+             order by (m.j).seq
+        )
+        select m.j as "job!: Job" from moved m
+        "#,
+        p.queue,
+        p.limit,
+        p.worker_id,
+        p.visibility_timeout_ms,
+        p.default_visibility_timeout_ms,
+        p.started_at,
+        p.pool,
     )
     .fetch_all(db)
     .await

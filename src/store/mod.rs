@@ -10,6 +10,7 @@ pub mod dead_letter;
 pub mod event;
 pub mod job;
 pub mod leader;
+pub mod pool;
 pub mod queue;
 pub mod worker;
 

@@ -832,3 +832,11 @@ pub async fn depth_gauges(
     .collect();
     Ok((depth, bounds))
 }
+
+/// Bumps the configuration generation (every process reloads its cached configuration).
+pub async fn bump_generation(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query!("update ojs_queue_config_generation set generation = generation + 1")
+        .execute(db)
+        .await?;
+    Ok(())
+}

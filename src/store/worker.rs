@@ -209,22 +209,45 @@ pub async fn register(
 
 /// Records that a worker fetched (creating a bare record for an unknown worker id). Such a
 /// record is not subject to stale detection until the worker heartbeats or registers. Returns
-/// the fetch strategy and weights (JSON text) the worker registered with, if any.
+/// what the worker registered with.
 pub async fn record_seen(
     db: impl PgExecutor<'_>,
     worker_id: &str,
-) -> Result<(Option<String>, Option<String>), sqlx::Error> {
-    let row = sqlx::query!(
+) -> Result<Registration, sqlx::Error> {
+    sqlx::query_as!(
+        Registration,
         r#"
         insert into ojs_worker as w (id, last_seen_at) values ($1, now())
         on conflict (id) do update set last_seen_at = now()
-        returning w.strategy, w.weights::text as weights
+        returning w.strategy, w.weights::text as weights, w.pool, w.concurrency
         "#,
         worker_id,
     )
     .fetch_one(db)
-    .await?;
-    Ok((row.strategy, row.weights))
+    .await
+}
+
+/// What a worker registered with that FETCH uses.
+#[derive(Debug, Clone, Default)]
+pub struct Registration {
+    /// Fetch strategy (used when no pool configuration applies).
+    pub strategy: Option<String>,
+    /// Queue weights, JSON text.
+    pub weights: Option<String>,
+    /// The pool it belongs to.
+    pub pool: Option<String>,
+    /// Jobs it runs at once (`least-loaded`).
+    pub concurrency: Option<i32>,
+}
+
+/// Jobs active now under `worker_id`'s reservation.
+pub async fn active_jobs(db: impl PgExecutor<'_>, worker_id: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select count(*) as "n!" from ojs_job where worker_id = $1 and state = 'active'"#,
+        worker_id
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// A worker as the API shows it.

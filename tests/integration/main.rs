@@ -5,6 +5,7 @@ mod batching;
 mod concurrency;
 mod dead_letter;
 mod events_api;
+mod fair_scheduling;
 mod harness;
 mod jobs_api;
 mod leadership;
