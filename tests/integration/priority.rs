@@ -492,12 +492,19 @@ async fn strategy_and_weights_are_validated() {
             .await
             .expect_error(400, "invalid_request");
     }
+    // least-loaded is a strategy like the others (fair scheduling).
     app.post(
         "/ojs/v1/workers/fetch",
         json!({"queues": ["a"], "strategy": "least-loaded"}),
     )
     .await
-    .expect_error(422, "unsupported");
+    .expect(200);
+    // Without a pool to supply them, the queues are required.
+    for body in [json!({}), json!({"worker_id": "w1"}), json!({"queues": []})] {
+        app.post("/ojs/v1/workers/fetch", body)
+            .await
+            .expect_error(400, "invalid_request");
+    }
 }
 
 #[tokio::test]

@@ -261,12 +261,6 @@ async fn features_not_offered_are_refused_with_422_unsupported() {
             .await
             .expect_error(422, "unsupported");
     }
-    app.post(
-        "/ojs/v1/workers/fetch",
-        json!({"queues": ["q"], "strategy": "least-loaded"}),
-    )
-    .await
-    .expect_error(422, "unsupported");
     assert_eq!(app.job_count().await, 0);
 }
 
