@@ -13,7 +13,13 @@
 //!   `--pollers` workers long-poll FETCH; reports enqueue → FETCH-returned latency;
 //! - `retention`: inserts `--retained` finished jobs, reruns `w2-batched`, then reruns it while
 //!   a pruner deletes them (the server's own prune statement, in its batch size), and reports
-//!   both against the empty-table figure.
+//!   both against the empty-table figure;
+//! - `fair` (not run by default): FETCH with per-tenant fairness off against on. `--fair-jobs`
+//!   jobs of `--fair-tenants` tenants (`meta.tenant_id`) are enqueued in batches and drained
+//!   like `w2-batched`, first on a plain queue, then on a queue of a pool with
+//!   `tenant_fairness` enabled (created before the enqueue, drained by registered members);
+//!   reports both phases' enqueue and drain rates, the on/off ratios, and how many distinct
+//!   tenants the first 1,000 and 2,000 dispatched jobs had. Its main line is the "on" drain.
 //!
 //! With `--database-url` every line also reports the ojsd process's peak resident memory, the
 //! dead tuples of `ojs_job` and `ojs_event` after the workload, and WAL bytes written per job.
@@ -105,6 +111,18 @@ struct Args {
     /// Finished jobs the retention scenario keeps in the table.
     #[arg(long, default_value_t = 1_000_000)]
     retained: usize,
+    /// Jobs of each phase of `fair` (enqueued in batches of `--batch`, drained with
+    /// `--batch-workers` workers fetching `--batch-fetch`).
+    #[arg(long, default_value_t = 100_000)]
+    fair_jobs: usize,
+    /// Tenants the jobs of `fair` belong to (`meta.tenant_id` = `t0`, `t1`, ...).
+    #[arg(long, default_value_t = 1_000)]
+    fair_tenants: usize,
+    /// How `fair` assigns jobs to tenants in enqueue order: `blocks` gives each tenant a
+    /// contiguous run of jobs (FIFO then serves few tenants at first, fairness all of them);
+    /// `round-robin` cycles through the tenants (FIFO is then already interleaved).
+    #[arg(long, value_enum, default_value = "blocks")]
+    fair_order: FairOrder,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +133,45 @@ enum Workload {
     W2Sdk,
     W3Latency,
     Retention,
+    Fair,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum FairOrder {
+    Blocks,
+    RoundRobin,
+}
+
+/// Which tenant each enqueued job belongs to.
+#[derive(Debug, Clone, Copy)]
+struct Tenants {
+    count: usize,
+    jobs: usize,
+    order: FairOrder,
+}
+
+impl Tenants {
+    /// The tenant id of job `n` (of `jobs`).
+    fn of(&self, n: usize) -> String {
+        let count = self.count.max(1);
+        let t = match self.order {
+            FairOrder::RoundRobin => n % count,
+            FairOrder::Blocks => (n * count / self.jobs.max(1)).min(count - 1),
+        };
+        format!("t{t}")
+    }
+}
+
+/// Jobs whose tenant the `fair` workload records, in dispatch order.
+const FAIR_SAMPLE: usize = 2_000;
+
+/// One phase of the `fair` workload.
+struct FairPhase {
+    enqueue_jobs_per_s: f64,
+    drain: Outcome,
+    /// Distinct tenants among the first 1,000 and the first 2,000 dispatched jobs.
+    distinct_first_1000: usize,
+    distinct_first_2000: usize,
 }
 
 /// Latency samples.
@@ -159,20 +216,31 @@ struct Bench {
 
 impl Bench {
     async fn post(&self, url: &str, body: &Value) -> anyhow::Result<(Value, Duration)> {
+        self.request(reqwest::Method::POST, url, Some(body)).await
+    }
+
+    /// Sends a request, fails on a non-2xx answer, and returns the answer's JSON body.
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(Value, Duration)> {
         let started = Instant::now();
-        let response = self
-            .client
-            .post(url)
-            .json(body)
+        let mut request = self.client.request(method.clone(), url);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request
             .send()
             .await
-            .with_context(|| format!("POST {url}"))?;
+            .with_context(|| format!("{method} {url}"))?;
         let status = response.status();
         let bytes = response.bytes().await?;
         let took = started.elapsed();
         if !status.is_success() {
             bail!(
-                "POST {url} answered {status}: {}",
+                "{method} {url} answered {status}: {}",
                 String::from_utf8_lossy(&bytes)
             );
         }
@@ -184,13 +252,15 @@ impl Bench {
     }
 
     /// Enqueues `total` jobs on `queue` from `concurrency` producers, `per` jobs per request
-    /// (one: `POST /ojs/v1/jobs`; more: batch requests). Returns the request latencies.
+    /// (one: `POST /ojs/v1/jobs`; more: batch requests), each with its `meta.tenant_id` when
+    /// `tenants` is given. Returns the request latencies.
     async fn enqueue(
         self: &Arc<Self>,
         queue: &str,
         total: usize,
         per: usize,
         concurrency: usize,
+        tenants: Option<Tenants>,
     ) -> anyhow::Result<Latencies> {
         let per = per.max(1);
         let priorities = self.args.priorities.max(1);
@@ -210,12 +280,17 @@ impl Bench {
                     if first >= total {
                         return anyhow::Ok(latencies);
                     }
+                    let job = |n| {
+                        let mut job = noop_job(&queue, n, priorities);
+                        if let Some(tenants) = &tenants {
+                            job["meta"] = json!({"tenant_id": tenants.of(n)});
+                        }
+                        job
+                    };
                     let body = if per == 1 {
-                        noop_job(&queue, first, priorities)
+                        job(first)
                     } else {
-                        let jobs: Vec<Value> = (first..(first + per).min(total))
-                            .map(|n| noop_job(&queue, n, priorities))
-                            .collect();
+                        let jobs: Vec<Value> = (first..(first + per).min(total)).map(job).collect();
                         json!({ "jobs": jobs })
                     };
                     let (_, took) = bench.post(&url, &body).await?;
@@ -233,7 +308,7 @@ impl Bench {
         total: usize,
     ) -> anyhow::Result<Latencies> {
         let a = &self.args;
-        self.enqueue(queue, total, a.batch, a.batch_concurrency)
+        self.enqueue(queue, total, a.batch, a.batch_concurrency, None)
             .await
     }
 
@@ -251,7 +326,7 @@ impl Bench {
     async fn w1_single(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
         let started = Instant::now();
         let latencies = self
-            .enqueue(queue, self.args.single, 1, self.args.producers)
+            .enqueue(queue, self.args.single, 1, self.args.producers, None)
             .await?;
         Ok(Outcome {
             jobs: self.args.single,
@@ -261,27 +336,35 @@ impl Bench {
         })
     }
 
-    /// Drains `total` jobs from `queue` with `workers` workers fetching `fetch` jobs each;
-    /// `batch_ack` acknowledges each fetch with one batch ACK, otherwise each job with its own
-    /// ACK request. Returns the outcome with ACK request latencies.
+    /// Drains `total` jobs from `queue` with one worker per id in `workers`, each fetching
+    /// `fetch` jobs; `batch_ack` acknowledges each fetch with one batch ACK, otherwise each job
+    /// with its own ACK request. With `tenants_seen`, records the `meta.tenant_id` of the
+    /// first `FAIR_SAMPLE` (or a few more) fetched jobs in the order the FETCHes returned.
+    /// Returns the outcome with ACK request latencies.
     async fn drain(
         self: &Arc<Self>,
         queue: &str,
         total: usize,
-        workers: usize,
+        workers: &[String],
         fetch: usize,
         batch_ack: bool,
+        tenants_seen: Option<Arc<Mutex<Vec<String>>>>,
     ) -> anyhow::Result<Outcome> {
         let done = Arc::new(AtomicUsize::new(0));
         let started = Instant::now();
         let mut tasks = Vec::new();
-        for worker in 0..workers.max(1) {
-            let (bench, done, queue) = (self.clone(), done.clone(), queue.to_owned());
+        for worker_id in workers {
+            let (bench, done, queue, worker_id, tenants_seen) = (
+                self.clone(),
+                done.clone(),
+                queue.to_owned(),
+                worker_id.clone(),
+                tenants_seen.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 let fetch_url = bench.url("/ojs/v1/workers/fetch");
                 let ack_url = bench.url("/ojs/v1/workers/ack");
                 let batch_url = bench.url("/ojs/v1/workers/ack/batch");
-                let worker_id = format!("bench-{worker}");
                 let mut latencies = Latencies::default();
                 while done.load(Ordering::Relaxed) < total {
                     let (body, _) = bench
@@ -294,6 +377,17 @@ impl Bench {
                         .as_array()
                         .map(|jobs| jobs.iter().filter_map(|j| j["id"].as_str()).collect())
                         .unwrap_or_default();
+                    if let Some(seen) = &tenants_seen {
+                        let mut seen = seen.lock().expect("tenants lock");
+                        if seen.len() < FAIR_SAMPLE {
+                            seen.extend(body["jobs"].as_array().into_iter().flatten().map(|j| {
+                                j["meta"]["tenant_id"]
+                                    .as_str()
+                                    .unwrap_or_default()
+                                    .to_owned()
+                            }));
+                        }
+                    }
                     if ids.is_empty() {
                         // Others are finishing the last jobs.
                         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -326,22 +420,31 @@ impl Bench {
             jobs: total,
             elapsed: started.elapsed(),
             latencies,
-            extra: json!({"workers": workers, "fetch_count": fetch, "batch_ack": batch_ack}),
+            extra: json!({"workers": workers.len(), "fetch_count": fetch, "batch_ack": batch_ack}),
         })
     }
 
     async fn w2_batched(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
         self.enqueue_batches(queue, self.args.jobs).await?;
         let a = &self.args;
-        self.drain(queue, a.jobs, a.batch_workers, a.batch_fetch, true)
+        let workers = worker_ids("bench", a.batch_workers);
+        self.drain(queue, a.jobs, &workers, a.batch_fetch, true, None)
             .await
     }
 
     async fn w2_sdk(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
         self.enqueue_batches(queue, self.args.sdk_jobs).await?;
         let a = &self.args;
-        self.drain(queue, a.sdk_jobs, a.sdk_workers, a.sdk_fetch.min(10), false)
-            .await
+        let workers = worker_ids("bench", a.sdk_workers);
+        self.drain(
+            queue,
+            a.sdk_jobs,
+            &workers,
+            a.sdk_fetch.min(10),
+            false,
+            None,
+        )
+        .await
     }
 
     /// One producer enqueues at a fixed rate; long-polling workers fetch one job at a time.
@@ -510,6 +613,160 @@ impl Bench {
         })
     }
 
+    /// Enqueues `--fair-jobs` tenant jobs on `queue` (timed) and drains them with `workers`
+    /// like `w2-batched`, recording the tenants of the first dispatched jobs.
+    async fn fair_phase(
+        self: &Arc<Self>,
+        queue: &str,
+        tenants: Tenants,
+        workers: &[String],
+    ) -> anyhow::Result<FairPhase> {
+        let a = &self.args;
+        let started = Instant::now();
+        self.enqueue(
+            queue,
+            a.fair_jobs,
+            a.batch,
+            a.batch_concurrency,
+            Some(tenants),
+        )
+        .await?;
+        let enqueue_jobs_per_s = rate(a.fair_jobs, started.elapsed());
+        let seen = Arc::new(Mutex::new(Vec::with_capacity(FAIR_SAMPLE + a.batch_fetch)));
+        let drain = self
+            .drain(
+                queue,
+                a.fair_jobs,
+                workers,
+                a.batch_fetch,
+                true,
+                Some(seen.clone()),
+            )
+            .await?;
+        let seen = seen.lock().expect("tenants lock");
+        Ok(FairPhase {
+            enqueue_jobs_per_s,
+            drain,
+            distinct_first_1000: distinct_tenants(&seen, 1_000),
+            distinct_first_2000: distinct_tenants(&seen, 2_000),
+        })
+    }
+
+    /// The same tenant jobs enqueued and drained on a plain queue ("off"), then on the queue
+    /// of a pool with tenant fairness enabled, drained by the pool's registered members ("on").
+    async fn fair(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
+        let a = &self.args;
+        let tenants = Tenants {
+            count: a.fair_tenants.max(1),
+            jobs: a.fair_jobs,
+            order: a.fair_order,
+        };
+        let report = |phase: &str, p: &FairPhase| {
+            println!(
+                "  fair {phase}: enqueue {:.0} jobs/s, drain {:.0} jobs/s, {} / {} distinct tenants in the first 1000 / 2000 dispatched jobs",
+                p.enqueue_jobs_per_s,
+                rate(p.drain.jobs, p.drain.elapsed),
+                p.distinct_first_1000,
+                p.distinct_first_2000,
+            );
+        };
+
+        let off = self
+            .fair_phase(
+                &format!("{queue}-off"),
+                tenants,
+                &worker_ids("bench", a.batch_workers),
+            )
+            .await
+            .context("phase off")?;
+        report("off", &off);
+
+        // The pool exists before the jobs do, so the enqueue pays for tenant fairness too.
+        let pool = queue;
+        let on_queue = format!("{queue}-on");
+        let pool_url = self.url(&format!("/ojs/v1/admin/pools/{pool}"));
+        let (answer, _) = self
+            .request(
+                reqwest::Method::PUT,
+                &pool_url,
+                Some(&json!({"queues": [on_queue], "tenant_fairness": {"enabled": true}})),
+            )
+            .await
+            .context(
+                "cannot create a pool with tenant_fairness (PUT /ojs/v1/admin/pools/{name}); \
+                 does this server implement pools and tenant fairness?",
+            )?;
+        if answer["pool"]["tenant_fairness"]["enabled"] != json!(true) {
+            bail!("the server did not enable tenant_fairness on pool {pool}: {answer}");
+        }
+        let members = worker_ids(&format!("{pool}-worker"), a.batch_workers);
+        let register_url = self.url("/ojs/v1/workers/register");
+        for worker_id in &members {
+            self.post(
+                &register_url,
+                &json!({"worker_id": worker_id, "pool": pool}),
+            )
+            .await
+            .context("registering a pool member")?;
+        }
+        let on = self
+            .fair_phase(&on_queue, tenants, &members)
+            .await
+            .context("phase on")?;
+        report("on", &on);
+        // Leave no members or pool behind.
+        for worker_id in &members {
+            self.request(
+                reqwest::Method::DELETE,
+                &self.url(&format!("/ojs/v1/workers/{worker_id}")),
+                None,
+            )
+            .await?;
+        }
+        self.request(reqwest::Method::DELETE, &pool_url, None)
+            .await?;
+
+        let off_drain = rate(off.drain.jobs, off.drain.elapsed);
+        let on_drain = rate(on.drain.jobs, on.drain.elapsed);
+        // With fairness every tenant should be served once before any is served twice.
+        let expected = tenants.count.min(1_000).min(a.fair_jobs);
+        let fair_observed = on.distinct_first_1000 * 10 >= expected * 9;
+        println!(
+            "  fair: on/off drain {:.3}, enqueue {:.3}; distinct tenants in the first 1000 dispatched jobs: off {}, on {} (fair: {expected})",
+            ratio(on_drain, off_drain),
+            ratio(on.enqueue_jobs_per_s, off.enqueue_jobs_per_s),
+            off.distinct_first_1000,
+            on.distinct_first_1000,
+        );
+        if !fair_observed {
+            println!(
+                "  fair: WARNING: with tenant fairness on, the first 1000 dispatched jobs had only {} distinct tenants (expected about {expected})",
+                on.distinct_first_1000
+            );
+        }
+        let mut drain = on.drain;
+        drain.extra = json!({
+            "workers": members.len(),
+            "fetch_count": a.batch_fetch,
+            "batch_ack": true,
+            "tenants": tenants.count,
+            "tenant_order": tenants
+                .order
+                .to_possible_value()
+                .map(|v| v.get_name().to_owned()),
+            "enqueue_off_jobs_per_s": off.enqueue_jobs_per_s.round(),
+            "enqueue_on_jobs_per_s": on.enqueue_jobs_per_s.round(),
+            "enqueue_ratio": ratio(on.enqueue_jobs_per_s, off.enqueue_jobs_per_s),
+            "drain_off_jobs_per_s": off_drain.round(),
+            "drain_on_jobs_per_s": on_drain.round(),
+            "drain_ratio": ratio(on_drain, off_drain),
+            "distinct_tenants_first_1000": {"off": off.distinct_first_1000, "on": on.distinct_first_1000},
+            "distinct_tenants_first_2000": {"off": off.distinct_first_2000, "on": on.distinct_first_2000},
+            "fairness_observed": fair_observed,
+        });
+        Ok(drain)
+    }
+
     /// Runs one workload and reports it.
     async fn run(self: &Arc<Self>, workload: Workload) -> anyhow::Result<()> {
         let name = workload
@@ -538,6 +795,7 @@ impl Bench {
             Workload::W2Sdk => self.w2_sdk(&queue).await,
             Workload::W3Latency => self.w3_latency(&queue).await,
             Workload::Retention => self.retention(&queue).await,
+            Workload::Fair => self.fair(&queue).await,
         };
         sampling.store(false, Ordering::Relaxed);
         if let Some(sampler) = sampler {
@@ -635,6 +893,20 @@ fn unix_millis() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or_default()
+}
+
+/// `{prefix}-0` .. `{prefix}-{n-1}` (at least one).
+fn worker_ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n.max(1)).map(|w| format!("{prefix}-{w}")).collect()
+}
+
+/// Distinct non-empty tenants among the first `n` of `seen`.
+fn distinct_tenants(seen: &[String], n: usize) -> usize {
+    seen.iter()
+        .take(n)
+        .filter(|t| !t.is_empty())
+        .collect::<std::collections::HashSet<_>>()
+        .len()
 }
 
 /// The `n`th no-op job, at priority `n mod priorities` (the default priority when 1).
