@@ -135,11 +135,7 @@ impl Pool {
             }
             Some(_) => return Err(Error::invalid("$.weights", "weights must be an object")),
         }
-        let isolated = match body.get("isolated") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(Error::invalid("$.isolated", "isolated must be a boolean")),
-        };
+        let isolated = flag(body, "isolated", "$")?.unwrap_or(false);
         let starvation = parse_starvation(body.get("starvation_prevention"), queues.len())?;
         let tenant_fairness = parse_tenant_fairness(body.get("tenant_fairness"))?;
         Ok(Pool {
@@ -196,6 +192,33 @@ fn unknown_fields(body: &Map<String, Value>, known: &[&str], path: &str) -> Resu
             format!("unknown field {field:?}"),
         )),
         None => Ok(()),
+    }
+}
+
+/// An optional boolean field `key` of the object at `path`.
+fn flag(body: &Map<String, Value>, key: &str, path: &str) -> Result<Option<bool>, Error> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(Error::invalid(
+            format!("{path}.{key}"),
+            format!("{key} must be a boolean"),
+        )),
+    }
+}
+
+/// An optional settings object of the pool (`None` when absent or null).
+fn settings<'a>(
+    value: Option<&'a Value>,
+    key: &str,
+) -> Result<Option<&'a Map<String, Value>>, Error> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(body)) => Ok(Some(body)),
+        Some(_) => Err(Error::invalid(
+            format!("$.{key}"),
+            format!("{key} must be an object"),
+        )),
     }
 }
 
@@ -287,30 +310,16 @@ fn parse_queues(value: Option<&Value>) -> Result<(Vec<String>, BTreeMap<String, 
 
 fn parse_starvation(value: Option<&Value>, queues: usize) -> Result<Starvation, Error> {
     let mut out = Starvation::default();
-    let body = match value {
-        None | Some(Value::Null) => return Ok(out),
-        Some(Value::Object(body)) => body,
-        Some(_) => {
-            return Err(Error::invalid(
-                "$.starvation_prevention",
-                "starvation_prevention must be an object",
-            ));
-        }
+    let Some(body) = settings(value, "starvation_prevention")? else {
+        return Ok(out);
     };
     unknown_fields(
         body,
         &["enabled", "rotation_interval", "min_dispatch_ratio"],
         "$.starvation_prevention",
     )?;
-    match body.get("enabled") {
-        None | Some(Value::Null) => {}
-        Some(Value::Bool(b)) => out.enabled = *b,
-        Some(_) => {
-            return Err(Error::invalid(
-                "$.starvation_prevention.enabled",
-                "enabled must be a boolean",
-            ));
-        }
+    if let Some(enabled) = flag(body, "enabled", "$.starvation_prevention")? {
+        out.enabled = enabled;
     }
     match body.get("rotation_interval") {
         None | Some(Value::Null) => {}
@@ -363,30 +372,16 @@ fn parse_tenant_fairness(value: Option<&Value>) -> Result<TenantFairness, Error>
         default_weight: 1,
         ..TenantFairness::default()
     };
-    let body = match value {
-        None | Some(Value::Null) => return Ok(out),
-        Some(Value::Object(body)) => body,
-        Some(_) => {
-            return Err(Error::invalid(
-                "$.tenant_fairness",
-                "tenant_fairness must be an object",
-            ));
-        }
+    let Some(body) = settings(value, "tenant_fairness")? else {
+        return Ok(out);
     };
     unknown_fields(
         body,
         &["enabled", "strategy", "weights", "default_weight"],
         "$.tenant_fairness",
     )?;
-    match body.get("enabled") {
-        None | Some(Value::Null) => {}
-        Some(Value::Bool(b)) => out.enabled = *b,
-        Some(_) => {
-            return Err(Error::invalid(
-                "$.tenant_fairness.enabled",
-                "enabled must be a boolean",
-            ));
-        }
+    if let Some(enabled) = flag(body, "enabled", "$.tenant_fairness")? {
+        out.enabled = enabled;
     }
     match body.get("strategy") {
         None | Some(Value::Null) => {}

@@ -199,8 +199,8 @@ impl Broker {
                 active: r.active,
             })
             .collect();
-        let mut starved: Vec<String> = self
-            .starved_queues()
+        let stored: Vec<StoredPool> = pools.iter().map(|p| p.stored.clone()).collect();
+        let mut starved: Vec<String> = starved_among(&self.pool, &stored)
             .await?
             .into_iter()
             .map(|s| s.queue)
@@ -214,30 +214,30 @@ impl Broker {
             pools,
         })
     }
-
-    /// The queues starved now (see [`Starved`]).
-    pub async fn starved_queues(&self) -> Result<Vec<Starved>> {
-        starved_queues(&self.pool).await
-    }
 }
 
 /// The queues starved now (see [`Starved`]), over all replicas' dispatches. Counts reach the
 /// database up to [`FLUSH_INTERVAL`] late, so a queue counts as starved only when it has been
 /// idle that much longer than its pool's `rotation_interval`.
 pub async fn starved_queues(db: &sqlx::PgPool) -> Result<Vec<Starved>> {
-    let stored: Vec<StoredPool> = store::pool::all(db)
-        .await?
-        .into_iter()
+    let stored = store::pool::all(db).await?;
+    starved_among(db, &stored).await
+}
+
+/// [`starved_queues`] among the pools `stored` (as just read).
+async fn starved_among(db: &sqlx::PgPool, stored: &[StoredPool]) -> Result<Vec<Starved>> {
+    let stored: Vec<&StoredPool> = stored
+        .iter()
         .filter(|p| p.pool.starvation.enabled)
         .collect();
     if stored.is_empty() {
         return Ok(Vec::new());
     }
-    let saved: BTreeMap<String, chrono::DateTime<chrono::Utc>> = stored
+    let saved: BTreeMap<&str, chrono::DateTime<chrono::Utc>> = stored
         .iter()
-        .map(|p| (p.pool.name.clone(), p.updated_at))
+        .map(|p| (p.pool.name.as_str(), p.updated_at))
         .collect();
-    let pools: Vec<Pool> = stored.into_iter().map(|p| p.pool).collect();
+    let pools: Vec<&Pool> = stored.iter().map(|p| &p.pool).collect();
     let queues: Vec<String> = pools.iter().flat_map(|p| p.queues.clone()).collect();
     let rows = store::pool::last_dispatch(db, &queues).await?;
     let mut out = Vec::new();
@@ -246,7 +246,7 @@ pub async fn starved_queues(db: &sqlx::PgPool) -> Result<Vec<Starved>> {
             if *available == 0 {
                 continue;
             }
-            let since = match (last, saved.get(&pool.name)) {
+            let since = match (last, saved.get(pool.name.as_str())) {
                 (Some(l), Some(s)) => (*l).max(*s),
                 (Some(l), None) => *l,
                 (None, Some(s)) => *s,
