@@ -127,7 +127,7 @@ pub struct Config {
     /// `round-robin`); unset: each FETCH chooses (default `strict`). Server configuration wins
     /// over what a worker asks for.
     #[arg(long, env = "OJS_FETCH_STRATEGY", value_enum)]
-    pub fetch_strategy: Option<crate::broker::Strategy>,
+    pub fetch_strategy: Option<crate::scheduling::Strategy>,
 
     /// Refuse enqueues to queues that do not exist (400 `unknown_queue`) instead of creating
     /// them; queues are then created with `POST /ojs/v1/queues` (or pause/resume).
@@ -136,8 +136,8 @@ pub struct Config {
 
     /// Queue weights for the `weighted` strategy, e.g. `critical=5,default=2,low=1`. When set
     /// they replace the weights a FETCH sends; queues not named weigh 1, weight 0 = never.
-    #[arg(long, env = "OJS_QUEUE_WEIGHTS", value_parser = crate::broker::parse_weights_setting)]
-    pub queue_weights: Option<crate::broker::Weights>,
+    #[arg(long, env = "OJS_QUEUE_WEIGHTS", value_parser = crate::scheduling::parse_weights_setting)]
+    pub queue_weights: Option<crate::scheduling::Weights>,
 
     /// Execution timeout of jobs that do not set one (seconds).
     #[arg(long, env = "OJS_DEFAULT_TIMEOUT_SECS", default_value_t = DEFAULT_TIMEOUT_SECS)]
@@ -443,5 +443,34 @@ impl Config {
         Ok(PgConnectOptions::from_str(&self.database_url)
             .context("DATABASE_URL is not a valid PostgreSQL URL")?
             .application_name("ojsd"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args, Command, FromArgMatches};
+
+    use super::*;
+
+    /// The settings as `ojsd` with no flags parses them, ignoring the environment.
+    fn parsed_defaults() -> Config {
+        let command = Config::augment_args(Command::new("ojsd"))
+            .mut_args(|arg| arg.env(None::<&'static str>));
+        let matches = command
+            .try_get_matches_from(["ojsd"])
+            .expect("no flag is required");
+        Config::from_arg_matches(&matches).expect("defaults parse")
+    }
+
+    #[test]
+    fn the_written_out_defaults_are_the_flags_defaults() {
+        // `Config::default()` (used by tests and embedders) mirrors every `default_value`.
+        assert_eq!(
+            format!("{:?}", Config::default()),
+            format!("{:?}", parsed_defaults())
+        );
+        Config::default()
+            .validate()
+            .expect("the defaults are valid");
     }
 }

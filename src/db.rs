@@ -16,9 +16,10 @@
 //!   is discarded when it is next checked out (the pool's `before_acquire` hook), so the first
 //!   requests after a restart get new connections rather than dead ones. This costs nothing in
 //!   steady state: no ping before each checkout.
+//! * **Readiness.** [`DbHealth::round_trip`] times one statement on the pool, for the health
+//!   and readiness probes.
 
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -43,6 +44,8 @@ struct Inner {
     down: watch::Sender<bool>,
     /// When a broken connection was last reported.
     last_failure: Mutex<Option<Instant>>,
+    /// The pool whose connections this watches (set by [`connect_pool`]).
+    pool: OnceLock<PgPool>,
 }
 
 impl Default for Inner {
@@ -50,6 +53,7 @@ impl Default for Inner {
         Inner {
             down: watch::Sender::new(false),
             last_failure: Mutex::new(None),
+            pool: OnceLock::new(),
         }
     }
 }
@@ -108,6 +112,20 @@ impl DbHealth {
             .is_none_or(|opened| opened <= failure)
     }
 
+    /// Runs one trivial statement on the pool and returns how long it took, or why it failed
+    /// (within `timeout`).
+    pub async fn round_trip(&self, timeout: Duration) -> Result<Duration, String> {
+        let Some(pool) = self.inner.pool.get() else {
+            return Err("no database pool".to_owned());
+        };
+        let started = Instant::now();
+        match tokio::time::timeout(timeout, sqlx::query("select 1").execute(pool)).await {
+            Ok(Ok(_)) => Ok(started.elapsed()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+        }
+    }
+
     /// Probes the database while it is marked down, until `shutdown`.
     pub async fn probe(self, options: PgConnectOptions, shutdown: CancellationToken) {
         loop {
@@ -147,14 +165,15 @@ pub struct PoolSettings {
     pub acquire_timeout: Duration,
 }
 
-/// Opens a pool whose connections are retired after an outage (see the module docs).
+/// Opens a pool whose connections are retired after an outage (see the module docs), and
+/// which `health` probes from now on.
 pub async fn connect_pool(
     options: PgConnectOptions,
     settings: &PoolSettings,
     health: &DbHealth,
 ) -> Result<PgPool, sqlx::Error> {
-    let health = health.clone();
-    PgPoolOptions::new()
+    let watched = health.clone();
+    let pool = PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .min_connections(settings.min_connections)
         .acquire_timeout(settings.acquire_timeout)
@@ -162,11 +181,14 @@ pub async fn connect_pool(
         // that predate an outage are retired instead.
         .test_before_acquire(false)
         .before_acquire(move |_conn, meta| {
-            let keep = !health.predates_failure(meta.age);
+            let keep = !watched.predates_failure(meta.age);
             Box::pin(async move { Ok(keep) })
         })
         .connect_with(options)
-        .await
+        .await?;
+    // A second pool on the same health (none today) keeps probing the first.
+    let _ = health.inner.pool.set(pool.clone());
+    Ok(pool)
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The error type of the broker operations and the store.
+//! The error type of the broker operations (the store returns `sqlx::Error`, which the broker
+//! turns into one of these).
 
 use crate::job::envelope::Rejection;
 use crate::job::{JobId, JobState};
@@ -51,7 +52,10 @@ pub enum Error {
     WorkerNotFound(String),
     /// An operation for stale workers only, on a worker that is not stale.
     #[error("worker {worker_id} is {state}, not stale")]
-    WorkerNotStale { worker_id: String, state: String },
+    WorkerNotStale {
+        worker_id: String,
+        state: crate::worker::EffectiveState,
+    },
     /// The job's state does not allow the operation.
     #[error("cannot {operation} job {job_id} in state '{current}'")]
     InvalidTransition {
@@ -95,7 +99,7 @@ pub enum Error {
         bound: i64,
         /// The byte bound when that is the one hit.
         bound_bytes: Option<i64>,
-        policy: String,
+        policy: crate::queue_config::OverflowPolicy,
         index: Option<usize>,
     },
     /// The queue's `allowed_job_types` do not match the job's type.
@@ -120,7 +124,7 @@ pub enum Error {
     Database(#[from] sqlx::Error),
 }
 
-/// Result alias of the broker and store.
+/// Result alias of the broker.
 pub type Result<T = (), E = Error> = std::result::Result<T, E>;
 
 impl Error {

@@ -34,11 +34,15 @@ pub mod notifier;
 pub mod pool;
 /// Queue configuration: validation, merging and resolution of its layers.
 pub mod queue_config;
+/// Fetch-order policy: routing, strategies, the stride dispatcher, starvation (pure).
+pub mod scheduling;
 /// All SQL, grouped by table.
 pub mod store;
 /// Logging setup.
 pub mod telemetry;
 /// OJS timestamps.
 pub mod timestamp;
+/// Workers: reported state, server directives, what a worker must do.
+pub mod worker;
 
 pub use error::{Error, Result};

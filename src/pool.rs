@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
-use crate::broker::dispatch::{MAX_WEIGHT, Strategy};
 use crate::duration;
 use crate::error::Error;
+use crate::scheduling::{MAX_WEIGHT, Strategy};
 
 /// Most queues a pool may list.
 pub const MAX_QUEUES: usize = 100;
@@ -48,7 +49,7 @@ pub struct TenantFairness {
 
 /// A worker pool.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Pool {
+pub struct WorkerPool {
     pub name: String,
     /// In order of preference; no duplicates.
     pub queues: Vec<String>,
@@ -62,14 +63,22 @@ pub struct Pool {
     pub tenant_fairness: TenantFairness,
 }
 
-impl Pool {
+/// A pool as stored, with its timestamps.
+#[derive(Debug, Clone)]
+pub struct StoredPool {
+    pub pool: WorkerPool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl WorkerPool {
     /// The weight of `queue` for the `weighted` strategy.
     pub fn weight(&self, queue: &str) -> u32 {
         self.weights.get(queue).copied().unwrap_or(1)
     }
 
     /// Checks a PUT body for the pool `name` (contract §4.8.6, §5.8).
-    pub fn parse(name: &str, body: &Value) -> Result<Pool, Error> {
+    pub fn parse(name: &str, body: &Value) -> Result<WorkerPool, Error> {
         let Some(body) = body.as_object() else {
             return Err(Error::invalid("$", "the pool must be a JSON object"));
         };
@@ -138,7 +147,7 @@ impl Pool {
         let isolated = flag(body, "isolated", "$")?.unwrap_or(false);
         let starvation = parse_starvation(body.get("starvation_prevention"), queues.len())?;
         let tenant_fairness = parse_tenant_fairness(body.get("tenant_fairness"))?;
-        Ok(Pool {
+        Ok(WorkerPool {
             name: name.to_owned(),
             queues,
             concurrency,
@@ -176,8 +185,8 @@ impl Pool {
 
     /// Rebuilds a stored pool from its row as a JSON object (the PUT body form); `None` if it
     /// no longer parses (edited by hand).
-    pub fn from_stored(name: &str, row: &Value) -> Option<Pool> {
-        Pool::parse(name, row)
+    pub fn from_stored(name: &str, row: &Value) -> Option<WorkerPool> {
+        WorkerPool::parse(name, row)
             .inspect_err(
                 |e| tracing::warn!(pool = %name, error = %e, "stored pool does not parse; ignored"),
             )
@@ -429,13 +438,13 @@ mod tests {
 
     #[test]
     fn defaults_and_the_map_form() {
-        let pool = Pool::parse("p", &json!({"queues": ["a", "b"]})).unwrap();
+        let pool = WorkerPool::parse("p", &json!({"queues": ["a", "b"]})).unwrap();
         assert_eq!(pool.strategy, Strategy::RoundRobin);
         assert_eq!(pool.concurrency, None);
         assert!(!pool.isolated && !pool.starvation.enabled && !pool.tenant_fairness.enabled);
         assert_eq!(pool.starvation.rotation_interval_ms, 30_000);
         assert_eq!(pool.tenant_fairness.default_weight, 1);
-        let pool = Pool::parse(
+        let pool = WorkerPool::parse(
             "p",
             &json!({"name": "p", "strategy": "weighted",
                     "queues": {"high": {"weight": 70}, "low": {"weight": 30}}}),
@@ -444,7 +453,7 @@ mod tests {
         assert_eq!(pool.queues, ["high", "low"]);
         assert_eq!(pool.weight("high"), 70);
         assert_eq!(pool.weight("low"), 30);
-        let pool = Pool::parse(
+        let pool = WorkerPool::parse(
             "p",
             &json!({"queues": ["a"], "tenant_fairness": {"enabled": true, "weights": {"x": 5, "tenant:y": 2}}}),
         )
@@ -489,7 +498,7 @@ mod tests {
             ),
         ];
         for (body, field) in cases {
-            match Pool::parse("p", &body) {
+            match WorkerPool::parse("p", &body) {
                 Err(Error::InvalidRequest { field: got, .. }) => assert_eq!(got, field, "{body}"),
                 other => panic!("{body}: {other:?}"),
             }

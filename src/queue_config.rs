@@ -49,7 +49,8 @@ impl OverflowPolicy {
         }
     }
 
-    fn parse(s: &str) -> Option<OverflowPolicy> {
+    /// Parses a policy name (`drop-oldest` is accepted for `drop_oldest`).
+    pub fn parse(s: &str) -> Option<OverflowPolicy> {
         Some(match s {
             "reject" => OverflowPolicy::Reject,
             "drop_oldest" | "drop-oldest" => OverflowPolicy::DropOldest,

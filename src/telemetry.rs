@@ -13,6 +13,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 use crate::job::{Job, JobState};
+use crate::queue_config::OverflowPolicy;
 
 /// Installs the global log subscriber, writing to stderr. Call once per process.
 pub fn init(format: LogFormat) {
@@ -145,6 +146,11 @@ pub fn available_by_priority(rows: &[(String, i32, i64)]) {
     *seen = rows.iter().map(|(q, p, _)| (q.clone(), *p)).collect();
 }
 
+/// [`attempt_finished`] for each of `jobs`.
+pub fn attempts_finished(jobs: &[Job]) {
+    jobs.iter().for_each(attempt_finished);
+}
+
 /// Records the end of an attempt (ACK or NACK): outcome counters and execution time.
 pub fn attempt_finished(job: &Job) {
     let labels = [("queue", job.queue.clone()), ("type", job.r#type.clone())];
@@ -236,10 +242,10 @@ pub fn queue_pressure(queue: &str, depth: i64, bound: i64) {
 }
 
 /// An enqueue refused (`reject`, `block`) or a job dropped (`drop_oldest`) at a queue's bound.
-pub fn queue_overflow(queue: &str, policy: &str) {
-    counter!("ojs_queue_overflow_total", "queue" => queue.to_owned(), "policy" => policy.to_owned())
+pub fn queue_overflow(queue: &str, policy: OverflowPolicy) {
+    counter!("ojs_queue_overflow_total", "queue" => queue.to_owned(), "policy" => policy.as_str())
         .increment(1);
-    if policy == "drop_oldest" {
+    if policy == OverflowPolicy::DropOldest {
         counter!("ojs_backpressure_dropped_total", "queue" => queue.to_owned()).increment(1);
     } else {
         counter!("ojs_backpressure_rejected_total", "queue" => queue.to_owned()).increment(1);

@@ -96,7 +96,7 @@ impl Broker {
     /// Queue, worker and job counts, and the throughput of the last [`RECENT_WINDOW`].
     pub async fn overview(&self) -> Result<Overview> {
         Ok(
-            store::admin::overview(&self.pool, self.settings.heartbeat_timeout, RECENT_WINDOW)
+            store::admin::overview(&self.db, self.settings.heartbeat_timeout, RECENT_WINDOW)
                 .await?,
         )
     }
@@ -117,8 +117,8 @@ impl Broker {
             .await?
             .pop()
             .ok_or_else(|| Error::QueueNotFound(name.to_owned()))?;
-        let config = self.configs.current(&self.pool).await?.of(name).clone();
-        let oldest_available_at = store::admin::oldest_available_at(&self.pool, name).await?;
+        let config = self.configs.current(&self.db).await?.of(name).clone();
+        let oldest_available_at = store::admin::oldest_available_at(&self.db, name).await?;
         Ok(AdminQueueDetail {
             queue,
             config,
@@ -128,7 +128,7 @@ impl Broker {
 
     async fn with_activity(&self, queues: Vec<QueueStats>) -> Result<Vec<AdminQueue>> {
         let names: Vec<String> = queues.iter().map(|q| q.queue.name.clone()).collect();
-        let mut activity = store::admin::queue_activity(&self.pool, &names, RECENT_WINDOW).await?;
+        let mut activity = store::admin::queue_activity(&self.db, &names, RECENT_WINDOW).await?;
         Ok(queues
             .into_iter()
             .map(|stats| AdminQueue {
@@ -150,7 +150,7 @@ impl Broker {
         let mut purged = 0;
         loop {
             let n =
-                store::admin::purge_queue(&self.pool, name, states, older_than, BULK_BATCH).await?;
+                store::admin::purge_queue(&self.db, name, states, older_than, BULK_BATCH).await?;
             purged += n;
             if n < BULK_BATCH {
                 return Ok(purged);
@@ -167,13 +167,13 @@ impl Broker {
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<JobSummary>, i64)> {
-        Ok(store::admin::list_jobs(&self.pool, filter, sort, ascending, limit, offset).await?)
+        Ok(store::admin::list_jobs(&self.db, filter, sort, ascending, limit, offset).await?)
     }
 
     /// Manual retry of a discarded job, in the dead-letter queue or not, with optional new
     /// values: as a dead-letter retry. Any other state is a conflict.
     pub async fn retry_discarded(&self, id: JobId, with: &RetryOverride) -> Result<Job> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         if let Some(queue) = &with.queue {
             crate::telemetry::queues_created(i64::from(
                 store::queue::ensure(&mut *tx, queue, true).await?,
@@ -225,13 +225,13 @@ impl Broker {
         };
         let mut outcome = BulkOutcome::default();
         loop {
-            let ids = store::admin::matching_ids(&self.pool, &filter, BULK_BATCH).await?;
+            let ids = store::admin::matching_ids(&self.db, &filter, BULK_BATCH).await?;
             if ids.is_empty() {
                 return Ok(outcome);
             }
             let done: Vec<Uuid> = match action {
                 BulkAction::Retry => store::dead_letter::retry_discarded(
-                    &self.pool,
+                    &self.db,
                     &ids,
                     &RetryOverride::default(),
                     false,
@@ -240,7 +240,7 @@ impl Broker {
                 .into_iter()
                 .map(|job| job.id.0)
                 .collect(),
-                BulkAction::Delete => store::admin::delete_finished(&self.pool, &ids).await?,
+                BulkAction::Delete => store::admin::delete_finished(&self.db, &ids).await?,
                 // One job at a time, exactly as a single CANCEL.
                 BulkAction::Cancel => {
                     let mut cancelled = Vec::with_capacity(ids.len());
@@ -283,7 +283,7 @@ impl Broker {
         ids: &[Uuid],
         errors: &mut Vec<(Uuid, String)>,
     ) -> Result<()> {
-        let jobs = store::job::get_many(&self.pool, ids).await?;
+        let jobs = store::job::get_many(&self.db, ids).await?;
         for id in ids {
             let message = match jobs.iter().find(|j| j.id.0 == *id) {
                 Some(job) => format!(

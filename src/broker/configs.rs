@@ -15,8 +15,9 @@ use serde_json::Value;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
-use crate::pool::Pool;
+use crate::pool::WorkerPool;
 use crate::queue_config::{DEFAULT_QUEUE, QueueConfig};
+use crate::scheduling;
 use crate::store;
 
 /// How stale another replica's configuration change may be here.
@@ -34,7 +35,7 @@ pub struct Snapshot {
     /// Queues with their own values.
     queues: HashMap<String, Arc<QueueConfig>>,
     /// Worker pools by name.
-    pools: HashMap<String, Arc<Pool>>,
+    pools: HashMap<String, Arc<WorkerPool>>,
     /// Queue → the isolated pools listing it.
     isolated: HashMap<String, Vec<String>>,
     /// Tenant-fair queues.
@@ -48,7 +49,7 @@ impl Snapshot {
     }
 
     /// The pool named `name`, if configured.
-    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+    pub fn pool(&self, name: &str) -> Option<&Arc<WorkerPool>> {
         self.pools.get(name)
     }
 
@@ -73,7 +74,7 @@ impl Snapshot {
     fn build(
         generation: i64,
         layers: Vec<(String, Value)>,
-        pools: Vec<Pool>,
+        pools: Vec<WorkerPool>,
         fair: HashSet<String>,
     ) -> Snapshot {
         let empty = Value::Object(Default::default());
@@ -122,6 +123,16 @@ impl Snapshot {
     }
 }
 
+impl scheduling::Pools for Snapshot {
+    fn pool(&self, name: &str) -> Option<&Arc<WorkerPool>> {
+        Snapshot::pool(self, name)
+    }
+
+    fn serves(&self, queue: &str, member_of: Option<&str>) -> bool {
+        Snapshot::serves(self, queue, member_of)
+    }
+}
+
 /// The cache.
 #[derive(Debug)]
 pub struct Configs {
@@ -143,28 +154,28 @@ impl Default for Configs {
 impl Configs {
     /// The current configurations: cached, or reloaded when the generation moved on (checked at
     /// most every [`REFRESH_INTERVAL`]).
-    pub async fn current(&self, pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+    pub async fn current(&self, db: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
         let (snapshot, checked) = self.state.lock().expect("configs lock").clone();
         let now = Instant::now();
         if checked.is_some_and(|at| now.duration_since(at) < REFRESH_INTERVAL) {
             return Ok(snapshot);
         }
-        let generation = store::queue::config_generation(pool).await?;
+        let generation = store::queue::config_generation(db).await?;
         if generation == snapshot.generation {
             self.state.lock().expect("configs lock").1 = Some(now);
             return Ok(snapshot);
         }
-        self.reload(pool).await
+        self.reload(db).await
     }
 
     /// Loads the configurations now.
-    pub async fn reload(&self, pool: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+    pub async fn reload(&self, db: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
         let now = Instant::now();
-        let (generation, layers) = store::queue::config_layers(pool).await?;
+        let (generation, layers) = store::queue::config_layers(db).await?;
         // Read after the generation: if a change lands in between, the next check sees a newer
         // generation and loads again.
-        let pools = store::pool::all(pool).await?;
-        let fair = store::pool::fair_queues(pool).await?;
+        let pools = store::pool::all(db).await?;
+        let fair = store::pool::fair_queues(db).await?;
         let snapshot = Arc::new(Snapshot::build(
             generation,
             layers,

@@ -26,24 +26,24 @@ impl Broker {
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<Job>, i64)> {
-        Ok(store::dead_letter::list(&self.pool, filter, limit, offset).await?)
+        Ok(store::dead_letter::list(&self.db, filter, limit, offset).await?)
     }
 
     /// Counts by queue and error type.
     pub async fn dead_letter_stats(&self) -> Result<DeadLetterStats> {
-        Ok(store::dead_letter::stats(&self.pool).await?)
+        Ok(store::dead_letter::stats(&self.db).await?)
     }
 
     /// One dead-lettered job (404 when the job does not exist or is not in the DLQ).
     pub async fn dead_letter(&self, id: JobId) -> Result<Job> {
-        store::dead_letter::get(&self.pool, id)
+        store::dead_letter::get(&self.db, id)
             .await?
             .ok_or(Error::NotInDeadLetter(id))
     }
 
     /// Manual retry of one dead-lettered job, with optional new values.
     pub async fn retry_dead_letter(&self, id: JobId, with: &RetryOverride) -> Result<Job> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         // An override may send the job to a queue that does not exist yet.
         if let Some(queue) = &with.queue {
             crate::telemetry::queues_created(i64::from(
@@ -65,12 +65,12 @@ impl Broker {
             retried: 0,
         };
         loop {
-            let ids = store::dead_letter::matching_ids(&self.pool, filter, BULK_BATCH).await?;
+            let ids = store::dead_letter::matching_ids(&self.db, filter, BULK_BATCH).await?;
             if ids.is_empty() {
                 return Ok(result);
             }
             let retried =
-                store::dead_letter::retry(&self.pool, &ids, &RetryOverride::default()).await?;
+                store::dead_letter::retry(&self.db, &ids, &RetryOverride::default()).await?;
             result.matched += ids.len();
             result.retried += retried.len();
             if (ids.len() as i64) < BULK_BATCH || retried.is_empty() {
@@ -81,7 +81,7 @@ impl Broker {
 
     /// Deletes a dead-lettered job for good.
     pub async fn delete_dead_letter(&self, id: JobId) -> Result<()> {
-        if store::dead_letter::delete(&self.pool, &[id.0])
+        if store::dead_letter::delete(&self.db, &[id.0])
             .await?
             .is_empty()
         {
@@ -98,7 +98,7 @@ impl Broker {
     ) -> Result<i64> {
         let mut purged = 0;
         loop {
-            let n = store::dead_letter::purge(&self.pool, older_than, queue, BULK_BATCH).await?;
+            let n = store::dead_letter::purge(&self.db, older_than, queue, BULK_BATCH).await?;
             purged += n;
             if n < BULK_BATCH {
                 return Ok(purged);

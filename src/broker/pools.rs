@@ -1,4 +1,4 @@
-//! Worker pools and scheduling statistics (fair scheduling, seed 002 §6, §10, §11).
+//! Worker pools and the scheduling statistics.
 
 use std::collections::BTreeMap;
 
@@ -6,12 +6,13 @@ use serde_json::{Value, json};
 
 use super::Broker;
 use crate::error::{Error, Result};
-use crate::pool::Pool;
+use crate::pool::{StoredPool, WorkerPool};
+use crate::scheduling::starvation;
 use crate::store;
-use crate::store::pool::{FairQueue, PoolUsage, StoredPool};
+use crate::store::pool::{FairQueue, PoolUsage};
 
 /// How often each process writes its dispatch counts to the database.
-pub const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+pub const FLUSH_INTERVAL: std::time::Duration = starvation::COUNT_FLUSH_INTERVAL;
 
 /// The window of the scheduling statistics.
 pub const STATS_WINDOW_SECS: i64 = 60;
@@ -64,26 +65,13 @@ pub struct SchedulingStats {
     pub pools: Vec<PoolView>,
 }
 
-/// A queue of a pool with starvation prevention that had work and no dispatch for longer than
-/// the pool's `rotation_interval`.
-#[derive(Debug, Clone)]
-pub struct Starved {
-    pub pool: String,
-    pub queue: String,
-    /// Since the last dispatch (or since the pool was saved, if later).
-    pub idle_ms: i64,
-    pub available: i64,
-    /// The last dispatch seen (identifies the episode).
-    pub last_dispatch: Option<chrono::DateTime<chrono::Utc>>,
-}
-
 impl Broker {
     /// Creates or replaces a pool. Makes its queues tenant-fair (or not) to match, in the same
     /// transaction, with enqueues held off so none lands between the two orders; records
     /// `scheduling.rebalanced` when the strategy or weights of an existing pool change.
-    pub async fn put_pool(&self, pool: Pool) -> Result<PoolPut> {
-        let mut tx = self.pool.begin().await?;
-        store::pool::lock_out_enqueues(&mut tx).await?;
+    pub async fn put_pool(&self, pool: WorkerPool) -> Result<PoolPut> {
+        let mut tx = self.db.begin().await?;
+        store::locks::lock_out_enqueues(&mut tx).await?;
         let (before, stored) = store::pool::put(&mut tx, &pool).await?;
         sync_fair_queues(&mut tx).await?;
         store::queue::bump_generation(&mut *tx).await?;
@@ -106,7 +94,7 @@ impl Broker {
             .await?;
         }
         tx.commit().await?;
-        self.configs.reload(&self.pool).await?;
+        self.configs.reload(&self.db).await?;
         let usage = self.pool_usage(&pool.name).await?;
         Ok(PoolPut {
             created: before.is_none(),
@@ -116,21 +104,21 @@ impl Broker {
 
     /// Deletes a pool; its queues stop being tenant-fair unless another pool makes them so.
     pub async fn delete_pool(&self, name: &str) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        store::pool::lock_out_enqueues(&mut tx).await?;
+        let mut tx = self.db.begin().await?;
+        store::locks::lock_out_enqueues(&mut tx).await?;
         if !store::pool::delete(&mut tx, name).await? {
             return Err(Error::PoolNotFound(name.to_owned()));
         }
         sync_fair_queues(&mut tx).await?;
         store::queue::bump_generation(&mut *tx).await?;
         tx.commit().await?;
-        self.configs.reload(&self.pool).await?;
+        self.configs.reload(&self.db).await?;
         Ok(())
     }
 
     /// Every pool, by name, with its live members and active jobs.
     pub async fn pools(&self) -> Result<Vec<PoolView>> {
-        let stored = store::pool::all(&self.pool).await?;
+        let stored = store::pool::all(&self.db).await?;
         let usage = self.all_pool_usage().await?;
         Ok(stored
             .into_iter()
@@ -153,7 +141,7 @@ impl Broker {
     async fn all_pool_usage(&self) -> Result<BTreeMap<String, PoolUsage>> {
         let timeout =
             i64::try_from(self.settings.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
-        Ok(store::pool::usage(&self.pool, timeout).await?)
+        Ok(store::pool::usage(&self.db, timeout).await?)
     }
 
     async fn pool_usage(&self, name: &str) -> Result<PoolUsage> {
@@ -168,7 +156,7 @@ impl Broker {
     /// Writes this process's dispatch counts to the database (every replica does so about
     /// every second; the statistics read them there).
     pub async fn flush_dispatch_counts(&self) -> Result<()> {
-        Ok(self.scheduling.flush(&self.pool).await?)
+        Ok(self.fetcher.stats.flush(&self.db).await?)
     }
 
     /// The scheduling statistics over the last minute, over all replicas.
@@ -179,7 +167,7 @@ impl Broker {
             .iter()
             .flat_map(|p| p.stored.pool.queues.iter().cloned())
             .collect();
-        let rows = store::pool::dispatches(&self.pool, STATS_WINDOW_SECS, &pool_queues).await?;
+        let rows = store::pool::dispatches(&self.db, STATS_WINDOW_SECS, &pool_queues).await?;
         let total: i64 = rows.iter().map(|r| r.dispatched).sum();
         let queues = rows
             .into_iter()
@@ -200,8 +188,8 @@ impl Broker {
             })
             .collect();
         let stored: Vec<StoredPool> = pools.iter().map(|p| p.stored.clone()).collect();
-        let mut starved: Vec<String> = starved_among(&self.pool, &stored)
-            .await?
+        let records = store::pool::watched_dispatches(&self.db, &stored).await?;
+        let mut starved: Vec<String> = starvation::starved(&stored, &records)
             .into_iter()
             .map(|s| s.queue)
             .collect();
@@ -214,58 +202,6 @@ impl Broker {
             pools,
         })
     }
-}
-
-/// The queues starved now (see [`Starved`]), over all replicas' dispatches. Counts reach the
-/// database up to [`FLUSH_INTERVAL`] late, so a queue counts as starved only when it has been
-/// idle that much longer than its pool's `rotation_interval`.
-pub async fn starved_queues(db: &sqlx::PgPool) -> Result<Vec<Starved>> {
-    let stored = store::pool::all(db).await?;
-    starved_among(db, &stored).await
-}
-
-/// [`starved_queues`] among the pools `stored` (as just read).
-async fn starved_among(db: &sqlx::PgPool, stored: &[StoredPool]) -> Result<Vec<Starved>> {
-    let stored: Vec<&StoredPool> = stored
-        .iter()
-        .filter(|p| p.pool.starvation.enabled)
-        .collect();
-    if stored.is_empty() {
-        return Ok(Vec::new());
-    }
-    let saved: BTreeMap<&str, chrono::DateTime<chrono::Utc>> = stored
-        .iter()
-        .map(|p| (p.pool.name.as_str(), p.updated_at))
-        .collect();
-    let pools: Vec<&Pool> = stored.iter().map(|p| &p.pool).collect();
-    let queues: Vec<String> = pools.iter().flat_map(|p| p.queues.clone()).collect();
-    let rows = store::pool::last_dispatch(db, &queues).await?;
-    let mut out = Vec::new();
-    for pool in &pools {
-        for (queue, last, available, now) in rows.iter().filter(|r| pool.queues.contains(&r.0)) {
-            if *available == 0 {
-                continue;
-            }
-            let since = match (last, saved.get(pool.name.as_str())) {
-                (Some(l), Some(s)) => (*l).max(*s),
-                (Some(l), None) => *l,
-                (None, Some(s)) => *s,
-                (None, None) => *now,
-            };
-            let idle_ms = (*now - since).num_milliseconds();
-            let limit = pool.starvation.rotation_interval_ms + FLUSH_INTERVAL.as_millis() as u64;
-            if idle_ms > i64::try_from(limit).unwrap_or(i64::MAX) {
-                out.push(Starved {
-                    pool: pool.name.clone(),
-                    queue: queue.clone(),
-                    idle_ms,
-                    available: *available,
-                    last_dispatch: *last,
-                });
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Brings `ojs_fair_queue` in line with the pools: the queues of pools with tenant fairness
@@ -321,7 +257,7 @@ async fn sync_fair_queues(tx: &mut sqlx::PgConnection) -> Result<()> {
     Ok(())
 }
 
-/// The wire form of a pool (contract §5.8), with its usage.
+/// The wire form of a pool, with its usage.
 pub fn pool_json(view: &PoolView) -> Value {
     let p = &view.stored.pool;
     json!({

@@ -66,7 +66,7 @@ impl Broker {
     /// Creates a queue explicitly, with `config` as its own configuration when given;
     /// `QueueExists` if it exists (however it came to).
     pub async fn create_queue(&self, name: &str, config: Option<&Value>) -> Result<Queue> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         if !store::queue::ensure(&mut *tx, name, false).await? {
             return Err(Error::QueueExists(name.to_owned()));
         }
@@ -76,14 +76,14 @@ impl Broker {
         }
         tx.commit().await?;
         if config.is_some() {
-            self.configs.reload(&self.pool).await?;
+            self.configs.reload(&self.db).await?;
         }
         self.queue(name).await
     }
 
     /// The resolved queue configurations now in force.
     pub async fn queue_configs(&self) -> Result<Arc<Snapshot>> {
-        Ok(self.configs.current(&self.pool).await?)
+        Ok(self.configs.current(&self.db).await?)
     }
 
     /// The resolved configuration of `name` (`_default`: what queues without their own values
@@ -92,7 +92,7 @@ impl Broker {
         if name != DEFAULT_QUEUE {
             self.queue(name).await?;
         }
-        let configs = self.configs.current(&self.pool).await?;
+        let configs = self.configs.current(&self.db).await?;
         Ok(if name == DEFAULT_QUEUE {
             configs.default.clone()
         } else {
@@ -104,10 +104,10 @@ impl Broker {
     /// of [`queue_config::apply_patch`]), creating an unknown queue. Applies to jobs
     /// enqueued and dispatch decisions made afterwards; returns the new resolved configuration.
     pub async fn set_queue_config(&self, name: &str, body: &Value) -> Result<Arc<QueueConfig>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let resolved = self.configure_in(&mut tx, name, body).await?;
         tx.commit().await?;
-        self.configs.reload(&self.pool).await?;
+        self.configs.reload(&self.db).await?;
         Ok(Arc::new(resolved))
     }
 
@@ -164,7 +164,7 @@ impl Broker {
 
     /// One queue's row.
     pub async fn queue(&self, name: &str) -> Result<Queue> {
-        store::queue::get(&self.pool, name)
+        store::queue::get(&self.db, name)
             .await?
             .ok_or_else(|| Error::QueueNotFound(name.to_owned()))
     }
@@ -182,14 +182,14 @@ impl Broker {
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<QueueStats>, i64)> {
-        let (rows, total) = store::queue::list(&self.pool, state, limit, offset).await?;
+        let (rows, total) = store::queue::list(&self.db, state, limit, offset).await?;
         Ok((self.with_counts(rows).await?, total))
     }
 
     /// `queues` with their counts, read in one statement.
     async fn with_counts(&self, queues: Vec<Queue>) -> Result<Vec<QueueStats>> {
         let names: Vec<String> = queues.iter().map(|q| q.name.clone()).collect();
-        let mut counts = store::queue::counts(&self.pool, &names).await?;
+        let mut counts = store::queue::counts(&self.db, &names).await?;
         Ok(queues
             .into_iter()
             .map(|queue| QueueStats {
@@ -203,7 +203,7 @@ impl Broker {
     /// in the same transaction; while active jobs remain the queue is `draining` (fetchable,
     /// refusing new jobs and pause), and the expirer removes it once they have ended.
     pub async fn delete_queue(&self, name: &str, strategy: &DeleteStrategy) -> Result<Deleted> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let target = store::queue::lock_for_delete(&mut *tx, name)
             .await?
             .ok_or_else(|| Error::QueueNotFound(name.to_owned()))?;
@@ -258,9 +258,9 @@ impl Broker {
     /// queue, creating it if it does not exist yet. Idempotent; a draining queue refuses.
     pub async fn set_queue_paused(&self, name: &str, paused: bool) -> Result<Queue> {
         crate::telemetry::queues_created(i64::from(
-            store::queue::ensure(&self.pool, name, true).await?,
+            store::queue::ensure(&self.db, name, true).await?,
         ));
-        let queue = store::queue::set_paused(&self.pool, name, paused)
+        let queue = store::queue::set_paused(&self.db, name, paused)
             .await?
             .ok_or_else(|| Error::QueueNotFound(name.to_owned()))?;
         if queue.state == QueueState::Draining {

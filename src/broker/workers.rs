@@ -1,13 +1,16 @@
-//! The worker protocol (contract §6): registration, heartbeats, directives, deregistration, and
-//! the operator's view of workers.
+//! The worker protocol: registration, heartbeats, directives, deregistration, and the
+//! operator's view of workers.
 
 use chrono::{DateTime, Utc};
 
-use super::{Broker, release_jobs};
+use super::Broker;
 use crate::error::{Error, Result};
 use crate::job::failure::Reclaim;
+use crate::job::lifecycle;
 use crate::store;
 use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
+use crate::telemetry;
+use crate::worker::WorkerDirective;
 
 /// Most jobs one deregistration releases per statement (it loops until none are left).
 const RELEASE_BATCH: i64 = 1_000;
@@ -17,8 +20,8 @@ const RELEASE_BATCH: i64 = 1_000;
 pub struct Registered {
     /// Whether the worker id was new.
     pub created: bool,
-    /// The server directive already set for the worker (empty, quiet, terminate).
-    pub directive: String,
+    /// The server directive already set for the worker.
+    pub directive: WorkerDirective,
     pub server_time: DateTime<Utc>,
 }
 
@@ -35,16 +38,16 @@ pub struct WorkerSummary {
 impl Broker {
     /// BEAT: records the worker as alive and extends the reservations it still holds.
     pub async fn heartbeat(&self, params: &HeartbeatParams<'_>) -> Result<HeartbeatOutcome> {
-        let outcome = store::worker::heartbeat(&self.pool, params).await?;
+        let outcome = store::worker::heartbeat(&self.db, params).await?;
         // The heartbeat may carry registration data (a pool, a capacity) FETCH uses.
-        self.forget_seen(params.report.worker_id);
+        self.fetcher.forget_seen(params.report.worker_id);
         Ok(outcome)
     }
 
     /// Registration (optional: the first heartbeat registers too).
     pub async fn register(&self, report: &WorkerReport<'_>) -> Result<Registered> {
-        let (created, directive, server_time) = store::worker::register(&self.pool, report).await?;
-        self.forget_seen(report.worker_id);
+        let (created, directive, server_time) = store::worker::register(&self.db, report).await?;
+        self.fetcher.forget_seen(report.worker_id);
         Ok(Registered {
             created,
             directive,
@@ -54,7 +57,7 @@ impl Broker {
 
     /// One worker as the API shows it.
     pub async fn worker(&self, worker_id: &str) -> Result<WorkerRecord> {
-        store::worker::get(&self.pool, worker_id, self.settings.heartbeat_timeout)
+        store::worker::get(&self.db, worker_id, self.settings.heartbeat_timeout)
             .await?
             .ok_or_else(|| Error::WorkerNotFound(worker_id.to_owned()))
     }
@@ -66,9 +69,9 @@ impl Broker {
         offset: i64,
     ) -> Result<(Vec<WorkerRecord>, WorkerSummary)> {
         let timeout = self.settings.heartbeat_timeout;
-        let items = store::worker::list(&self.pool, None, timeout, limit, offset).await?;
+        let items = store::worker::list(&self.db, None, timeout, limit, offset).await?;
         let (total, running, quiet, terminate, stale) =
-            store::worker::summary(&self.pool, timeout).await?;
+            store::worker::summary(&self.db, timeout).await?;
         Ok((
             items,
             WorkerSummary {
@@ -83,8 +86,12 @@ impl Broker {
 
     /// Sends a directive (`quiet` or `terminate`) to a worker; it learns it from its next
     /// heartbeat. Directives only escalate. Returns the worker as it is now.
-    pub async fn direct_worker(&self, worker_id: &str, directive: &str) -> Result<WorkerRecord> {
-        store::worker::escalate_directive(&self.pool, worker_id, directive)
+    pub async fn direct_worker(
+        &self,
+        worker_id: &str,
+        directive: WorkerDirective,
+    ) -> Result<WorkerRecord> {
+        store::worker::escalate_directive(&self.db, worker_id, directive)
             .await?
             .ok_or_else(|| Error::WorkerNotFound(worker_id.to_owned()))?;
         self.worker(worker_id).await
@@ -111,13 +118,16 @@ impl Broker {
         cause: Reclaim,
         only_stale: bool,
     ) -> Result<usize> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let workers = [worker_id.to_owned()];
         let mut released = 0;
         loop {
             let held = store::job::lock_held_by(&mut *tx, &workers, RELEASE_BATCH).await?;
             let done = (held.len() as i64) < RELEASE_BATCH;
-            released += release_jobs(&mut tx, &held, |_| cause, None).await?.len();
+            let decided = lifecycle::releases(&held, |_| cause);
+            let moved = store::job::release_many(&mut *tx, &held, &decided, None).await?;
+            telemetry::attempts_finished(&moved);
+            released += moved.len();
             if done {
                 break;
             }

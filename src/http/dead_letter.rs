@@ -11,12 +11,12 @@ use super::error::ApiError;
 use super::extract::{Fields, JobIdPath, OptionalJsonBody};
 use super::query::{DATA_PLANE, Page, Pagination, QueryParams};
 use super::{AppState, ok};
+use crate::broker::{DeadLetterFilter, RetryOverride};
 use crate::duration;
 use crate::error::Error;
 use crate::job::envelope::{self, Rejection, Violation};
 use crate::job::wire::WireJob;
 use crate::json::{self, Object};
-use crate::store::dead_letter::{DeadLetterFilter, RetryOverride};
 use crate::timestamp;
 
 pub fn router() -> Router<AppState> {

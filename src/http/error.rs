@@ -400,7 +400,7 @@ impl From<Error> for ApiError {
                 )
                 .with_details(with_index(
                     json!({"queue": queue, "depth": depth, "bound": bound,
-                           "max_size_bytes": bound_bytes, "strategy": policy}),
+                           "max_size_bytes": bound_bytes, "strategy": policy.as_str()}),
                     index,
                 ));
                 err.retryable = true;

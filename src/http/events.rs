@@ -20,10 +20,9 @@ use super::error::ApiError;
 use super::extract::JobIdPath;
 use super::query::QueryParams;
 use super::{AppState, ok};
-use crate::events::{self, EventKey, WireEvent};
+use crate::broker::{EventFilter, EventRow, Position};
+use crate::events::{EventKey, WireEvent};
 use crate::job::JobState;
-use crate::store;
-use crate::store::event::{EventFilter, EventRow, Position};
 use crate::timestamp;
 
 /// Default and largest `limit` of a poll.
@@ -80,10 +79,7 @@ async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Respo
                     format!("'after' must be an event id (evt_...), got {text:?}"),
                 )
             })?;
-            let position = events::locate(state.broker().pool(), key)
-                .await
-                .map_err(crate::Error::from)?
-                .ok_or_else(|| {
+            let position = state.broker().locate_event(key).await?.ok_or_else(|| {
                     ApiError::invalid_field(
                         "query.after",
                         format!("event {text} is no longer retained; poll again without 'after' to start from the oldest retained event"),
@@ -93,9 +89,10 @@ async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Respo
             Some(position)
         }
     };
-    let mut events = store::event::list(state.broker().pool(), &filter, after, limit + 1)
-        .await
-        .map_err(crate::Error::from)?;
+    let mut events = state
+        .broker()
+        .events_after(&filter, after, limit + 1)
+        .await?;
     let has_more = events.len() as i64 > limit;
     events.truncate(limit as usize);
 
@@ -222,10 +219,13 @@ async fn replay(
     channel: &Channel,
     sink: &Sink,
     last: &mut Option<Position>,
-) -> Result<bool, sqlx::Error> {
+) -> crate::Result<bool> {
     let filter = channel.filter();
     loop {
-        let batch = store::event::list(state.broker().pool(), &filter, *last, REPLAY_BATCH).await?;
+        let batch = state
+            .broker()
+            .events_after(&filter, *last, REPLAY_BATCH)
+            .await?;
         for e in &batch {
             *last = Some(e.position);
             if !sink.send_row(channel, e).await {
@@ -247,9 +247,8 @@ async fn run_stream(
     resume: Option<String>,
     sink: Sink,
 ) {
-    let pool = state.broker().pool().clone();
     let mut last: Option<Position> = match resume {
-        None => match store::event::head(&pool).await {
+        None => match state.broker().event_head().await {
             Ok(head) => head,
             Err(e) => {
                 tracing::warn!(error = %e, "event stream could not start");
@@ -259,7 +258,7 @@ async fn run_stream(
         Some(text) => {
             let key = EventKey::parse(&text);
             let position = match key {
-                Some(key) => events::locate(&pool, key).await.ok().flatten(),
+                Some(key) => state.broker().locate_event(key).await.ok().flatten(),
                 None => None,
             };
             if position.is_none() {
@@ -388,9 +387,7 @@ async fn queue_stream(
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     super::queues::queue_path(&name)?;
-    let known = store::job::queue_known(state.broker().pool(), &name)
-        .await
-        .map_err(crate::Error::from)?;
+    let known = state.broker().queue_known(&name).await?;
     if !known {
         return Err(ApiError::not_found("queue", &name));
     }

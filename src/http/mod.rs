@@ -99,12 +99,7 @@ struct Inner {
     shutdown: CancellationToken,
     /// False while shutting down: `/ready` answers 503.
     accepting: AtomicBool,
-    /// When the database-backed gauges were last read (see [`AppState::refresh_gauges`]).
-    gauges_read_at: tokio::sync::Mutex<Option<Instant>>,
 }
-
-/// Database-backed gauges are read at most this often, however often `/metrics` is scraped.
-const GAUGE_REFRESH: Duration = Duration::from_secs(5);
 
 impl AppState {
     pub fn new(
@@ -121,50 +116,12 @@ impl AppState {
                 started: Instant::now(),
                 shutdown,
                 accepting: AtomicBool::new(true),
-                gauges_read_at: tokio::sync::Mutex::new(None),
             }),
         }
     }
 
     pub fn broker(&self) -> &Broker {
         &self.inner.broker
-    }
-
-    /// Reads the gauges that come from the database (available jobs by queue and priority),
-    /// unless they were read less than [`GAUGE_REFRESH`] ago. A failed read keeps the previous
-    /// values: a scrape never fails because the database is slow or down.
-    pub async fn refresh_gauges(&self) {
-        let mut read_at = self.inner.gauges_read_at.lock().await;
-        if read_at.is_some_and(|at| at.elapsed() < GAUGE_REFRESH) {
-            return;
-        }
-        let pool = self.broker().pool();
-        match crate::store::job::available_by_priority(pool, None).await {
-            Ok(rows) => crate::telemetry::available_by_priority(&rows),
-            Err(e) => tracing::debug!(error = %e, "cannot read the available-by-priority gauge"),
-        }
-        match crate::store::queue::depth_gauges(pool).await {
-            Ok((depth, bounds)) => crate::telemetry::queue_depth(&depth, &bounds),
-            Err(e) => tracing::debug!(error = %e, "cannot read the queue depth gauges"),
-        }
-        match self.broker().scheduling_stats().await {
-            Ok(stats) => {
-                let ratios: Vec<(String, f64)> = stats
-                    .queues
-                    .iter()
-                    .filter(|q| q.dispatched > 0)
-                    .map(|q| (q.queue.clone(), q.ratio))
-                    .collect();
-                let utilization: Vec<(String, f64)> = stats
-                    .pools
-                    .iter()
-                    .filter_map(|v| Some((v.stored.pool.name.clone(), v.utilization()?)))
-                    .collect();
-                crate::telemetry::scheduling(&ratios, &utilization);
-            }
-            Err(e) => tracing::debug!(error = %e, "cannot read the scheduling gauges"),
-        }
-        *read_at = Some(Instant::now());
     }
 
     pub fn settings(&self) -> &HttpSettings {
@@ -355,13 +312,13 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
     response
 }
 
-/// Whether a path is answered from the database (probes and metrics answer without it, or
-/// report on it themselves).
 /// 503 with `Retry-After`: the database is unreachable.
 fn db_unavailable() -> Response {
     ApiError::unavailable("The database is unavailable; retry shortly.", None).into_response()
 }
 
+/// Whether a path is answered from the database (probes and metrics answer without it, or
+/// report on it themselves).
 fn needs_database(path: &str) -> bool {
     !matches!(
         path,

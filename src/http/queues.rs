@@ -15,11 +15,9 @@ use super::extract::{JsonBody, OptionalJsonBody};
 use super::query::{DATA_PLANE, Page, Pagination, QueryParams};
 use super::{AppState, Ojs, ok};
 use crate::broker::{DeleteStrategy, Queue, QueueConfigs, QueueStats};
-use crate::error::Error;
+use crate::broker::{QueueCounts, QueueState};
 use crate::job::is_valid_queue;
 use crate::queue_config::DEFAULT_QUEUE;
-use crate::store;
-use crate::store::queue::{QueueCounts, QueueState};
 use crate::timestamp;
 
 pub fn router() -> Router<AppState> {
@@ -404,17 +402,7 @@ async fn priority_stats(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
-    let pool = state.broker().pool();
-    let counts = store::job::available_by_priority(pool, Some(&name))
-        .await
-        .map_err(Error::from)?;
-    if counts.is_empty()
-        && !store::job::queue_known(pool, &name)
-            .await
-            .map_err(Error::from)?
-    {
-        return Err(ApiError::not_found("queue", &name));
-    }
+    let counts = state.broker().priority_stats(&name).await?;
 
     #[derive(Serialize)]
     struct PriorityStats {
@@ -423,8 +411,8 @@ async fn priority_stats(
         total: i64,
     }
     Ok(ok(PriorityStats {
-        total: counts.iter().map(|(_, _, n)| n).sum(),
-        counts_by_priority: ByPriority(counts.into_iter().map(|(_, p, n)| (p, n)).collect()),
+        total: counts.iter().map(|(_, n)| n).sum(),
+        counts_by_priority: ByPriority(counts),
         queue: name,
     })
     .into_response())

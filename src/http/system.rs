@@ -1,6 +1,6 @@
 //! `/ojs/manifest`, health and readiness.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -28,7 +28,7 @@ pub fn router() -> Router<AppState> {
 
 /// Prometheus text exposition. The content type is exactly `text/plain` (contract C-69).
 async fn metrics(State(state): State<AppState>) -> Response {
-    state.refresh_gauges().await;
+    state.broker().refresh_gauges().await;
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"))],
         crate::telemetry::metrics().render(),
@@ -124,17 +124,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
 
 /// Probes the database; returns the round-trip time or the failure.
 async fn probe(state: &AppState) -> Result<Duration, String> {
-    let started = Instant::now();
-    match tokio::time::timeout(
-        PROBE_TIMEOUT,
-        sqlx::query("select 1").execute(state.broker().pool()),
-    )
-    .await
-    {
-        Ok(Ok(_)) => Ok(started.elapsed()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {} ms", PROBE_TIMEOUT.as_millis())),
-    }
+    state.health().round_trip(PROBE_TIMEOUT).await
 }
 
 fn with_retry_after(mut response: Response) -> Response {

@@ -15,17 +15,18 @@ use super::error::ApiError;
 use super::extract::{Fields, JsonBody, WorkerIdPath};
 use super::queues::check_queue_name;
 use super::{AppState, Ojs, ok};
-use crate::broker::{FetchRequest, MAX_WEIGHT, NackRequest, Weights};
+use crate::broker::{
+    FetchRequest, HeartbeatParams, MAX_WEIGHT, NackRequest, Nacked, Strategy, Weights,
+    WorkerRecord, WorkerReport,
+};
 use crate::duration;
 use crate::job::failure::JobError;
 use crate::job::wire::WireJob;
 use crate::job::{JobId, JobState, is_valid_queue};
 use crate::json::{self, Kind, Object};
-use crate::store::worker::{HeartbeatParams, WorkerRecord, WorkerReport};
+use crate::scheduling::DEFAULT_WORKER_CONCURRENCY;
 use crate::timestamp;
-
-/// Jobs a worker runs at once when it does not say (contract §4.3.5).
-const DEFAULT_WORKER_CONCURRENCY: i32 = 10;
+use crate::worker::{EffectiveState, WorkerDirective, WorkerState, required_state};
 
 /// Largest ACK `result`, serialized.
 const MAX_RESULT_BYTES: usize = 1024 * 1024;
@@ -57,13 +58,13 @@ async fn worker_health(
     #[derive(Serialize)]
     struct HealthBody {
         worker_id: String,
-        state: String,
+        state: EffectiveState,
         #[serde(skip_serializing_if = "Option::is_none")]
         last_heartbeat_at: Option<String>,
         last_seen_at: String,
         active_jobs: usize,
     }
-    let running = worker.effective_state == "running";
+    let running = worker.effective_state == EffectiveState::Running;
     let body = HealthBody {
         last_heartbeat_at: worker.last_heartbeat_at.map(timestamp::format),
         last_seen_at: timestamp::format(worker.last_seen_at),
@@ -87,9 +88,9 @@ async fn worker_health(
 pub struct WireWorker<'a> {
     id: &'a str,
     worker_id: &'a str,
-    state: &'a str,
-    directive: &'a str,
-    reported_state: &'a str,
+    state: EffectiveState,
+    directive: WorkerDirective,
+    reported_state: WorkerState,
     #[serde(skip_serializing_if = "Option::is_none")]
     hostname: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -124,9 +125,9 @@ impl<'a> WireWorker<'a> {
         WireWorker {
             id: &w.id,
             worker_id: &w.id,
-            state: &w.effective_state,
-            directive: &w.directive,
-            reported_state: &w.state,
+            state: w.effective_state,
+            directive: w.directive,
+            reported_state: w.state,
             hostname: w.hostname.as_deref(),
             pid: w.pid,
             pool: w.pool.as_deref(),
@@ -227,7 +228,7 @@ impl ReportFields {
         })
     }
 
-    fn report<'a>(&'a self, worker_id: &'a str, state: &'a str) -> WorkerReport<'a> {
+    fn report<'a>(&'a self, worker_id: &'a str, state: WorkerState) -> WorkerReport<'a> {
         WorkerReport {
             worker_id,
             state,
@@ -264,24 +265,23 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
     let report_fields = ReportFields::parse(&fields)?;
     let strategy = match fields.string("strategy")?.as_deref() {
         None => None,
-        Some(s @ ("strict" | "round-robin" | "weighted" | "least-loaded")) => Some(s.to_owned()),
-        Some(other) => {
-            return Err(ApiError::invalid_field(
+        Some(name) => Some(name.parse::<Strategy>().map_err(|_| {
+            ApiError::invalid_field(
                 "$.strategy",
                 format!(
-                    "'strategy' must be strict, round-robin, weighted or least-loaded, not {other:?}"
+                    "'strategy' must be strict, round-robin, weighted or least-loaded, not {name:?}"
                 ),
-            ));
-        }
+            )
+        })?),
     };
     let weights = fields
         .raw("weights")
         .map(parse_weights)
         .transpose()?
         .map(|w| w.to_json());
-    let mut report = report_fields.report(&worker_id, "running");
+    let mut report = report_fields.report(&worker_id, WorkerState::Running);
     report.concurrency = report.concurrency.or(Some(DEFAULT_WORKER_CONCURRENCY));
-    report.strategy = strategy.as_deref();
+    report.strategy = strategy;
     report.weights = weights;
     let registered = state.broker().register(&report).await?;
 
@@ -289,8 +289,8 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
     struct RegisterBody<'a> {
         ok: bool,
         worker_id: &'a str,
-        state: &'static str,
-        directive: &'a str,
+        state: WorkerState,
+        directive: WorkerDirective,
         server_time: String,
         heartbeat_interval: u32,
         heartbeat_timeout: u64,
@@ -299,8 +299,8 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
     let body = RegisterBody {
         ok: true,
         worker_id: &worker_id,
-        state: required_state(&registered.directive, "running"),
-        directive: &registered.directive,
+        state: required_state(registered.directive, WorkerState::Running),
+        directive: registered.directive,
         server_time: timestamp::format(registered.server_time),
         heartbeat_interval: state.settings().heartbeat_interval_secs,
         heartbeat_timeout: state.broker().settings().heartbeat_timeout.as_secs(),
@@ -334,21 +334,6 @@ async fn deregister(
         jobs_requeued: released,
     })
     .into_response())
-}
-
-/// The state a worker must be in: the more severe of the server's directive and its own report
-/// (`drain` ranks as `terminate`); `running` < `quiet` < `terminate`.
-fn required_state(directive: &str, reported: &str) -> &'static str {
-    let rank = |s: &str| match s {
-        "quiet" => 1,
-        "terminate" | "drain" => 2,
-        _ => 0,
-    };
-    match rank(directive).max(rank(reported)) {
-        2 => "terminate",
-        1 => "quiet",
-        _ => "running",
-    }
 }
 
 fn positive_ms(fields: &Fields<'_>, key: &str) -> Result<Option<i64>, ApiError> {
@@ -594,7 +579,7 @@ struct NackBody<'a> {
 }
 
 impl NackBody<'_> {
-    fn of(nacked: &crate::broker::Nacked) -> NackBody<'_> {
+    fn of(nacked: &Nacked) -> NackBody<'_> {
         let job = &nacked.job;
         let retrying = job.state == JobState::Retryable;
         let discarded = job.state == JobState::Discarded;
@@ -762,7 +747,7 @@ async fn nack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Res
     let ids: Vec<JobId> = requests.iter().map(|r| r.job_id).collect();
     let outcomes = state.broker().nack_many(requests).await?;
 
-    let outcomes: Vec<Result<crate::broker::Nacked, ItemError>> = ids
+    let outcomes: Vec<Result<Nacked, ItemError>> = ids
         .into_iter()
         .zip(outcomes)
         .map(|(id, outcome)| outcome.map_err(|e| ItemError::new(id, e)))
@@ -835,20 +820,17 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
     let worker_id = fields
         .worker_id("worker_id")?
         .ok_or_else(|| ApiError::invalid_field("$.worker_id", "'worker_id' is required"))?;
-    let mut reported_state: &'static str = match fields.string("state")?.as_deref() {
-        None | Some("running") => "running",
-        Some("quiet") => "quiet",
-        Some("terminate") => "terminate",
-        Some("drain") => "drain",
-        Some(other) => {
-            return Err(ApiError::invalid_field(
+    let mut reported_state = match fields.string("state")?.as_deref() {
+        None => WorkerState::Running,
+        Some(name) => name.parse::<WorkerState>().map_err(|_| {
+            ApiError::invalid_field(
                 "$.state",
-                format!("'state' must be running, quiet, terminate or drain, not {other:?}"),
-            ));
-        }
+                format!("'state' must be running, quiet, terminate or drain, not {name:?}"),
+            )
+        })?,
     };
     if fields.boolean("shutdown")? == Some(true) {
-        reported_state = "drain";
+        reported_state = WorkerState::Drain;
     }
     let (job_ids, single) = reported_jobs(&fields)?;
     let single_only = single.is_some() && job_ids.len() == 1;
@@ -866,13 +848,13 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
     {
         return Err(state.broker().reservation_lost(id, &worker_id).await.into());
     }
-    let required = required_state(&outcome.directive, reported_state);
+    let required = required_state(outcome.directive, reported_state);
     let ids = |v: &[Uuid]| -> Vec<String> { v.iter().map(|id| JobId(*id).to_string()).collect() };
 
     #[derive(Serialize)]
     struct HeartbeatBody {
-        state: &'static str,
-        directive: String,
+        state: WorkerState,
+        directive: WorkerDirective,
         acknowledged: bool,
         worker_id: String,
         jobs_extended: Vec<String>,
@@ -883,7 +865,7 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
     }
     Ok(ok(HeartbeatBody {
         state: required,
-        directive: outcome.directive.clone(),
+        directive: outcome.directive,
         acknowledged: true,
         worker_id,
         jobs_extended: ids(&outcome.extended),

@@ -21,6 +21,7 @@
 
 pub mod envelope;
 pub mod failure;
+pub mod lifecycle;
 pub mod retry;
 pub mod unique;
 pub mod wire;

@@ -36,6 +36,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use expirer::{Expirer, ExpirerConfig};
 pub use promoter::{Promoter, PromoterConfig};
@@ -46,12 +47,18 @@ pub use starvation::{StarvationConfig, StarvationWatch};
 
 use crate::db::DbHealth;
 use crate::leadership::{Role, jittered};
+use crate::store;
 
 /// A boxed future borrowing a connection (one batch of a pass).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Most batches one pass of a service runs before it yields.
 pub const MAX_BATCHES_PER_PASS: usize = 10;
+
+/// Longest a pass may take. A pass is a few short batches, normally milliseconds; one that
+/// hangs (a statement waiting on a lock, say) is abandoned so the service goes on, and its
+/// open batch is rolled back.
+pub const PASS_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What one pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,19 +82,20 @@ pub trait Service: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Pass, sqlx::Error>> + Send;
 }
 
-/// What every service needs: the pool and who it is (for the `source` of the events it causes).
+/// What every service needs: the database and who it is (for the `source` of the events it
+/// causes).
 #[derive(Debug, Clone)]
 pub struct Context {
-    pub pool: PgPool,
+    pub db: PgPool,
     /// `ojs://<service>` (the OJS service name, not the maintenance service).
     pub service_uri: String,
     pub instance_id: String,
 }
 
 impl Context {
-    pub fn new(pool: PgPool, service_name: &str, instance_id: &str) -> Context {
+    pub fn new(db: PgPool, service_name: &str, instance_id: &str) -> Context {
         Context {
-            pool,
+            db,
             service_uri: format!("ojs://{service_name}"),
             instance_id: instance_id.to_owned(),
         }
@@ -120,11 +128,9 @@ impl Context {
         &self,
         component: &str,
     ) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db.begin().await?;
         let source = format!("{}/{component}/{}", self.service_uri, self.instance_id);
-        sqlx::query_scalar!("select set_config('ojs.source', $1, true)", source)
-            .fetch_one(&mut *tx)
-            .await?;
+        store::event::set_source(&mut *tx, &source).await?;
         Ok(tx)
     }
 }
@@ -224,7 +230,8 @@ fn spawn<S: Service>(
     tasks.spawn(run_loop(service, health.clone(), stop.clone()));
 }
 
-/// A service's loop: pass, pause, until `stop`.
+/// A service's loop: pass, pause, until `stop`. Each pass runs in a `maintenance` span naming
+/// the service and is abandoned (its open transaction rolled back) after [`PASS_TIMEOUT`].
 async fn run_loop<S: Service>(service: S, health: DbHealth, stop: CancellationToken) {
     let name = service.name();
     loop {
@@ -232,17 +239,32 @@ async fn run_loop<S: Service>(service: S, health: DbHealth, stop: CancellationTo
             service.interval()
         } else {
             let started = std::time::Instant::now();
+            let pass = tokio::time::timeout(PASS_TIMEOUT, service.run_once(None))
+                .instrument(tracing::info_span!("maintenance", service = name));
             let result = tokio::select! {
                 () = stop.cancelled() => return,
-                r = service.run_once(None) => r,
+                r = pass => r,
+            };
+            // `Err(None)`: the pass timed out.
+            let result = match result {
+                Ok(pass) => pass.map_err(Some),
+                Err(_elapsed) => Err(None),
             };
             crate::telemetry::maintenance_pass(name, started.elapsed(), result.as_ref().ok());
             match result {
                 Ok(pass) if pass.more => Duration::ZERO,
                 Ok(_) => jittered(service.interval()),
-                Err(e) => {
+                Err(Some(e)) => {
                     health.report(&e);
                     tracing::warn!(service = name, error = %e, "maintenance pass failed");
+                    jittered(service.interval())
+                }
+                Err(None) => {
+                    tracing::warn!(
+                        service = name,
+                        timeout_secs = PASS_TIMEOUT.as_secs(),
+                        "maintenance pass timed out; abandoned"
+                    );
                     jittered(service.interval())
                 }
             }

@@ -60,7 +60,7 @@ impl Pruner {
                             store::job::prune_finished(conn, cutoffs, size).await?
                         }
                         Target::DeadLetterExcess(ref queue, keep) => {
-                            store::job::prune_dead_letter_excess(conn, queue, keep, size).await?
+                            store::dead_letter::prune_excess(conn, queue, keep, size).await?
                         }
                         Target::Events(cutoff, max) => {
                             store::event::prune(conn, cutoff, max, size).await?
@@ -188,14 +188,10 @@ impl Service for Pruner {
     async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
         let now = match now {
             Some(now) => now,
-            None => {
-                sqlx::query_scalar!(r#"select now() as "now!""#)
-                    .fetch_one(&self.context.pool)
-                    .await?
-            }
+            None => store::now(&self.context.db).await?,
         };
         let c = &self.config;
-        let (_, layers) = store::queue::config_layers(&self.context.pool).await?;
+        let (_, layers) = store::queue::config_layers(&self.context.db).await?;
         let retention = Retention::of(&layers);
         let mut targets = vec![
             Target::Jobs(retention.cutoffs(now, JobState::Completed, c.completed, c.discarded)),
@@ -204,7 +200,7 @@ impl Service for Pruner {
         ];
         if let Some(keep) = retention.dead_letter_max_size(DEFAULT_QUEUE) {
             // `_default` bounds every queue's dead letters, except those with their own bound.
-            for queue in store::job::dead_letter_queues(&self.context.pool).await? {
+            for queue in store::dead_letter::queues(&self.context.db).await? {
                 let keep = retention.dead_letter_max_size(&queue).unwrap_or(keep);
                 targets.push(Target::DeadLetterExcess(queue, keep));
             }

@@ -5,10 +5,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{Context, Pass, Service};
-use crate::broker::release_jobs;
-use crate::job::Job;
 use crate::job::failure::Reclaim;
+use crate::job::{Job, lifecycle};
 use crate::store;
+use crate::telemetry;
 
 /// Reaper settings.
 #[derive(Debug, Clone)]
@@ -67,7 +67,9 @@ impl Service for Reaper {
             .batches("reaper", |conn| {
                 Box::pin(async move {
                     let (jobs, db_now) = store::job::lock_overdue(&mut *conn, now, size).await?;
-                    let released = release_jobs(conn, &jobs, |job| cause(job, db_now), now).await?;
+                    let decided = lifecycle::releases(&jobs, |job| cause(job, db_now));
+                    let released = store::job::release_many(conn, &jobs, &decided, now).await?;
+                    telemetry::attempts_finished(&released);
                     Ok((released.len() as u64, jobs.len() as i64 >= size))
                 })
             })

@@ -5,9 +5,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{Context, Pass, Service};
-use crate::broker::release_jobs;
 use crate::job::failure::Reclaim;
+use crate::job::lifecycle;
 use crate::store;
+use crate::telemetry;
 
 /// Stale-worker detector settings.
 #[derive(Debug, Clone)]
@@ -58,8 +59,9 @@ impl Service for StaleWorkers {
                     // Includes workers whose jobs an earlier pass could not release in one batch.
                     let stale = store::worker::stale_with_jobs(&mut *conn, size).await?;
                     let held = store::job::lock_held_by(&mut *conn, &stale, size).await?;
-                    let released =
-                        release_jobs(conn, &held, |_| Reclaim::WorkerDeath, now).await?;
+                    let decided = lifecycle::releases(&held, |_| Reclaim::WorkerDeath);
+                    let released = store::job::release_many(conn, &held, &decided, now).await?;
+                    telemetry::attempts_finished(&released);
                     let full = newly_stale.len() as i64 >= size || held.len() as i64 >= size;
                     Ok(((newly_stale.len() + released.len()) as u64, full))
                 })

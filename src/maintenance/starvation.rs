@@ -1,7 +1,7 @@
-//! Starvation watch (fair scheduling, seed 002 §8, §11): records `scheduling.queue_starved` when a
-//! queue of a pool with starvation prevention has had work and no dispatch, on any replica, for
-//! longer than the pool's `rotation_interval`; once per episode (a dispatch ends it). Also
-//! prunes old dispatch counts.
+//! Starvation watch: records `scheduling.queue_starved` when a queue of a pool with starvation
+//! prevention has had work and no dispatch, on any replica, for longer than the pool's
+//! `rotation_interval` (decided by [`crate::scheduling::starvation`]); once per episode (a
+//! dispatch ends it). Also prunes old dispatch counts.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::{Context, Pass, Service};
-use crate::broker::pools::starved_queues;
+use crate::scheduling::starvation;
 use crate::store;
 
 /// Dispatch counts are kept this long (the statistics read the last minute).
@@ -62,15 +62,10 @@ impl Service for StarvationWatch {
     }
 
     async fn run_once(&self, _now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
-        let db = &self.context.pool;
-        let starved = match starved_queues(db).await {
-            Ok(starved) => starved,
-            Err(crate::Error::Database(e)) => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot check for starved queues");
-                Vec::new()
-            }
-        };
+        let db = &self.context.db;
+        let pools = store::pool::all(db).await?;
+        let records = store::pool::watched_dispatches(db, &pools).await?;
+        let starved = starvation::starved(&pools, &records);
         let mut due = Vec::new();
         {
             let mut reported = self.reported.lock().expect("starvation lock");

@@ -401,3 +401,53 @@ pub async fn route(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<String>, s
     .fetch_all(db)
     .await
 }
+
+/// Deletes the dead-lettered jobs of `queue` beyond its newest `keep` (its
+/// `dead_letter_max_size`), up to `limit`, reporting them as `dead_letter.pruned`. Returns how
+/// many.
+pub async fn prune_excess(
+    db: impl PgExecutor<'_>,
+    queue: &str,
+    keep: i64,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select id from ojs_job
+             where queue = $1 and dead_lettered_at is not null
+             order by dead_lettered_at desc, seq desc
+            offset $2
+             limit $3
+               for update skip locked
+        ),
+        deleted as (
+            delete from ojs_job j using doomed d where j.id = d.id
+            returning j.queue
+        ),
+        reported as (
+            insert into ojs_event (type, subject, queue, data)
+            select 'dead_letter.pruned', $1, $1,
+                   jsonb_build_object('queue', $1::text, 'count', count(*), 'reason', 'max_size')
+              from deleted
+            having count(*) > 0
+            returning 1
+        )
+        select count(*) as "deleted!" from deleted
+        "#,
+        queue,
+        keep,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Queues that have dead-lettered jobs.
+pub async fn queues(db: impl PgExecutor<'_>) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select distinct queue as "queue!" from ojs_job where dead_lettered_at is not null"#
+    )
+    .fetch_all(db)
+    .await
+}

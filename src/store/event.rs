@@ -1,6 +1,13 @@
-//! Statements on `ojs_event`: reading the lifecycle outbox and pruning it.
+//! Statements on `ojs_event`: reading the lifecycle outbox, pruning it, and the events that are
+//! not written by a job's own statement.
 //!
-//! Events are written by triggers (see the V3 migration), never here. They are read in
+//! Who writes events: a job's events are written by an `events` CTE inside the very statement
+//! that changes the job (`store::job`, `store::queue`, `store::dead_letter`), so the change and
+//! its events commit together; worker events by the `ojs_worker` trigger (migration V3); queue,
+//! back-pressure and scheduling events by [`insert_queue_event`] and [`insert_subject_event`]
+//! or by CTEs of the queue statements. `migrations/README.md` lists the SQL functions involved.
+//!
+//! Events are read in
 //! `(xid, seq)` order, and only from transactions older than every transaction still running
 //! (`xid < pg_snapshot_xmin(pg_current_snapshot())`). A transaction that is still running when a
 //! reader looks can only commit events that sort after everything the reader has seen, so a
@@ -286,6 +293,16 @@ pub async fn prune(
 /// Deletes every event (test hook `POST /ojs/v1/admin/reset` only).
 pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!("truncate ojs_event").execute(db).await?;
+    Ok(())
+}
+
+/// Names `source` as the source of the events the current transaction writes (the session
+/// setting `ojs.source`, which `ojs_event.source` defaults to; API connections set it for the
+/// whole session when they connect).
+pub async fn set_source(db: impl PgExecutor<'_>, source: &str) -> Result<(), sqlx::Error> {
+    sqlx::query_scalar!("select set_config('ojs.source', $1, true)", source)
+        .fetch_one(db)
+        .await?;
     Ok(())
 }
 

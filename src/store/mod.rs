@@ -10,8 +10,10 @@ pub mod dead_letter;
 pub mod event;
 pub mod job;
 pub mod leader;
+pub mod locks;
 pub mod pool;
 pub mod queue;
+pub mod refusal;
 pub mod worker;
 
 /// NOTIFY channel carrying the name of a queue that has new `available` jobs.
@@ -25,6 +27,15 @@ pub const JOB_AVAILABLE_CHANNEL: &str = "ojs_job_available";
 
 /// `application_name` of every replica's listening connection.
 pub const LISTENER_APPLICATION_NAME: &str = "ojsd-listener";
+
+/// The database clock: the one clock every replica goes by.
+pub async fn now(
+    db: impl sqlx::PgExecutor<'_>,
+) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
+    sqlx::query_scalar!(r#"select now() as "now!""#)
+        .fetch_one(db)
+        .await
+}
 
 /// Whether a listening connection of another replica (any but backend `own_pid`) is open on
 /// this database.

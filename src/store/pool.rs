@@ -1,4 +1,7 @@
 //! Worker pools, tenant-fair queues and the dispatch counts of the scheduling statistics.
+//!
+//! A pool's concurrency is enforced under its dispatch lock ([`super::locks`]); pool changes
+//! take the enqueue gate ([`super::locks::lock_out_enqueues`]).
 
 use std::collections::BTreeMap;
 
@@ -6,31 +9,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::pool::Pool;
-
-/// A stored pool with its timestamps.
-#[derive(Debug, Clone)]
-pub struct StoredPool {
-    pub pool: Pool,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
+use crate::pool::{StoredPool, WorkerPool};
+use crate::scheduling::starvation::{self, QueueDispatch};
 
 /// Live members and active jobs of a pool.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PoolUsage {
     pub active_workers: i64,
     pub active_jobs: i64,
-}
-
-/// Takes the lock that enqueues take shared (`ojs_config_generation_locked`, migration V8)
-/// exclusively, until the transaction ends: every enqueue in flight has committed, and every
-/// later one sees the generation this transaction bumps.
-pub async fn lock_out_enqueues(db: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query!("select pg_advisory_xact_lock(7081, 1)")
-        .execute(db)
-        .await?;
-    Ok(())
 }
 
 /// Every pool, by name.
@@ -51,7 +37,7 @@ pub async fn all(db: impl PgExecutor<'_>) -> Result<Vec<StoredPool>, sqlx::Error
     Ok(rows
         .into_iter()
         .filter_map(|r| {
-            let pool = Pool::from_stored(&r.name, &r.body)?;
+            let pool = WorkerPool::from_stored(&r.name, &r.body)?;
             Some(StoredPool {
                 pool,
                 created_at: r.created_at,
@@ -65,8 +51,8 @@ pub async fn all(db: impl PgExecutor<'_>) -> Result<Vec<StoredPool>, sqlx::Error
 /// and the stored row.
 pub async fn put(
     db: &mut PgConnection,
-    pool: &Pool,
-) -> Result<(Option<Pool>, StoredPool), sqlx::Error> {
+    pool: &WorkerPool,
+) -> Result<(Option<WorkerPool>, StoredPool), sqlx::Error> {
     let before = sqlx::query!(
         r#"
         select name, jsonb_build_object('queues', queues, 'concurrency', concurrency, 'strategy', strategy,
@@ -79,7 +65,7 @@ pub async fn put(
     )
     .fetch_optional(&mut *db)
     .await?
-    .and_then(|r| Pool::from_stored(&r.name, &r.body));
+    .and_then(|r| WorkerPool::from_stored(&r.name, &r.body));
     let row = sqlx::query!(
         r#"
         insert into ojs_pool as p (name, queues, concurrency, strategy, weights, isolated,
@@ -382,12 +368,17 @@ pub async fn dispatches(
         .collect())
 }
 
-/// For each of `queues`: when it was last dispatched from (end of that second; `None`: not
-/// within the recorded minutes) and how many jobs it has available (up to 10 000).
-pub async fn last_dispatch(
+/// The dispatch records starvation detection needs: for each queue of the pools among `pools`
+/// that have starvation prevention, when it was last dispatched from (end of that second;
+/// `None`: not within the recorded minutes) and how many jobs it has available (up to 10 000).
+pub async fn watched_dispatches(
     db: impl PgExecutor<'_>,
-    queues: &[String],
-) -> Result<Vec<(String, Option<DateTime<Utc>>, i64, DateTime<Utc>)>, sqlx::Error> {
+    pools: &[StoredPool],
+) -> Result<Vec<QueueDispatch>, sqlx::Error> {
+    let queues = starvation::watched_queues(pools);
+    if queues.is_empty() {
+        return Ok(Vec::new());
+    }
     let rows = sqlx::query!(
         r#"
         select q.queue as "queue!",
@@ -399,13 +390,18 @@ pub async fn last_dispatch(
                now() as "now!"
           from unnest($1::text[]) q(queue)
         "#,
-        queues,
+        &queues,
     )
     .fetch_all(db)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|r| (r.queue, r.last, r.available, r.now))
+        .map(|r| QueueDispatch {
+            queue: r.queue,
+            last_dispatch: r.last,
+            available: r.available,
+            now: r.now,
+        })
         .collect())
 }
 

@@ -12,9 +12,20 @@ use sqlx::PgExecutor;
 use uuid::Uuid;
 
 use crate::job::RawJson;
+use crate::scheduling::Strategy;
+use crate::worker::{EffectiveState, WorkerDirective, WorkerState};
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A stored name as its type; the table's checks keep them valid, so a name that does not
+/// parse (a row edited by hand) is logged and read as the type's default.
+fn stored<T: std::str::FromStr + Default>(column: &str, name: &str) -> T {
+    name.parse().unwrap_or_else(|_| {
+        tracing::warn!(column, value = name, "unknown value in ojs_worker; ignored");
+        T::default()
+    })
 }
 
 /// What a worker says about itself (heartbeat or registration). `None` fields keep the stored
@@ -22,8 +33,8 @@ fn millis(d: Duration) -> i64 {
 #[derive(Debug, Clone, Default)]
 pub struct WorkerReport<'a> {
     pub worker_id: &'a str,
-    /// Self-reported state: running, quiet, terminate or drain.
-    pub state: &'a str,
+    /// Self-reported state.
+    pub state: WorkerState,
     pub hostname: Option<&'a str>,
     pub pid: Option<i32>,
     pub queues: Option<Vec<String>>,
@@ -33,7 +44,7 @@ pub struct WorkerReport<'a> {
     pub pool: Option<&'a str>,
     pub started_at: Option<DateTime<Utc>>,
     /// Per-worker fetch defaults (registration only).
-    pub strategy: Option<&'a str>,
+    pub strategy: Option<Strategy>,
     /// Weights as compact JSON (registration only).
     pub weights: Option<String>,
 }
@@ -54,8 +65,8 @@ pub struct HeartbeatParams<'a> {
 /// The server's answer to a heartbeat.
 #[derive(Debug, Clone)]
 pub struct HeartbeatOutcome {
-    /// The server-side directive for the worker: empty, quiet or terminate.
-    pub directive: String,
+    /// The server-side directive for the worker.
+    pub directive: WorkerDirective,
     /// Whether this heartbeat was the worker's first contact.
     pub registered: bool,
     /// Reported jobs whose reservation was extended.
@@ -137,7 +148,7 @@ pub async fn heartbeat(
                                          where j.id = l.id and j.state = 'cancelled')) as "lost!"
         "#,
         r.worker_id,
-        r.state,
+        r.state.as_str(),
         r.hostname,
         r.pid,
         r.queues.as_deref(),
@@ -152,7 +163,7 @@ pub async fn heartbeat(
     .fetch_one(db)
     .await?;
     Ok(HeartbeatOutcome {
-        directive: row.directive,
+        directive: stored("directive", &row.directive),
         registered: row.registered,
         extended: row.extended,
         cancelled: row.cancelled,
@@ -167,7 +178,7 @@ pub async fn heartbeat(
 pub async fn register(
     db: impl PgExecutor<'_>,
     r: &WorkerReport<'_>,
-) -> Result<(bool, String, DateTime<Utc>), sqlx::Error> {
+) -> Result<(bool, WorkerDirective, DateTime<Utc>), sqlx::Error> {
     let row = sqlx::query!(
         r#"
         insert into ojs_worker as w
@@ -191,7 +202,7 @@ pub async fn register(
         returning (w.xmax = 0) as "created!", w.directive, now() as "now!"
         "#,
         r.worker_id,
-        r.state,
+        r.state.as_str(),
         r.hostname,
         r.pid,
         r.queues.as_deref(),
@@ -199,12 +210,12 @@ pub async fn register(
         r.labels,
         r.pool,
         r.started_at,
-        r.strategy,
+        r.strategy.map(Strategy::as_str),
         r.weights,
     )
     .fetch_one(db)
     .await?;
-    Ok((row.created, row.directive, row.now))
+    Ok((row.created, stored("directive", &row.directive), row.now))
 }
 
 /// Records that a worker fetched (creating a bare record for an unknown worker id). Such a
@@ -254,12 +265,12 @@ pub async fn active_jobs(db: impl PgExecutor<'_>, worker_id: &str) -> Result<i64
 #[derive(Debug, Clone)]
 pub struct WorkerRecord {
     pub id: String,
-    /// running, quiet, terminate, drain or stale.
-    pub effective_state: String,
+    /// What the worker is doing as the server sees it.
+    pub effective_state: EffectiveState,
     /// Self-reported state.
-    pub state: String,
-    /// Server directive: empty, quiet or terminate.
-    pub directive: String,
+    pub state: WorkerState,
+    /// Server directive.
+    pub directive: WorkerDirective,
     pub hostname: Option<String>,
     pub pid: Option<i32>,
     pub queues: Option<Vec<String>>,
@@ -274,6 +285,53 @@ pub struct WorkerRecord {
     pub last_seen_at: DateTime<Utc>,
     pub stale: bool,
     pub active_job_ids: Vec<Uuid>,
+}
+
+/// A worker row as read, before its names are typed.
+struct WorkerRow {
+    id: String,
+    effective_state: String,
+    state: String,
+    directive: String,
+    hostname: Option<String>,
+    pid: Option<i32>,
+    queues: Option<Vec<String>>,
+    concurrency: Option<i32>,
+    labels: Option<RawJson>,
+    pool: Option<String>,
+    strategy: Option<String>,
+    weights: Option<RawJson>,
+    started_at: Option<DateTime<Utc>>,
+    registered_at: DateTime<Utc>,
+    last_heartbeat_at: Option<DateTime<Utc>>,
+    last_seen_at: DateTime<Utc>,
+    stale: bool,
+    active_job_ids: Vec<Uuid>,
+}
+
+impl From<WorkerRow> for WorkerRecord {
+    fn from(r: WorkerRow) -> WorkerRecord {
+        WorkerRecord {
+            effective_state: stored("effective state", &r.effective_state),
+            state: stored("state", &r.state),
+            directive: stored("directive", &r.directive),
+            id: r.id,
+            hostname: r.hostname,
+            pid: r.pid,
+            queues: r.queues,
+            concurrency: r.concurrency,
+            labels: r.labels,
+            pool: r.pool,
+            strategy: r.strategy,
+            weights: r.weights,
+            started_at: r.started_at,
+            registered_at: r.registered_at,
+            last_heartbeat_at: r.last_heartbeat_at,
+            last_seen_at: r.last_seen_at,
+            stale: r.stale,
+            active_job_ids: r.active_job_ids,
+        }
+    }
 }
 
 /// One worker; `stale_after` is how long without a heartbeat makes it stale (even before the
@@ -294,8 +352,8 @@ pub async fn list(
     limit: i64,
     offset: i64,
 ) -> Result<Vec<WorkerRecord>, sqlx::Error> {
-    sqlx::query_as!(
-        WorkerRecord,
+    let rows = sqlx::query_as!(
+        WorkerRow,
         r#"
         select w.id, s.stale as "stale!",
                ojs_worker_effective_state(w.directive, w.state, s.stale) as "effective_state!",
@@ -321,7 +379,8 @@ pub async fn list(
         offset,
     )
     .fetch_all(db)
-    .await
+    .await?;
+    Ok(rows.into_iter().map(WorkerRecord::from).collect())
 }
 
 /// Worker counts by effective state: (total, running, quiet, terminate (drain included), stale).
@@ -357,9 +416,9 @@ pub async fn summary(
 pub async fn escalate_directive(
     db: impl PgExecutor<'_>,
     worker_id: &str,
-    directive: &str,
-) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar!(
+    directive: WorkerDirective,
+) -> Result<Option<WorkerDirective>, sqlx::Error> {
+    let directive = sqlx::query_scalar!(
         r#"
         update ojs_worker w
            set directive = ojs_worker_directive_max(w.directive, $2)
@@ -367,10 +426,11 @@ pub async fn escalate_directive(
         returning w.directive
         "#,
         worker_id,
-        directive,
+        directive.as_str(),
     )
     .fetch_optional(db)
-    .await
+    .await?;
+    Ok(directive.map(|d| stored("directive", &d)))
 }
 
 /// Stale-worker detector: marks up to `limit` workers stale whose last heartbeat is older than

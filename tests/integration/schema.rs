@@ -93,7 +93,7 @@ async fn the_fetch_claim_is_a_range_scan_of_the_dispatch_index_with_and_without_
     .execute(&db.pool)
     .await
     .unwrap();
-    // The claim's ORDER BY, as written in src/store/job.rs.
+    // The claim's ORDER BY, as written in src/store/job/claim.rs.
     let plan: Vec<String> = sqlx::query_scalar(
         "explain select id from ojs_job where queue = 'q3' and state = 'available'
           order by (case when priority_aging_ms is null then priority else 0 end),
@@ -114,7 +114,7 @@ async fn the_fetch_claim_is_a_range_scan_of_the_dispatch_index_with_and_without_
         !plan.contains("Sort"),
         "the index order is the claim order:\n{plan}"
     );
-    let claim_source = include_str!("../../src/store/job.rs");
+    let claim_source = include_str!("../../src/store/job/claim.rs");
     assert!(
         claim_source.contains(
             "order by (case when priority_aging_ms is null then priority else 0 end),

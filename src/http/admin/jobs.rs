@@ -15,11 +15,10 @@ use super::super::query::{ADMIN, Page, Pagination, QueryParams};
 use super::super::queues::check_queue_name;
 use super::super::{AppState, jobs, ok};
 use crate::broker::BulkAction;
+use crate::broker::{JobFilter, JobSort, JobSummary, RetryOverride};
 use crate::job::JobState;
 use crate::job::wire::WireJob;
 use crate::json::Object;
-use crate::store::admin::{JobFilter, JobSort, JobSummary};
-use crate::store::dead_letter::RetryOverride;
 use crate::timestamp;
 
 pub fn router() -> Router<AppState> {

@@ -15,7 +15,7 @@ use super::super::queues::check_queue_name;
 use super::super::{AppState, Ojs, ok};
 use crate::broker::pools::{STATS_WINDOW_SECS, pool_json};
 use crate::duration;
-use crate::pool::Pool;
+use crate::pool::WorkerPool;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -66,7 +66,7 @@ async fn put(
     body.object()?;
     let value: Value = serde_json::from_str(body.text())
         .map_err(|_| ApiError::invalid_field("$", "the body must be a JSON object"))?;
-    let pool = Pool::parse(&name, &value)?;
+    let pool = WorkerPool::parse(&name, &value)?;
     let put = state.broker().put_pool(pool).await?;
     let body = json!({"pool": pool_json(&put.view)});
     if !put.created {

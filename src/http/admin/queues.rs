@@ -17,9 +17,8 @@ use super::super::queues::queue_path;
 use super::super::{AppState, ok};
 use super::stats::Throughput;
 use crate::broker::AdminQueue;
+use crate::broker::{QueueState, StateCounts};
 use crate::job::JobState;
-use crate::store::admin::StateCounts;
-use crate::store::queue::QueueState;
 use crate::timestamp;
 
 pub fn router() -> Router<AppState> {

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::super::error::ApiError;
 use super::super::{AppState, ok};
 use crate::broker::RECENT_WINDOW;
-use crate::store::admin::StateCounts;
+use crate::broker::StateCounts;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/ojs/v1/admin/stats", get(stats))

@@ -1,5 +1,5 @@
-//! Queue consumption strategies (priority extension §7): which of a FETCH's queues each of its
-//! `count` slots is served from.
+//! The dispatcher: which of a FETCH's queues each of its `count` slots is served from, by
+//! strategy.
 //!
 //! - `strict`: queues in the order given; a later queue only when the earlier ones are empty.
 //! - `weighted`: stride scheduling over the queues by weight. Every queue has a *pass*, the
@@ -17,102 +17,10 @@
 //! share from then on instead of a burst to catch up on the time it was idle.
 
 use std::collections::{HashMap, VecDeque};
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// How a FETCH spreads its slots over its queues.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Strategy {
-    /// Queues in the order given (the default).
-    #[default]
-    Strict,
-    /// Queues served in proportion to their weights.
-    Weighted,
-    /// Queues served in turn.
-    RoundRobin,
-    /// Only while the worker has capacity; the deepest backlog first.
-    LeastLoaded,
-}
-
-impl Strategy {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Strict => "strict",
-            Strategy::Weighted => "weighted",
-            Strategy::RoundRobin => "round-robin",
-            Strategy::LeastLoaded => "least-loaded",
-        }
-    }
-}
-
-impl FromStr for Strategy {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "strict" => Ok(Strategy::Strict),
-            "weighted" => Ok(Strategy::Weighted),
-            "round-robin" => Ok(Strategy::RoundRobin),
-            "least-loaded" => Ok(Strategy::LeastLoaded),
-            other => Err(format!(
-                "strategy must be strict, weighted, round-robin or least-loaded, not {other:?}"
-            )),
-        }
-    }
-}
-
-/// Largest accepted queue weight.
-pub const MAX_WEIGHT: u32 = 1_000_000;
-
-/// Queue weights by name; a queue not named weighs 1 (contract §4.3.1).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Weights(pub HashMap<String, u32>);
-
-impl Weights {
-    /// The weight of `queue`.
-    pub fn of(&self, queue: &str) -> u32 {
-        self.0.get(queue).copied().unwrap_or(1)
-    }
-
-    /// As stored with a worker registration: a JSON object, keys sorted.
-    pub fn to_json(&self) -> String {
-        let sorted: std::collections::BTreeMap<&str, u32> =
-            self.0.iter().map(|(q, w)| (q.as_str(), *w)).collect();
-        serde_json::to_string(&sorted).unwrap_or_else(|_| "{}".to_owned())
-    }
-
-    /// From [`Weights::to_json`]'s form; `None` if it is not one.
-    pub fn from_json(text: &str) -> Option<Weights> {
-        serde_json::from_str::<HashMap<String, u32>>(text)
-            .ok()
-            .map(|w| Weights(w.into_iter().map(|(q, n)| (q, n.min(MAX_WEIGHT))).collect()))
-    }
-}
-
-/// Parses the `OJS_QUEUE_WEIGHTS` setting: `queue=weight` pairs separated by commas.
-pub fn parse_weights_setting(text: &str) -> Result<Weights, String> {
-    let mut weights = HashMap::new();
-    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (queue, weight) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("{pair:?} is not queue=weight"))?;
-        let (queue, weight) = (queue.trim(), weight.trim());
-        if !crate::job::is_valid_queue(queue) {
-            return Err(format!("{queue:?} is not a valid queue name"));
-        }
-        let weight: u32 = weight
-            .parse()
-            .ok()
-            .filter(|w| *w <= MAX_WEIGHT)
-            .ok_or_else(|| {
-                format!("weight of {queue} must be an integer from 0 to {MAX_WEIGHT}")
-            })?;
-        weights.insert(queue.to_owned(), weight);
-    }
-    Ok(Weights(weights))
-}
+use super::{Guarantee, QueueList, Strategy};
 
 /// Passes are rebased (all reduced by the smallest) once the smallest exceeds this, so that
 /// they keep their precision however long the process runs.
@@ -125,18 +33,6 @@ const MAX_LISTS: usize = 10_000;
 /// A queue found empty is not owed a starvation slot for this long (its work arrives by the
 /// time a FETCH tries it again, or it is simply empty).
 const EMPTY_BACKOFF: Duration = Duration::from_millis(50);
-
-/// A FETCH's queues with their weights, in the order it names them.
-pub type QueueList = Vec<(String, u32)>;
-
-/// Starvation prevention as the dispatcher applies it (seed 002 §8).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Guarantee {
-    /// The sliding window, and how long a queue with work may go without a dispatch.
-    pub window: Duration,
-    /// Smallest share of the window's dispatches each queue with work gets.
-    pub min_ratio: f64,
-}
 
 /// How one FETCH's slots are spread: over `queues`, by `strategy`, with an optional
 /// starvation `guarantee`, sharing state with every FETCH of the same `scope` (a pool name, or
@@ -470,17 +366,5 @@ mod tests {
         // Work arrives in `b`: from now on it shares equally, it does not get 50 slots in a row.
         let given = d.reserve(&plan(&queues), &[true, true], 10);
         assert!(given[1] <= 6, "{given:?}");
-    }
-
-    #[test]
-    fn the_weights_setting_is_parsed_and_checked() {
-        let w = parse_weights_setting("critical=5, default=2,low=0").unwrap();
-        assert_eq!(w.of("critical"), 5);
-        assert_eq!(w.of("low"), 0);
-        assert_eq!(w.of("other"), 1);
-        assert!(parse_weights_setting("a=-1").is_err());
-        assert!(parse_weights_setting("a").is_err());
-        assert!(parse_weights_setting("A=1").is_err());
-        assert_eq!(parse_weights_setting("").unwrap(), Weights::default());
     }
 }

@@ -1,6 +1,7 @@
-//! Fair scheduling bookkeeping of one process: dispatch counts waiting to be flushed to the
-//! database (the scheduling statistics and starvation detection read them there, over all
-//! replicas), backlog depths for `least-loaded`, and the rate limit of `pool_overloaded`.
+//! Dispatch bookkeeping of one process (not scheduling policy, which is [`crate::scheduling`]):
+//! dispatch counts waiting to be flushed to the database (the scheduling statistics and
+//! starvation detection read them there, over all replicas), backlog depths for
+//! `least-loaded`, and the rate limit of `scheduling.pool_overloaded` events.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -31,7 +32,7 @@ type Depths = HashMap<Vec<String>, (Instant, Vec<i64>)>;
 
 /// The bookkeeping.
 #[derive(Debug, Default)]
-pub struct Scheduling {
+pub struct DispatchStats {
     /// (second, queue, pool) → (dispatched, summed wait in ms), not yet in the database.
     pending: Mutex<Counts>,
     /// Queue list → (read at, available per queue).
@@ -40,13 +41,13 @@ pub struct Scheduling {
     overloaded: Mutex<HashMap<String, Instant>>,
 }
 
-impl Scheduling {
+impl DispatchStats {
     /// Counts `jobs`, just claimed by a member of `pool` (`""` for none).
     pub fn record(&self, jobs: &[Job], pool: &str) {
         if jobs.is_empty() {
             return;
         }
-        let mut pending = self.pending.lock().expect("scheduling lock");
+        let mut pending = self.pending.lock().expect("dispatch-stats lock");
         for job in jobs {
             let started = job.started_at.unwrap_or_else(Utc::now);
             let second = started
@@ -66,7 +67,7 @@ impl Scheduling {
     /// Adds the counts not yet written to the database. On failure they are kept for the
     /// next flush.
     pub async fn flush(&self, db: &PgPool) -> Result<(), sqlx::Error> {
-        let taken: Vec<_> = std::mem::take(&mut *self.pending.lock().expect("scheduling lock"))
+        let taken: Vec<_> = std::mem::take(&mut *self.pending.lock().expect("dispatch-stats lock"))
             .into_iter()
             .collect();
         if taken.is_empty() {
@@ -83,7 +84,7 @@ impl Scheduling {
             })
             .collect();
         if let Err(e) = store::pool::add_dispatches(db, &rows).await {
-            let mut pending = self.pending.lock().expect("scheduling lock");
+            let mut pending = self.pending.lock().expect("dispatch-stats lock");
             for (key, (n, wait)) in taken {
                 let entry = pending.entry(key).or_default();
                 entry.0 += n;
@@ -98,7 +99,7 @@ impl Scheduling {
     /// [`DEPTH_TTL`] per queue list.
     pub async fn depths(&self, db: &PgPool, queues: &[String]) -> Result<Vec<i64>, sqlx::Error> {
         let now = Instant::now();
-        if let Some((at, depths)) = self.depths.lock().expect("scheduling lock").get(queues)
+        if let Some((at, depths)) = self.depths.lock().expect("dispatch-stats lock").get(queues)
             && now.duration_since(*at) < DEPTH_TTL
         {
             return Ok(depths.clone());
@@ -108,7 +109,7 @@ impl Scheduling {
             .iter()
             .map(|q| rows.iter().find(|(name, _)| name == q).map_or(0, |r| r.1))
             .collect();
-        let mut cache = self.depths.lock().expect("scheduling lock");
+        let mut cache = self.depths.lock().expect("dispatch-stats lock");
         if cache.len() > 1_000 {
             cache.clear();
         }
@@ -119,7 +120,7 @@ impl Scheduling {
     /// Whether a `pool_overloaded` event for `pool` is due now (and, if so, notes it).
     pub fn overload_event_due(&self, pool: &str) -> bool {
         let now = Instant::now();
-        let mut last = self.overloaded.lock().expect("scheduling lock");
+        let mut last = self.overloaded.lock().expect("dispatch-stats lock");
         match last.get(pool) {
             Some(at) if now.duration_since(*at) < OVERLOAD_EVENT_INTERVAL => false,
             _ => {

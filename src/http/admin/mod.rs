@@ -20,6 +20,7 @@ use super::extract::{OptionalJsonBody, WorkerIdPath};
 use super::query::{ADMIN, Page, Pagination, QueryParams};
 use super::workers::WireWorker;
 use super::{AppState, ok};
+use crate::worker::WorkerDirective;
 
 pub fn router(test_hooks: bool) -> Router<AppState> {
     let router = Router::new()
@@ -99,8 +100,8 @@ async fn direct(
     _body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     let directive = match directive.as_str() {
-        "quiet" => "quiet",
-        "terminate" => "terminate",
+        "quiet" => WorkerDirective::Quiet,
+        "terminate" => WorkerDirective::Terminate,
         _ => return Err(ApiError::route_not_found(uri.path())),
     };
     if !crate::job::is_valid_worker_id(&worker_id) {
@@ -110,7 +111,7 @@ async fn direct(
         ));
     }
     let worker = state.broker().direct_worker(&worker_id, directive).await?;
-    tracing::info!(worker_id, directive, "worker directive set");
+    tracing::info!(worker_id, %directive, "worker directive set");
     Ok(ok(json!({
         "worker_id": worker.id,
         "directive": worker.directive,

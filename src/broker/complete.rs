@@ -1,0 +1,321 @@
+//! Completion: ACK (grouped with concurrent ACKs) and NACK of claimed jobs, single or in
+//! batches, fenced on the claim, and the reasons a worker's report is refused.
+//!
+//! ACK goes through group commit and NACK does not: an ACK is one short update, so concurrent
+//! ones share a statement and a commit; a NACK first reads the job to apply its retry policy,
+//! which a group would have to do for every member anyway.
+
+use std::collections::{HashMap, HashSet};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::GROUP_FLUSHERS;
+use super::group::GroupCommit;
+use crate::error::{Error, Result};
+use crate::job::failure::JobError;
+use crate::job::lifecycle::{self, FailTarget};
+use crate::job::{Job, JobId, JobState};
+use crate::store;
+use crate::store::job::{CompleteParams, FailParams};
+use crate::telemetry;
+
+/// Most ACKs written by one statement.
+const ACK_GROUP_MAX: usize = 512;
+
+/// A NACK request, validated.
+#[derive(Debug, Clone)]
+pub struct NackRequest {
+    pub job_id: JobId,
+    pub worker_id: Option<String>,
+    /// The reported error (optional only with `requeue`).
+    pub error: Option<JobError>,
+    pub requeue: bool,
+}
+
+/// What a NACK did.
+#[derive(Debug, Clone)]
+pub struct Nacked {
+    pub job: Job,
+    /// Whether the job went to the dead-letter queue.
+    pub dead_lettered: bool,
+}
+
+/// One queued ACK.
+#[derive(Debug)]
+struct AckItem {
+    id: JobId,
+    worker_id: Option<String>,
+    result: Option<String>,
+}
+
+/// The completion side of the broker.
+#[derive(Debug)]
+pub(super) struct Completer {
+    db: PgPool,
+    /// ACK requests, written together.
+    acks: GroupCommit<AckItem, Result<Option<Job>>>,
+}
+
+impl Completer {
+    /// Starts the group-commit flushers of ACKs (within a Tokio runtime).
+    pub(super) fn new(db: PgPool) -> Completer {
+        let group_db = db.clone();
+        let acks = GroupCommit::spawn(GROUP_FLUSHERS, ACK_GROUP_MAX, move |acks| {
+            flush_acks(group_db.clone(), acks)
+        });
+        Completer { db, acks }
+    }
+
+    /// ACK: `active` → `completed`.
+    pub(super) async fn ack(
+        &self,
+        id: JobId,
+        worker_id: Option<&str>,
+        result: Option<&str>,
+    ) -> Result<Job> {
+        let ack = AckItem {
+            id,
+            worker_id: worker_id.map(str::to_owned),
+            result: result.map(str::to_owned),
+        };
+        let completed = match self.acks.submit(ack).await {
+            Some(outcome) => outcome?,
+            None => return Err(Error::Database(sqlx::Error::PoolClosed)),
+        };
+        if let Some(job) = completed {
+            telemetry::attempt_finished(&job);
+            return Ok(job);
+        }
+        Err(self.not_held(id, "acknowledge", worker_id).await)
+    }
+
+    /// ACK of many jobs (ojsd's batch extension): one statement for all of them. Each job gets
+    /// its own outcome, in order; the call itself fails only when the database does.
+    pub(super) async fn ack_many(
+        &self,
+        worker_id: Option<&str>,
+        acks: &[(JobId, Option<&str>)],
+    ) -> Result<Vec<Result<Job>>> {
+        let params: Vec<CompleteParams<'_>> = acks
+            .iter()
+            .map(|(id, result)| CompleteParams {
+                id: *id,
+                worker_id,
+                result: *result,
+            })
+            .collect();
+        let completed = complete_group(&self.db, &params).await?;
+        let mut out = Vec::with_capacity(acks.len());
+        for ((id, _), job) in acks.iter().zip(completed) {
+            out.push(match job {
+                Some(job) => {
+                    telemetry::attempt_finished(&job);
+                    Ok(job)
+                }
+                None => Err(self.not_held(*id, "acknowledge", worker_id).await),
+            });
+        }
+        Ok(out)
+    }
+
+    /// NACK of many jobs (ojsd's batch extension): one read and one write for all of them.
+    /// Each request gets its own outcome, in order; the call itself fails only when the
+    /// database does. A job named twice is failed once; the second request is answered as it
+    /// would be after the first.
+    pub(super) async fn nack_many(&self, reqs: Vec<NackRequest>) -> Result<Vec<Result<Nacked>>> {
+        let ids: Vec<Uuid> = reqs.iter().map(|r| r.job_id.0).collect();
+        let jobs: HashMap<Uuid, Job> = store::job::get_many(&self.db, &ids)
+            .await?
+            .into_iter()
+            .map(|j| (j.id.0, j))
+            .collect();
+        let mut planned: HashSet<Uuid> = HashSet::with_capacity(reqs.len());
+        // Per request: the decision (or why not), and the error JSON to record.
+        let mut plans: Vec<Result<(FailTarget, Option<String>, i32)>> =
+            Vec::with_capacity(reqs.len());
+        for req in &reqs {
+            plans.push(plan_nack(req, jobs.get(&req.job_id.0), &mut planned));
+        }
+        let failures: Vec<FailParams<'_>> = reqs
+            .iter()
+            .zip(&plans)
+            .filter_map(|(req, plan)| {
+                let (target, error, attempt) = plan.as_ref().ok()?;
+                Some(FailParams {
+                    id: req.job_id,
+                    attempt: *attempt,
+                    worker_id: req.worker_id.as_deref(),
+                    error: error.as_deref(),
+                    target: *target,
+                })
+            })
+            .collect();
+        let mut failed: HashMap<Uuid, Job> = if failures.is_empty() {
+            HashMap::new()
+        } else {
+            store::job::fail_many(&self.db, &failures, None)
+                .await?
+                .into_iter()
+                .map(|j| (j.id.0, j))
+                .collect()
+        };
+        let mut out = Vec::with_capacity(reqs.len());
+        for (req, plan) in reqs.iter().zip(plans) {
+            out.push(match plan {
+                Err(e) => Err(e),
+                Ok((target, ..)) => match failed.remove(&req.job_id.0) {
+                    Some(job) => {
+                        telemetry::attempt_finished(&job);
+                        Ok(Nacked {
+                            job,
+                            dead_lettered: matches!(
+                                target,
+                                FailTarget::Discarded { dead_letter: true }
+                            ),
+                        })
+                    }
+                    // The claim changed between the read and the write (cancelled,
+                    // reclaimed, ...).
+                    None => Err(self
+                        .not_held(req.job_id, "fail", req.worker_id.as_deref())
+                        .await),
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// Explains why `worker_id` cannot complete or fail job `id`.
+    async fn not_held(&self, id: JobId, operation: &'static str, worker_id: Option<&str>) -> Error {
+        match store::job::get(&self.db, id).await {
+            Err(e) => e.into(),
+            Ok(None) => Error::JobNotFound(id),
+            Ok(Some(job)) => match (job.state, job.worker_id.as_deref(), worker_id) {
+                (JobState::Active, Some(owner), Some(worker)) if owner != worker => {
+                    Error::NotOwner {
+                        job_id: id,
+                        owner: owner.to_owned(),
+                    }
+                }
+                _ => invalid_for_worker(&job, operation),
+            },
+        }
+    }
+
+    /// Looks at one job the worker claims to hold, to explain a refused single-job heartbeat.
+    pub(super) async fn reservation_lost(&self, id: JobId, worker_id: &str) -> Error {
+        match store::job::get(&self.db, id).await {
+            Err(e) => e.into(),
+            Ok(None) => Error::JobNotFound(id),
+            Ok(Some(job)) => Error::ReservationLost {
+                job_id: id,
+                current: job.state,
+                owner: job.worker_id.filter(|owner| owner != worker_id),
+            },
+        }
+    }
+}
+
+/// What a NACK of `job` (as read) should do: the target, the error to record and the
+/// attempt it fails; or why it cannot.
+fn plan_nack(
+    req: &NackRequest,
+    job: Option<&Job>,
+    planned: &mut HashSet<Uuid>,
+) -> Result<(FailTarget, Option<String>, i32)> {
+    let job = job.ok_or(Error::JobNotFound(req.job_id))?;
+    if !planned.insert(job.id.0) {
+        return Err(Error::invalid(
+            "$.job_id",
+            format!("job {} is named more than once in this request", job.id),
+        ));
+    }
+    if job.state != JobState::Active {
+        return Err(invalid_for_worker(job, "fail"));
+    }
+    if let (Some(worker), Some(owner)) = (req.worker_id.as_deref(), job.worker_id.as_deref())
+        && worker != owner
+    {
+        return Err(Error::NotOwner {
+            job_id: job.id,
+            owner: owner.to_owned(),
+        });
+    }
+    let target = match (&req.error, req.requeue) {
+        (_, true) => FailTarget::Available,
+        (Some(error), false) => lifecycle::after_failure(job, error, &mut rand::rng()),
+        (None, false) => return Err(Error::invalid("$.error", "'error' is required")),
+    };
+    Ok((
+        target,
+        req.error.as_ref().map(JobError::to_json),
+        job.attempt,
+    ))
+}
+
+/// The 409 for an ACK/NACK on a job that is not active.
+fn invalid_for_worker(job: &Job, operation: &'static str) -> Error {
+    Error::InvalidTransition {
+        job_id: job.id,
+        operation,
+        current: job.state,
+        allowed: &[JobState::Active],
+    }
+}
+
+/// Completes `acks` in one statement: for each, its completed job, or `None` when the job was
+/// not an active job of that worker. A job named twice is completed by its first ACK only; the
+/// later ones get `None`, as they would have after the first committed.
+async fn complete_group(
+    db: &PgPool,
+    acks: &[CompleteParams<'_>],
+) -> std::result::Result<Vec<Option<Job>>, sqlx::Error> {
+    let mut seen: HashSet<Uuid> = HashSet::with_capacity(acks.len());
+    let first: Vec<bool> = acks.iter().map(|a| seen.insert(a.id.0)).collect();
+    let distinct: Vec<CompleteParams<'_>> = acks
+        .iter()
+        .zip(&first)
+        .filter(|(_, first)| **first)
+        .map(|(a, _)| *a)
+        .collect();
+    let mut done: HashMap<Uuid, Job> = store::job::complete_many(db, &distinct)
+        .await?
+        .into_iter()
+        .map(|j| (j.id.0, j))
+        .collect();
+    Ok(acks
+        .iter()
+        .zip(first)
+        .map(|(a, first)| if first { done.remove(&a.id.0) } else { None })
+        .collect())
+}
+
+/// Writes a group of ACK requests (see [`complete_group`]). When the statement fails, each ACK
+/// is written alone, so each request gets the outcome it would have had by itself.
+async fn flush_acks(db: PgPool, acks: Vec<AckItem>) -> Vec<Result<Option<Job>>> {
+    fn params(a: &AckItem) -> CompleteParams<'_> {
+        CompleteParams {
+            id: a.id,
+            worker_id: a.worker_id.as_deref(),
+            result: a.result.as_deref(),
+        }
+    }
+    let group: Vec<CompleteParams<'_>> = acks.iter().map(params).collect();
+    match complete_group(&db, &group).await {
+        Ok(done) => done.into_iter().map(Ok).collect(),
+        Err(e) if acks.len() == 1 => vec![Err(e.into())],
+        Err(_) => {
+            let mut out = Vec::with_capacity(acks.len());
+            for ack in &group {
+                out.push(
+                    complete_group(&db, std::slice::from_ref(ack))
+                        .await
+                        .map(|mut done| done.pop().flatten())
+                        .map_err(Error::from),
+                );
+            }
+            out
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! PUSH: the queue configuration applied to validated jobs, the write (grouped with concurrent
+//! single-job PUSHes, or alone, or under unique-key locks), what a full queue does by its
+//! overflow policy, and what a PUSH tells afterwards (wakeups, metrics, back-pressure).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::configs::{Configs, Snapshot};
+use super::group::GroupCommit;
+use super::{GROUP_FLUSHERS, Settings};
+use crate::error::{Error, Result};
+use crate::job::envelope::{Limits, NewJob, Rejection};
+use crate::job::retry::RetryPolicy;
+use crate::job::{Job, JobState};
+use crate::notifier::Announcer;
+use crate::queue_config::OverflowPolicy;
+use crate::store;
+use crate::store::refusal::{Refusal, refusal};
+use crate::telemetry;
+
+/// Most single-job PUSH requests written by one statement.
+const PUSH_GROUP_MAX: usize = 256;
+
+/// Jobs above this size (`args` + `meta`) are written alone, so a group stays a few MiB at most.
+const PUSH_GROUP_MAX_JOB_BYTES: usize = 16 * 1024;
+
+/// How often a PUSH blocked on a full queue looks for room again.
+const BLOCK_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// How a pushed job came to be in the response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// A new job was created.
+    Created,
+    /// A unique `ignore` policy returned the existing job; nothing was created.
+    Deduplicated,
+    /// A unique `replace_except_schedule` policy updated the existing scheduled job in place.
+    ReplacedInPlace,
+}
+
+/// One job of a PUSH response.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    pub job: Job,
+    pub outcome: PushOutcome,
+}
+
+/// Who is pushing, and how long they may wait for room.
+#[derive(Debug, Clone, Default)]
+pub struct PushContext {
+    /// The producer identity (`OJS-Producer` header), checked against a queue's `producers`.
+    pub producer: Option<String>,
+    /// How long an enqueue into a full `block` queue may wait (`OJS-Block-Timeout`).
+    pub block_timeout: Duration,
+}
+
+/// What a PUSH wrote, and the pressure on the fullest bounded queue it wrote to when that is
+/// at or past the queue's `warning_threshold`.
+#[derive(Debug, Clone)]
+pub struct PushResult {
+    pub jobs: Vec<Pushed>,
+    pub pressure: Option<Pressure>,
+}
+
+/// A bounded queue's depth against its bound.
+#[derive(Debug, Clone)]
+pub struct Pressure {
+    pub queue: String,
+    pub depth: i64,
+    pub bound: i64,
+}
+
+impl Pressure {
+    /// Depth / bound.
+    pub fn ratio(&self) -> f64 {
+        self.depth as f64 / self.bound.max(1) as f64
+    }
+}
+
+/// The PUSH side of the broker.
+#[derive(Debug)]
+pub(super) struct Enqueuer {
+    pub(super) db: PgPool,
+    configs: Arc<Configs>,
+    limits: Limits,
+    pub(super) strict_queues: bool,
+    /// Wakes long polls here at once and tells other replicas (after commit).
+    announcer: Announcer,
+    /// Single-job PUSH requests, written together (see [`super::group`]).
+    pushes: GroupCommit<NewJob, Result<Job>>,
+    /// When this process last recorded `queue.full` per queue.
+    full_events: Mutex<HashMap<String, Instant>>,
+}
+
+impl Enqueuer {
+    /// Starts the group-commit flushers of single-job PUSHes (within a Tokio runtime).
+    pub(super) fn new(
+        db: PgPool,
+        configs: Arc<Configs>,
+        settings: &Settings,
+        announcer: Announcer,
+    ) -> Enqueuer {
+        let strict_queues = settings.strict_queues;
+        let group_db = db.clone();
+        let pushes = GroupCommit::spawn(GROUP_FLUSHERS, PUSH_GROUP_MAX, move |jobs| {
+            flush_pushes(group_db.clone(), jobs, strict_queues)
+        });
+        Enqueuer {
+            db,
+            configs,
+            limits: settings.limits,
+            strict_queues,
+            announcer,
+            pushes,
+            full_events: Mutex::default(),
+        }
+    }
+
+    /// PUSH: applies the queues' configuration to validated jobs (access rules and defaults),
+    /// writes them atomically (all or none) and returns them in request order. A queue at its
+    /// bound refuses, drops its oldest waiting jobs, or is waited on, per its overflow policy.
+    pub(super) async fn push(&self, jobs: Vec<NewJob>, ctx: &PushContext) -> Result<PushResult> {
+        let deadline = Instant::now() + ctx.block_timeout;
+        let mut stale = 0;
+        loop {
+            let configs = self.configs.current(&self.db).await?;
+            let prepared = prepare(&jobs, &configs, ctx, &self.limits)?;
+            let result = match self.write_pushed(&prepared, None).await {
+                Err(Error::QueueFull {
+                    policy: OverflowPolicy::DropOldest,
+                    ..
+                }) => self.push_dropping_oldest(&prepared).await,
+                other => other,
+            };
+            match result {
+                Err(e) if is_stale_config(&e) && stale < 3 => {
+                    stale += 1;
+                    self.configs.reload(&self.db).await?;
+                }
+                Err(Error::QueueFull {
+                    policy: OverflowPolicy::Block,
+                    ..
+                }) if Instant::now() < deadline => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(left.min(BLOCK_POLL_INTERVAL)).await;
+                }
+                Err(Error::QueueFull {
+                    ref queue,
+                    depth,
+                    bound,
+                    policy,
+                    ..
+                }) => {
+                    self.queue_full(queue, depth, bound, policy, &jobs).await;
+                    return Err(result.expect_err("matched an error"));
+                }
+                Ok(jobs) => {
+                    let mut out = PushResult {
+                        jobs,
+                        pressure: None,
+                    };
+                    self.after_push(&mut out, &configs).await;
+                    return Ok(out);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes prepared jobs (in `tx` when given, which the caller commits).
+    async fn write_pushed(
+        &self,
+        jobs: &[NewJob],
+        tx: Option<&mut sqlx::PgConnection>,
+    ) -> Result<Vec<Pushed>> {
+        let mut seen = HashSet::with_capacity(jobs.len());
+        for (index, job) in jobs.iter().enumerate() {
+            if !seen.insert(job.id) {
+                return Err(Error::DuplicateId {
+                    job_id: job.id,
+                    index: Some(index),
+                });
+            }
+        }
+        let batch = jobs.len() > 1;
+        let result = if let Some(tx) = tx {
+            insert_jobs(tx, jobs, self.strict_queues)
+                .await
+                .map(created)
+                .map_err(Error::from)
+        } else if jobs.iter().any(|j| j.unique.is_some()) {
+            self.push_unique(jobs, batch).await
+        } else if let [job] = jobs
+            && job.args.len() + job.meta.len() <= PUSH_GROUP_MAX_JOB_BYTES
+        {
+            match self.pushes.submit(job.clone()).await {
+                Some(outcome) => outcome.map(|job| created(vec![job])),
+                None => Err(Error::Database(sqlx::Error::PoolClosed)),
+            }
+        } else {
+            insert_jobs(&self.db, jobs, self.strict_queues)
+                .await
+                .map(created)
+                .map_err(Error::from)
+        };
+        match result {
+            Err(Error::Database(e)) => Err(match refusal(&e) {
+                // A client-supplied id is taken (possibly by a concurrent request).
+                Some(Refusal::DuplicateJobId) => self.duplicate_id_error(jobs, batch, e).await,
+                Some(refused) => refusal_error(refused, jobs, batch, e),
+                None => Error::Database(e),
+            }),
+            other => other,
+        }
+    }
+
+    /// After a successful PUSH: metrics, wakeups for the queues that gained available jobs,
+    /// and the pressure of bounded queues (their depth against `warning_threshold`).
+    async fn after_push(&self, pushed: &mut PushResult, configs: &Snapshot) {
+        let new_jobs = || {
+            pushed
+                .jobs
+                .iter()
+                .filter(|p| p.outcome == PushOutcome::Created)
+                .map(|p| &p.job)
+        };
+        telemetry::jobs_enqueued(new_jobs());
+        let mut added: Vec<(&str, usize, usize)> = Vec::new();
+        for job in new_jobs() {
+            let available = usize::from(job.state == JobState::Available);
+            match added.iter_mut().find(|(q, _, _)| *q == job.queue) {
+                Some((_, n, a)) => {
+                    *n += 1;
+                    *a += available;
+                }
+                None => added.push((&job.queue, 1, available)),
+            }
+        }
+        let mut pressure = None;
+        for (queue, jobs, available) in added {
+            if available > 0 {
+                self.announcer.announce(queue, available);
+            }
+            let config = configs.of(queue);
+            let Some(bound) = config.max_size else {
+                continue;
+            };
+            // The counter as of now (other enqueues may have added to it meanwhile).
+            let Ok(Some((depth, _))) = store::queue::capacity(&self.db, queue).await else {
+                continue;
+            };
+            let ratio = depth as f64 / bound as f64;
+            telemetry::queue_pressure(queue, depth, bound);
+            let before = (depth - jobs as i64) as f64 / bound as f64;
+            if ratio >= config.warning_threshold && before < config.warning_threshold {
+                let data = serde_json::json!({"queue": queue, "depth": depth, "bound": bound});
+                if let Err(e) =
+                    store::event::insert_queue_event(&self.db, "backpressure.warning", queue, &data)
+                        .await
+                {
+                    tracing::warn!(error = %e, queue, "could not record backpressure.warning");
+                }
+            }
+            if ratio >= config.warning_threshold
+                && pressure
+                    .as_ref()
+                    .is_none_or(|p: &Pressure| ratio > p.ratio())
+            {
+                pressure = Some(Pressure {
+                    queue: queue.to_owned(),
+                    depth,
+                    bound,
+                });
+            }
+        }
+        pushed.pressure = pressure;
+    }
+
+    /// After a PUSH refused for a full queue: `queue.full` and `backpressure.rejected`
+    /// (at most one pair per queue per second from this process) and the metrics.
+    async fn queue_full(
+        &self,
+        queue: &str,
+        depth: i64,
+        bound: i64,
+        policy: OverflowPolicy,
+        jobs: &[NewJob],
+    ) {
+        telemetry::queue_overflow(queue, policy);
+        let now = Instant::now();
+        {
+            let mut last = self.full_events.lock().expect("full-events lock");
+            if last
+                .get(queue)
+                .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(1))
+            {
+                return;
+            }
+            if last.len() > 10_000 {
+                last.clear();
+            }
+            last.insert(queue.to_owned(), now);
+        }
+        let job_type = jobs
+            .iter()
+            .find(|j| j.queue == queue)
+            .map(|j| j.r#type.as_str());
+        let full = serde_json::json!({"queue": queue, "depth": depth, "bound": bound});
+        let rejected = serde_json::json!({"queue": queue, "depth": depth, "bound": bound, "job_type": job_type});
+        for (kind, data) in [("queue.full", &full), ("backpressure.rejected", &rejected)] {
+            if let Err(e) = store::event::insert_queue_event(&self.db, kind, queue, data).await {
+                tracing::warn!(error = %e, queue, "could not record {kind}");
+            }
+        }
+    }
+
+    /// PUSH into a full `drop_oldest` queue: in one transaction, under the queue's capacity
+    /// row lock, discards the oldest waiting jobs of every such queue of the request (error
+    /// `overflow`, not dead-lettered) until the new jobs fit, then writes them. Refuses when
+    /// the queue cannot make room (its unfinished jobs are active, or the request alone is
+    /// larger than the bound).
+    async fn push_dropping_oldest(&self, jobs: &[NewJob]) -> Result<Vec<Pushed>> {
+        let mut tx = self.db.begin().await?;
+        let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        let mut dropped = Vec::new();
+        for queue in queues {
+            let incoming: Vec<&NewJob> = jobs.iter().filter(|j| j.queue == queue).collect();
+            let bytes: i64 = incoming
+                .iter()
+                .map(|j| (j.args.len() + j.meta.len()) as i64)
+                .sum();
+            let mut freed =
+                store::queue::drop_oldest(&mut tx, queue, incoming.len() as i64, bytes).await?;
+            dropped.append(&mut freed);
+        }
+        let result = self.write_pushed(jobs, Some(&mut tx)).await;
+        match result {
+            Ok(pushed) => {
+                tx.commit().await?;
+                for (queue, job_type) in &dropped {
+                    telemetry::queue_overflow(queue, OverflowPolicy::DropOldest);
+                    tracing::debug!(queue, job_type, "dropped the oldest job to make room");
+                }
+                Ok(pushed)
+            }
+            // Still full: the bound cannot be met by dropping; refuse like `reject`.
+            Err(Error::QueueFull {
+                queue,
+                depth,
+                bound,
+                bound_bytes,
+                index,
+                ..
+            }) => Err(Error::QueueFull {
+                queue,
+                depth,
+                bound,
+                bound_bytes,
+                index,
+                policy: OverflowPolicy::DropOldest,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// After a primary-key violation: the first job whose client-supplied id exists.
+    async fn duplicate_id_error(
+        &self,
+        jobs: &[NewJob],
+        batch: bool,
+        violation: sqlx::Error,
+    ) -> Error {
+        let supplied: Vec<Uuid> = jobs
+            .iter()
+            .filter(|j| j.id_supplied)
+            .map(|j| j.id.0)
+            .collect();
+        let existing: HashSet<Uuid> = match store::job::existing_ids(&self.db, &supplied).await {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => return e.into(),
+        };
+        match jobs.iter().position(|j| existing.contains(&j.id.0)) {
+            Some(index) => Error::DuplicateId {
+                job_id: jobs[index].id,
+                index: batch.then_some(index),
+            },
+            // The clashing row is gone again; report the first supplied id.
+            None => match jobs.iter().position(|j| j.id_supplied) {
+                Some(index) => Error::DuplicateId {
+                    job_id: jobs[index].id,
+                    index: batch.then_some(index),
+                },
+                // Only generated ids clashed: not the client's doing.
+                None => Error::Database(violation),
+            },
+        }
+    }
+}
+
+/// Every row as newly created.
+pub(super) fn created(rows: Vec<Job>) -> Vec<Pushed> {
+    rows.into_iter()
+        .map(|job| Pushed {
+            job,
+            outcome: PushOutcome::Created,
+        })
+        .collect()
+}
+
+/// Whether a write failed because the jobs were prepared with an outdated configuration.
+fn is_stale_config(e: &Error) -> bool {
+    matches!(e, Error::Database(db) if refusal(db) == Some(Refusal::StaleConfig))
+}
+
+/// The error of an enqueue the database refused because of a queue (see
+/// [`store::refusal`]); `e` itself when the refusal is not the client's to hear about.
+fn refusal_error(refused: Refusal, jobs: &[NewJob], batch: bool, e: sqlx::Error) -> Error {
+    match refused {
+        Refusal::Draining { queue } => Error::QueueDraining {
+            queue,
+            operation: "enqueue into",
+        },
+        Refusal::UnknownQueue { queue } => Error::UnknownQueue(queue),
+        Refusal::Full { queue, overflow: o } => Error::QueueFull {
+            index: batch
+                .then(|| jobs.iter().position(|j| j.queue == queue))
+                .flatten(),
+            depth: o.depth,
+            bound: o.bound.unwrap_or(o.depth),
+            bound_bytes: o
+                .bound_bytes
+                .filter(|max| o.bound.is_none_or(|b| o.depth < b) && o.bytes <= *max),
+            policy: o.policy,
+            queue,
+        },
+        Refusal::StaleConfig | Refusal::DuplicateJobId => Error::Database(e),
+    }
+}
+
+/// Applies each job's queue configuration: its access rules (`allowed_job_types`,
+/// `producers`) and, where the job sets none of its own, the queue's `default_timeout`,
+/// `visibility_timeout` and `default_retry` fields (the job's retry fields win one by one).
+fn prepare(
+    jobs: &[NewJob],
+    configs: &Snapshot,
+    ctx: &PushContext,
+    limits: &Limits,
+) -> Result<Vec<NewJob>> {
+    let batch = jobs.len() > 1;
+    jobs.iter()
+        .enumerate()
+        .map(|(index, job)| {
+            let index = batch.then_some(index);
+            let config = configs.of(&job.queue);
+            if !config.allows_type(&job.r#type) {
+                return Err(Error::JobTypeNotAllowed {
+                    queue: job.queue.clone(),
+                    job_type: job.r#type.clone(),
+                    index,
+                });
+            }
+            if !config.allows_producer(ctx.producer.as_deref()) {
+                return Err(Error::ProducerNotAllowed {
+                    queue: job.queue.clone(),
+                    producer: ctx.producer.clone(),
+                    index,
+                });
+            }
+            let mut job = job.clone();
+            job.config_generation = configs.generation;
+            if !job.timeout_explicit {
+                job.timeout_ms = config
+                    .default_timeout
+                    .map_or(limits.default_timeout_ms, |s| s * 1_000);
+            }
+            if job.visibility_timeout_ms.is_none() {
+                job.visibility_timeout_ms = config.visibility_timeout.map(|s| s * 1_000);
+            }
+            if let Some(merged) = crate::queue_config::layered_retry(
+                &config.default_retry,
+                job.retry_input.as_deref(),
+            ) {
+                let raw = crate::json::raw(merged);
+                job.retry = RetryPolicy::parse(&raw, "$.retry").map_err(|v| Error::Rejected {
+                    index,
+                    rejection: Rejection::InvalidRetry(v),
+                })?;
+            }
+            Ok(job)
+        })
+        .collect()
+}
+
+/// [`store::job::insert_many`], counting the queues it created.
+pub(super) async fn insert_jobs(
+    db: impl sqlx::PgExecutor<'_>,
+    jobs: &[NewJob],
+    strict_queues: bool,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let (jobs, queues_created) = store::job::insert_many(db, jobs, strict_queues).await?;
+    telemetry::queues_created(queues_created);
+    Ok(jobs)
+}
+
+/// Writes a group of single-job PUSH requests in one statement. When that fails (a client-chosen
+/// id taken, or two requests naming the same id), each job is written alone, so each request gets
+/// the outcome it would have had by itself.
+async fn flush_pushes(db: PgPool, jobs: Vec<NewJob>, strict_queues: bool) -> Vec<Result<Job>> {
+    if jobs.len() > 1 {
+        match insert_jobs(&db, &jobs, strict_queues).await {
+            Ok(rows) if rows.len() == jobs.len() => return rows.into_iter().map(Ok).collect(),
+            Ok(_) | Err(_) => {}
+        }
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let written = insert_jobs(&db, std::slice::from_ref(&job), strict_queues).await;
+        out.push(match written {
+            Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
+            Ok(_) => Err(Error::Database(sqlx::Error::RowNotFound)),
+            Err(e) => Err(e.into()),
+        });
+    }
+    out
+}

@@ -1,0 +1,269 @@
+//! FETCH: the long poll, one attempt of it (route, promote, claim), and what the broker
+//! remembers of fetching workers. The claims themselves are in [`super::claim`]; the routing
+//! policy in [`crate::scheduling`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Settings;
+use super::configs::Configs;
+use super::dispatch_stats::DispatchStats;
+use crate::error::{Error, Result};
+use crate::job::Job;
+use crate::notifier::Notifier;
+use crate::scheduling::{
+    self, DEFAULT_POOL, DEFAULT_WORKER_CONCURRENCY, Dispatcher, NoQueues, Preference, Route,
+    Sources, Strategy, Weights,
+};
+use crate::store;
+use crate::telemetry;
+
+/// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
+/// service handles the rest of a large backlog).
+const FETCH_PROMOTE_LIMIT: i64 = 1_000;
+
+/// A fetching worker's `last_seen_at` is written at most this often per worker and process.
+const SEEN_WRITE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A FETCH request, validated.
+#[derive(Debug, Clone)]
+pub struct FetchRequest {
+    /// Queues in order of preference (deduplicated).
+    pub queues: Vec<String>,
+    /// Jobs wanted, 1..=1000.
+    pub count: usize,
+    pub worker_id: Option<String>,
+    pub visibility_timeout_ms: Option<i64>,
+    /// How long to wait for work when none is available right away.
+    pub wait: Duration,
+    /// How the slots are spread over the queues, when the request says.
+    pub strategy: Option<Strategy>,
+    /// Queue weights of the `weighted` strategy, when the request gives them.
+    pub weights: Option<Weights>,
+}
+
+/// What a worker registered with that its FETCHes use: its pool and capacity, and the
+/// strategy and weights for when no pool configuration applies.
+#[derive(Debug, Clone, Default)]
+pub(super) struct FetchDefaults {
+    strategy: Option<Strategy>,
+    weights: Option<Weights>,
+    pool: Option<String>,
+    concurrency: Option<i32>,
+}
+
+impl FetchDefaults {
+    /// From the stored registration (whose strategy was checked when it was written; one that
+    /// no longer parses, edited by hand, is logged and ignored).
+    fn from_stored(r: store::worker::Registration) -> FetchDefaults {
+        let strategy = r.strategy.and_then(|name| {
+            name.parse::<Strategy>()
+                .inspect_err(|e| {
+                    tracing::warn!(strategy = name, error = e, "stored worker strategy ignored")
+                })
+                .ok()
+        });
+        FetchDefaults {
+            strategy,
+            weights: r.weights.and_then(|w| Weights::from_json(&w)),
+            pool: r.pool,
+            concurrency: r.concurrency,
+        }
+    }
+}
+
+/// The FETCH side of the broker.
+#[derive(Debug)]
+pub(super) struct Fetcher {
+    pub(super) db: PgPool,
+    pub(super) configs: Arc<Configs>,
+    pub(super) settings: Settings,
+    /// Wakes long polls.
+    notifier: Notifier,
+    /// Fetching workers recently recorded as seen (so FETCH writes `last_seen_at` rarely),
+    /// with the fetch defaults they registered.
+    seen_workers: Mutex<HashMap<String, (Instant, FetchDefaults)>>,
+    /// State of the strategies and starvation guarantees.
+    pub(super) dispatcher: Dispatcher,
+    /// Dispatch counts, backlog depths and overload events of fair scheduling.
+    pub(super) stats: DispatchStats,
+}
+
+impl Fetcher {
+    pub(super) fn new(
+        db: PgPool,
+        configs: Arc<Configs>,
+        settings: Settings,
+        notifier: Notifier,
+    ) -> Fetcher {
+        Fetcher {
+            db,
+            configs,
+            settings,
+            notifier,
+            seen_workers: Mutex::default(),
+            dispatcher: Dispatcher::default(),
+            stats: DispatchStats::default(),
+        }
+    }
+
+    /// FETCH: claims up to `count` jobs from the queues the request (or the worker's pool)
+    /// names, spread by the effective strategy, waiting up to `wait` for work when none is
+    /// available. Returns early (empty) on `shutdown`.
+    pub(super) async fn fetch(
+        &self,
+        req: &FetchRequest,
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<Job>> {
+        // Subscribe before the first attempt so a job enqueued in between still wakes us.
+        let mut wakeups = (!req.wait.is_zero()).then(|| self.notifier.subscribe());
+        let deadline = Instant::now() + req.wait;
+        let mut queues = req.queues.clone();
+        loop {
+            let (jobs, route) = self.try_fetch(req).await?;
+            if let Some(route) = route {
+                queues = route.queue_names();
+            }
+            let now = Instant::now();
+            if !jobs.is_empty() || now >= deadline || shutdown.is_cancelled() {
+                return Ok(jobs);
+            }
+            let Some(rx) = wakeups.as_mut() else {
+                return Ok(jobs);
+            };
+            let poll_at = (now + self.settings.fetch_poll_interval).min(deadline);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(Vec::new()),
+                    () = tokio::time::sleep_until(poll_at) => break,
+                    wakeup = rx.recv() => match wakeup {
+                        Ok(w) if !w.take_for(&queues) => continue,
+                        // Relevant, lagged (missed some) or closed: poll now.
+                        _ => break,
+                    },
+                }
+            }
+        }
+    }
+
+    /// One attempt of a FETCH, with the route it took (`None`: the worker may take nothing
+    /// now).
+    ///
+    /// Due scheduled and retryable jobs become available through the promoter (every
+    /// `OJS_PROMOTE_INTERVAL_MS`, with `enqueued_at` = their due time, so they keep their FIFO
+    /// place) or here: a fetch that finds fewer jobs than it wants promotes its queues' due jobs
+    /// and claims again, so a job is never missed once due. A fetch that is served at once
+    /// costs one statement per queue asked.
+    async fn try_fetch(&self, req: &FetchRequest) -> Result<(Vec<Job>, Option<Route>)> {
+        let registered = match &req.worker_id {
+            Some(worker) => self.record_seen(worker).await?,
+            None => FetchDefaults::default(),
+        };
+        let configs = self.configs.current(&self.db).await?;
+        let sources = Sources {
+            server: Preference {
+                strategy: self.settings.fetch_strategy,
+                weights: self.settings.queue_weights.as_ref(),
+            },
+            request: Preference {
+                strategy: req.strategy,
+                weights: req.weights.as_ref(),
+            },
+            registered: Preference {
+                strategy: registered.strategy,
+                weights: registered.weights.as_ref(),
+            },
+        };
+        let route = scheduling::route(&req.queues, registered.pool.as_deref(), &sources, &*configs)
+            .map_err(|NoQueues| {
+                Error::invalid(
+                    "$.queues",
+                    "'queues' is required unless the worker belongs to a configured pool",
+                )
+            })?;
+        if route.queues.is_empty() {
+            return Ok((Vec::new(), Some(route)));
+        }
+        let mut wanted = req.count;
+        if route.strategy == Strategy::LeastLoaded
+            && let Some(worker) = &req.worker_id
+        {
+            let capacity = i64::from(registered.concurrency.unwrap_or(DEFAULT_WORKER_CONCURRENCY));
+            let active = store::worker::active_jobs(&self.db, worker).await?;
+            wanted = wanted.min(usize::try_from(capacity - active).unwrap_or(0));
+            if wanted == 0 {
+                return Ok((Vec::new(), Some(route)));
+            }
+        }
+        let names = route.queue_names();
+        let queues: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut jobs = self.claim_routed(req, &route, wanted, Vec::new()).await?;
+        if jobs.len() < wanted {
+            // Claim again even when this promoted nothing: the promoter may have made the due
+            // jobs available between the claim above and this promotion, and they are owed to
+            // this FETCH as much as the ones promoted here.
+            store::job::promote_due(&self.db, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
+            jobs = self.claim_routed(req, &route, wanted, jobs).await?;
+        }
+        // A claim returns rows in no particular order: by queue preference, then dispatch order.
+        let rank = |queue: &str| queues.iter().position(|q| *q == queue);
+        jobs.sort_by_cached_key(|job| (rank(&job.queue), job.dispatch_key()));
+        telemetry::jobs_started(&jobs);
+        telemetry::jobs_dispatched(&jobs, route.pool_name().unwrap_or(DEFAULT_POOL));
+        self.stats.record(&jobs, route.pool_name().unwrap_or(""));
+        Ok((jobs, Some(route)))
+    }
+
+    /// Records a fetching worker as seen, at most every few seconds per worker, and returns
+    /// what it registered with (as of that write).
+    async fn record_seen(&self, worker_id: &str) -> Result<FetchDefaults> {
+        let now = Instant::now();
+        {
+            let mut seen = self.seen_workers.lock().expect("seen-workers lock");
+            if let Some((at, defaults)) = seen.get(worker_id)
+                && now.duration_since(*at) < SEEN_WRITE_INTERVAL
+            {
+                return Ok(defaults.clone());
+            }
+            if seen.len() >= 10_000 {
+                seen.retain(|_, (at, _)| now.duration_since(*at) < SEEN_WRITE_INTERVAL);
+            }
+            seen.insert(worker_id.to_owned(), (now, FetchDefaults::default()));
+        }
+        match store::worker::record_seen(&self.db, worker_id).await {
+            Ok(registration) => {
+                let defaults = FetchDefaults::from_stored(registration);
+                self.seen_workers
+                    .lock()
+                    .expect("seen-workers lock")
+                    .insert(worker_id.to_owned(), (now, defaults.clone()));
+                Ok(defaults)
+            }
+            Err(e) => {
+                self.seen_workers
+                    .lock()
+                    .expect("seen-workers lock")
+                    .remove(worker_id);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Forgets what was cached about a worker (it registered or heartbeat: new fetch defaults).
+    pub(super) fn forget_seen(&self, worker_id: &str) {
+        self.seen_workers
+            .lock()
+            .expect("seen-workers lock")
+            .remove(worker_id);
+    }
+
+    /// Forgets every worker (after a reset).
+    pub(super) fn forget_all(&self) {
+        self.seen_workers.lock().expect("seen-workers lock").clear();
+    }
+}

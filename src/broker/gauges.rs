@@ -1,0 +1,66 @@
+//! Figures read from the database for `/metrics` and the priority statistics.
+
+use std::time::{Duration, Instant};
+
+use super::Broker;
+use crate::error::{Error, Result};
+use crate::store;
+use crate::telemetry;
+
+/// Database-backed gauges are read at most this often, however often `/metrics` is scraped.
+const GAUGE_REFRESH: Duration = Duration::from_secs(5);
+
+/// When the database-backed gauges were last read.
+#[derive(Debug, Default)]
+pub(super) struct GaugeReads {
+    read_at: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl Broker {
+    /// Reads the gauges that come from the database (available jobs by queue and priority,
+    /// queue depths and bounds, scheduling ratios and pool utilization), unless they were read
+    /// less than [`GAUGE_REFRESH`] ago. A failed read keeps the previous values: a scrape never
+    /// fails because the database is slow or down.
+    pub async fn refresh_gauges(&self) {
+        let mut read_at = self.gauges.read_at.lock().await;
+        if read_at.is_some_and(|at| at.elapsed() < GAUGE_REFRESH) {
+            return;
+        }
+        match store::queue::available_by_priority(&self.db, None).await {
+            Ok(rows) => telemetry::available_by_priority(&rows),
+            Err(e) => tracing::debug!(error = %e, "cannot read the available-by-priority gauge"),
+        }
+        match store::queue::depth_gauges(&self.db).await {
+            Ok((depth, bounds)) => telemetry::queue_depth(&depth, &bounds),
+            Err(e) => tracing::debug!(error = %e, "cannot read the queue depth gauges"),
+        }
+        match self.scheduling_stats().await {
+            Ok(stats) => {
+                let ratios: Vec<(String, f64)> = stats
+                    .queues
+                    .iter()
+                    .filter(|q| q.dispatched > 0)
+                    .map(|q| (q.queue.clone(), q.ratio))
+                    .collect();
+                let utilization: Vec<(String, f64)> = stats
+                    .pools
+                    .iter()
+                    .filter_map(|v| Some((v.stored.pool.name.clone(), v.utilization()?)))
+                    .collect();
+                telemetry::scheduling(&ratios, &utilization);
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot read the scheduling gauges"),
+        }
+        *read_at = Some(Instant::now());
+    }
+
+    /// Available jobs of `queue` per stored priority, most urgent first, only the priorities
+    /// that have jobs; `QueueNotFound` for a queue that does not exist.
+    pub async fn priority_stats(&self, queue: &str) -> Result<Vec<(i32, i64)>> {
+        let counts = store::queue::available_by_priority(&self.db, Some(queue)).await?;
+        if counts.is_empty() && !self.queue_known(queue).await? {
+            return Err(Error::QueueNotFound(queue.to_owned()));
+        }
+        Ok(counts.into_iter().map(|(_, p, n)| (p, n)).collect())
+    }
+}

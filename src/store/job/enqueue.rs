@@ -1,0 +1,378 @@
+//! PUSH: the enqueue statement, and the reads and writes of unique jobs.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::job::envelope::NewJob;
+use crate::job::{Job, JobId};
+
+/// Inserts `jobs` in one statement and returns them in input order, with how many queues the
+/// statement created.
+///
+/// The initial state is decided with the database clock: `pending` when asked, `scheduled` when
+/// `scheduled_at` is in the future, else `available`. Nothing is notified here: the caller
+/// announces the queues that gained available jobs after the commit (see
+/// [`crate::notifier::Announcer`]), so concurrent inserts do not serialize on the notification
+/// queue's lock.
+#[tracing::instrument(level = "debug", skip_all, fields(jobs = jobs.len()))]
+pub async fn insert_many(
+    db: impl PgExecutor<'_>,
+    jobs: &[NewJob],
+    strict_queues: bool,
+) -> Result<(Vec<Job>, i64), sqlx::Error> {
+    if jobs.is_empty() {
+        return Ok((Vec::new(), 0));
+    }
+    // The queue configuration the jobs' defaults came from; a job prepared from an older one
+    // makes the statement refuse (SQLSTATE OJ004) so the caller prepares them again.
+    let generation = jobs.iter().map(|j| j.config_generation).min().unwrap_or(0);
+    let n = jobs.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut types = Vec::with_capacity(n);
+    let mut queues = Vec::with_capacity(n);
+    let mut args = Vec::with_capacity(n);
+    let mut metas = Vec::with_capacity(n);
+    let mut priorities = Vec::with_capacity(n);
+    let mut max_attempts = Vec::with_capacity(n);
+    let mut retries = Vec::with_capacity(n);
+    let mut timeouts = Vec::with_capacity(n);
+    let mut visibility = Vec::with_capacity(n);
+    let mut scheduled_abs = Vec::with_capacity(n);
+    let mut scheduled_rel = Vec::with_capacity(n);
+    let mut scheduled_text = Vec::with_capacity(n);
+    let mut expires_abs = Vec::with_capacity(n);
+    let mut expires_rel = Vec::with_capacity(n);
+    let mut expires_text = Vec::with_capacity(n);
+    let mut ttls = Vec::with_capacity(n);
+    let mut totals = Vec::with_capacity(n);
+    let mut tags = Vec::with_capacity(n);
+    let mut schemas = Vec::with_capacity(n);
+    let mut unique_policies = Vec::with_capacity(n);
+    let mut unique_keys = Vec::with_capacity(n);
+    let mut extras = Vec::with_capacity(n);
+    let mut pendings = Vec::with_capacity(n);
+    let mut agings = Vec::with_capacity(n);
+    for job in jobs {
+        ids.push(job.id.0);
+        types.push(job.r#type.as_str());
+        queues.push(job.queue.as_str());
+        args.push(job.args.as_str());
+        metas.push(job.meta.as_str());
+        priorities.push(job.priority);
+        max_attempts.push(job.retry.max_attempts);
+        retries.push(job.retry.to_json());
+        timeouts.push(job.timeout_ms);
+        visibility.push(job.visibility_timeout_ms);
+        scheduled_abs.push(job.scheduled_at.as_ref().and_then(|t| t.absolute()));
+        scheduled_rel.push(job.scheduled_at.as_ref().and_then(|t| t.relative_ms()));
+        scheduled_text.push(job.scheduled_at.as_ref().and_then(|t| t.text()));
+        expires_abs.push(job.expires_at.as_ref().and_then(|t| t.absolute()));
+        expires_rel.push(job.expires_at.as_ref().and_then(|t| t.relative_ms()));
+        expires_text.push(job.expires_at.as_ref().and_then(|t| t.text()));
+        ttls.push(job.enqueue_ttl_secs);
+        totals.push(job.total_timeout_secs);
+        tags.push(
+            job.tags
+                .as_ref()
+                .map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".to_owned())),
+        );
+        schemas.push(job.schema_uri.as_deref());
+        unique_policies.push(job.unique.as_ref().map(|u| u.raw.as_str()));
+        unique_keys.push(job.unique.as_ref().map(|u| u.key.as_str()));
+        extras.push(job.extra.as_str());
+        pendings.push(job.pending);
+        agings.push(job.priority_aging_ms);
+    }
+
+    let rows = sqlx::query!(
+        r#"
+        with input as (
+            select *
+              from unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[],
+                          $7::int4[], $8::text[], $9::int8[], $10::int8[], $11::timestamptz[],
+                          $12::int8[], $13::text[], $14::timestamptz[], $15::int8[], $16::text[],
+                          $17::int4[], $18::int4[], $19::text[], $20::text[], $21::text[],
+                          $22::text[], $23::text[], $24::bool[], $25::int8[])
+                   with ordinality
+                as t(id, type, queue, args, meta, priority, max_attempts, retry, timeout_ms,
+                     visibility_timeout_ms, scheduled_abs, scheduled_rel_ms, scheduled_at_input,
+                     expires_abs, expires_rel_ms, expires_at_input, enqueue_ttl_secs,
+                     total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
+                     pending, priority_aging_ms, ord)
+        ),
+        -- A draining queue (being deleted) takes no new jobs: the statement aborts with
+        -- SQLSTATE OJ001. No lock is taken: an enqueue that read the queue as active just
+        -- before it started draining lands its job there, where it runs normally.
+        -- With strict queues ($26) a queue must exist before its first job (SQLSTATE OJ002).
+        refused as (
+            select ojs_queue_refused(q.name, 'OJ001') as refused
+              from ojs_queue q
+             where q.name in (select distinct queue from input) and q.state = 'draining'
+            union all
+            select ojs_queue_refused(n.queue, 'OJ002')
+              from (select distinct queue from input) n
+             where $26 and not exists (select 1 from ojs_queue q where q.name = n.queue)
+            -- The generation is read under the shared lock a pool change takes exclusively
+            -- (migration V8), so jobs written here are either seen by such a change or carry
+            -- its settings (tenant_fair below).
+            union all
+            select ojs_queue_refused('', 'OJ004')
+             where ojs_config_generation_locked() <> $27
+        ),
+        -- Bounded queues (queue configuration): the jobs are counted against the bound in the
+        -- same statement. The counter row is updated under its row lock, so concurrent
+        -- enqueues see each other's counts and never overshoot together; a new queue takes
+        -- the `_default` bounds when there are any. Past a bound the statement aborts
+        -- (SQLSTATE OJ003) with the depth and bound.
+        grouped as (
+            select queue, count(*) as jobs, sum(octet_length(args) + octet_length(meta)) as bytes
+              from input
+             group by queue
+        ),
+        capacity as (
+            insert into ojs_queue_capacity as c (queue, max_jobs, max_bytes, overflow_policy, jobs, bytes)
+            select g.queue, d.max_jobs, d.max_bytes, coalesce(d.overflow_policy, 'reject'), g.jobs, g.bytes
+              from grouped g
+              left join ojs_queue_capacity d on d.queue = '_default'
+             where exists (select 1 from ojs_queue_capacity x where x.queue = g.queue)
+                or (d.queue is not null and not exists (select 1 from ojs_queue q where q.name = g.queue))
+            on conflict (queue) do update
+               set jobs = c.jobs + excluded.jobs, bytes = c.bytes + excluded.bytes
+            returning c.queue, c.jobs, c.bytes, c.max_jobs, c.max_bytes, c.overflow_policy
+        ),
+        overflow as (
+            select ojs_queue_full(c.queue, c.jobs - g.jobs, c.max_jobs, c.bytes - g.bytes,
+                                  c.max_bytes, c.overflow_policy)
+              from capacity c
+              join grouped g on g.queue = c.queue
+             where c.jobs > c.max_jobs or c.bytes > c.max_bytes
+        ),
+        resolved as (
+            select i.*, r.scheduled_at, r.expires_at,
+                   case when i.pending then 'pending'
+                        when r.scheduled_at > now() then 'scheduled'
+                        else 'available'
+                   end::ojs_job_state as state
+              from input i,
+                   lateral (select coalesce(i.scheduled_abs,
+                                            now() + i.scheduled_rel_ms * interval '1 millisecond') as scheduled_at,
+                                   coalesce(i.expires_abs,
+                                            now() + i.expires_rel_ms * interval '1 millisecond') as expires_at) r
+        ),
+        inserted as (
+            insert into ojs_job as j
+                   (id, type, queue, args, meta, priority, state, max_attempts, retry, timeout_ms,
+                    visibility_timeout_ms, scheduled_at, scheduled_at_input, expires_at,
+                    expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags, schema_uri,
+                    unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
+                    total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair)
+            select id, type, queue, args::json, meta::json, priority, state, max_attempts,
+                   retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
+                   expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
+                   case when tags is not null
+                        then array(select json_array_elements_text(tags::json)) end,
+                   schema_uri, unique_policy::json, unique_key, extra::json,
+                   case when state = 'available' then now() end,
+                   now() + enqueue_ttl_secs * interval '1 second',
+                   now() + total_timeout_secs * interval '1 second',
+                   priority_aging_ms,
+                   queue in (select queue from capacity),
+                   queue in (select queue from ojs_fair_queue)
+              from resolved
+             where not exists (select 1 from refused) and not exists (select 1 from overflow)
+             -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
+             order by ord
+            returning j as job, j.queue, j.state
+        ),
+        -- A queue exists from its first enqueue on (queue configuration extension).
+        new_queues as (
+            insert into ojs_queue (name)
+            select distinct queue from input
+            on conflict do nothing
+            returning name
+        ),
+        queue_events as (
+            insert into ojs_event (type, subject, queue, data)
+            select 'queue.created', q.name, q.name, jsonb_build_object('queue', q.name, 'implicit', true)
+              from new_queues q
+            returning 1
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select case i.state when 'available' then 'job.enqueued' else 'job.scheduled' end,
+                   (i.job).id::text, (i.job).id, i.queue, (i.job).type, null, i.state,
+                   -- = ojs_job_transition_data(null, i.job), written out (see `claim`).
+                   jsonb_build_object('job_id', (i.job).id, 'job_type', (i.job).type, 'queue', (i.job).queue, 'state', (i.job).state)
+                   || jsonb_strip_nulls(jsonb_build_object(
+                          'trace_id', coalesce(nullif((i.job).meta ->> 'trace_id', ''),
+                                               nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')),
+                          'priority', case when i.state = 'available' then (i.job).priority end,
+                          'unique_key', case when i.state = 'available' then (i.job).unique_key end))
+                   || case when (i.job).scheduled_at is not null
+                           then jsonb_build_object('scheduled_at', to_char((i.job).scheduled_at at time zone 'UTC',
+                                                                           'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                           else '{}' end
+              from inserted i
+             -- Reading queue_events first writes a new queue's `queue.created` before the
+             -- events of its first jobs.
+             where i.state <> 'pending' and (select count(*) from queue_events) >= 0
+             order by (i.job).seq
+        )
+        select i.job as "job!: Job", (select count(*) from queue_events) as "queues_created!"
+          from inserted i
+        "#,
+        &ids,
+        &types as &[&str],
+        &queues as &[&str],
+        &args as &[&str],
+        &metas as &[&str],
+        &priorities,
+        &max_attempts,
+        &retries,
+        &timeouts,
+        &visibility as &[Option<i64>],
+        &scheduled_abs as &[Option<DateTime<Utc>>],
+        &scheduled_rel as &[Option<i64>],
+        &scheduled_text as &[Option<&str>],
+        &expires_abs as &[Option<DateTime<Utc>>],
+        &expires_rel as &[Option<i64>],
+        &expires_text as &[Option<&str>],
+        &ttls as &[Option<i32>],
+        &totals as &[Option<i32>],
+        &tags as &[Option<String>],
+        &schemas as &[Option<&str>],
+        &unique_policies as &[Option<&str>],
+        &unique_keys as &[Option<&str>],
+        &extras as &[&str],
+        &pendings,
+        &agings as &[Option<i64>],
+        strict_queues,
+        generation,
+    )
+    .fetch_all(db)
+    .await?;
+
+    let created = rows.first().map_or(0, |r| r.queues_created);
+    let position: HashMap<Uuid, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    let mut out: Vec<Job> = rows.into_iter().map(|r| r.job).collect();
+    out.sort_by_key(|job| position.get(&job.id.0).copied().unwrap_or(usize::MAX));
+    Ok((out, created))
+}
+
+/// For each of `keys`, the most recently created job in each state (enough to decide whether a
+/// duplicate exists for any set of states and any period), with the database's "now" (present
+/// whenever a row is: periods are only compared against existing jobs).
+pub async fn unique_candidates(
+    db: impl PgExecutor<'_>,
+    keys: &[&str],
+) -> Result<(Vec<Job>, Option<DateTime<Utc>>), sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select distinct on (j.unique_key, j.state) j as "job!: Job", now() as "now!"
+          from ojs_job j
+         where j.unique_key = any($1::text[])
+         order by j.unique_key, j.state, j.created_at desc
+        "#,
+        keys as &[&str],
+    )
+    .fetch_all(db)
+    .await?;
+    let now = rows.first().map(|r| r.now);
+    Ok((rows.into_iter().map(|r| r.job).collect(), now))
+}
+
+/// Cancels jobs replaced by a unique `replace` (only those still cancellable and not active).
+pub async fn cancel_replaced(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with target as (
+            select id, state from ojs_job
+             where id = any($1::uuid[]) and state in ('scheduled', 'available', 'pending', 'retryable')
+               for update
+        ),
+        moved as (
+            update ojs_job j
+               set state = 'cancelled', cancelled_at = now()
+              from target t
+             where j.id = t.id
+            returning j, t.state as prev
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.cancelled', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, m.prev,
+                   (m.j).state, ojs_job_transition_data(m.prev, m.j)
+              from moved m
+             order by (m.j).seq
+        )
+        select m.j as "job!: Job" from moved m
+        "#,
+        ids,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Unique `replace_except_schedule`: overwrites a still-`scheduled` job's input attributes with
+/// `job`'s, keeping its id, `scheduled_at` and history.
+pub async fn replace_scheduled(
+    db: impl PgExecutor<'_>,
+    id: JobId,
+    job: &NewJob,
+) -> Result<Option<Job>, sqlx::Error> {
+    let tags = job
+        .tags
+        .as_ref()
+        .map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".to_owned()));
+    sqlx::query_scalar!(
+        r#"
+        with target as (
+            select id, priority from ojs_job where id = $1 and state = 'scheduled' for update
+        ),
+        moved as (
+            update ojs_job j
+               set queue = $2, args = $3::text::json, meta = $4::text::json, priority = $5,
+                   max_attempts = $6, retry = $7::text::json, timeout_ms = $8,
+                   visibility_timeout_ms = $9, enqueue_ttl_secs = $10, total_timeout_secs = $11,
+                   tags = case when $12::text is not null
+                               then array(select json_array_elements_text($12::json)) end,
+                   schema_uri = $13, unique_policy = $14::text::json, extra = $15::text::json,
+                   claim_deadline_at = j.created_at + $10::int4 * interval '1 second',
+                   total_deadline_at = j.created_at + $11::int4 * interval '1 second'
+              from target t
+             where j.id = t.id
+            returning j, t.priority as prev_priority
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, e.from_state,
+                   e.to_state, e.data
+              from moved m
+              cross join lateral ojs_job_events('scheduled', null, null, null, 0, null, m.prev_priority, m.j) e
+        )
+        select m.j as "job!: Job" from moved m
+        "#,
+        id as JobId,
+        job.queue,
+        job.args,
+        job.meta,
+        job.priority,
+        job.retry.max_attempts,
+        job.retry.to_json(),
+        job.timeout_ms,
+        job.visibility_timeout_ms,
+        job.enqueue_ttl_secs,
+        job.total_timeout_secs,
+        tags,
+        job.schema_uri,
+        job.unique.as_ref().map(|u| u.raw.as_str()),
+        job.extra,
+    )
+    .fetch_optional(db)
+    .await
+}

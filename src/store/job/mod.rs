@@ -1,0 +1,73 @@
+//! Statements on `ojs_job`, one module per phase of a job's life:
+//!
+//! | module | statements |
+//! |---|---|
+//! | [`enqueue`] | [`insert_many`] (PUSH), and what unique jobs need: [`unique_candidates`], [`cancel_replaced`], [`replace_scheduled`] |
+//! | [`claim`] | [`promote_due`] (due scheduled and retryable jobs), [`claim`] and [`claim_fair`] (FETCH) |
+//! | [`transition`] | [`complete_many`] (ACK), [`fail_many`] (NACK) and [`release_many`] (reclaims), [`cancel`], [`activate`], [`set_priority`] |
+//! | [`deadline`] | [`expire_due`] (waiting jobs past a deadline), [`lock_overdue`] and [`lock_held_by`] (active jobs to reclaim) |
+//! | [`retention`] | [`prune_finished`] |
+//!
+//! Every state transition is a single statement conditional on the state it expects; moves out
+//! of `active` are also fenced on the claim (the attempt and, when known, the worker), so a
+//! worker whose reservation was lost cannot complete or fail a job that has since moved on.
+//! Job rows come back whole as the table's row type (`returning j`), decoded into [`Job`].
+//!
+//! Each statement that changes jobs also writes their lifecycle events, in the same statement
+//! (an `events` CTE), so a change and its events commit together: what
+//! `ojs_job_events(<what changed>, <row after>)` (V3 migration) says the change means, or, where
+//! a statement's change can only mean one event, that event built with the same SQL helpers.
+//! `migrations/README.md` lists every SQL function these statements rely on.
+
+mod claim;
+mod deadline;
+mod enqueue;
+mod retention;
+mod transition;
+
+pub use claim::{ClaimParams, claim, claim_fair, promote_due};
+pub use deadline::{expire_due, lock_held_by, lock_overdue};
+pub use enqueue::{cancel_replaced, insert_many, replace_scheduled, unique_candidates};
+pub use retention::{PruneCutoffs, prune_finished};
+pub use transition::{
+    CompleteParams, FailParams, PriorityChange, activate, cancel, complete_many, fail_many,
+    release_many, set_priority,
+};
+
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::job::{Job, JobId};
+
+/// Which of `ids` already exist.
+pub async fn existing_ids(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Uuid>, sqlx::Error> {
+    sqlx::query_scalar!(r#"select id from ojs_job where id = any($1::uuid[])"#, ids)
+        .fetch_all(db)
+        .await
+}
+
+/// One job by id.
+pub async fn get(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select j as "job!: Job" from ojs_job j where j.id = $1"#,
+        id as JobId
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// The jobs of `ids` that exist, in no particular order.
+pub async fn get_many(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select j as "job!: Job" from ojs_job j where j.id = any($1::uuid[])"#,
+        ids
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Deletes every job (test hook `POST /ojs/v1/admin/reset` only).
+pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query!("truncate ojs_job").execute(db).await?;
+    Ok(())
+}

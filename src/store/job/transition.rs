@@ -1,0 +1,349 @@
+//! Moves of claimed and waiting jobs: ACK, NACK and reclaims, CANCEL, ACTIVATE, priority
+//! changes.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::job::lifecycle::FailTarget;
+use crate::job::{Job, JobId, JobState};
+
+/// One ACK for [`complete_many`].
+#[derive(Debug, Clone, Copy)]
+pub struct CompleteParams<'a> {
+    pub id: JobId,
+    /// Reservation owner check (`None`: no check).
+    pub worker_id: Option<&'a str>,
+    /// The handler's result (compact JSON), if any.
+    pub result: Option<&'a str>,
+}
+
+/// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`.
+///
+/// Fenced on the reservation: a `worker_id` other than the owner's matches nothing. Returns the
+/// jobs that completed (in no particular order); a job missing from the answer was not an active
+/// job of that worker. Each id must appear at most once.
+#[tracing::instrument(level = "debug", skip_all, fields(jobs = acks.len()))]
+pub async fn complete_many(
+    db: impl PgExecutor<'_>,
+    acks: &[CompleteParams<'_>],
+) -> Result<Vec<Job>, sqlx::Error> {
+    let ids: Vec<Uuid> = acks.iter().map(|a| a.id.0).collect();
+    let workers: Vec<Option<&str>> = acks.iter().map(|a| a.worker_id).collect();
+    let results: Vec<Option<&str>> = acks.iter().map(|a| a.result).collect();
+    sqlx::query_scalar!(
+        r#"
+        with input as (
+            select * from unnest($1::uuid[], $2::text[], $3::text[]) as t(id, worker_id, result)
+        ),
+        moved as (
+            update ojs_job j
+               set state = 'completed', completed_at = now(), result = i.result::json,
+                   error = null, visible_until = null, timeout_at = null
+              from input i
+             where j.id = i.id
+               and j.state = 'active'
+               and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
+            returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.completed', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'active',
+                   (m.j).state,
+                   -- = ojs_job_transition_data('active', m.j), written out (see `claim`).
+                   jsonb_build_object('job_id', (m.j).id, 'job_type', (m.j).type, 'queue', (m.j).queue, 'state', (m.j).state)
+                   || jsonb_strip_nulls(jsonb_build_object(
+                          'trace_id', coalesce(nullif((m.j).meta ->> 'trace_id', ''),
+                                               nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')),
+                          'duration_ms', round(extract(epoch from (m.j).completed_at - (m.j).started_at) * 1000)::int8,
+                          'attempt', (m.j).attempt,
+                          'result', case when octet_length((m.j).result::text) <= 65536
+                                         then (m.j).result::jsonb end))
+              from moved m
+             order by (m.j).seq
+        )
+        select m.j as "job!: Job" from moved m
+        "#,
+        &ids,
+        &workers as &[Option<&str>],
+        &results as &[Option<&str>],
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// One failed attempt for [`fail_many`].
+#[derive(Debug, Clone, Copy)]
+pub struct FailParams<'a> {
+    pub id: JobId,
+    /// The attempt being failed; the update only applies while it is still the current one.
+    pub attempt: i32,
+    /// Reservation owner check, as for ACK (`None`: no check, e.g. the server's own reclaim).
+    pub worker_id: Option<&'a str>,
+    /// The error object to record (compact JSON), or `None` for a requeue without error.
+    pub error: Option<&'a str>,
+    pub target: FailTarget,
+}
+
+/// Ends failed attempts (NACK, and the server's reclaims): records each error in `error` and
+/// `errors[]` and moves each job to its target state, but only jobs still in the claim that
+/// failed (active, same attempt, same owner). Returns the jobs that moved. Queues that regained
+/// available jobs are notified. `now` overrides the database clock (tests).
+#[tracing::instrument(level = "debug", skip_all, fields(jobs = failures.len()))]
+pub async fn fail_many(
+    db: impl PgExecutor<'_>,
+    failures: &[FailParams<'_>],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let n = failures.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut attempts = Vec::with_capacity(n);
+    let mut workers = Vec::with_capacity(n);
+    let mut errors = Vec::with_capacity(n);
+    let mut targets = Vec::with_capacity(n);
+    let mut delays = Vec::with_capacity(n);
+    let mut dead_letters = Vec::with_capacity(n);
+    for f in failures {
+        let (state, delay_ms, dead_letter) = match f.target {
+            FailTarget::Available => (JobState::Available, None, false),
+            FailTarget::Retryable { delay_ms } => (JobState::Retryable, Some(delay_ms), false),
+            FailTarget::Discarded { dead_letter } => (JobState::Discarded, None, dead_letter),
+        };
+        ids.push(f.id.0);
+        attempts.push(f.attempt);
+        workers.push(f.worker_id);
+        errors.push(f.error);
+        targets.push(state.as_str());
+        delays.push(delay_ms);
+        dead_letters.push(dead_letter);
+    }
+    sqlx::query_scalar!(
+        r#"
+        with input as (
+            select *
+              from unnest($1::uuid[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int8[],
+                          $7::bool[])
+                as t(id, attempt, worker_id, error, target, delay_ms, dead_letter)
+        ),
+        -- The attempt as it was (the statement's snapshot precedes its own update).
+        before as (
+            select id, started_at, worker_id, jsonb_array_length(errors) as error_count
+              from ojs_job
+             where id = any($1::uuid[])
+        ),
+        failed as (
+            update ojs_job j
+               set state = i.target::ojs_job_state,
+                   error = coalesce(i.error::jsonb, j.error),
+                   errors = case when i.error is null then j.errors
+                                 else j.errors || jsonb_build_array(ojs_error_entry(
+                                          j.attempt, i.error::jsonb, coalesce($8::timestamptz, now())))
+                            end,
+                   next_retry_at = case when i.target = 'retryable'
+                                        then coalesce($8::timestamptz, now()) + i.delay_ms * interval '1 millisecond' end,
+                   retry_delay_ms = coalesce(i.delay_ms, j.retry_delay_ms),
+                   discarded_at = case when i.target = 'discarded' then coalesce($8::timestamptz, now()) end,
+                   completed_at = case when i.target = 'discarded' then coalesce($8::timestamptz, now())
+                                       else j.completed_at end,
+                   dead_lettered_at = case when i.dead_letter then coalesce($8::timestamptz, now()) end,
+                   started_at = case when i.target = 'available' then null else j.started_at end,
+                   enqueued_at = case when i.target = 'available' then coalesce($8::timestamptz, now())
+                                      else j.enqueued_at end,
+                   visible_until = null,
+                   timeout_at = null
+              from input i
+             where j.id = i.id
+               and j.state = 'active'
+               and j.attempt = i.attempt
+               and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
+            returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (f.j).id::text, (f.j).id, (f.j).queue, (f.j).type, e.from_state,
+                   e.to_state, e.data
+              from failed f
+              join before b on b.id = (f.j).id
+              cross join lateral ojs_job_events('active', b.started_at, b.worker_id, null,
+                                                b.error_count, null, (f.j).priority, f.j) e
+             order by (f.j).seq, e.ord
+        ),
+        notified as (
+            select count(pg_notify('ojs_job_available', q.queue)) as queues
+              from (select distinct (f.j).queue as queue from failed f
+                     where (f.j).state = 'available') q
+        )
+        select f.j as "job!: Job"
+          from failed f cross join notified
+        "#,
+        &ids,
+        &attempts,
+        &workers as &[Option<&str>],
+        &errors as &[Option<&str>],
+        &targets as &[&str],
+        &delays as &[Option<i64>],
+        &dead_letters,
+        now,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// [`fail_many`] for active jobs the server takes from their workers (locked by the caller's
+/// transaction, so the fenced update cannot miss them): each ends its current attempt with its
+/// decided target and error (compact JSON), without an owner check. Returns the jobs as they
+/// are now.
+pub async fn release_many(
+    db: impl PgExecutor<'_>,
+    jobs: &[Job],
+    decided: &[(FailTarget, String)],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let failures: Vec<FailParams<'_>> = jobs
+        .iter()
+        .zip(decided)
+        .map(|(job, (target, error))| FailParams {
+            id: job.id,
+            attempt: job.attempt,
+            worker_id: None,
+            error: Some(error),
+            target: *target,
+        })
+        .collect();
+    fail_many(db, &failures, now).await
+}
+
+/// CANCEL: moves a `scheduled`, `available`, `pending`, `retryable` or `active` job to
+/// `cancelled` and returns it with its previous state. For an active job `error` (the
+/// cancellation error, compact JSON) is recorded; its worker learns about it from its next
+/// heartbeat, and its later ACK/NACK no longer matches.
+pub async fn cancel(
+    db: impl PgExecutor<'_>,
+    id: JobId,
+    error: &str,
+) -> Result<Option<(Job, JobState)>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        with target as (
+            select id, state from ojs_job where id = $1 for update
+        ),
+        moved as (
+            update ojs_job j
+               set state = 'cancelled',
+                   cancelled_at = now(),
+                   visible_until = null,
+                   timeout_at = null,
+                   error = case when t.state = 'active' then $2::text::jsonb else j.error end,
+                   errors = case when t.state = 'active'
+                                 then j.errors || jsonb_build_array(ojs_error_entry(j.attempt, $2::text::jsonb))
+                                 else j.errors
+                            end
+              from target t
+             where j.id = t.id
+               and t.state in ('scheduled', 'available', 'pending', 'active', 'retryable')
+            returning j, t.state as prev
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            -- A cancelled attempt is not a failed one: the error recorded is no job.failed.
+            select 'job.cancelled', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, m.prev,
+                   (m.j).state, ojs_job_transition_data(m.prev, m.j)
+              from moved m
+        )
+        select m.j as "job!: Job", m.prev as "previous_state!: JobState" from moved m
+        "#,
+        id as JobId,
+        error,
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| (r.job, r.previous_state)))
+}
+
+/// ACTIVATE: `pending` → `available`, notifying the queue.
+pub async fn activate(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with activated as (
+            update ojs_job j
+               set state = 'available', activated_at = now(), enqueued_at = now()
+             where j.id = $1 and j.state = 'pending'
+            returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.enqueued', (a.j).id::text, (a.j).id, (a.j).queue, (a.j).type, 'pending',
+                   (a.j).state, ojs_job_transition_data('pending', a.j)
+              from activated a
+        )
+        select a.j as "job!: Job"
+          from activated a
+          cross join lateral (select pg_notify('ojs_job_available', (a.j).queue)) n
+        "#,
+        id as JobId,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// What [`set_priority`] found and did.
+#[derive(Debug, Clone)]
+pub struct PriorityChange {
+    /// The job's state when it was looked at.
+    pub state: JobState,
+    /// Its priority before the change.
+    pub previous: i32,
+    /// The job after the change; `None` when nothing changed (its state does not allow it, or
+    /// `only_if_more_urgent` and `priority` is not more urgent).
+    pub job: Option<Job>,
+}
+
+/// Sets an `available` or `scheduled` job's stored priority and records `priority.changed`
+/// when the value differs. FETCH orders by it from the next claim on (the dispatch index keys
+/// on it). With `only_if_more_urgent` (unique `upgrade_priority`) it only ever lowers the
+/// number. `None`: no such job.
+pub async fn set_priority(
+    db: impl PgExecutor<'_>,
+    id: JobId,
+    priority: i32,
+    only_if_more_urgent: bool,
+) -> Result<Option<PriorityChange>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        with target as (
+            select id, state, priority from ojs_job where id = $1 for update
+        ),
+        moved as (
+            update ojs_job j set priority = $2
+              from target t
+             where j.id = t.id
+               and t.state in ('available', 'scheduled')
+               and (t.priority > $2 or (not $3 and t.priority <> $2))
+            returning j, t.state as prev, t.priority as prev_priority
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, e.from_state,
+                   e.to_state, e.data
+              from moved m
+              cross join lateral ojs_job_events(m.prev, null, null, null, 0, null, m.prev_priority, m.j) e
+        )
+        select t.state as "state!: JobState", t.priority as "previous!",
+               (select m.j from moved m) as "job: Job"
+          from target t
+        "#,
+        id as JobId,
+        priority,
+        only_if_more_urgent,
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| PriorityChange {
+        state: r.state,
+        previous: r.previous,
+        job: r.job,
+    }))
+}
