@@ -1,6 +1,12 @@
 //! The composition root: database, migrations, notifier, broker, leadership, maintenance, event
 //! tail and HTTP server, started and stopped together.
+//!
+//! The background tasks are supervised: each has a name, and one that ends before shutdown
+//! (returns or panics) is logged with its name and stops the whole server gracefully, which
+//! then exits with an error. A replica whose elector or event tail died would otherwise keep
+//! serving without leading or streaming, and nobody would notice.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -8,6 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
+use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, Settings};
@@ -26,7 +33,7 @@ use crate::notifier::{Announcer, Notifier};
 /// A built server, bound to its port, not yet serving.
 pub struct Application {
     listener: TcpListener,
-    pool: PgPool,
+    db: PgPool,
     connect_options: sqlx::postgres::PgConnectOptions,
     state: AppState,
     notifier: Notifier,
@@ -78,7 +85,7 @@ impl Application {
             ),
             ("jit", "off".to_owned()),
         ]);
-        let pool = db::connect_pool(
+        let db = db::connect_pool(
             connect_options.clone(),
             &PoolSettings {
                 max_connections: config.db_max_connections,
@@ -98,7 +105,7 @@ impl Application {
         let shutdown = CancellationToken::new();
         let heartbeat_timeout = config.heartbeat_timeout();
         let broker = Broker::new(
-            pool.clone(),
+            db.clone(),
             Settings {
                 limits: Limits {
                     max_priority: config.max_priority,
@@ -120,7 +127,7 @@ impl Application {
             announcer.clone(),
         );
         let elector = Elector::new(
-            pool.clone(),
+            db.clone(),
             instance_id.clone(),
             LeaderConfig {
                 lease: Duration::from_millis(config.leader_lease_ms),
@@ -162,9 +169,9 @@ impl Application {
             },
             starvation: maintenance::StarvationConfig::default(),
         };
-        let context = maintenance::Context::new(pool.clone(), &config.service_name, &instance_id);
+        let context = maintenance::Context::new(db.clone(), &config.service_name, &instance_id);
         let events = EventTail::new(
-            pool.clone(),
+            db.clone(),
             health.clone(),
             Duration::from_millis(config.event_poll_interval_ms),
         );
@@ -197,7 +204,7 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
         Ok(Application {
             listener,
-            pool,
+            db,
             connect_options,
             state,
             notifier,
@@ -226,7 +233,7 @@ impl Application {
     ) -> anyhow::Result<()> {
         let Application {
             listener,
-            pool,
+            db,
             connect_options,
             state,
             notifier,
@@ -242,26 +249,29 @@ impl Application {
             instance_id = %state.settings().instance_id,
             "ojsd listening"
         );
-        let mut background = tokio::task::JoinSet::new();
-        background.spawn(notifier.listen(pool.clone(), health.clone(), shutdown.clone()));
-        background.spawn(announcer.run(pool.clone(), shutdown.clone()));
-        background.spawn(health.clone().probe(connect_options, shutdown.clone()));
-        background.spawn(events.run(shutdown.clone()));
-        background.spawn(metrics_upkeep(shutdown.clone()));
-        background.spawn(flush_dispatch_counts(
-            state.broker().clone(),
-            shutdown.clone(),
-        ));
+        let mut background = Background::default();
+        background.spawn(
+            "notification listener",
+            notifier.listen(db.clone(), health.clone(), shutdown.clone()),
+        );
+        background.spawn("announcer", announcer.run(db.clone(), shutdown.clone()));
+        background.spawn(
+            "database prober",
+            health.clone().probe(connect_options, shutdown.clone()),
+        );
+        background.spawn("event tail", events.run(shutdown.clone()));
+        background.spawn("metrics upkeep", metrics_upkeep(shutdown.clone()));
+        background.spawn(
+            "dispatch count flusher",
+            flush_dispatch_counts(state.broker().clone(), shutdown.clone()),
+        );
         if let Some((elector, config, context)) = elector {
             let role = elector.subscribe();
-            background.spawn(maintenance::supervise(
-                context,
-                config,
-                health.clone(),
-                role,
-                shutdown.clone(),
-            ));
-            background.spawn(elector.run(shutdown.clone()));
+            background.spawn(
+                "maintenance supervisor",
+                maintenance::supervise(context, config, health.clone(), role, shutdown.clone()),
+            );
+            background.spawn("leader elector", elector.run(shutdown.clone()));
         }
 
         let router = http::router(state.clone());
@@ -269,8 +279,11 @@ impl Application {
         let on_stop = {
             let state = state.clone();
             async move {
-                stop.await;
-                tracing::info!("shutting down: finishing in-flight requests");
+                // A stop signal, or a failure that cancelled the token (see below).
+                tokio::select! {
+                    () = stop => tracing::info!("shutting down: finishing in-flight requests"),
+                    () = draining.cancelled() => {}
+                }
                 state.stop_accepting();
                 draining.cancel();
             }
@@ -281,9 +294,22 @@ impl Application {
                 .await
         });
         let mut serve = std::pin::pin!(serve);
+        let mut failure = None;
         let served = tokio::select! {
             r = &mut serve => Some(r),
             () = shutdown.cancelled() => None,
+            Some((name, ended)) = background.next_exit() => {
+                if !shutdown.is_cancelled() {
+                    let why = match ended {
+                        Ok(()) => "ended".to_owned(),
+                        Err(e) => format!("failed: {e}"),
+                    };
+                    tracing::error!(task = name, "background task {why}; shutting down");
+                    failure = Some(format!("background task {name:?} {why}"));
+                    shutdown.cancel();
+                }
+                None
+            }
         };
         let served = match served {
             Some(r) => r,
@@ -301,13 +327,44 @@ impl Application {
         };
         shutdown.cancel();
         // Background tasks end on the token (the leader resigns on its way out).
-        while background.join_next().await.is_some() {}
-        pool.close().await;
+        while let Some((name, ended)) = background.next_exit().await {
+            if let Err(e) = ended {
+                tracing::warn!(task = name, error = %e, "background task failed while stopping");
+            }
+        }
+        db.close().await;
         served
             .context("server task failed")?
             .context("server failed")?;
+        if let Some(failure) = failure {
+            anyhow::bail!("stopped because {failure}");
+        }
         tracing::info!("ojsd stopped");
         Ok(())
+    }
+}
+
+/// The named background tasks of the server.
+#[derive(Default)]
+struct Background {
+    tasks: JoinSet<()>,
+    names: HashMap<tokio::task::Id, &'static str>,
+}
+
+impl Background {
+    fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        let handle = self.tasks.spawn(task);
+        self.names.insert(handle.id(), name);
+    }
+
+    /// Waits for the next task to end: its name, and whether it returned or failed (panicked
+    /// or was aborted). `None` when no task is left.
+    async fn next_exit(&mut self) -> Option<(&'static str, Result<(), JoinError>)> {
+        let (id, ended) = match self.tasks.join_next_with_id().await? {
+            Ok((id, ())) => (id, Ok(())),
+            Err(e) => (e.id(), Err(e)),
+        };
+        Some((self.names.remove(&id).unwrap_or("unnamed"), ended))
     }
 }
 
