@@ -424,3 +424,24 @@ pub async fn shutdown_signal() {
         () = terminate => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_background_task_that_ends_is_reported_by_name() {
+        let mut background = Background::default();
+        background.spawn("sleeper", tokio::time::sleep(Duration::from_secs(3600)));
+        background.spawn("crasher", async { panic!("boom") });
+        background.spawn("quitter", async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        });
+        let (name, ended) = background.next_exit().await.expect("a task ended");
+        assert_eq!(name, "crasher");
+        assert!(ended.expect_err("it panicked").is_panic());
+        let (name, ended) = background.next_exit().await.expect("a task ended");
+        assert_eq!(name, "quitter");
+        assert!(ended.is_ok());
+    }
+}
