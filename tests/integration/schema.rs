@@ -40,6 +40,32 @@ async fn every_table_view_and_column_is_commented() {
 }
 
 #[tokio::test]
+async fn every_function_and_trigger_is_commented() {
+    let db = TestDb::new().await;
+    let uncommented: Vec<String> = sqlx::query_scalar(
+        "select 'function ' || p.oid::regprocedure::text
+           from pg_proc p
+           join pg_namespace n on n.oid = p.pronamespace and n.nspname = 'public'
+          where p.proname like 'ojs\\_%'
+            and obj_description(p.oid, 'pg_proc') is null
+         union all
+         select 'trigger ' || t.tgname::text || ' on ' || t.tgrelid::regclass::text
+           from pg_trigger t
+           join pg_class c on c.oid = t.tgrelid
+           join pg_namespace n on n.oid = c.relnamespace and n.nspname = 'public'
+          where not t.tgisinternal and t.tgname like 'ojs\\_%'
+            and obj_description(t.oid, 'pg_trigger') is null",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        uncommented.is_empty(),
+        "missing COMMENT ON: {uncommented:?}"
+    );
+}
+
+#[tokio::test]
 async fn constraints_are_named_for_what_they_protect() {
     let db = TestDb::new().await;
     let unnamed: Vec<String> = sqlx::query_scalar(

@@ -1,0 +1,2568 @@
+-- migrations/schema.sql: the ojsd schema after every migration. GENERATED, do not edit.
+--
+-- The migrations (migrations/V*.sql) are the source of truth; this file only shows their
+-- result in one place. Regenerate it after adding a migration:
+--
+--     migrations/snapshot.sh
+--
+-- which migrates a scratch database with `cargo run -q -p ojsd-migrate` and runs
+-- `pg_dump --schema-only --no-owner --no-privileges` on it. Left out: refinery's own table
+-- refinery_schema_history, and pg_dump's version lines and \restrict keys. CI fails when this
+-- file is stale (`migrations/snapshot.sh --check`).
+-- Written by pg_dump 15; other major versions format some statements differently.
+
+--
+-- PostgreSQL database dump
+--
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+--
+-- Name: ojs_job_state; Type: TYPE; Schema: public; Owner: -
+--
+
+CREATE TYPE public.ojs_job_state AS ENUM (
+    'scheduled',
+    'available',
+    'pending',
+    'active',
+    'completed',
+    'retryable',
+    'cancelled',
+    'discarded'
+);
+
+--
+-- Name: TYPE ojs_job_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TYPE public.ojs_job_state IS 'Lifecycle state of an OJS job. Terminal: completed, cancelled, discarded.';
+
+--
+-- Name: ojs_queue_state; Type: TYPE; Schema: public; Owner: -
+--
+
+CREATE TYPE public.ojs_queue_state AS ENUM (
+    'active',
+    'paused',
+    'draining'
+);
+
+--
+-- Name: TYPE ojs_queue_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TYPE public.ojs_queue_state IS 'Queue lifecycle: active (fetched), paused (accepts jobs, FETCH skips it), draining (being deleted).';
+
+--
+-- Name: ojs_config_generation_locked(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_config_generation_locked() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+begin
+    perform pg_advisory_xact_lock_shared(7081, 1);
+    return (select generation from ojs_queue_config_generation);
+end
+$$;
+
+--
+-- Name: FUNCTION ojs_config_generation_locked(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_config_generation_locked() IS 'The queue configuration generation, read after taking advisory lock (7081, 1) shared until the transaction ends. The enqueue statement compares it with the generation its jobs were prepared from (SQLSTATE OJ004 when they differ); pool changes take the same lock exclusively.';
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: ojs_job; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job (
+    id uuid NOT NULL,
+    seq bigint NOT NULL,
+    type text NOT NULL,
+    queue text NOT NULL,
+    args json NOT NULL,
+    meta json DEFAULT '{}'::json NOT NULL,
+    priority integer DEFAULT 2 NOT NULL,
+    state public.ojs_job_state NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    retry json NOT NULL,
+    timeout_ms bigint NOT NULL,
+    visibility_timeout_ms bigint,
+    scheduled_at timestamp with time zone,
+    scheduled_at_input text,
+    expires_at timestamp with time zone,
+    expires_at_input text,
+    enqueue_ttl_secs integer,
+    total_timeout_secs integer,
+    tags text[],
+    schema_uri text,
+    unique_policy json,
+    unique_key text,
+    extra json DEFAULT '{}'::json NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    enqueued_at timestamp with time zone,
+    activated_at timestamp with time zone,
+    started_at timestamp with time zone,
+    visible_until timestamp with time zone,
+    reservation_ms bigint,
+    worker_id text,
+    next_retry_at timestamp with time zone,
+    retry_delay_ms bigint,
+    completed_at timestamp with time zone,
+    cancelled_at timestamp with time zone,
+    discarded_at timestamp with time zone,
+    dead_lettered_at timestamp with time zone,
+    result json,
+    error jsonb,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    timeout_at timestamp with time zone,
+    claim_deadline_at timestamp with time zone,
+    total_deadline_at timestamp with time zone,
+    re_enqueued_at timestamp with time zone,
+    priority_aging_ms bigint,
+    original_queue text,
+    capacity_tracked boolean DEFAULT false,
+    pool text,
+    tenant_fair boolean DEFAULT false,
+    tenant text,
+    fair_key double precision,
+    CONSTRAINT ojs_job_active_has_reservation CHECK (((state <> 'active'::public.ojs_job_state) OR ((attempt >= 1) AND (started_at IS NOT NULL) AND (visible_until IS NOT NULL) AND (reservation_ms IS NOT NULL)))),
+    CONSTRAINT ojs_job_active_has_timeout CHECK (((state <> 'active'::public.ojs_job_state) OR (timeout_at IS NOT NULL))),
+    CONSTRAINT ojs_job_args_is_array CHECK ((json_typeof(args) = 'array'::text)),
+    CONSTRAINT ojs_job_attempt_non_negative CHECK ((attempt >= 0)),
+    CONSTRAINT ojs_job_available_has_enqueued_at CHECK (((state <> 'available'::public.ojs_job_state) OR (enqueued_at IS NOT NULL))),
+    CONSTRAINT ojs_job_cancelled_has_cancelled_at CHECK (((state <> 'cancelled'::public.ojs_job_state) OR (cancelled_at IS NOT NULL))),
+    CONSTRAINT ojs_job_completed_has_completed_at CHECK (((state <> 'completed'::public.ojs_job_state) OR (completed_at IS NOT NULL))),
+    CONSTRAINT ojs_job_dead_letter_is_discarded CHECK (((dead_lettered_at IS NULL) OR (state = 'discarded'::public.ojs_job_state))),
+    CONSTRAINT ojs_job_discarded_has_timestamps CHECK (((state <> 'discarded'::public.ojs_job_state) OR ((discarded_at IS NOT NULL) AND (completed_at IS NOT NULL)))),
+    CONSTRAINT ojs_job_enqueue_ttl_positive CHECK (((enqueue_ttl_secs IS NULL) OR (enqueue_ttl_secs > 0))),
+    CONSTRAINT ojs_job_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
+    CONSTRAINT ojs_job_expires_at_input_has_value CHECK (((expires_at_input IS NULL) OR (expires_at IS NOT NULL))),
+    CONSTRAINT ojs_job_extra_is_object CHECK ((json_typeof(extra) = 'object'::text)),
+    CONSTRAINT ojs_job_max_attempts_non_negative CHECK ((max_attempts >= 0)),
+    CONSTRAINT ojs_job_meta_is_object CHECK ((json_typeof(meta) = 'object'::text)),
+    CONSTRAINT ojs_job_priority_aging_positive CHECK (((priority_aging_ms IS NULL) OR (priority_aging_ms > 0))),
+    CONSTRAINT ojs_job_priority_non_negative CHECK ((priority >= 0)),
+    CONSTRAINT ojs_job_queue_format CHECK ((((char_length(queue) >= 1) AND (char_length(queue) <= 128)) AND (queue ~ '^[a-z0-9][a-z0-9.-]*$'::text))),
+    CONSTRAINT ojs_job_retry_is_object CHECK ((json_typeof(retry) = 'object'::text)),
+    CONSTRAINT ojs_job_retryable_has_next_retry_at CHECK (((state <> 'retryable'::public.ojs_job_state) OR (next_retry_at IS NOT NULL))),
+    CONSTRAINT ojs_job_scheduled_at_input_has_value CHECK (((scheduled_at_input IS NULL) OR (scheduled_at IS NOT NULL))),
+    CONSTRAINT ojs_job_scheduled_has_scheduled_at CHECK (((state <> 'scheduled'::public.ojs_job_state) OR (scheduled_at IS NOT NULL))),
+    CONSTRAINT ojs_job_timeout_positive CHECK ((timeout_ms > 0)),
+    CONSTRAINT ojs_job_total_timeout_positive CHECK (((total_timeout_secs IS NULL) OR (total_timeout_secs > 0))),
+    CONSTRAINT ojs_job_type_format CHECK ((((char_length(type) >= 1) AND (char_length(type) <= 255)) AND (type ~ '^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$'::text))),
+    CONSTRAINT ojs_job_unique_key_has_policy CHECK (((unique_key IS NULL) = (unique_policy IS NULL))),
+    CONSTRAINT ojs_job_visibility_timeout_positive CHECK (((visibility_timeout_ms IS NULL) OR (visibility_timeout_ms > 0)))
+);
+
+--
+-- Name: TABLE ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job IS 'One row per OJS job: the envelope (known attributes as typed columns, unknown attributes in extra) and its lifecycle state.';
+
+--
+-- Name: COLUMN ojs_job.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.id IS 'Job id: UUIDv7, client-supplied or generated.';
+
+--
+-- Name: COLUMN ojs_job.seq; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.seq IS 'Arrival sequence; FIFO tie-breaker among jobs with equal priority and enqueued_at.';
+
+--
+-- Name: COLUMN ojs_job.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.type IS 'Job type, dot-namespaced lowercase segments (e.g. email.send); routes the job to a handler.';
+
+--
+-- Name: COLUMN ojs_job.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.queue IS 'Queue the job is fetched from.';
+
+--
+-- Name: COLUMN ojs_job.args; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.args IS 'Positional handler arguments, a JSON array stored verbatim.';
+
+--
+-- Name: COLUMN ojs_job.meta; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.meta IS 'Client metadata (trace ids, tenant, ...), a JSON object stored verbatim.';
+
+--
+-- Name: COLUMN ojs_job.priority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.priority IS 'Priority within the queue: lower is more urgent; 0 first, default 2.';
+
+--
+-- Name: COLUMN ojs_job.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.state IS 'Current lifecycle state.';
+
+--
+-- Name: COLUMN ojs_job.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.attempt IS 'Number of claims so far; incremented by every FETCH that hands the job out.';
+
+--
+-- Name: COLUMN ojs_job.max_attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.max_attempts IS 'Effective retry.max_attempts: total attempts allowed (0 behaves like 1).';
+
+--
+-- Name: COLUMN ojs_job.retry; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.retry IS 'Effective retry policy (defaults merged in, durations in ISO 8601 form).';
+
+--
+-- Name: COLUMN ojs_job.timeout_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.timeout_ms IS 'Resolved execution timeout in milliseconds.';
+
+--
+-- Name: COLUMN ojs_job.visibility_timeout_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.visibility_timeout_ms IS 'Job-level reservation length in milliseconds; null uses the server default.';
+
+--
+-- Name: COLUMN ojs_job.scheduled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.scheduled_at IS 'Earliest time the job may run (client scheduled_at / delay_until).';
+
+--
+-- Name: COLUMN ojs_job.scheduled_at_input; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.scheduled_at_input IS 'scheduled_at exactly as the client wrote it (echoed verbatim); null when given relatively.';
+
+--
+-- Name: COLUMN ojs_job.expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.expires_at IS 'Deadline after which the job must not start; it is discarded instead.';
+
+--
+-- Name: COLUMN ojs_job.expires_at_input; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.expires_at_input IS 'expires_at exactly as the client wrote it (echoed verbatim); null when given relatively.';
+
+--
+-- Name: COLUMN ojs_job.enqueue_ttl_secs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.enqueue_ttl_secs IS 'Seconds after created_at within which the job must be claimed for the first time.';
+
+--
+-- Name: COLUMN ojs_job.total_timeout_secs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.total_timeout_secs IS 'Seconds after created_at by which the job must have finished, across all attempts.';
+
+--
+-- Name: COLUMN ojs_job.tags; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.tags IS 'Client tags, for filtering.';
+
+--
+-- Name: COLUMN ojs_job.schema_uri; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.schema_uri IS 'Client schema attribute (a URI for args); preserved, not validated.';
+
+--
+-- Name: COLUMN ojs_job.unique_policy; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.unique_policy IS 'Unique policy as given by the client (echoed as "unique").';
+
+--
+-- Name: COLUMN ojs_job.unique_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.unique_key IS 'SHA-256 fingerprint of the unique dimensions; jobs sharing it are duplicates.';
+
+--
+-- Name: COLUMN ojs_job.extra; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.extra IS 'Unknown top-level envelope attributes, kept verbatim and in the order received.';
+
+--
+-- Name: COLUMN ojs_job.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.created_at IS 'When the server received the job.';
+
+--
+-- Name: COLUMN ojs_job.enqueued_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.enqueued_at IS 'Most recent entry into available; null while the job has never been available.';
+
+--
+-- Name: COLUMN ojs_job.activated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.activated_at IS 'When a pending job was activated.';
+
+--
+-- Name: COLUMN ojs_job.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.started_at IS 'Most recent claim; cleared when a reservation is lost.';
+
+--
+-- Name: COLUMN ojs_job.visible_until; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.visible_until IS 'Reservation deadline of the current claim (active jobs).';
+
+--
+-- Name: COLUMN ojs_job.reservation_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.reservation_ms IS 'Reservation length chosen at the most recent claim; a heartbeat extends by it.';
+
+--
+-- Name: COLUMN ojs_job.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.worker_id IS 'Worker that holds (or last held) the reservation, if it named itself.';
+
+--
+-- Name: COLUMN ojs_job.next_retry_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.next_retry_at IS 'When a retryable job becomes available again.';
+
+--
+-- Name: COLUMN ojs_job.retry_delay_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.retry_delay_ms IS 'Backoff delay most recently computed, after jitter and caps.';
+
+--
+-- Name: COLUMN ojs_job.completed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.completed_at IS 'Set on completed and on every transition to discarded.';
+
+--
+-- Name: COLUMN ojs_job.cancelled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.cancelled_at IS 'Set on cancelled.';
+
+--
+-- Name: COLUMN ojs_job.discarded_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.discarded_at IS 'Set on discarded.';
+
+--
+-- Name: COLUMN ojs_job.dead_lettered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.dead_lettered_at IS 'Set when the job entered the dead-letter queue (a subset of discarded jobs).';
+
+--
+-- Name: COLUMN ojs_job.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.result IS 'Handler result sent with ACK, verbatim.';
+
+--
+-- Name: COLUMN ojs_job.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.error IS 'Most recent error {code, type, message, ...}; removed on ACK.';
+
+--
+-- Name: COLUMN ojs_job.errors; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.errors IS 'Error history, oldest first: one entry per failed attempt, with attempt and occurred_at.';
+
+--
+-- Name: COLUMN ojs_job.timeout_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.timeout_at IS 'Execution deadline of the current attempt (started_at + timeout); heartbeats do not move it.';
+
+--
+-- Name: COLUMN ojs_job.claim_deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.claim_deadline_at IS 'created_at + enqueue_ttl: the job must be claimed for the first time before this; cleared by the first claim.';
+
+--
+-- Name: COLUMN ojs_job.total_deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.total_deadline_at IS 'created_at + total_timeout: the job must have finished, across all attempts, before this.';
+
+--
+-- Name: COLUMN ojs_job.re_enqueued_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.re_enqueued_at IS 'When the job was last taken out of the dead-letter queue (manual retry).';
+
+--
+-- Name: COLUMN ojs_job.priority_aging_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.priority_aging_ms IS 'Priority aging interval (ms) in effect when the job was enqueued; NULL = no aging.';
+
+--
+-- Name: COLUMN ojs_job.original_queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.original_queue IS 'The queue the job was in before that queue was deleted with strategy move.';
+
+--
+-- Name: COLUMN ojs_job.capacity_tracked; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.capacity_tracked IS 'Whether the job is counted in its queue''s ojs_queue_capacity row (its queue was bounded when it entered); null = false.';
+
+--
+-- Name: COLUMN ojs_job.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.pool IS 'Pool of the worker that claimed the job, if it had one.';
+
+--
+-- Name: COLUMN ojs_job.tenant_fair; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.tenant_fair IS 'Whether the job is in a tenant-fair queue (dispatched by fair_key).';
+
+--
+-- Name: COLUMN ojs_job.tenant; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.tenant IS 'Tenant of a tenant-fair job (meta.tenant_id; empty string for none).';
+
+--
+-- Name: COLUMN ojs_job.fair_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.fair_key IS 'Virtual finish time of a tenant-fair job while available: lower dispatches first within its priority.';
+
+--
+-- Name: ojs_dead_letter_matches(public.ojs_job, text, text, text, text, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_dead_letter_matches(j public.ojs_job, p_queue text, p_type text, p_type_pattern text, p_error_type text, p_since timestamp with time zone, p_until timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (((j).dead_lettered_at IS NOT NULL) AND ((p_queue IS NULL) OR ((j).queue = p_queue)) AND ((p_type IS NULL) OR ((j).type = p_type)) AND ((p_type_pattern IS NULL) OR ((j).type ~~ p_type_pattern)) AND ((p_error_type IS NULL) OR (((j).error ->> 'type'::text) = p_error_type) OR (((j).error ->> 'code'::text) = p_error_type)) AND ((p_since IS NULL) OR ((j).dead_lettered_at >= p_since)) AND ((p_until IS NULL) OR ((j).dead_lettered_at < p_until)));
+
+--
+-- Name: FUNCTION ojs_dead_letter_matches(j public.ojs_job, p_queue text, p_type text, p_type_pattern text, p_error_type text, p_since timestamp with time zone, p_until timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_dead_letter_matches(j public.ojs_job, p_queue text, p_type text, p_type_pattern text, p_error_type text, p_since timestamp with time zone, p_until timestamp with time zone) IS 'Whether j is in the dead-letter queue and matches the filters (null: any); p_type_pattern is a LIKE pattern.';
+
+--
+-- Name: ojs_discard_reason(public.ojs_job_state, text, integer, integer, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_discard_reason(previous public.ojs_job_state, code text, attempt integer, max_attempts integer, total_deadline_at timestamp with time zone, discarded_at timestamp with time zone) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN ((code = ANY (ARRAY['DISCARD'::text, 'FAIL'::text, 'DEAD_LETTER'::text])) AND (previous = 'active'::public.ojs_job_state)) THEN 'handler_directive'::text WHEN ((code = 'expired'::text) AND (total_deadline_at <= discarded_at)) THEN 'total_timeout'::text WHEN (code = 'expired'::text) THEN 'expired'::text WHEN (code = ANY (ARRAY['overflow'::text, 'rate_limit_dropped'::text, 'queue_deleted'::text])) THEN code WHEN (attempt >= GREATEST(max_attempts, 1)) THEN 'exhausted'::text ELSE 'non_retryable'::text END;
+
+--
+-- Name: FUNCTION ojs_discard_reason(previous public.ojs_job_state, code text, attempt integer, max_attempts integer, total_deadline_at timestamp with time zone, discarded_at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_discard_reason(previous public.ojs_job_state, code text, attempt integer, max_attempts integer, total_deadline_at timestamp with time zone, discarded_at timestamp with time zone) IS 'Reason of a job.discarded event: exhausted, non_retryable, handler_directive, expired, total_timeout, overflow, rate_limit_dropped or queue_deleted.';
+
+--
+-- Name: ojs_timestamp_text(timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_timestamp_text(t timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    RETURN to_char((t AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text);
+
+--
+-- Name: FUNCTION ojs_timestamp_text(t timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_timestamp_text(t timestamp with time zone) IS 'Formats a timestamp as OJS does on the wire: 2026-02-12T10:30:00.123Z.';
+
+--
+-- Name: ojs_error_entry(integer, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_error_entry(attempt integer, error jsonb) RETURNS jsonb
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    RETURN ((jsonb_build_object('attempt', attempt) || error) || jsonb_build_object('occurred_at', public.ojs_timestamp_text(now())));
+
+--
+-- Name: FUNCTION ojs_error_entry(attempt integer, error jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_error_entry(attempt integer, error jsonb) IS 'Builds an errors[] entry: {attempt, <error fields>, occurred_at}.';
+
+--
+-- Name: ojs_error_entry(integer, jsonb, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_error_entry(attempt integer, error jsonb, at timestamp with time zone) RETURNS jsonb
+    LANGUAGE sql STABLE STRICT PARALLEL SAFE
+    RETURN ((jsonb_build_object('attempt', attempt) || error) || jsonb_build_object('occurred_at', public.ojs_timestamp_text(at)));
+
+--
+-- Name: FUNCTION ojs_error_entry(attempt integer, error jsonb, at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_error_entry(attempt integer, error jsonb, at timestamp with time zone) IS 'Builds an errors[] entry: {attempt, <error fields>, occurred_at = at}.';
+
+--
+-- Name: ojs_job_capacity_delete(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_capacity_delete() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    update ojs_queue_capacity
+       set jobs = jobs - 1, bytes = bytes - ojs_job_size(old.args, old.meta)
+     where queue = old.queue;
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_capacity_delete(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_capacity_delete() IS 'Trigger function of ojs_job_capacity_delete. Subtracts a deleted job that was counted and unfinished from its queue''s ojs_queue_capacity row.';
+
+--
+-- Name: ojs_job_capacity_move(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_capacity_move() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if old.capacity_tracked and old.state not in ('completed', 'cancelled', 'discarded') then
+        update ojs_queue_capacity
+           set jobs = jobs - 1, bytes = bytes - ojs_job_size(old.args, old.meta)
+         where queue = old.queue;
+    end if;
+    if new.state not in ('completed', 'cancelled', 'discarded') then
+        update ojs_queue_capacity
+           set jobs = jobs + 1, bytes = bytes + ojs_job_size(new.args, new.meta)
+         where queue = new.queue;
+        new.capacity_tracked := found;
+    end if;
+    return new;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_capacity_move(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_capacity_move() IS 'Trigger function of ojs_job_capacity_move. Subtracts a counted job from its queue''s ojs_queue_capacity row when it leaves the unfinished states or the queue, adds it to its new queue''s row when it enters them or another queue and that queue is bounded; capacity_tracked then says whether it was added.';
+
+--
+-- Name: ojs_job_event_base(uuid, text, text, public.ojs_job_state, json); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_event_base(job_id uuid, job_type text, queue text, state public.ojs_job_state, meta json) RETURNS jsonb
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (jsonb_build_object('job_id', job_id, 'job_type', job_type, 'queue', queue, 'state', state) || jsonb_strip_nulls(jsonb_build_object('trace_id', COALESCE(NULLIF((meta ->> 'trace_id'::text), ''::text), NULLIF(split_part((meta ->> 'traceparent'::text), '-'::text, 2), ''::text)))));
+
+--
+-- Name: FUNCTION ojs_job_event_base(job_id uuid, job_type text, queue text, state public.ojs_job_state, meta json); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_event_base(job_id uuid, job_type text, queue text, state public.ojs_job_state, meta json) IS 'job_id, job_type, queue, state and, when meta carries one, trace_id.';
+
+--
+-- Name: ojs_job_event_type(public.ojs_job_state); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_event_type(state public.ojs_job_state) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE state WHEN 'available'::public.ojs_job_state THEN 'job.enqueued'::text WHEN 'scheduled'::public.ojs_job_state THEN 'job.scheduled'::text WHEN 'active'::public.ojs_job_state THEN 'job.started'::text WHEN 'completed'::public.ojs_job_state THEN 'job.completed'::text WHEN 'retryable'::public.ojs_job_state THEN 'job.retrying'::text WHEN 'discarded'::public.ojs_job_state THEN 'job.discarded'::text WHEN 'cancelled'::public.ojs_job_state THEN 'job.cancelled'::text ELSE NULL::text END;
+
+--
+-- Name: FUNCTION ojs_job_event_type(state public.ojs_job_state); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_event_type(state public.ojs_job_state) IS 'The event type of a move into state (job.enqueued for available, ...); null for pending.';
+
+--
+-- Name: ojs_job_heartbeat_data(public.ojs_job); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_heartbeat_data(n public.ojs_job) RETURNS jsonb
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (public.ojs_job_event_base((n).id, (n).type, (n).queue, (n).state, (n).meta) || jsonb_build_object('worker_id', (n).worker_id, 'attempt', (n).attempt, 'visible_until', public.ojs_timestamp_text((n).visible_until)));
+
+--
+-- Name: FUNCTION ojs_job_heartbeat_data(n public.ojs_job); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_heartbeat_data(n public.ojs_job) IS 'Payload of job.heartbeat: the reservation was extended.';
+
+--
+-- Name: ojs_ms_between(timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_ms_between(a timestamp with time zone, b timestamp with time zone) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (round((EXTRACT(epoch FROM (b - a)) * (1000)::numeric)))::bigint;
+
+--
+-- Name: FUNCTION ojs_ms_between(a timestamp with time zone, b timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_ms_between(a timestamp with time zone, b timestamp with time zone) IS 'Whole milliseconds from a to b.';
+
+--
+-- Name: ojs_job_transition_data(public.ojs_job_state, public.ojs_job); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_transition_data(prev public.ojs_job_state, n public.ojs_job) RETURNS jsonb
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (public.ojs_job_event_base((n).id, (n).type, (n).queue, (n).state, (n).meta) || CASE (n).state WHEN 'available'::public.ojs_job_state THEN jsonb_strip_nulls(jsonb_build_object('priority', (n).priority, 'scheduled_at', public.ojs_timestamp_text((n).scheduled_at), 'unique_key', (n).unique_key)) WHEN 'scheduled'::public.ojs_job_state THEN jsonb_build_object('scheduled_at', public.ojs_timestamp_text((n).scheduled_at)) WHEN 'active'::public.ojs_job_state THEN jsonb_strip_nulls(jsonb_build_object('worker_id', (n).worker_id, 'attempt', (n).attempt)) WHEN 'completed'::public.ojs_job_state THEN jsonb_strip_nulls(jsonb_build_object('duration_ms', public.ojs_ms_between((n).started_at, (n).completed_at), 'attempt', (n).attempt, 'result', CASE WHEN (octet_length(((n).result)::text) <= 65536) THEN ((n).result)::jsonb ELSE NULL::jsonb END)) WHEN 'retryable'::public.ojs_job_state THEN jsonb_build_object('attempt', (n).attempt, 'max_attempts', (n).max_attempts, 'next_retry_at', public.ojs_timestamp_text((n).next_retry_at), 'error', jsonb_build_object('code', ((n).error -> 'code'::text), 'message', ((n).error -> 'message'::text))) WHEN 'discarded'::public.ojs_job_state THEN jsonb_strip_nulls(jsonb_build_object('total_attempts', (n).attempt, 'last_error', CASE WHEN ((n).error IS NOT NULL) THEN jsonb_build_object('code', ((n).error -> 'code'::text), 'message', ((n).error -> 'message'::text)) ELSE NULL::jsonb END, 'dead_lettered', ((n).dead_lettered_at IS NOT NULL), 'reason', public.ojs_discard_reason(prev, ((n).error ->> 'code'::text), (n).attempt, (n).max_attempts, (n).total_deadline_at, (n).discarded_at))) WHEN 'cancelled'::public.ojs_job_state THEN jsonb_strip_nulls(jsonb_build_object('previous_state', prev)) ELSE '{}'::jsonb END);
+
+--
+-- Name: FUNCTION ojs_job_transition_data(prev public.ojs_job_state, n public.ojs_job); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_transition_data(prev public.ojs_job_state, n public.ojs_job) IS 'Payload of the event that records a move from prev into n.state.';
+
+--
+-- Name: ojs_job_events(public.ojs_job_state, timestamp with time zone, text, timestamp with time zone, integer, timestamp with time zone, integer, public.ojs_job); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_events(prev public.ojs_job_state, prev_started_at timestamp with time zone, prev_worker_id text, prev_dead_lettered_at timestamp with time zone, prev_error_count integer, prev_visible_until timestamp with time zone, prev_priority integer, n public.ojs_job) RETURNS TABLE(ord integer, type text, from_state public.ojs_job_state, to_state public.ojs_job_state, data jsonb)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    BEGIN ATOMIC
+ SELECT 10,
+     'dead_letter.retried'::text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) AS ojs_job_event_base
+   WHERE ((ojs_job_events.prev = 'discarded'::public.ojs_job_state) AND ((ojs_job_events.n).state = 'available'::public.ojs_job_state) AND (ojs_job_events.prev_dead_lettered_at IS NOT NULL))
+ UNION ALL
+  SELECT 20,
+     'job.failed'::text,
+     NULL::public.ojs_job_state,
+     NULL::public.ojs_job_state,
+     (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('attempt', (ojs_job_events.n).attempt, 'error', jsonb_strip_nulls(jsonb_build_object('code', ((ojs_job_events.n).error -> 'code'::text), 'message', ((ojs_job_events.n).error -> 'message'::text), 'retryable', ((ojs_job_events.n).error -> 'retryable'::text), 'stack_trace', ((ojs_job_events.n).error -> 'backtrace'::text))), 'duration_ms', public.ojs_ms_between(ojs_job_events.prev_started_at, now())))
+   WHERE ((ojs_job_events.prev = 'active'::public.ojs_job_state) AND (jsonb_array_length((ojs_job_events.n).errors) > ojs_job_events.prev_error_count))
+ UNION ALL
+  SELECT 30,
+     'job.timeout'::text,
+     NULL::public.ojs_job_state,
+     NULL::public.ojs_job_state,
+     (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('timeout_kind', 'execution', 'limit_seconds', round((((ojs_job_events.n).timeout_ms)::numeric / 1000.0), 3), 'elapsed_seconds', round(EXTRACT(epoch FROM (now() - ojs_job_events.prev_started_at)), 3), 'attempt', (ojs_job_events.n).attempt))
+   WHERE ((ojs_job_events.prev = 'active'::public.ojs_job_state) AND (jsonb_array_length((ojs_job_events.n).errors) > ojs_job_events.prev_error_count) AND (((ojs_job_events.n).error ->> 'code'::text) = 'timeout'::text))
+ UNION ALL
+  SELECT 31,
+     'job.timeout'::text,
+     NULL::public.ojs_job_state,
+     NULL::public.ojs_job_state,
+     (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('timeout_kind', 'total', 'limit_seconds', (ojs_job_events.n).total_timeout_secs, 'elapsed_seconds', round(EXTRACT(epoch FROM ((ojs_job_events.n).discarded_at - (ojs_job_events.n).created_at)), 3), 'attempt', (ojs_job_events.n).attempt))
+   WHERE ((ojs_job_events.prev IS DISTINCT FROM (ojs_job_events.n).state) AND ((ojs_job_events.n).state = 'discarded'::public.ojs_job_state) AND (((ojs_job_events.n).error ->> 'code'::text) = 'expired'::text) AND ((ojs_job_events.n).total_deadline_at <= (ojs_job_events.n).discarded_at))
+ UNION ALL
+  SELECT 40,
+     'job.stalled'::text,
+     NULL::public.ojs_job_state,
+     NULL::public.ojs_job_state,
+     (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_strip_nulls(jsonb_build_object('worker_id', ojs_job_events.prev_worker_id, 'attempt', (ojs_job_events.n).attempt, 'reason', ((ojs_job_events.n).error ->> 'code'::text))))
+   WHERE ((ojs_job_events.prev = 'active'::public.ojs_job_state) AND (jsonb_array_length((ojs_job_events.n).errors) > ojs_job_events.prev_error_count) AND (((ojs_job_events.n).error ->> 'code'::text) = ANY (ARRAY['visibility_timeout'::text, 'worker_death'::text, 'shutdown'::text])))
+ UNION ALL
+  SELECT 50,
+     'job.expired'::text,
+     NULL::public.ojs_job_state,
+     NULL::public.ojs_job_state,
+     (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_strip_nulls(jsonb_build_object('created_at', public.ojs_timestamp_text((ojs_job_events.n).created_at), 'expired_at', public.ojs_timestamp_text((ojs_job_events.n).discarded_at), 'ttl_ms', public.ojs_ms_between((ojs_job_events.n).created_at, LEAST((ojs_job_events.n).expires_at, ((ojs_job_events.n).created_at + (((ojs_job_events.n).enqueue_ttl_secs)::double precision * '00:00:01'::interval)))))))
+   WHERE ((ojs_job_events.prev IS DISTINCT FROM (ojs_job_events.n).state) AND ((ojs_job_events.n).state = 'discarded'::public.ojs_job_state) AND (ojs_job_events.prev <> 'active'::public.ojs_job_state) AND (((ojs_job_events.n).error ->> 'code'::text) = 'expired'::text) AND (NOT COALESCE(((ojs_job_events.n).total_deadline_at <= (ojs_job_events.n).discarded_at), false)))
+ UNION ALL
+  SELECT 60,
+     public.ojs_job_event_type((ojs_job_events.n).state) AS ojs_job_event_type,
+     ojs_job_events.prev AS prev,
+     (ojs_job_events.n).state AS state,
+     public.ojs_job_transition_data(ojs_job_events.prev, ojs_job_events.n) AS ojs_job_transition_data
+   WHERE ((ojs_job_events.prev IS DISTINCT FROM (ojs_job_events.n).state) AND ((ojs_job_events.n).state <> 'pending'::public.ojs_job_state))
+ UNION ALL
+  SELECT 70,
+     'dead_letter.added'::text,
+     NULL::public.ojs_job_state,
+     NULL::public.ojs_job_state,
+     (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('last_error', jsonb_build_object('code', ((ojs_job_events.n).error -> 'code'::text), 'message', ((ojs_job_events.n).error -> 'message'::text))))
+   WHERE ((ojs_job_events.prev IS DISTINCT FROM (ojs_job_events.n).state) AND ((ojs_job_events.n).state = 'discarded'::public.ojs_job_state) AND ((ojs_job_events.n).dead_lettered_at IS NOT NULL))
+ UNION ALL
+  SELECT 80,
+     'job.heartbeat'::text,
+     NULL::public.ojs_job_state,
+     NULL::public.ojs_job_state,
+     public.ojs_job_heartbeat_data(ojs_job_events.n) AS ojs_job_heartbeat_data
+   WHERE ((ojs_job_events.prev = 'active'::public.ojs_job_state) AND ((ojs_job_events.n).state = 'active'::public.ojs_job_state) AND ((ojs_job_events.n).visible_until > ojs_job_events.prev_visible_until))
+ UNION ALL
+  SELECT 90,
+     'priority.changed'::text,
+     NULL::public.ojs_job_state,
+     NULL::public.ojs_job_state,
+     (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('previous_priority', ojs_job_events.prev_priority, 'new_priority', (ojs_job_events.n).priority))
+   WHERE ((ojs_job_events.n).priority <> ojs_job_events.prev_priority);
+END;
+
+--
+-- Name: FUNCTION ojs_job_events(prev public.ojs_job_state, prev_started_at timestamp with time zone, prev_worker_id text, prev_dead_lettered_at timestamp with time zone, prev_error_count integer, prev_visible_until timestamp with time zone, prev_priority integer, n public.ojs_job); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_events(prev public.ojs_job_state, prev_started_at timestamp with time zone, prev_worker_id text, prev_dead_lettered_at timestamp with time zone, prev_error_count integer, prev_visible_until timestamp with time zone, prev_priority integer, n public.ojs_job) IS 'The OJS events of one job row change (n after; prev_* what the change replaced), in order. Statements that change jobs insert them into ojs_event in the same statement.';
+
+--
+-- Name: ojs_job_fair_tag(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_fair_tag() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+declare
+    fair ojs_fair_queue;
+    v double precision;
+    last double precision;
+begin
+    select * into fair from ojs_fair_queue f where f.queue = new.queue;
+    if not found then
+        new.tenant_fair := false;
+        new.tenant := null;
+        new.fair_key := null;
+        return new;
+    end if;
+    new.tenant := coalesce(new.meta ->> 'tenant_id', '');
+    select j.fair_key into v
+      from ojs_job j
+     where j.queue = new.queue and j.priority = new.priority
+       and j.state = 'available' and j.fair_key is not null
+     order by j.fair_key
+     limit 1;
+    select j.fair_key into last
+      from ojs_job j
+     where j.queue = new.queue and j.priority = new.priority and j.tenant = new.tenant
+       and j.state = 'available' and j.fair_key is not null
+     order by j.fair_key desc
+     limit 1;
+    new.fair_key := greatest(coalesce(v, 0), coalesce(last, 0)) + 1 / ojs_tenant_weight(fair, new.tenant);
+    return new;
+end
+$$;
+
+--
+-- Name: FUNCTION ojs_job_fair_tag(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_fair_tag() IS 'Trigger function of ojs_job_fair_tag_insert and ojs_job_fair_tag_update. For a job that becomes available in a tenant-fair queue, sets tenant (meta.tenant_id, empty for none) and fair_key = max(smallest fair_key among the available jobs of its queue and priority, largest fair_key of its tenant among them) + 1 / weight. In a queue that is not tenant-fair it clears tenant_fair, tenant and fair_key.';
+
+--
+-- Name: ojs_job_size(json, json); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_size(args json, meta json) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN (octet_length((args)::text) + octet_length((meta)::text));
+
+--
+-- Name: FUNCTION ojs_job_size(args json, meta json); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_size(args json, meta json) IS 'Size a job counts for against its queue''s max_size_bytes: bytes of args plus bytes of meta, as stored. Used by the capacity triggers and when a queue becomes bounded or drops its oldest jobs; the enqueue statement computes the same sum from its input.';
+
+--
+-- Name: ojs_queue_full(text, bigint, bigint, bigint, bigint, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_queue_full(queue text, depth bigint, bound bigint, bytes bigint, bound_bytes bigint, policy text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception using errcode = 'OJ003', message = queue,
+        detail = json_build_object('depth', depth, 'bound', bound, 'bytes', bytes,
+                                   'bound_bytes', bound_bytes, 'policy', policy)::text;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_queue_full(queue text, depth bigint, bound bigint, bytes bigint, bound_bytes bigint, policy text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_queue_full(queue text, depth bigint, bound bigint, bytes bigint, bound_bytes bigint, policy text) IS 'Aborts an enqueue that would take a bounded queue past max_size or max_size_bytes (SQLSTATE OJ003; message = queue name; detail = JSON {depth, bound, bytes, bound_bytes, policy}, depth and bytes as before the enqueue). Called by the enqueue statement; the server then rejects, drops the oldest jobs or waits, per the policy.';
+
+--
+-- Name: ojs_queue_refused(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_queue_refused(queue text, code text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise exception using errcode = code, message = queue;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_queue_refused(queue text, code text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_queue_refused(queue text, code text) IS 'Aborts an enqueue its queue refuses (SQLSTATE OJ001: draining; OJ002: unknown under strict queues; message = queue name).';
+
+--
+-- Name: ojs_fair_queue; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_fair_queue (
+    queue text NOT NULL,
+    pool text NOT NULL,
+    weights jsonb DEFAULT '{}'::jsonb NOT NULL,
+    default_weight integer DEFAULT 1 NOT NULL,
+    CONSTRAINT ojs_fair_queue_default_weight_positive CHECK ((default_weight >= 1))
+);
+
+--
+-- Name: TABLE ojs_fair_queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_fair_queue IS 'Queues dispatched fairly across tenants (meta.tenant_id), with the tenant weights.';
+
+--
+-- Name: COLUMN ojs_fair_queue.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_fair_queue.queue IS 'The tenant-fair queue.';
+
+--
+-- Name: COLUMN ojs_fair_queue.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_fair_queue.pool IS 'The pool whose tenant_fairness settings apply.';
+
+--
+-- Name: COLUMN ojs_fair_queue.weights; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_fair_queue.weights IS 'Tenant weights: "tenant:<id>" -> integer >= 1.';
+
+--
+-- Name: COLUMN ojs_fair_queue.default_weight; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_fair_queue.default_weight IS 'Weight of a tenant not named in weights.';
+
+--
+-- Name: ojs_tenant_weight(public.ojs_fair_queue, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_tenant_weight(fair public.ojs_fair_queue, tenant text) RETURNS double precision
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    select coalesce((fair.weights ->> ('tenant:' || tenant))::double precision,
+                    fair.default_weight::double precision)
+$$;
+
+--
+-- Name: FUNCTION ojs_tenant_weight(fair public.ojs_fair_queue, tenant text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_tenant_weight(fair public.ojs_fair_queue, tenant text) IS 'Weight of a tenant in a tenant-fair queue: fair.weights->''tenant:<tenant>'', else fair.default_weight. Used by ojs_job_fair_tag and when a queue becomes tenant-fair (its available jobs are tagged then).';
+
+--
+-- Name: ojs_worker_directive_max(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_worker_directive_max(a text, b text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN ((a = 'terminate'::text) OR (b = 'terminate'::text)) THEN 'terminate'::text WHEN ((a = 'quiet'::text) OR (b = 'quiet'::text)) THEN 'quiet'::text ELSE ''::text END;
+
+--
+-- Name: FUNCTION ojs_worker_directive_max(a text, b text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_worker_directive_max(a text, b text) IS 'The more severe of two worker directives (empty, quiet, terminate).';
+
+--
+-- Name: ojs_worker_effective_state(text, text, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_worker_effective_state(directive text, state text, stale boolean) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN stale THEN 'stale'::text WHEN ((directive = 'terminate'::text) OR (state = 'terminate'::text)) THEN 'terminate'::text WHEN (state = 'drain'::text) THEN 'drain'::text WHEN ((directive = 'quiet'::text) OR (state = 'quiet'::text)) THEN 'quiet'::text ELSE 'running'::text END;
+
+--
+-- Name: FUNCTION ojs_worker_effective_state(directive text, state text, stale boolean); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_worker_effective_state(directive text, state text, stale boolean) IS 'Effective worker state: stale > terminate > drain > quiet > running.';
+
+--
+-- Name: ojs_worker_events(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_worker_events() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+declare
+    was text;
+    now_is text;
+begin
+    if tg_op = 'DELETE' then
+        if old.stale_at is null and old.last_heartbeat_at is not null then
+            insert into ojs_event (type, subject, data)
+            values ('worker.stopped', old.id,
+                    jsonb_build_object('worker_id', old.id, 'reason', 'shutdown',
+                                       'uptime_ms', ojs_ms_between(coalesce(old.started_at, old.registered_at), now())));
+        end if;
+        return old;
+    end if;
+
+    if tg_op = 'INSERT' and tg_when = 'BEFORE' then
+        if new.last_heartbeat_at is not null then
+            new.heartbeat_event_at := now();
+        end if;
+        return new;
+    end if;
+
+    if tg_op = 'INSERT' then
+        if new.last_heartbeat_at is not null then
+            insert into ojs_event (type, subject, data)
+            values ('worker.started', new.id,
+                    jsonb_strip_nulls(jsonb_build_object('worker_id', new.id, 'queues', to_jsonb(new.queues),
+                                                         'concurrency', new.concurrency))),
+                   ('worker.heartbeat', new.id,
+                    jsonb_strip_nulls(jsonb_build_object('worker_id', new.id, 'queues', to_jsonb(new.queues),
+                                                         'active_jobs', 0)));
+        end if;
+        return null;
+    end if;
+
+    -- UPDATE
+    if new.last_heartbeat_at is not null
+       and (old.last_heartbeat_at is null or (old.stale_at is not null and new.stale_at is null)) then
+        insert into ojs_event (type, subject, data)
+        values ('worker.started', new.id,
+                jsonb_strip_nulls(jsonb_build_object('worker_id', new.id, 'queues', to_jsonb(new.queues),
+                                                     'concurrency', new.concurrency)));
+    end if;
+    if new.stale_at is not null and old.stale_at is null then
+        insert into ojs_event (type, subject, data)
+        values ('worker.stopped', new.id,
+                jsonb_build_object('worker_id', new.id, 'reason', 'error',
+                                   'uptime_ms', ojs_ms_between(coalesce(new.started_at, new.registered_at), now())));
+    end if;
+    was := ojs_worker_effective_state(old.directive, old.state, old.stale_at is not null);
+    now_is := ojs_worker_effective_state(new.directive, new.state, new.stale_at is not null);
+    if now_is = 'quiet' and was <> 'quiet' then
+        insert into ojs_event (type, subject, data)
+        values ('worker.quiet', new.id,
+                jsonb_build_object('worker_id', new.id,
+                                   'active_jobs', (select count(*) from ojs_job j
+                                                    where j.worker_id = new.id and j.state = 'active')));
+    end if;
+    if new.last_heartbeat_at is distinct from old.last_heartbeat_at
+       and new.last_heartbeat_at is not null
+       and (new.heartbeat_event_at is null or new.heartbeat_event_at <= now() - interval '1 minute') then
+        new.heartbeat_event_at := now();
+        insert into ojs_event (type, subject, data)
+        values ('worker.heartbeat', new.id,
+                jsonb_strip_nulls(jsonb_build_object(
+                    'worker_id', new.id, 'queues', to_jsonb(new.queues),
+                    'active_jobs', (select count(*) from ojs_job j
+                                     where j.worker_id = new.id and j.state = 'active'))));
+    end if;
+    return new;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_worker_events(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_worker_events() IS 'Writes worker.started, worker.quiet, worker.heartbeat (sampled) and worker.stopped events.';
+
+--
+-- Name: ojs_dead_letter; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_dead_letter AS
+ SELECT ojs_job.id,
+    ojs_job.queue,
+    ojs_job.type,
+    ojs_job.attempt,
+    (ojs_job.error ->> 'code'::text) AS error_code,
+    (ojs_job.error ->> 'message'::text) AS error_message,
+    ojs_job.created_at,
+    ojs_job.dead_lettered_at
+   FROM public.ojs_job
+  WHERE ((ojs_job.state = 'discarded'::public.ojs_job_state) AND (ojs_job.dead_lettered_at IS NOT NULL));
+
+--
+-- Name: VIEW ojs_dead_letter; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_dead_letter IS 'Jobs in the dead-letter queue: discarded by their own failure with on_exhaustion = dead_letter (or the DEAD_LETTER directive).';
+
+--
+-- Name: COLUMN ojs_dead_letter.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dead_letter.id IS 'Job id.';
+
+--
+-- Name: COLUMN ojs_dead_letter.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dead_letter.queue IS 'Queue name.';
+
+--
+-- Name: COLUMN ojs_dead_letter.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dead_letter.type IS 'Job type.';
+
+--
+-- Name: COLUMN ojs_dead_letter.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dead_letter.attempt IS 'Attempts made.';
+
+--
+-- Name: COLUMN ojs_dead_letter.error_code; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dead_letter.error_code IS 'Code of the last error.';
+
+--
+-- Name: COLUMN ojs_dead_letter.error_message; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dead_letter.error_message IS 'Message of the last error.';
+
+--
+-- Name: COLUMN ojs_dead_letter.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dead_letter.created_at IS 'When the job was received.';
+
+--
+-- Name: COLUMN ojs_dead_letter.dead_lettered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dead_letter.dead_lettered_at IS 'When it entered the dead-letter queue.';
+
+--
+-- Name: ojs_dispatch_second; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_dispatch_second (
+    second timestamp with time zone NOT NULL,
+    queue text NOT NULL,
+    pool text NOT NULL,
+    dispatched bigint DEFAULT 0 NOT NULL,
+    wait_ms bigint DEFAULT 0 NOT NULL
+);
+
+--
+-- Name: TABLE ojs_dispatch_second; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_dispatch_second IS 'Jobs dispatched per second, queue and pool, over all replicas (recent minutes only).';
+
+--
+-- Name: COLUMN ojs_dispatch_second.second; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dispatch_second.second IS 'The second (truncated) the jobs were dispatched in.';
+
+--
+-- Name: COLUMN ojs_dispatch_second.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dispatch_second.queue IS 'Queue the jobs came from.';
+
+--
+-- Name: COLUMN ojs_dispatch_second.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dispatch_second.pool IS 'Pool of the fetching workers ('''' for none).';
+
+--
+-- Name: COLUMN ojs_dispatch_second.dispatched; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dispatch_second.dispatched IS 'Jobs dispatched.';
+
+--
+-- Name: COLUMN ojs_dispatch_second.wait_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_dispatch_second.wait_ms IS 'Sum of their waits from available to dispatch, in milliseconds.';
+
+--
+-- Name: ojs_event; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_event (
+    seq bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    type text NOT NULL,
+    source text DEFAULT COALESCE(NULLIF(current_setting('ojs.source'::text, true), ''::text), 'ojs://ojs-server/api/unknown'::text) NOT NULL,
+    "time" timestamp with time zone DEFAULT now() NOT NULL,
+    subject text,
+    job_id uuid,
+    queue text,
+    job_type text,
+    from_state public.ojs_job_state,
+    to_state public.ojs_job_state,
+    data jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT ojs_event_data_is_object CHECK ((jsonb_typeof(data) = 'object'::text)),
+    CONSTRAINT ojs_event_transition_complete CHECK (((from_state IS NULL) OR (to_state IS NOT NULL)))
+);
+
+--
+-- Name: TABLE ojs_event; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_event IS 'Lifecycle events (OJS event vocabulary). Job and dead-letter events are written by an events CTE in the same SQL statement that changes the job, worker events by the ojs_worker_events triggers, queue changes (queue.created, queue.paused, ...) in the statement that makes them, and queue.full, backpressure, pool and scheduling events by inserts of their own. Served by GET /ojs/v1/events and the SSE streams; pruned after 7 days or beyond 1,000,000 events (the defaults).';
+
+--
+-- Name: COLUMN ojs_event.seq; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.seq IS 'Position of the event among all events; orders the events of one transaction. The event id sent to clients (evt_<UUIDv7>) is made of time and seq.';
+
+--
+-- Name: COLUMN ojs_event.xid; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.xid IS 'Transaction that wrote the event; events are delivered in (xid, seq) order once that transaction is older than every running one.';
+
+--
+-- Name: COLUMN ojs_event.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.type IS 'Event type, e.g. job.completed.';
+
+--
+-- Name: COLUMN ojs_event.source; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.source IS 'ojs://<service>/<component>/<instance> of the writer.';
+
+--
+-- Name: COLUMN ojs_event."time"; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event."time" IS 'When the change happened (the transaction time of the writer).';
+
+--
+-- Name: COLUMN ojs_event.subject; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.subject IS 'What the event is about: a job id, worker id, queue name, ...';
+
+--
+-- Name: COLUMN ojs_event.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.job_id IS 'Job the event is about, if any.';
+
+--
+-- Name: COLUMN ojs_event.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.queue IS 'Queue of that job (or the queue the event is about).';
+
+--
+-- Name: COLUMN ojs_event.job_type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.job_type IS 'Type of that job.';
+
+--
+-- Name: COLUMN ojs_event.from_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.from_state IS 'For the one event that records a job state change: the state before.';
+
+--
+-- Name: COLUMN ojs_event.to_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.to_state IS 'For the one event that records a job state change: the state after.';
+
+--
+-- Name: COLUMN ojs_event.data; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.data IS 'Event payload.';
+
+--
+-- Name: ojs_event_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.ojs_event ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.ojs_event_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: ojs_job_counts; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_job_counts AS
+ SELECT ojs_job.queue,
+    ojs_job.state,
+    count(*) AS jobs,
+    min(ojs_job.created_at) AS oldest_created_at,
+    max(ojs_job.created_at) AS newest_created_at
+   FROM public.ojs_job
+  GROUP BY ojs_job.queue, ojs_job.state;
+
+--
+-- Name: VIEW ojs_job_counts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_job_counts IS 'Number of jobs per queue and state (scans the whole table; filter by queue for big tables).';
+
+--
+-- Name: COLUMN ojs_job_counts.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_counts.queue IS 'Queue name.';
+
+--
+-- Name: COLUMN ojs_job_counts.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_counts.state IS 'Job state.';
+
+--
+-- Name: COLUMN ojs_job_counts.jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_counts.jobs IS 'Number of jobs of the queue in that state.';
+
+--
+-- Name: COLUMN ojs_job_counts.oldest_created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_counts.oldest_created_at IS 'created_at of the oldest such job.';
+
+--
+-- Name: COLUMN ojs_job_counts.newest_created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_counts.newest_created_at IS 'created_at of the newest such job.';
+
+--
+-- Name: ojs_job_overdue; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_job_overdue AS
+ SELECT ojs_job.id,
+    ojs_job.queue,
+    ojs_job.type,
+    ojs_job.worker_id,
+    ojs_job.attempt,
+    ojs_job.max_attempts,
+    ojs_job.started_at,
+    ojs_job.visible_until,
+    (now() - ojs_job.visible_until) AS overdue_by
+   FROM public.ojs_job
+  WHERE ((ojs_job.state = 'active'::public.ojs_job_state) AND (ojs_job.visible_until < now()));
+
+--
+-- Name: VIEW ojs_job_overdue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_job_overdue IS 'Active jobs whose reservation deadline has passed: the worker neither acknowledged, failed nor heartbeated them in time.';
+
+--
+-- Name: COLUMN ojs_job_overdue.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.id IS 'Job id.';
+
+--
+-- Name: COLUMN ojs_job_overdue.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.queue IS 'Queue name.';
+
+--
+-- Name: COLUMN ojs_job_overdue.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.type IS 'Job type.';
+
+--
+-- Name: COLUMN ojs_job_overdue.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.worker_id IS 'Worker holding the expired reservation, if known.';
+
+--
+-- Name: COLUMN ojs_job_overdue.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.attempt IS 'Attempt number of the expired claim.';
+
+--
+-- Name: COLUMN ojs_job_overdue.max_attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.max_attempts IS 'Attempts allowed in total.';
+
+--
+-- Name: COLUMN ojs_job_overdue.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.started_at IS 'When the expired claim was made.';
+
+--
+-- Name: COLUMN ojs_job_overdue.visible_until; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.visible_until IS 'The reservation deadline that passed.';
+
+--
+-- Name: COLUMN ojs_job_overdue.overdue_by; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_overdue.overdue_by IS 'How long ago the deadline passed.';
+
+--
+-- Name: ojs_job_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.ojs_job ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.ojs_job_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: ojs_job_stuck; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_job_stuck AS
+ SELECT ojs_job.id,
+    ojs_job.queue,
+    ojs_job.type,
+    ojs_job.state,
+    ojs_job.worker_id,
+    ojs_job.attempt,
+    ojs_job.max_attempts,
+        CASE
+            WHEN ((ojs_job.state = 'active'::public.ojs_job_state) AND (ojs_job.visible_until < now())) THEN 'reservation expired'::text
+            WHEN ((ojs_job.state = 'active'::public.ojs_job_state) AND (ojs_job.timeout_at < now())) THEN 'execution timeout passed'::text
+            WHEN ((ojs_job.state = 'active'::public.ojs_job_state) AND (ojs_job.total_deadline_at < now())) THEN 'total timeout passed'::text
+            WHEN (ojs_job.state = 'scheduled'::public.ojs_job_state) THEN 'scheduled time passed, not promoted'::text
+            WHEN (ojs_job.state = 'retryable'::public.ojs_job_state) THEN 'retry time passed, not promoted'::text
+            ELSE 'deadline passed, not expired'::text
+        END AS why,
+    COALESCE(
+        CASE
+            WHEN (ojs_job.state = 'active'::public.ojs_job_state) THEN LEAST(ojs_job.visible_until, ojs_job.timeout_at, ojs_job.total_deadline_at)
+            ELSE NULL::timestamp with time zone
+        END,
+        CASE
+            WHEN (ojs_job.state = 'scheduled'::public.ojs_job_state) THEN ojs_job.scheduled_at
+            ELSE NULL::timestamp with time zone
+        END,
+        CASE
+            WHEN (ojs_job.state = 'retryable'::public.ojs_job_state) THEN ojs_job.next_retry_at
+            ELSE NULL::timestamp with time zone
+        END, LEAST(ojs_job.expires_at, ojs_job.claim_deadline_at, ojs_job.total_deadline_at)) AS due_at
+   FROM public.ojs_job
+  WHERE (((ojs_job.state = 'active'::public.ojs_job_state) AND (LEAST(ojs_job.visible_until, ojs_job.timeout_at, ojs_job.total_deadline_at) < (now() - '00:00:05'::interval))) OR ((ojs_job.state = 'scheduled'::public.ojs_job_state) AND (ojs_job.scheduled_at < (now() - '00:00:05'::interval))) OR ((ojs_job.state = 'retryable'::public.ojs_job_state) AND (ojs_job.next_retry_at < (now() - '00:00:05'::interval))) OR ((ojs_job.state = ANY (ARRAY['scheduled'::public.ojs_job_state, 'available'::public.ojs_job_state, 'pending'::public.ojs_job_state, 'retryable'::public.ojs_job_state])) AND (LEAST(ojs_job.expires_at, ojs_job.claim_deadline_at, ojs_job.total_deadline_at) < (now() - '00:00:05'::interval))));
+
+--
+-- Name: VIEW ojs_job_stuck; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_job_stuck IS 'Jobs a maintenance service should have moved more than 5 seconds ago. Empty while a leader is running; rows here mean no instance leads or maintenance is falling behind.';
+
+--
+-- Name: COLUMN ojs_job_stuck.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.id IS 'Job id.';
+
+--
+-- Name: COLUMN ojs_job_stuck.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.queue IS 'Queue name.';
+
+--
+-- Name: COLUMN ojs_job_stuck.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.type IS 'Job type.';
+
+--
+-- Name: COLUMN ojs_job_stuck.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.state IS 'Current state.';
+
+--
+-- Name: COLUMN ojs_job_stuck.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.worker_id IS 'Worker holding it, for active jobs.';
+
+--
+-- Name: COLUMN ojs_job_stuck.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.attempt IS 'Attempts so far.';
+
+--
+-- Name: COLUMN ojs_job_stuck.max_attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.max_attempts IS 'Attempts allowed.';
+
+--
+-- Name: COLUMN ojs_job_stuck.why; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.why IS 'Which deadline passed.';
+
+--
+-- Name: COLUMN ojs_job_stuck.due_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_stuck.due_at IS 'When the job should have moved.';
+
+--
+-- Name: ojs_leader; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_leader (
+    name text NOT NULL,
+    leader_id text NOT NULL,
+    term bigint NOT NULL,
+    elected_at timestamp with time zone NOT NULL,
+    renewed_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT ojs_leader_expires_after_renewal CHECK ((expires_at >= renewed_at)),
+    CONSTRAINT ojs_leader_name_known CHECK ((name = 'maintenance'::text)),
+    CONSTRAINT ojs_leader_term_positive CHECK ((term >= 1))
+);
+
+--
+-- Name: TABLE ojs_leader; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_leader IS 'Leadership leases. The row named maintenance says which ojsd instance runs the maintenance services (promotion, reclaiming, expiry, retention, stale workers). The lease is held while expires_at > now().';
+
+--
+-- Name: COLUMN ojs_leader.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leader.name IS 'What the lease is for; only maintenance exists.';
+
+--
+-- Name: COLUMN ojs_leader.leader_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leader.leader_id IS 'Instance id of the holder (OJS_INSTANCE_ID; by default host, pid and a random suffix).';
+
+--
+-- Name: COLUMN ojs_leader.term; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leader.term IS 'Election counter; increases by one each time the lease changes hands or is taken again after it lapsed.';
+
+--
+-- Name: COLUMN ojs_leader.elected_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leader.elected_at IS 'When the current term began.';
+
+--
+-- Name: COLUMN ojs_leader.renewed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leader.renewed_at IS 'When the holder last renewed the lease.';
+
+--
+-- Name: COLUMN ojs_leader.expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leader.expires_at IS 'The lease is void after this; another instance may then take it. A resigning holder sets it to the resignation time.';
+
+--
+-- Name: ojs_leadership; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_leadership AS
+ SELECT ojs_leader.name,
+    ojs_leader.leader_id,
+    ojs_leader.term,
+    ojs_leader.elected_at,
+    ojs_leader.renewed_at,
+    ojs_leader.expires_at,
+    (ojs_leader.expires_at > now()) AS held,
+    GREATEST((ojs_leader.expires_at - now()), '00:00:00'::interval) AS remaining
+   FROM public.ojs_leader;
+
+--
+-- Name: VIEW ojs_leadership; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_leadership IS 'Who leads, and for how much longer unless the lease is renewed.';
+
+--
+-- Name: COLUMN ojs_leadership.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leadership.name IS 'What the lease is for.';
+
+--
+-- Name: COLUMN ojs_leadership.leader_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leadership.leader_id IS 'Instance id of the holder (or last holder).';
+
+--
+-- Name: COLUMN ojs_leadership.term; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leadership.term IS 'Election counter.';
+
+--
+-- Name: COLUMN ojs_leadership.elected_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leadership.elected_at IS 'When the current term began.';
+
+--
+-- Name: COLUMN ojs_leadership.renewed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leadership.renewed_at IS 'When the holder last renewed.';
+
+--
+-- Name: COLUMN ojs_leadership.expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leadership.expires_at IS 'When the lease runs out.';
+
+--
+-- Name: COLUMN ojs_leadership.held; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leadership.held IS 'Whether the lease is currently held (false: nobody leads until an instance is elected).';
+
+--
+-- Name: COLUMN ojs_leadership.remaining; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_leadership.remaining IS 'Time until the lease runs out.';
+
+--
+-- Name: ojs_pool; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_pool (
+    name text NOT NULL,
+    queues text[] NOT NULL,
+    concurrency integer,
+    strategy text DEFAULT 'round-robin'::text NOT NULL,
+    weights jsonb DEFAULT '{}'::jsonb NOT NULL,
+    isolated boolean DEFAULT false NOT NULL,
+    starvation_prevention jsonb NOT NULL,
+    tenant_fairness jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_pool_concurrency_non_negative CHECK (((concurrency IS NULL) OR (concurrency >= 0))),
+    CONSTRAINT ojs_pool_queues_not_empty CHECK ((cardinality(queues) > 0)),
+    CONSTRAINT ojs_pool_strategy CHECK ((strategy = ANY (ARRAY['strict'::text, 'round-robin'::text, 'weighted'::text, 'least-loaded'::text])))
+);
+
+--
+-- Name: TABLE ojs_pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_pool IS 'Worker pools (fair scheduling): the queues their members consume and how.';
+
+--
+-- Name: COLUMN ojs_pool.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.name IS 'Pool name; workers name it in their registration or heartbeat.';
+
+--
+-- Name: COLUMN ojs_pool.queues; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.queues IS 'Queues the members consume, in order of preference.';
+
+--
+-- Name: COLUMN ojs_pool.concurrency; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.concurrency IS 'Most jobs active at once across all members on all replicas; null = no limit.';
+
+--
+-- Name: COLUMN ojs_pool.strategy; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.strategy IS 'How a FETCH spreads over the queues: strict, round-robin, weighted or least-loaded.';
+
+--
+-- Name: COLUMN ojs_pool.weights; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.weights IS 'Queue weights of the weighted strategy (queue -> integer >= 1; missing = 1).';
+
+--
+-- Name: COLUMN ojs_pool.isolated; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.isolated IS 'Whether the pool''s queues are served to its members only.';
+
+--
+-- Name: COLUMN ojs_pool.starvation_prevention; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.starvation_prevention IS 'Object: enabled, rotation_interval (ISO 8601), min_dispatch_ratio.';
+
+--
+-- Name: COLUMN ojs_pool.tenant_fairness; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.tenant_fairness IS 'Object: enabled, strategy (fair-share), weights ("tenant:<id>" -> integer), default_weight.';
+
+--
+-- Name: COLUMN ojs_pool.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.created_at IS 'When the pool was first saved.';
+
+--
+-- Name: COLUMN ojs_pool.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_pool.updated_at IS 'When the pool was last saved.';
+
+--
+-- Name: ojs_queue; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_queue (
+    name text NOT NULL,
+    state public.ojs_queue_state DEFAULT 'active'::public.ojs_queue_state NOT NULL,
+    config jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_at timestamp with time zone,
+    resumed_at timestamp with time zone,
+    deletion jsonb,
+    CONSTRAINT ojs_queue_config_is_object CHECK ((jsonb_typeof(config) = 'object'::text)),
+    CONSTRAINT ojs_queue_name_format CHECK (((name = '_default'::text) OR (((char_length(name) >= 1) AND (char_length(name) <= 128)) AND (name ~ '^[a-z0-9][a-z0-9.-]*$'::text)))),
+    CONSTRAINT ojs_queue_paused_has_paused_at CHECK (((state <> 'paused'::public.ojs_queue_state) OR (paused_at IS NOT NULL)))
+);
+
+--
+-- Name: TABLE ojs_queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_queue IS 'One row per queue: its lifecycle state and its own configuration (seed 003). Jobs name their queue by text; a queue without a row behaves as active with the default configuration.';
+
+--
+-- Name: COLUMN ojs_queue.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue.name IS 'Queue name (the job''s queue), or _default for the policy every queue inherits.';
+
+--
+-- Name: COLUMN ojs_queue.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue.state IS 'active, paused (FETCH skips it; enqueues are accepted) or draining.';
+
+--
+-- Name: COLUMN ojs_queue.config; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue.config IS 'The queue''s own configuration values (only those set explicitly); the resolved configuration layers them over _default and the system defaults.';
+
+--
+-- Name: COLUMN ojs_queue.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue.created_at IS 'When the queue came into existence (first enqueue, pause/resume, or explicit creation).';
+
+--
+-- Name: COLUMN ojs_queue.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue.updated_at IS 'Last change of state or configuration.';
+
+--
+-- Name: COLUMN ojs_queue.paused_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue.paused_at IS 'When the queue was last paused (kept after a resume).';
+
+--
+-- Name: COLUMN ojs_queue.resumed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue.resumed_at IS 'When the queue was last resumed.';
+
+--
+-- Name: COLUMN ojs_queue.deletion; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue.deletion IS 'While draining: how the queue is being deleted ({"strategy", "target_queue", "jobs_affected"}), for its queue.deleted event once its last active job ends.';
+
+--
+-- Name: ojs_queue_capacity; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_queue_capacity (
+    queue text NOT NULL,
+    max_jobs bigint,
+    max_bytes bigint,
+    overflow_policy text DEFAULT 'reject'::text NOT NULL,
+    jobs bigint DEFAULT 0 NOT NULL,
+    bytes bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT ojs_queue_capacity_policy CHECK ((overflow_policy = ANY (ARRAY['reject'::text, 'drop_oldest'::text, 'block'::text])))
+);
+
+--
+-- Name: TABLE ojs_queue_capacity; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_queue_capacity IS 'Bounded queues: resolved max_size (max_jobs), max_size_bytes (max_bytes), overflow policy, and the current count and total size of their non-terminal jobs.';
+
+--
+-- Name: COLUMN ojs_queue_capacity.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_capacity.queue IS 'The bounded queue, or _default for the bounds new queues take.';
+
+--
+-- Name: COLUMN ojs_queue_capacity.max_jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_capacity.max_jobs IS 'Resolved max_size: most unfinished jobs; null = no bound on the count.';
+
+--
+-- Name: COLUMN ojs_queue_capacity.max_bytes; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_capacity.max_bytes IS 'Resolved max_size_bytes: most total size of unfinished jobs; null = no bound on the size.';
+
+--
+-- Name: COLUMN ojs_queue_capacity.overflow_policy; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_capacity.overflow_policy IS 'What an enqueue past a bound does: reject, drop_oldest or block.';
+
+--
+-- Name: COLUMN ojs_queue_capacity.jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_capacity.jobs IS 'Non-terminal jobs (active included) now in the queue.';
+
+--
+-- Name: COLUMN ojs_queue_capacity.bytes; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_capacity.bytes IS 'Total size (args + meta, bytes) of those jobs.';
+
+--
+-- Name: ojs_queue_config_generation; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_queue_config_generation (
+    singleton boolean DEFAULT true NOT NULL,
+    generation bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT ojs_queue_config_generation_singleton CHECK (singleton)
+);
+
+--
+-- Name: TABLE ojs_queue_config_generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_queue_config_generation IS 'One row: a counter bumped by every queue configuration change (cache invalidation).';
+
+--
+-- Name: COLUMN ojs_queue_config_generation.singleton; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_config_generation.singleton IS 'Always true: the table has one row.';
+
+--
+-- Name: COLUMN ojs_queue_config_generation.generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_config_generation.generation IS 'Incremented by every configuration change of a queue or of _default.';
+
+--
+-- Name: ojs_queue_overview; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_queue_overview AS
+ WITH d AS (
+         SELECT ojs_queue.config
+           FROM public.ojs_queue
+          WHERE (ojs_queue.name = '_default'::text)
+        ), counts AS (
+         SELECT ojs_job.queue,
+            count(*) FILTER (WHERE (ojs_job.state = 'available'::public.ojs_job_state)) AS available,
+            count(*) FILTER (WHERE (ojs_job.state = 'active'::public.ojs_job_state)) AS active,
+            count(*) FILTER (WHERE (ojs_job.state = 'scheduled'::public.ojs_job_state)) AS scheduled,
+            count(*) FILTER (WHERE (ojs_job.state = 'retryable'::public.ojs_job_state)) AS retryable,
+            count(*) FILTER (WHERE (ojs_job.state = 'pending'::public.ojs_job_state)) AS pending,
+            count(*) FILTER (WHERE (ojs_job.state = 'completed'::public.ojs_job_state)) AS completed,
+            count(*) FILTER (WHERE (ojs_job.state = 'discarded'::public.ojs_job_state)) AS discarded,
+            count(*) FILTER (WHERE (ojs_job.state = 'cancelled'::public.ojs_job_state)) AS cancelled
+           FROM public.ojs_job
+          GROUP BY ojs_job.queue
+        )
+ SELECT q.name AS queue,
+    q.state,
+    ((((COALESCE(c.available, (0)::bigint) + COALESCE(c.active, (0)::bigint)) + COALESCE(c.scheduled, (0)::bigint)) + COALESCE(c.retryable, (0)::bigint)) + COALESCE(c.pending, (0)::bigint)) AS depth,
+    COALESCE(c.available, (0)::bigint) AS available,
+    COALESCE(c.active, (0)::bigint) AS active,
+    COALESCE(c.scheduled, (0)::bigint) AS scheduled,
+    COALESCE(c.retryable, (0)::bigint) AS retryable,
+    COALESCE(c.pending, (0)::bigint) AS pending,
+    COALESCE(c.completed, (0)::bigint) AS completed,
+    COALESCE(c.discarded, (0)::bigint) AS discarded,
+    COALESCE(c.cancelled, (0)::bigint) AS cancelled,
+    (COALESCE((q.config -> 'max_size'::text), (d.config -> 'max_size'::text)))::bigint AS max_size,
+    (COALESCE((q.config -> 'max_size_bytes'::text), (d.config -> 'max_size_bytes'::text)))::bigint AS max_size_bytes,
+    COALESCE((q.config ->> 'overflow_policy'::text), (d.config ->> 'overflow_policy'::text), 'reject'::text) AS overflow_policy,
+    (COALESCE((q.config -> 'concurrency'::text), (d.config -> 'concurrency'::text)))::bigint AS concurrency,
+    COALESCE((q.config -> 'rate_limit'::text), (d.config -> 'rate_limit'::text)) AS rate_limit,
+    cap.jobs AS counted_depth,
+    round(((((((COALESCE(c.available, (0)::bigint) + COALESCE(c.active, (0)::bigint)) + COALESCE(c.scheduled, (0)::bigint)) + COALESCE(c.retryable, (0)::bigint)) + COALESCE(c.pending, (0)::bigint)))::numeric / (NULLIF((COALESCE((q.config -> 'max_size'::text), (d.config -> 'max_size'::text)))::bigint, 0))::numeric), 4) AS utilization,
+    q.config AS own_config,
+    q.created_at,
+    q.updated_at
+   FROM (((public.ojs_queue q
+     LEFT JOIN d ON (true))
+     LEFT JOIN counts c ON ((c.queue = q.name)))
+     LEFT JOIN public.ojs_queue_capacity cap ON ((cap.queue = q.name)))
+  WHERE (q.name <> '_default'::text);
+
+--
+-- Name: VIEW ojs_queue_overview; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_queue_overview IS 'Per queue: lifecycle state, jobs by state, and the limits resolved over _default (null = unlimited). counted_depth is the capacity counter of bounded queues.';
+
+--
+-- Name: COLUMN ojs_queue_overview.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.queue IS 'Queue name.';
+
+--
+-- Name: COLUMN ojs_queue_overview.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.state IS 'active, paused or draining.';
+
+--
+-- Name: COLUMN ojs_queue_overview.depth; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.depth IS 'Unfinished jobs (available, active, scheduled, retryable, pending).';
+
+--
+-- Name: COLUMN ojs_queue_overview.available; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.available IS 'Jobs available.';
+
+--
+-- Name: COLUMN ojs_queue_overview.active; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.active IS 'Jobs active.';
+
+--
+-- Name: COLUMN ojs_queue_overview.scheduled; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.scheduled IS 'Jobs scheduled.';
+
+--
+-- Name: COLUMN ojs_queue_overview.retryable; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.retryable IS 'Jobs retryable.';
+
+--
+-- Name: COLUMN ojs_queue_overview.pending; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.pending IS 'Jobs pending.';
+
+--
+-- Name: COLUMN ojs_queue_overview.completed; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.completed IS 'Completed jobs retained.';
+
+--
+-- Name: COLUMN ojs_queue_overview.discarded; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.discarded IS 'Discarded jobs retained.';
+
+--
+-- Name: COLUMN ojs_queue_overview.cancelled; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.cancelled IS 'Cancelled jobs retained.';
+
+--
+-- Name: COLUMN ojs_queue_overview.max_size; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.max_size IS 'Resolved max_size (null = unlimited).';
+
+--
+-- Name: COLUMN ojs_queue_overview.max_size_bytes; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.max_size_bytes IS 'Resolved max_size_bytes (null = unlimited).';
+
+--
+-- Name: COLUMN ojs_queue_overview.overflow_policy; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.overflow_policy IS 'Resolved overflow policy.';
+
+--
+-- Name: COLUMN ojs_queue_overview.concurrency; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.concurrency IS 'Resolved concurrency limit (null = unlimited).';
+
+--
+-- Name: COLUMN ojs_queue_overview.rate_limit; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.rate_limit IS 'Resolved rate limit {limit, period} (null = none).';
+
+--
+-- Name: COLUMN ojs_queue_overview.counted_depth; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.counted_depth IS 'The capacity counter of a bounded queue (equals depth).';
+
+--
+-- Name: COLUMN ojs_queue_overview.utilization; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.utilization IS 'depth / max_size.';
+
+--
+-- Name: COLUMN ojs_queue_overview.own_config; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.own_config IS 'The queue''s own configuration values.';
+
+--
+-- Name: COLUMN ojs_queue_overview.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.created_at IS 'When the queue came into existence.';
+
+--
+-- Name: COLUMN ojs_queue_overview.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_queue_overview.updated_at IS 'Last change of state or configuration.';
+
+--
+-- Name: ojs_rate_window; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_rate_window (
+    key text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    jobs integer NOT NULL,
+    CONSTRAINT ojs_rate_window_jobs CHECK ((jobs > 0))
+);
+
+--
+-- Name: TABLE ojs_rate_window; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_rate_window IS 'Job starts under a rate limit: one row per claim (key = "queue:<name>"), kept for one rate period.';
+
+--
+-- Name: COLUMN ojs_rate_window.key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_window.key IS 'Rate-limit key: queue:<queue name>.';
+
+--
+-- Name: COLUMN ojs_rate_window.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_window.started_at IS 'When the claim started its jobs.';
+
+--
+-- Name: COLUMN ojs_rate_window.jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_window.jobs IS 'Jobs the claim started.';
+
+--
+-- Name: ojs_worker; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_worker (
+    id text NOT NULL,
+    state text DEFAULT 'running'::text NOT NULL,
+    directive text DEFAULT ''::text NOT NULL,
+    hostname text,
+    pid integer,
+    queues text[],
+    concurrency integer,
+    labels json,
+    pool text,
+    started_at timestamp with time zone,
+    registered_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_heartbeat_at timestamp with time zone,
+    last_seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    stale_at timestamp with time zone,
+    strategy text,
+    weights json,
+    heartbeat_event_at timestamp with time zone,
+    CONSTRAINT ojs_worker_concurrency_non_negative CHECK (((concurrency IS NULL) OR (concurrency >= 0))),
+    CONSTRAINT ojs_worker_directive_known CHECK ((directive = ANY (ARRAY[''::text, 'quiet'::text, 'terminate'::text]))),
+    CONSTRAINT ojs_worker_id_format CHECK ((((char_length(id) >= 1) AND (char_length(id) <= 255)) AND (id !~ '[[:cntrl:]]'::text))),
+    CONSTRAINT ojs_worker_state_known CHECK ((state = ANY (ARRAY['running'::text, 'quiet'::text, 'terminate'::text, 'drain'::text]))),
+    CONSTRAINT ojs_worker_weights_is_object CHECK (((weights IS NULL) OR (json_typeof(weights) = 'object'::text)))
+);
+
+--
+-- Name: TABLE ojs_worker; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_worker IS 'Workers that have heartbeated or registered, with their self-reported state and the server directive for them.';
+
+--
+-- Name: COLUMN ojs_worker.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.id IS 'Worker id chosen by the worker (a new id per process).';
+
+--
+-- Name: COLUMN ojs_worker.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.state IS 'State the worker last reported: running, quiet, terminate or drain.';
+
+--
+-- Name: COLUMN ojs_worker.directive; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.directive IS 'Server-side directive for the worker: empty, quiet or terminate (directives only escalate).';
+
+--
+-- Name: COLUMN ojs_worker.hostname; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.hostname IS 'Host name the worker reported.';
+
+--
+-- Name: COLUMN ojs_worker.pid; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.pid IS 'Process id the worker reported.';
+
+--
+-- Name: COLUMN ojs_worker.queues; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.queues IS 'Queues the worker said it consumes.';
+
+--
+-- Name: COLUMN ojs_worker.concurrency; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.concurrency IS 'Jobs the worker said it runs at once.';
+
+--
+-- Name: COLUMN ojs_worker.labels; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.labels IS 'Free-form labels the worker reported.';
+
+--
+-- Name: COLUMN ojs_worker.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.pool IS 'Worker pool the worker said it belongs to.';
+
+--
+-- Name: COLUMN ojs_worker.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.started_at IS 'When the worker process says it started.';
+
+--
+-- Name: COLUMN ojs_worker.registered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.registered_at IS 'When the server first heard from the worker.';
+
+--
+-- Name: COLUMN ojs_worker.last_heartbeat_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.last_heartbeat_at IS 'When the server last heard a heartbeat or registration; null for a worker only seen fetching (such workers are never declared stale).';
+
+--
+-- Name: COLUMN ojs_worker.last_seen_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.last_seen_at IS 'When the server last heard from the worker in any way (fetch, heartbeat, registration); updated at most every few seconds by fetches.';
+
+--
+-- Name: COLUMN ojs_worker.stale_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.stale_at IS 'When the worker was declared stale (no heartbeat for three intervals) and its jobs were released; cleared if it heartbeats again.';
+
+--
+-- Name: COLUMN ojs_worker.strategy; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.strategy IS 'Fetch strategy the worker registered with (used when no pool configuration applies).';
+
+--
+-- Name: COLUMN ojs_worker.weights; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.weights IS 'Queue weights the worker registered with, for the weighted strategy.';
+
+--
+-- Name: COLUMN ojs_worker.heartbeat_event_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.heartbeat_event_at IS 'When the last sampled worker.heartbeat event was written (at most one a minute).';
+
+--
+-- Name: ojs_worker_status; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_worker_status AS
+ SELECT w.id,
+    public.ojs_worker_effective_state(w.directive, w.state, (w.stale_at IS NOT NULL)) AS effective_state,
+    w.state AS reported_state,
+    w.directive,
+    w.hostname,
+    w.pool,
+    w.last_heartbeat_at,
+    w.last_seen_at,
+    w.stale_at,
+    ( SELECT count(*) AS count
+           FROM public.ojs_job j
+          WHERE ((j.worker_id = w.id) AND (j.state = 'active'::public.ojs_job_state))) AS active_jobs
+   FROM public.ojs_worker w;
+
+--
+-- Name: VIEW ojs_worker_status; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_worker_status IS 'Workers with their effective state and the number of jobs they hold.';
+
+--
+-- Name: COLUMN ojs_worker_status.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.id IS 'Worker id.';
+
+--
+-- Name: COLUMN ojs_worker_status.effective_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.effective_state IS 'running, quiet, terminate, drain or stale.';
+
+--
+-- Name: COLUMN ojs_worker_status.reported_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.reported_state IS 'What the worker last said about itself.';
+
+--
+-- Name: COLUMN ojs_worker_status.directive; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.directive IS 'Server directive for the worker (empty, quiet, terminate).';
+
+--
+-- Name: COLUMN ojs_worker_status.hostname; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.hostname IS 'Host the worker reported.';
+
+--
+-- Name: COLUMN ojs_worker_status.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.pool IS 'Pool the worker reported.';
+
+--
+-- Name: COLUMN ojs_worker_status.last_heartbeat_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.last_heartbeat_at IS 'Last heartbeat or registration.';
+
+--
+-- Name: COLUMN ojs_worker_status.last_seen_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.last_seen_at IS 'Last contact of any kind.';
+
+--
+-- Name: COLUMN ojs_worker_status.stale_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.stale_at IS 'When it was declared stale, if it was.';
+
+--
+-- Name: COLUMN ojs_worker_status.active_jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker_status.active_jobs IS 'Jobs it holds now.';
+
+--
+-- Name: ojs_dispatch_second ojs_dispatch_second_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_dispatch_second
+    ADD CONSTRAINT ojs_dispatch_second_pkey PRIMARY KEY (second, queue, pool);
+
+--
+-- Name: ojs_event ojs_event_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_event
+    ADD CONSTRAINT ojs_event_pkey PRIMARY KEY (seq);
+
+--
+-- Name: ojs_fair_queue ojs_fair_queue_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_fair_queue
+    ADD CONSTRAINT ojs_fair_queue_pkey PRIMARY KEY (queue);
+
+--
+-- Name: ojs_job ojs_job_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job
+    ADD CONSTRAINT ojs_job_pkey PRIMARY KEY (id);
+
+--
+-- Name: ojs_leader ojs_leader_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_leader
+    ADD CONSTRAINT ojs_leader_pkey PRIMARY KEY (name);
+
+--
+-- Name: ojs_pool ojs_pool_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_pool
+    ADD CONSTRAINT ojs_pool_pkey PRIMARY KEY (name);
+
+--
+-- Name: ojs_queue_capacity ojs_queue_capacity_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_queue_capacity
+    ADD CONSTRAINT ojs_queue_capacity_pkey PRIMARY KEY (queue);
+
+--
+-- Name: ojs_queue_config_generation ojs_queue_config_generation_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_queue_config_generation
+    ADD CONSTRAINT ojs_queue_config_generation_pkey PRIMARY KEY (singleton);
+
+--
+-- Name: ojs_queue ojs_queue_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_queue
+    ADD CONSTRAINT ojs_queue_pkey PRIMARY KEY (name);
+
+--
+-- Name: ojs_worker ojs_worker_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_worker
+    ADD CONSTRAINT ojs_worker_pkey PRIMARY KEY (id);
+
+--
+-- Name: ojs_dispatch_second_queue_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_dispatch_second_queue_idx ON public.ojs_dispatch_second USING btree (queue, second);
+
+--
+-- Name: ojs_event_job_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_event_job_idx ON public.ojs_event USING btree (job_id, xid, seq) WHERE (job_id IS NOT NULL);
+
+--
+-- Name: ojs_event_order_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX ojs_event_order_idx ON public.ojs_event USING btree (xid, seq);
+
+--
+-- Name: ojs_event_queue_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_event_queue_idx ON public.ojs_event USING btree (queue, xid, seq) WHERE (queue IS NOT NULL);
+
+--
+-- Name: ojs_job_active_deadline_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_active_deadline_idx ON public.ojs_job USING btree (LEAST(visible_until, timeout_at, total_deadline_at)) WHERE (state = 'active'::public.ojs_job_state);
+
+--
+-- Name: ojs_job_active_pool_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_active_pool_idx ON public.ojs_job USING btree (pool) WHERE ((state = 'active'::public.ojs_job_state) AND (pool IS NOT NULL));
+
+--
+-- Name: ojs_job_active_queue_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_active_queue_idx ON public.ojs_job USING btree (queue) WHERE (state = 'active'::public.ojs_job_state);
+
+--
+-- Name: ojs_job_capacity_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_capacity_idx ON public.ojs_job USING btree (queue, created_at, seq) WHERE (capacity_tracked AND (state = ANY (ARRAY['scheduled'::public.ojs_job_state, 'available'::public.ojs_job_state, 'pending'::public.ojs_job_state, 'retryable'::public.ojs_job_state])));
+
+--
+-- Name: ojs_job_dead_letter_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_dead_letter_idx ON public.ojs_job USING btree (dead_lettered_at) WHERE (dead_lettered_at IS NOT NULL);
+
+--
+-- Name: ojs_job_dispatch_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_dispatch_idx ON public.ojs_job USING btree (queue, (
+CASE
+    WHEN (priority_aging_ms IS NULL) THEN priority
+    ELSE 0
+END), (((date_part('epoch'::text, (enqueued_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) * (1000)::double precision) + (COALESCE((priority * priority_aging_ms), (0)::bigint))::double precision)), seq) WHERE (state = 'available'::public.ojs_job_state);
+
+--
+-- Name: ojs_job_fair_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_fair_idx ON public.ojs_job USING btree (queue, priority, fair_key, seq) WHERE ((state = 'available'::public.ojs_job_state) AND (fair_key IS NOT NULL));
+
+--
+-- Name: ojs_job_fair_tenant_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_fair_tenant_idx ON public.ojs_job USING btree (queue, priority, tenant, fair_key) WHERE ((state = 'available'::public.ojs_job_state) AND (fair_key IS NOT NULL));
+
+--
+-- Name: ojs_job_finished_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_finished_idx ON public.ojs_job USING btree (state, COALESCE(discarded_at, cancelled_at, completed_at)) WHERE (state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state]));
+
+--
+-- Name: ojs_job_retry_due_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_retry_due_idx ON public.ojs_job USING btree (next_retry_at) WHERE (state = 'retryable'::public.ojs_job_state);
+
+--
+-- Name: ojs_job_scheduled_due_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_scheduled_due_idx ON public.ojs_job USING btree (scheduled_at) WHERE (state = 'scheduled'::public.ojs_job_state);
+
+--
+-- Name: ojs_job_unique_key_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_unique_key_idx ON public.ojs_job USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+
+--
+-- Name: ojs_job_waiting_deadline_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_waiting_deadline_idx ON public.ojs_job USING btree (LEAST(expires_at, claim_deadline_at, total_deadline_at)) WHERE ((state = ANY (ARRAY['scheduled'::public.ojs_job_state, 'available'::public.ojs_job_state, 'pending'::public.ojs_job_state, 'retryable'::public.ojs_job_state])) AND ((expires_at IS NOT NULL) OR (claim_deadline_at IS NOT NULL) OR (total_deadline_at IS NOT NULL)));
+
+--
+-- Name: ojs_job_worker_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_worker_idx ON public.ojs_job USING btree (worker_id) WHERE (state = 'active'::public.ojs_job_state);
+
+--
+-- Name: ojs_rate_window_key_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_rate_window_key_idx ON public.ojs_rate_window USING btree (key, started_at);
+
+--
+-- Name: ojs_worker_heartbeat_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_worker_heartbeat_idx ON public.ojs_worker USING btree (last_heartbeat_at) WHERE (stale_at IS NULL);
+
+--
+-- Name: ojs_job ojs_job_capacity_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_capacity_delete AFTER DELETE ON public.ojs_job FOR EACH ROW WHEN ((old.capacity_tracked AND (old.state <> ALL (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])))) EXECUTE FUNCTION public.ojs_job_capacity_delete();
+
+--
+-- Name: TRIGGER ojs_job_capacity_delete ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_capacity_delete ON public.ojs_job IS 'Runs ojs_job_capacity_delete() after a counted unfinished job is deleted, so ojs_queue_capacity stays exact.';
+
+--
+-- Name: ojs_job ojs_job_capacity_move; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_capacity_move BEFORE UPDATE OF state, queue ON public.ojs_job FOR EACH ROW WHEN (((old.capacity_tracked AND (old.state <> ALL (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])) AND (new.state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state]))) OR ((old.state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])) AND (new.state <> ALL (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state]))) OR (old.queue IS DISTINCT FROM new.queue))) EXECUTE FUNCTION public.ojs_job_capacity_move();
+
+--
+-- Name: TRIGGER ojs_job_capacity_move ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_capacity_move ON public.ojs_job IS 'Runs ojs_job_capacity_move() when an update of state or queue takes a job into or out of the unfinished states, or to another queue, so ojs_queue_capacity stays exact.';
+
+--
+-- Name: ojs_job ojs_job_fair_tag_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_fair_tag_insert BEFORE INSERT ON public.ojs_job FOR EACH ROW WHEN ((new.tenant_fair AND (new.state = 'available'::public.ojs_job_state))) EXECUTE FUNCTION public.ojs_job_fair_tag();
+
+--
+-- Name: TRIGGER ojs_job_fair_tag_insert ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_fair_tag_insert ON public.ojs_job IS 'Runs ojs_job_fair_tag() for a job inserted as available with tenant_fair set (the enqueue sets it for the queues in ojs_fair_queue).';
+
+--
+-- Name: ojs_job ojs_job_fair_tag_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_fair_tag_update BEFORE UPDATE OF state, queue ON public.ojs_job FOR EACH ROW WHEN ((new.tenant_fair AND (new.state = 'available'::public.ojs_job_state) AND ((old.state <> 'available'::public.ojs_job_state) OR (old.queue <> new.queue)))) EXECUTE FUNCTION public.ojs_job_fair_tag();
+
+--
+-- Name: TRIGGER ojs_job_fair_tag_update ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_fair_tag_update ON public.ojs_job IS 'Runs ojs_job_fair_tag() when a tenant_fair job becomes available (promotion, activation, release, manual retry) or moves to another queue while available.';
+
+--
+-- Name: ojs_worker ojs_worker_events_after; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_worker_events_after AFTER INSERT ON public.ojs_worker FOR EACH ROW EXECUTE FUNCTION public.ojs_worker_events();
+
+--
+-- Name: TRIGGER ojs_worker_events_after ON ojs_worker; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_worker_events_after ON public.ojs_worker IS 'Runs ojs_worker_events() after an insert: worker.started and worker.heartbeat for a new worker that heartbeated. An upsert that ends in an update does not fire it.';
+
+--
+-- Name: ojs_worker ojs_worker_events_before; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_worker_events_before BEFORE INSERT OR DELETE OR UPDATE ON public.ojs_worker FOR EACH ROW EXECUTE FUNCTION public.ojs_worker_events();
+
+--
+-- Name: TRIGGER ojs_worker_events_before ON ojs_worker; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_worker_events_before ON public.ojs_worker IS 'Runs ojs_worker_events() before every insert, update and delete of a worker: writes worker.started, worker.quiet, worker.stopped and the sampled worker.heartbeat for updates and deletes, and stamps heartbeat_event_at on inserts.';
+
+--
+-- PostgreSQL database dump complete
+--
+
