@@ -213,3 +213,64 @@ async fn operator_views_answer_the_usual_questions() {
         [(dead, Some("boom".to_owned()), Some("it broke".to_owned()))]
     );
 }
+
+/// Every enqueue takes the enqueue gate inside the SQL function `ojs_config_generation_locked`,
+/// and pool changes take it from Rust: both must name the same key.
+#[tokio::test]
+async fn the_enqueue_gate_is_the_key_the_sql_function_takes() {
+    let db = TestDb::new().await;
+    let source: String = sqlx::query_scalar(
+        "select prosrc from pg_proc where proname = 'ojs_config_generation_locked'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let (namespace, key) = ojsd::store::locks::ENQUEUE_GATE;
+    assert!(
+        source.contains(&format!("pg_advisory_xact_lock_shared({namespace}, {key})")),
+        "{source}"
+    );
+}
+
+/// The tenant-fair claim is a range scan of `ojs_job_fair_idx` too: its filter keeps the
+/// index's predicate and its order is the index's.
+#[tokio::test]
+async fn the_fair_claim_is_a_range_scan_of_the_fair_index() {
+    let db = TestDb::new().await;
+    sqlx::raw_sql(
+        "insert into ojs_job (id, type, queue, args, meta, priority, state, max_attempts, retry,
+                              timeout_ms, extra, enqueued_at, tenant, fair_key)
+         select gen_random_uuid(), 'a.b', 'q' || (i % 10), '[]', '{}', i % 5, 'available', 3,
+                '{}', 1000, '{}', now() - i * interval '1 ms', 't' || (i % 100), i / 100.0
+           from generate_series(1, 20000) i;
+         analyze ojs_job;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "explain select id from ojs_job
+          where queue = 'q3' and state = 'available' and fair_key is not null
+          order by priority, fair_key, seq
+          limit 10 for update skip locked",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("Index Scan using ojs_job_fair_idx"), "{plan}");
+    assert!(
+        !plan.contains("Sort"),
+        "the index order is the claim order:\n{plan}"
+    );
+    let claim_source = include_str!("../../src/store/job/claim.rs");
+    assert!(
+        claim_source.contains(
+            "               and fair_key is not null
+             -- The order of ojs_job_fair_idx (migration V8): priority, then the tenant-fair
+             -- virtual finish time, then seq.
+             order by priority, fair_key, seq"
+        ),
+        "the fair claim filters and orders as the index does"
+    );
+}
