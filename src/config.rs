@@ -328,7 +328,11 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Checks the settings against each other and the contract's minimums.
+    /// Checks the settings against each other and against ojsd's floors: a maximum priority of
+    /// at least 255 (as the [OJS priority levels] require), envelopes of at least 1 MiB and
+    /// batches of at least 1,000 jobs.
+    ///
+    /// [OJS priority levels]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#51-priority-levels
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.max_priority < DEFAULT_MAX_PRIORITY {
             bail!("OJS_MAX_PRIORITY must be at least {DEFAULT_MAX_PRIORITY}");

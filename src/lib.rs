@@ -1,8 +1,8 @@
 //! ojsd: an Open Job Spec (OJS) job server on PostgreSQL.
 //!
 //! A code tour, in reading order: the schema (`migrations/`), then [`job`] (what a job is),
-//! [`store`] (every SQL statement), [`broker`] (the OJS operations), [`http`] (the wire
-//! contract) and [`app`] (how it is all started).
+//! [`store`] (every SQL statement), [`broker`] (the OJS operations), [`http`] (the wire API)
+//! and [`app`] (how it is all started).
 
 /// The composition root: build and run the server.
 pub mod app;

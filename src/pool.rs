@@ -1,5 +1,7 @@
-//! Worker pools (fair scheduling, seed 002 §6, contract §5.8): what a pool is, how its input is
-//! checked, and its wire form.
+//! Worker pools of the fair-scheduling extension ([OJS worker pools]): what a pool is, how its
+//! input is checked, and its wire form.
+//!
+//! [OJS worker pools]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#6-worker-pools
 
 use std::collections::BTreeMap;
 
@@ -16,7 +18,9 @@ pub const MAX_QUEUES: usize = 100;
 /// Shortest accepted `rotation_interval`.
 pub const MIN_ROTATION_MS: u64 = 100;
 
-/// Starvation prevention settings (seed 002 §8).
+/// Starvation prevention settings ([OJS starvation prevention]).
+///
+/// [OJS starvation prevention]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#8-starvation-prevention
 #[derive(Debug, Clone, PartialEq)]
 pub struct Starvation {
     pub enabled: bool,
@@ -37,7 +41,9 @@ impl Default for Starvation {
     }
 }
 
-/// Per-tenant fairness settings (seed 002 §9).
+/// Per-tenant fairness settings ([OJS per-tenant fairness]).
+///
+/// [OJS per-tenant fairness]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#9-per-tenant-fairness
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TenantFairness {
     pub enabled: bool,
@@ -77,7 +83,11 @@ impl WorkerPool {
         self.weights.get(queue).copied().unwrap_or(1)
     }
 
-    /// Checks a PUT body for the pool `name` (contract §4.8.6, §5.8).
+    /// Checks a PUT body for the pool `name` (see [OJS pool management] and the
+    /// [pool definition]).
+    ///
+    /// [OJS pool management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#101-pool-management
+    /// [pool definition]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#61-pool-definition
     pub fn parse(name: &str, body: &Value) -> Result<WorkerPool, Error> {
         let Some(body) = body.as_object() else {
             return Err(Error::invalid("$", "the pool must be a JSON object"));
@@ -244,8 +254,9 @@ fn positive_weight(value: &Value, path: &str) -> Result<u32, Error> {
         })
 }
 
-/// `queues`: an array of names, or a map `{queue: {"weight": n}}` (contract C-58) which also
-/// gives weights.
+/// `queues`: an array of names, or a map `{queue: {"weight": n}}` which also gives weights.
+/// The map is ojsd's addition (the conformance suite sends it); it becomes the list of names
+/// plus `weights`.
 fn parse_queues(value: Option<&Value>) -> Result<(Vec<String>, BTreeMap<String, u32>), Error> {
     let mut weights = BTreeMap::new();
     let names: Vec<String> = match value {

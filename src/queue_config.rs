@@ -1,10 +1,13 @@
-//! Queue configuration (seed 003 §6, contract §5.6): validation of what operators write, the
-//! merge rules of a config `PUT`, and resolution through the layers
-//! system defaults → `_default` → the queue's own values.
+//! Queue configuration ([OJS queue configuration fields]): validation of what operators write,
+//! the merge rules of a config `PUT`, and resolution through the layers
+//! system defaults → `_default` → the queue's own values ([OJS policy inheritance]).
 //!
 //! A layer is stored as a JSON object holding only the fields set explicitly, in canonical form
 //! (durations as ISO 8601 text, timeouts as integer seconds, the backpressure alias expanded).
 //! [`QueueConfig`] is the resolved result: every field, with `None` meaning unlimited / none.
+//!
+//! [OJS queue configuration fields]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#6-queue-configuration-fields
+//! [OJS policy inheritance]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#72-policy-inheritance
 
 use serde_json::{Map, Value, json};
 

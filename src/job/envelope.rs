@@ -1,10 +1,15 @@
-//! Validation of an enqueue body into a [`NewJob`] (contract §2).
+//! Validation of an enqueue body (an [OJS job envelope]) into a [`NewJob`].
 //!
 //! The whole envelope is checked before anything is written, and every problem found is
 //! reported at once. Optional attributes may sit at the top level or inside an `options` object
-//! (the top level wins), under the aliases of contract §2.1. `type`, `args`, `id` and
-//! `specversion` are top-level only. Unknown top-level attributes are kept verbatim, in order;
-//! values sent for system-managed attributes are ignored.
+//! (the top level wins; see the HTTP binding's [options fields]), and some also under an alias
+//! name: `retry_policy`, `timeout_ms`, `delay_until`, `visibility_timeout_ms`, and
+//! `options.metadata` merged into `meta`. `type`, `args`, `id` and `specversion` are top-level
+//! only. Unknown top-level attributes are kept verbatim, in order; values sent for
+//! system-managed attributes are ignored.
+//!
+//! [OJS job envelope]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#5-job-envelope
+//! [options fields]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#options-fields
 
 use chrono::Utc;
 use serde_json::value::RawValue;
@@ -39,7 +44,8 @@ impl Violation {
     }
 }
 
-/// Why an envelope was refused, in the contract's order of precedence.
+/// Why an envelope was refused. The variants are in the order ojsd checks for them, and the
+/// first that applies is the answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Rejection {
     /// A size limit was exceeded (413 `envelope_too_large`).

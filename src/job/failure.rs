@@ -207,7 +207,10 @@ pub enum Outcome {
     },
 }
 
-/// Applies the retry policy to a failure of attempt `attempt` (contract §4.3.3).
+/// Applies the retry policy to a failure of attempt `attempt`. A handler's `DISCARD`, `FAIL` or
+/// `DEAD_LETTER` code overrides the policy ([OJS retry precedence]).
+///
+/// [OJS retry precedence]: https://github.com/openjobspec/spec/blob/main/spec/ojs-retry.md#72-precedence
 pub fn decide(
     policy: &RetryPolicy,
     attempt: i32,
@@ -297,13 +300,18 @@ impl Reclaim {
     }
 }
 
-/// What happens to an active job the server reclaims (contract §6.2, §6.4, §6.6), and the error
-/// recorded for the attempt.
+/// What happens to an active job the server reclaims, and the error recorded for the attempt.
 ///
 /// A lost reservation (visibility expiry, worker death, deregistration) puts the job straight
-/// back while attempts remain, without backoff: the attempt already counted. An execution
-/// timeout is an ordinary failure that the retry policy judges. A total timeout discards.
-/// Discards go to the dead-letter queue per `on_exhaustion`.
+/// back while attempts remain, without backoff. ojsd counts an attempt when the job is claimed
+/// and does not count it again here, although the OJS worker protocol asks for an increment on
+/// reclaim (see [visibility timeout expiration] and [job recovery]). An execution timeout is an
+/// ordinary failure that the retry policy judges ([server-side enforcement]). A total timeout
+/// discards. Discards go to the dead-letter queue per `on_exhaustion`.
+///
+/// [visibility timeout expiration]: https://github.com/openjobspec/spec/blob/main/spec/ojs-worker-protocol.md#55-visibility-timeout-expiration
+/// [job recovery]: https://github.com/openjobspec/spec/blob/main/spec/ojs-worker-protocol.md#102-job-recovery-process
+/// [server-side enforcement]: https://github.com/openjobspec/spec/blob/main/spec/ojs-timeouts.md#71-server-side-enforcement
 pub fn reclaim(
     policy: &RetryPolicy,
     attempt: i32,

@@ -1,6 +1,7 @@
 //! The OJS job: identity, lifecycle states, the stored row, and its policies.
 //!
-//! State machine (contract §3). Every move is one conditional SQL statement in `store::job`:
+//! State machine ([OJS job lifecycle]). Every move is one conditional SQL statement in
+//! `store::job`:
 //!
 //! ```text
 //!            PUSH ──┬──────────────┬───────────────┐
@@ -18,6 +19,8 @@
 //!
 //! `scheduled`, `available`, `pending`, `active` and `retryable` can all be cancelled.
 //! `completed`, `cancelled` and `discarded` are terminal.
+//!
+//! [OJS job lifecycle]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#6-job-lifecycle-state-machine
 
 pub mod envelope;
 pub mod failure;
@@ -142,7 +145,9 @@ impl JobState {
         )
     }
 
-    /// States whose priority may still change (priority extension §8.1).
+    /// States whose priority may still change ([OJS priority update]).
+    ///
+    /// [OJS priority update]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#81-priority-update
     pub const PRIORITY_CHANGEABLE: [JobState; 2] = [JobState::Available, JobState::Scheduled];
 
     /// States from which CANCEL moves a job to `cancelled`.

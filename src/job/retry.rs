@@ -1,8 +1,11 @@
-//! The retry policy (`retry` attribute, contract §5.1): validation, defaults, and backoff.
+//! The retry policy (the `retry` attribute, see [OJS retry policy]): validation, defaults, and
+//! backoff.
 //!
 //! A job stores its *effective* policy: the client's fields with the defaults filled in and
 //! durations rewritten in ISO 8601. Unknown keys inside `retry` are kept and echoed after the
 //! known ones.
+//!
+//! [OJS retry policy]: https://github.com/openjobspec/spec/blob/main/spec/ojs-retry.md
 
 use std::fmt::Write as _;
 

@@ -1,10 +1,12 @@
-//! Unique jobs (`unique` attribute, contract §5.2).
+//! Unique jobs: the `unique` attribute, see [OJS unique jobs].
 //!
 //! A unique policy names the dimensions of a job (`type` always, plus any of `queue`, `args`,
 //! `meta`) whose canonical JSON is hashed into the job's `unique_key`. Another job with the same
 //! key, in one of the policy's states and inside its period, is a duplicate; `on_conflict` says
 //! what to do about it. The check and the insert are serialized per key with a
 //! transaction-scoped advisory lock (see `store::job::lock_unique_keys`).
+//!
+//! [OJS unique jobs]: https://github.com/openjobspec/spec/blob/main/spec/ojs-unique-jobs.md
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -115,7 +117,9 @@ impl UniquePolicy {
                 }
             }
         }
-        // `key` (seed spelling): names of fields inside args objects.
+        // `key`, the spelling of the OJS JSON format's unique policy object: names of fields
+        // inside args objects, as `args_keys`.
+        // https://github.com/openjobspec/spec/blob/main/spec/ojs-json-format.md#35-unique-policy-object
         if let Some(key) = string_list("key", &mut v) {
             policy.by_args = true;
             policy.args_keys = Some(key);

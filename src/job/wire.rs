@@ -1,9 +1,11 @@
-//! The OJS JSON form of a stored job (contract §2.3–§2.5).
+//! The OJS JSON form of a stored job ([OJS JSON format]).
 //!
 //! Attributes are written in a fixed order, then the job's unknown attributes in the order the
 //! client sent them. Attributes without a value are omitted. Client JSON (`args`, `meta`,
 //! `result`, unknown attributes) is copied byte for byte, so two reads of an unchanged job are
 //! byte-identical.
+//!
+//! [OJS JSON format]: https://github.com/openjobspec/spec/blob/main/spec/ojs-json-format.md#3-json-representation-of-a-job-envelope
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
