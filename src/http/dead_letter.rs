@@ -1,4 +1,6 @@
-//! `/ojs/v1/dead-letter`: the dead-letter queue (contract §4.5).
+//! `/ojs/v1/dead-letter`: the dead-letter queue ([OJS dead-letter HTTP binding]).
+//!
+//! [OJS dead-letter HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-dead-letter.md#10-http-binding
 
 use axum::Router;
 use axum::extract::State;

@@ -1,9 +1,11 @@
-//! `ApiError`: every non-2xx response, rendered as the OJS error body (contract §1.6).
+//! `ApiError`: every non-2xx response, rendered as the [OJS error body].
 //!
 //! A handler returns `ApiError` (usually converted from [`crate::Error`] with `?`). Its
 //! `IntoResponse` only sets the status and headers and parks the error in the response's
 //! extensions; the request middleware (`http::middleware`) then writes the body — it knows the
 //! request id — and logs the internal cause inside the request's span. Causes are never sent.
+//!
+//! [OJS error body]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#161-error-response-format
 
 use std::sync::Arc;
 

@@ -1,5 +1,8 @@
-//! Events over HTTP (contract §4.10): `GET /ojs/v1/events` (polling with a cursor) and the SSE
-//! streams of one job or one queue.
+//! Events over HTTP: `GET /ojs/v1/events` (polling with a cursor, see [OJS event polling]) and
+//! the SSE streams of one job or one queue (see [OJS SSE binding]).
+//!
+//! [OJS event polling]: https://github.com/openjobspec/spec/blob/main/spec/ojs-events.md#64-http-polling-optional
+//! [OJS SSE binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-realtime.md#2-server-sent-events-sse-binding
 
 use std::convert::Infallible;
 use std::time::Duration;

@@ -261,9 +261,11 @@ pub(super) async fn cancel(
     .into_response())
 }
 
-/// `PATCH /ojs/v1/jobs/{id}` with `{"priority": n}` (priority extension §8.1): changes the
+/// `PATCH /ojs/v1/jobs/{id}` with `{"priority": n}` ([OJS priority update]): changes the
 /// priority of an `available` or `scheduled` job; FETCH uses it from the next claim on.
 /// Other members of the body are ignored.
+///
+/// [OJS priority update]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#81-priority-update
 async fn change_priority(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,

@@ -1,9 +1,10 @@
-//! The OJS HTTP binding (contract `ojs-api.md`): routes, shared state and the request
-//! middleware.
+//! The [OJS HTTP binding]: routes, shared state and the request middleware.
 //!
 //! Every response carries `OJS-Version: 1.0` and `X-Request-Id`; every JSON body (errors
 //! included) is `application/openjobspec+json`. Handlers are thin: parse the request, call one
 //! [`Broker`] operation, render the result.
+//!
+//! [OJS HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md
 
 pub mod error;
 pub mod extract;

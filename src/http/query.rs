@@ -1,4 +1,6 @@
-//! Query-string parameters and pagination (contract §1.7), with OJS errors.
+//! Query-string parameters and pagination ([OJS pagination]), with OJS errors.
+//!
+//! [OJS pagination]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#17-pagination
 
 use axum::extract::{FromRequestParts, RawQuery};
 use axum::http::request::Parts;

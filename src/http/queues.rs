@@ -1,5 +1,9 @@
 //! `/ojs/v1/queues`: queues as resources — listing, explicit creation, pause and resume,
-//! live statistics and priority statistics (contract §4.4).
+//! live statistics and priority statistics (see the [OJS queue endpoints] and the queue
+//! configuration extension's [queue management endpoints]).
+//!
+//! [OJS queue endpoints]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#11-queue-endpoints
+//! [queue management endpoints]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#91-queue-management-endpoints
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -40,7 +44,9 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-/// The queue object of contract §4.4, with its resolved configuration.
+/// The queue object ([OJS queue details]), with its resolved configuration.
+///
+/// [OJS queue details]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#93-get-queue-details
 #[derive(Serialize)]
 struct QueueBody<'a> {
     name: &'a str,
@@ -205,8 +211,10 @@ async fn show(
     .into_response())
 }
 
-/// `GET /ojs/v1/queues/{name}/stats` (contract §4.4.8): exact current counts of the queue's
-/// retained jobs, and its last hour.
+/// `GET /ojs/v1/queues/{name}/stats` ([OJS queue statistics]): exact current counts of the
+/// queue's retained jobs, and its last hour.
+///
+/// [OJS queue statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#112-queue-statistics
 async fn stats(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -242,7 +250,9 @@ async fn stats(
 }
 
 /// `DELETE /ojs/v1/queues/{name}` with `strategy` (`reject`, `discard`, `move`) and, for
-/// `move`, `target_queue`, in the body or the query (contract §4.4.6): 202.
+/// `move`, `target_queue`, in the body or the query ([OJS delete queue]): 202.
+///
+/// [OJS delete queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#94-delete-queue
 async fn delete_queue(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -314,7 +324,10 @@ async fn resume(
     set_paused(&state, &name, false).await
 }
 
-/// Pause or resume (contract §4.4.7): creates an unknown queue, idempotent.
+/// Pause or resume ([OJS pause queue], [resume queue]): creates an unknown queue, idempotent.
+///
+/// [OJS pause queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#113-pause-queue
+/// [resume queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#114-resume-queue
 async fn set_paused(state: &AppState, name: &str, paused: bool) -> Result<Response, ApiError> {
     queue_path(name)?;
     let queue = state.broker().set_queue_paused(name, paused).await?;
@@ -395,8 +408,10 @@ pub fn queue_path(name: &str) -> Result<(), ApiError> {
     check_queue_name("path.name", name)
 }
 
-/// `GET /ojs/v1/queues/{name}/priority-stats` (priority extension §10.3): available jobs per
+/// `GET /ojs/v1/queues/{name}/priority-stats` ([OJS priority statistics]): available jobs per
 /// stored priority, most urgent first, only the priorities that have jobs.
+///
+/// [OJS priority statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#103-priority-statistics
 async fn priority_stats(
     State(state): State<AppState>,
     Path(name): Path<String>,

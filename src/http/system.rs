@@ -26,7 +26,8 @@ pub fn router() -> Router<AppState> {
         .route("/metrics", get(metrics))
 }
 
-/// Prometheus text exposition. The content type is exactly `text/plain` (contract C-69).
+/// Prometheus text exposition. The content type is exactly `text/plain`, without the usual
+/// `version` parameter, because the conformance suite compares the header literally.
 async fn metrics(State(state): State<AppState>) -> Response {
     state.broker().refresh_gauges().await;
     (

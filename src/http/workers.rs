@@ -83,7 +83,9 @@ async fn worker_health(
     Ok(response)
 }
 
-/// A worker as the API shows it (contract §5.7).
+/// A worker as the API shows it (see [OJS list workers]).
+///
+/// [OJS list workers]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#91-list-workers
 #[derive(Serialize)]
 pub struct WireWorker<'a> {
     id: &'a str,
@@ -348,8 +350,10 @@ fn positive_ms(fields: &Fields<'_>, key: &str) -> Result<Option<i64>, ApiError> 
 
 fn parse_fetch(state: &AppState, fields: &Fields<'_>) -> Result<FetchRequest, ApiError> {
     let settings = state.settings();
-    // A pool member may leave the queues to its pool (contract §4.3.1); the broker refuses an
-    // empty list when no pool supplies queues.
+    // A pool member may leave `queues` out: its pool's settings replace the request's (server
+    // configuration wins, as OJS fair scheduling allows; see
+    // https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#52-multi-queue-competing-consumers).
+    // The broker refuses an empty list when no pool supplies queues.
     let names = fields.strings("queues")?.unwrap_or_default();
     if names.len() > MAX_FETCH_QUEUES || (names.is_empty() && fields.raw("queues").is_some()) {
         return Err(ApiError::invalid_field(

@@ -1,5 +1,8 @@
-//! `/ojs/v1/admin/dead-letter` (contract §4.8.8): the dead-letter queue of `http::dead_letter`
-//! with the admin list shape (`items`, 20 per page) and a 204 on delete (contract C-32).
+//! `/ojs/v1/admin/dead-letter` ([OJS dead-letter management]): the dead-letter queue of
+//! `http::dead_letter` with the admin list shape (`items`, 20 per page) and a 204 on delete,
+//! which the admin conformance tests expect (the data-plane delete answers 200 with a body).
+//!
+//! [OJS dead-letter management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#11-dead-letter-management
 
 use axum::Router;
 use axum::extract::State;

@@ -1,5 +1,8 @@
-//! `/ojs/v1/admin/jobs` (contract §4.8.3, §4.8.4): job listings with filters and order, a job
-//! in full, cancel, retry of discarded jobs, and bulk actions.
+//! `/ojs/v1/admin/jobs` ([OJS job inspection], [bulk operations]): job listings with filters
+//! and order, a job in full, cancel, retry of discarded jobs, and bulk actions.
+//!
+//! [OJS job inspection]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#7-job-inspection-and-search
+//! [bulk operations]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#8-bulk-operations
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -153,8 +156,10 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     .into_response())
 }
 
-/// `GET /ojs/v1/admin/jobs/{id}`: the job object itself, not wrapped in `{"job": ...}`
-/// (contract C-70).
+/// `GET /ojs/v1/admin/jobs/{id}`: the job object itself, not wrapped in `{"job": ...}` as on
+/// the data plane ([OJS admin job detail]).
+///
+/// [OJS admin job detail]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#72-get-job-detail
 async fn show(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -165,7 +170,11 @@ async fn show(
 
 /// `POST /ojs/v1/admin/jobs/{id}/retry`: a discarded job (dead-lettered or not) back to
 /// `available` with a fresh history, as a dead-letter retry, optional `override` included.
-/// Any other state is a conflict (a cancelled job stays cancelled, contract C-74).
+/// Any other state is a conflict. A cancelled job stays cancelled: ojsd keeps `cancelled` final,
+/// as in the [OJS job lifecycle], although the [OJS admin retry] also takes cancelled jobs.
+///
+/// [OJS job lifecycle]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#6-job-lifecycle-state-machine
+/// [OJS admin retry]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#74-retry-job
 async fn retry(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,

@@ -1,6 +1,9 @@
-//! `/ojs/v1/admin`: the operator's API (contract §4.8) — statistics, queues, jobs and bulk
-//! actions, the dead-letter queue, workers (§4.8.5, here) — and the test-only reset
-//! (`test_hooks`), never routed unless `OJS_TEST_HOOKS=1`.
+//! `/ojs/v1/admin`: the operator's API ([OJS admin API]) — statistics, queues, jobs and bulk
+//! actions, the dead-letter queue, [workers] (their routes are in this file) — and the
+//! test-only reset (`test_hooks`), never routed unless `OJS_TEST_HOOKS=1`.
+//!
+//! [OJS admin API]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md
+//! [workers]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#9-worker-management
 
 mod dead_letter;
 mod jobs;

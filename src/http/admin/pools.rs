@@ -1,5 +1,7 @@
-//! `/ojs/v1/admin/pools` and `/ojs/v1/admin/scheduling/stats` (fair scheduling, contract
-//! §4.8.6–4.8.7).
+//! `/ojs/v1/admin/pools` and `/ojs/v1/admin/scheduling/stats`: the HTTP side of fair
+//! scheduling ([OJS fair-scheduling HTTP binding]).
+//!
+//! [OJS fair-scheduling HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#10-http-binding
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -27,7 +29,9 @@ pub fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/scheduling/stats", get(stats))
 }
 
-/// Pool names follow the queue-name pattern (contract §2).
+/// Pool names follow the [queue-name pattern].
+///
+/// [queue-name pattern]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#queue
 fn pool_path(name: &str) -> Result<(), ApiError> {
     check_queue_name("path.name", name)
 }
@@ -90,7 +94,10 @@ async fn remove(
 }
 
 /// `GET /ojs/v1/admin/scheduling/stats`: dispatches per queue over the last minute, over all
-/// replicas; `stats` adds the totals, starved queues and pools (contract C-59).
+/// replicas, as `queues` and `window` ([OJS scheduling statistics]); `stats` adds the totals,
+/// starved queues and pools, because the conformance suite reads that object.
+///
+/// [OJS scheduling statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#102-scheduling-statistics
 async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.broker().scheduling_stats().await?;
     let window = duration::format_iso(STATS_WINDOW_SECS as u64 * 1_000);

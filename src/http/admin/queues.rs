@@ -1,6 +1,8 @@
-//! `/ojs/v1/admin/queues` (contract §4.8.2): queues with their counts, recent throughput and
-//! latency, and the purge of a queue's jobs. Pause and resume live with the other queue
-//! routes (`http::queues`).
+//! `/ojs/v1/admin/queues` ([OJS admin queue management]): queues with their counts, recent
+//! throughput and latency, and the purge of a queue's jobs. Pause and resume live with the
+//! other queue routes (`http::queues`).
+//!
+//! [OJS admin queue management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#6-queue-management
 
 use axum::Router;
 use axum::extract::{Path, State};

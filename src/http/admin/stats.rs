@@ -1,4 +1,6 @@
-//! `GET /ojs/v1/admin/stats` (contract §4.8.1): the whole server at a glance.
+//! `GET /ojs/v1/admin/stats` ([OJS aggregate statistics]): the whole server at a glance.
+//!
+//! [OJS aggregate statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#101-aggregate-statistics
 
 use axum::Router;
 use axum::extract::State;
