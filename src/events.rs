@@ -1,4 +1,4 @@
-//! Lifecycle events (contract §7): their wire form, and the in-process tail that feeds the SSE
+//! Lifecycle events ([OJS events]): their wire form, and the in-process tail that feeds the SSE
 //! streams.
 //!
 //! Events are written to `ojs_event` by the statements that make the change they describe (the
@@ -9,6 +9,8 @@
 //!
 //! The [`EventTail`] polls the log on one connection per process, only while some stream is
 //! open, and fans new events out in memory; each stream filters them for its job or queue.
+//!
+//! [OJS events]: https://github.com/openjobspec/spec/blob/main/spec/ojs-events.md
 
 use std::sync::Arc;
 use std::time::Duration;

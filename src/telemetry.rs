@@ -1,8 +1,10 @@
 //! Logs and metrics.
 //!
 //! Logs: `RUST_LOG` filters (default `info`), `OJS_LOG_FORMAT` picks text or JSON lines.
-//! Metrics: Prometheus text at `GET /metrics`, named after the OJS metrics (contract §8) plus
-//! HTTP request counters. Labels never carry job ids, arguments or messages.
+//! Metrics: Prometheus text at `GET /metrics`, named after the [OJS metrics] plus HTTP request
+//! counters. Labels never carry job ids, arguments or messages.
+//!
+//! [OJS metrics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-observability.md#8-metrics
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -31,11 +33,15 @@ pub fn init(format: LogFormat) {
     let _ = result;
 }
 
-/// Execution-time buckets (seconds), contract §8.
+/// Execution-time buckets (seconds), the ones the [OJS histogram metrics] recommend.
+///
+/// [OJS histogram metrics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-observability.md#82-histogram-metrics
 const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
-/// Waiting-time buckets (seconds), contract §8.
+/// Waiting-time buckets (seconds), the ones the [OJS histogram metrics] recommend.
+///
+/// [OJS histogram metrics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-observability.md#82-histogram-metrics
 const WAIT_BUCKETS: &[f64] = &[
     0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0,
 ];
@@ -299,7 +305,9 @@ pub fn queues_deleted(n: usize) {
 }
 
 /// Jobs a FETCH dispatched for a member of `pool` (`default` for none): the fair-scheduling
-/// dispatch counter and wait histogram (seed 002 §11.2).
+/// dispatch counter and wait histogram ([OJS fair-scheduling metrics]).
+///
+/// [OJS fair-scheduling metrics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#112-metrics
 pub fn jobs_dispatched(jobs: &[Job], pool: &str) {
     let mut per_queue: HashMap<&str, u64> = HashMap::new();
     for job in jobs {

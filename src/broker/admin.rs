@@ -1,5 +1,7 @@
-//! Operator operations of the admin API (contract §4.8): figures, job listings, manual retry
-//! of any discarded job, bulk actions and queue purges.
+//! Operator operations of the [OJS admin API]: figures, job listings, manual retry of any
+//! discarded job, bulk actions and queue purges.
+//!
+//! [OJS admin API]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -38,7 +40,9 @@ pub struct AdminQueueDetail {
     pub oldest_available_at: Option<DateTime<Utc>>,
 }
 
-/// A bulk action on jobs (contract §4.8.4).
+/// A bulk action on jobs ([OJS bulk operations]).
+///
+/// [OJS bulk operations]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#8-bulk-operations
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BulkAction {
     /// Discarded jobs back to `available`, as a manual retry.

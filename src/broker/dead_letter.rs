@@ -1,4 +1,6 @@
-//! The dead-letter queue (contract §4.5): listing, manual retry, deletion and purge.
+//! The dead-letter queue ([OJS dead-letter queue]): listing, manual retry, deletion and purge.
+//!
+//! [OJS dead-letter queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-dead-letter.md
 
 use chrono::{DateTime, Utc};
 

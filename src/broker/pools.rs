@@ -55,7 +55,9 @@ pub struct QueueScheduling {
     pub active: i64,
 }
 
-/// The scheduling statistics (contract §4.8.7).
+/// The scheduling statistics ([OJS scheduling statistics]).
+///
+/// [OJS scheduling statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#102-scheduling-statistics
 #[derive(Debug, Clone)]
 pub struct SchedulingStats {
     pub queues: Vec<QueueScheduling>,

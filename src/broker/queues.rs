@@ -12,7 +12,9 @@ use crate::queue_config::{self, DEFAULT_QUEUE, QueueConfig};
 use crate::store;
 use crate::store::queue::{Bounds, QueueCounts, QueueRow, QueueState};
 
-/// How a queue is deleted (contract §4.4.6).
+/// How a queue is deleted ([OJS queue deletion]).
+///
+/// [OJS queue deletion]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#53-queue-deletion
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeleteStrategy {
     /// Only an empty queue (no unfinished job) is deleted.
@@ -199,9 +201,11 @@ impl Broker {
             .collect())
     }
 
-    /// Deletes a queue (contract §4.4.6). Waiting jobs are discarded or moved per `strategy`
-    /// in the same transaction; while active jobs remain the queue is `draining` (fetchable,
-    /// refusing new jobs and pause), and the expirer removes it once they have ended.
+    /// Deletes a queue ([OJS queue deletion]). Waiting jobs are discarded or moved per
+    /// `strategy` in the same transaction; while active jobs remain the queue is `draining`
+    /// (fetchable, refusing new jobs and pause), and the expirer removes it once they have ended.
+    ///
+    /// [OJS queue deletion]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#53-queue-deletion
     pub async fn delete_queue(&self, name: &str, strategy: &DeleteStrategy) -> Result<Deleted> {
         let mut tx = self.db.begin().await?;
         let target = store::queue::lock_for_delete(&mut *tx, name)

@@ -10,7 +10,7 @@ use crate::store;
 /// Expirer settings.
 #[derive(Debug, Clone)]
 pub struct ExpirerConfig {
-    /// Pause between passes (contract §1.9: expiry within 1 s).
+    /// Pause between passes (short enough to expire jobs within 1 s).
     pub interval: Duration,
     /// Jobs per statement.
     pub batch_size: i64,

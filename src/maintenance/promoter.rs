@@ -11,7 +11,9 @@ use crate::store;
 #[derive(Debug, Clone)]
 pub struct PromoterConfig {
     /// Pause between passes. Jobs become available within about this long of their due time
-    /// (contract §1.9: 500 ms).
+    /// (ojsd aims for 500 ms; the OJS conformance levels ask for 1 s, see [delayed jobs]).
+    ///
+    /// [delayed jobs]: https://github.com/openjobspec/spec/blob/main/spec/ojs-conformance.md#231-delayed-jobs-l2-del
     pub interval: Duration,
     /// Jobs of each kind (scheduled, retryable) per statement.
     pub batch_size: i64,

@@ -16,7 +16,10 @@ use crate::store::job::PruneCutoffs;
 /// Pruner settings.
 #[derive(Debug, Clone)]
 pub struct PrunerConfig {
-    /// Pause between passes (contract §1.9: at least every 5 minutes).
+    /// Pause between passes (short enough to prune at least every 5 minutes, as the OJS
+    /// dead-letter spec's [pruning strategy] recommends).
+    ///
+    /// [pruning strategy]: https://github.com/openjobspec/spec/blob/main/spec/ojs-dead-letter.md#81-pruning-strategy
     pub interval: Duration,
     /// Completed jobs are kept this long after `completed_at` (default 7 days).
     pub completed: Duration,
@@ -87,9 +90,12 @@ enum Target {
     Workers(DateTime<Utc>),
 }
 
-/// The retention fields of the queue configuration layers (seed 003 §6.3–6.4): `retention.*`,
-/// `dead_letter_ttl` and `dead_letter_max_size` of `_default` and of each queue that sets them.
-/// What no layer sets comes from the server's settings.
+/// The retention fields of the queue configuration layers ([OJS retention] and [dead-letter]
+/// settings): `retention.*`, `dead_letter_ttl` and `dead_letter_max_size` of `_default` and of
+/// each queue that sets them. What no layer sets comes from the server's settings.
+///
+/// [OJS retention]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#63-retention-configuration
+/// [dead-letter]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#64-dead-letter-configuration
 struct Retention<'a> {
     layers: &'a [(String, Value)],
 }

@@ -13,7 +13,7 @@ use crate::telemetry;
 /// Reaper settings.
 #[derive(Debug, Clone)]
 pub struct ReaperConfig {
-    /// Pause between passes (contract §1.9: deadlines are enforced within 1 s).
+    /// Pause between passes (short enough to enforce deadlines within 1 s).
     pub interval: Duration,
     /// Jobs per statement.
     pub batch_size: i64,

@@ -13,10 +13,15 @@ use crate::telemetry;
 /// Stale-worker detector settings.
 #[derive(Debug, Clone)]
 pub struct StaleWorkersConfig {
-    /// Pause between passes (contract §1.9: at least every 5 s).
+    /// Pause between passes (short enough to check at least every 5 s).
     pub interval: Duration,
-    /// A worker whose last heartbeat (or registration) is older than this is stale
-    /// (contract §6.4: three heartbeat intervals, 45 s by default).
+    /// A worker whose last heartbeat (or registration) is older than this is stale. ojsd's
+    /// default is three heartbeat intervals (45 s with the default 15 s interval), in line with
+    /// the core spec's [BEAT]; the worker protocol's own default is 30 s (see
+    /// [dead worker detection]).
+    ///
+    /// [BEAT]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#75-beat
+    /// [dead worker detection]: https://github.com/openjobspec/spec/blob/main/spec/ojs-worker-protocol.md#101-heartbeat-based-detection
     pub heartbeat_timeout: Duration,
     /// Workers and jobs per statement.
     pub batch_size: i64,

@@ -1,9 +1,11 @@
-//! Statements behind the admin API (contract §4.8): server-wide and per-queue figures, job
-//! listings with filters, and the set operations of bulk actions and queue purges.
+//! Statements behind the [OJS admin API]: server-wide and per-queue figures, job listings with
+//! filters, and the set operations of bulk actions and queue purges.
 //!
 //! Figures are read from `ojs_job` itself, so they cover the jobs retention still keeps; the
 //! "recent" figures (throughput, latency) look at the jobs that finished within a window that
 //! the caller passes in seconds.
+//!
+//! [OJS admin API]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,5 +1,7 @@
-//! Statements on the dead-letter queue: `discarded` jobs with `dead_lettered_at` set
-//! (contract §4.5). They live in `ojs_job` like every other job.
+//! Statements on the dead-letter queue ([OJS dead-letter semantics]): `discarded` jobs with
+//! `dead_lettered_at` set. They live in `ojs_job` like every other job.
+//!
+//! [OJS dead-letter semantics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-dead-letter.md#4-dead-letter-semantics
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;

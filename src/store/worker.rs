@@ -57,7 +57,8 @@ pub struct HeartbeatParams<'a> {
     pub job_ids: Vec<Uuid>,
     /// Extension requested for each reservation; default: the claim's own length.
     pub visibility_timeout_ms: Option<i64>,
-    /// Test hook (contract §6.5): escalate the directive from `meta.test_directive` of the
+    /// Test hook, on only with `OJS_TEST_HOOKS` (for the conformance suite's worker tests):
+    /// escalate the directive from `meta.test_directive` (`quiet` or `terminate`) of the
     /// reported jobs.
     pub directives_from_jobs: bool,
 }
