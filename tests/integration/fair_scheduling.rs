@@ -1,11 +1,12 @@
-//! Fair scheduling (issue 7; contract §4.3.1, §4.3.5, §4.8.6, §4.8.7, §5.8): the pools API and
-//! its validation, how the dispatches of a pool's members split between queues (weighted,
-//! round-robin, strict with starvation prevention, least-loaded) and between tenants, pool
-//! concurrency and isolation (across replica processes too), and the scheduling statistics,
-//! events and metrics.
+//! Fair scheduling ([OJS fair-scheduling extension]): the pools API and its validation, how the
+//! dispatches of a pool's members split between queues (weighted, round-robin, strict with
+//! starvation prevention, least-loaded) and between tenants, pool concurrency and isolation
+//! (across replica processes too), and the scheduling statistics, events and metrics.
 //!
 //! Shares are measured on real dispatches: several workers fetch and acknowledge concurrently
 //! over HTTP, and the test counts what they were given.
+//!
+//! [OJS fair-scheduling extension]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -610,7 +611,8 @@ async fn invalid_pool_definitions_are_refused_and_store_nothing() {
         .await
         .expect_error(404, "not_found");
 
-    // A body that is not an object is a payload error (contract §1.2, C-12); a bad pool name in
+    // A body that is not a JSON object is a payload error (`invalid_payload`, ojsd's code for a
+    // body it cannot take as an object, as the conformance suite expects); a bad pool name in
     // the path is a request error.
     api.put(&format!("{POOLS}/v"), &json!([1]))
         .await

@@ -1,6 +1,8 @@
-//! The priority extension (seed 000): the model and its validation, dispatch order under
+//! The [OJS priority extension]: the model and its validation, dispatch order under
 //! concurrent fetchers, priority changes, queue consumption strategies, aging, statistics,
 //! events and metrics.
+//!
+//! [OJS priority extension]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,6 +1,8 @@
-//! Queue configuration (seed 003 §6): the config API and its layering, defaults applied to new
-//! jobs, access rules, capacity bounds under concurrency, and dispatch limits across workers
-//! and replicas.
+//! Queue configuration ([OJS queue configuration fields]): the config API and its layering,
+//! defaults applied to new jobs, access rules, capacity bounds under concurrency, and dispatch
+//! limits across workers and replicas.
+//!
+//! [OJS queue configuration fields]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#6-queue-configuration-fields
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
