@@ -58,3 +58,12 @@ comment on trigger ojs_job_fair_tag_update on ojs_job is
 ---------------------------------------------------------------------------------------------
 comment on table ojs_event is
     'Lifecycle events (OJS event vocabulary). Job and dead-letter events are written by an events CTE in the same SQL statement that changes the job, worker events by the ojs_worker_events triggers, queue changes (queue.created, queue.paused, ...) in the statement that makes them, and queue.full, backpressure, pool and scheduling events by inserts of their own. Served by GET /ojs/v1/events and the SSE streams; pruned after 7 days or beyond 1,000,000 events (the defaults).';
+
+---------------------------------------------------------------------------------------------
+-- Stored comments that went stale or cited documents outside the repository.
+---------------------------------------------------------------------------------------------
+comment on table ojs_queue is
+    'One row per queue: its lifecycle state and its own configuration layer (queue configuration, over the _default row). Jobs name their queue by text; a queue without a row behaves as active with the default configuration.';
+
+comment on table ojs_leader is
+    'Leadership leases. The row named maintenance says which ojsd instance runs the maintenance services (promotion with dead-letter routing, reclaiming, expiry with draining-queue completion, stale workers, retention, the starvation watch). The lease is held while expires_at > now().';

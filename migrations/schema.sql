@@ -1509,7 +1509,7 @@ CREATE TABLE public.ojs_leader (
 -- Name: TABLE ojs_leader; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.ojs_leader IS 'Leadership leases. The row named maintenance says which ojsd instance runs the maintenance services (promotion, reclaiming, expiry, retention, stale workers). The lease is held while expires_at > now().';
+COMMENT ON TABLE public.ojs_leader IS 'Leadership leases. The row named maintenance says which ojsd instance runs the maintenance services (promotion with dead-letter routing, reclaiming, expiry with draining-queue completion, stale workers, retention, the starvation watch). The lease is held while expires_at > now().';
 
 --
 -- Name: COLUMN ojs_leader.name; Type: COMMENT; Schema: public; Owner: -
@@ -1724,7 +1724,7 @@ CREATE TABLE public.ojs_queue (
 -- Name: TABLE ojs_queue; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.ojs_queue IS 'One row per queue: its lifecycle state and its own configuration (seed 003). Jobs name their queue by text; a queue without a row behaves as active with the default configuration.';
+COMMENT ON TABLE public.ojs_queue IS 'One row per queue: its lifecycle state and its own configuration layer (queue configuration, over the _default row). Jobs name their queue by text; a queue without a row behaves as active with the default configuration.';
 
 --
 -- Name: COLUMN ojs_queue.name; Type: COMMENT; Schema: public; Owner: -

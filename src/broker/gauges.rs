@@ -19,7 +19,7 @@ pub(super) struct GaugeReads {
 impl Broker {
     /// Reads the gauges that come from the database (available jobs by queue and priority,
     /// queue depths and bounds, scheduling ratios and pool utilization), unless they were read
-    /// less than [`GAUGE_REFRESH`] ago. A failed read keeps the previous values: a scrape never
+    /// less than 5 s ago. A failed read keeps the previous values: a scrape never
     /// fails because the database is slow or down.
     pub async fn refresh_gauges(&self) {
         let mut read_at = self.gauges.read_at.lock().await;

@@ -9,10 +9,10 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | [`enqueue`], [`unique`] | PUSH: queue configuration applied, group commit, overflow policies, the unique-job planner |
-//! | [`fetch`], [`claim`] | FETCH: long polls, routing (policy in [`crate::scheduling`]), claims under dispatch limits |
-//! | [`complete`] | ACK (group commit) and NACK, fenced on the claim |
-//! | `admin`, `dead_letter`, `events`, `gauges`, `pools`, `queues`, `workers` | the rest of the API, one concern each |
+//! | `enqueue.rs`, `unique.rs` | PUSH: queue configuration applied, group commit, overflow policies, the unique-job planner |
+//! | `fetch.rs`, `claim.rs` | FETCH: long polls, routing (policy in [`crate::scheduling`]), claims under dispatch limits |
+//! | `complete.rs` | ACK (group commit) and NACK, fenced on the claim |
+//! | `admin.rs`, `dead_letter.rs`, `events.rs`, `gauges.rs`, `pools.rs`, `queues.rs`, `workers.rs` | the rest of the API, one concern each |
 
 mod admin;
 mod claim;
@@ -142,12 +142,12 @@ impl Broker {
         &self.settings
     }
 
-    /// PUSH (see [`enqueue`]): writes validated jobs atomically, in request order.
+    /// PUSH (see `enqueue.rs`): writes validated jobs atomically, in request order.
     pub async fn push(&self, jobs: Vec<NewJob>, ctx: &PushContext) -> Result<PushResult> {
         self.enqueuer.push(jobs, ctx).await
     }
 
-    /// FETCH (see [`fetch`]): claims up to `count` jobs, waiting up to `wait` for work.
+    /// FETCH (see `fetch.rs`): claims up to `count` jobs, waiting up to `wait` for work.
     /// Returns early (empty) on `shutdown`.
     pub async fn fetch(
         &self,

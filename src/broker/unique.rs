@@ -259,18 +259,11 @@ mod tests {
     use sqlx::types::Json;
 
     use super::*;
-    use crate::job::envelope::{self, Limits};
+    use crate::job::envelope;
     use crate::job::{JobId, RawJson};
-    use crate::json::Object;
 
     fn new_job(text: &str) -> NewJob {
-        let limits = Limits {
-            max_priority: 255,
-            priority_aging_ms: None,
-            default_timeout_ms: 1_000,
-            hyphenated_types: false,
-        };
-        envelope::parse(&Object::parse(text).unwrap(), &limits).unwrap()
+        envelope::parse_for_test(text)
     }
 
     fn raw(text: &str) -> RawJson {

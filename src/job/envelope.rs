@@ -742,6 +742,18 @@ fn is_future(t: &ClientTime) -> bool {
     }
 }
 
+/// A job parsed from envelope `text` with the default limits (the tests of other modules).
+#[cfg(test)]
+pub(crate) fn parse_for_test(text: &str) -> NewJob {
+    let limits = Limits {
+        max_priority: 255,
+        priority_aging_ms: None,
+        default_timeout_ms: 1_000,
+        hyphenated_types: false,
+    };
+    parse(&Object::parse(text).expect("a JSON object"), &limits).expect("a valid envelope")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,18 +79,11 @@ pub fn releases(jobs: &[Job], cause: impl Fn(&Job) -> Reclaim) -> Vec<(FailTarge
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::envelope::{self, Limits};
+    use crate::job::envelope;
     use crate::job::failure::DiscardReason;
-    use crate::json::Object;
 
     fn new_job(text: &str) -> NewJob {
-        let limits = Limits {
-            max_priority: 255,
-            priority_aging_ms: None,
-            default_timeout_ms: 1_000,
-            hyphenated_types: false,
-        };
-        envelope::parse(&Object::parse(text).unwrap(), &limits).unwrap()
+        envelope::parse_for_test(text)
     }
 
     #[test]

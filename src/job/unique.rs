@@ -4,7 +4,7 @@
 //! `meta`) whose canonical JSON is hashed into the job's `unique_key`. Another job with the same
 //! key, in one of the policy's states and inside its period, is a duplicate; `on_conflict` says
 //! what to do about it. The check and the insert are serialized per key with a
-//! transaction-scoped advisory lock (see `store::job::lock_unique_keys`).
+//! transaction-scoped advisory lock (see `store::locks::lock_unique_keys`).
 //!
 //! [OJS unique jobs]: https://github.com/openjobspec/spec/blob/main/spec/ojs-unique-jobs.md
 

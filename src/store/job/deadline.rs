@@ -79,7 +79,7 @@ pub async fn expire_due(
 
 /// Reaper: locks up to `limit` active jobs whose reservation, execution timeout or total timeout
 /// passed (earliest first), for the caller to decide their outcome and end them with
-/// [`fail_many`] in the same transaction. Also returns the effective "now".
+/// [`super::release_many`] in the same transaction. Also returns the effective "now".
 pub async fn lock_overdue(
     db: impl PgExecutor<'_>,
     now: Option<DateTime<Utc>>,
@@ -108,7 +108,7 @@ pub async fn lock_overdue(
 }
 
 /// Locks up to `limit` active jobs held by `workers` (a stale or departing worker's jobs), for
-/// the caller to release them with [`fail_many`] in the same transaction.
+/// the caller to release them with [`super::release_many`] in the same transaction.
 pub async fn lock_held_by(
     db: impl PgExecutor<'_>,
     workers: &[String],

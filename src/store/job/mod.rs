@@ -1,12 +1,12 @@
 //! Statements on `ojs_job`, one module per phase of a job's life:
 //!
-//! | module | statements |
+//! | file | statements |
 //! |---|---|
-//! | [`enqueue`] | [`insert_many`] (PUSH), and what unique jobs need: [`unique_candidates`], [`cancel_replaced`], [`replace_scheduled`] |
-//! | [`claim`] | [`promote_due`] (due scheduled and retryable jobs), [`claim`] and [`claim_fair`] (FETCH) |
-//! | [`transition`] | [`complete_many`] (ACK), [`fail_many`] (NACK) and [`release_many`] (reclaims), [`cancel`], [`activate`], [`set_priority`] |
-//! | [`deadline`] | [`expire_due`] (waiting jobs past a deadline), [`lock_overdue`] and [`lock_held_by`] (active jobs to reclaim) |
-//! | [`retention`] | [`prune_finished`] |
+//! | `enqueue.rs` | [`insert_many`] (PUSH), and what unique jobs need: [`unique_candidates`], [`cancel_replaced`], [`replace_scheduled`] |
+//! | `claim.rs` | [`promote_due`] (due scheduled and retryable jobs), [`claim`] and [`claim_fair`] (FETCH) |
+//! | `transition.rs` | [`complete_many`] (ACK), [`fail_many`] (NACK) and [`release_many`] (reclaims), [`cancel`], [`activate`], [`set_priority`] |
+//! | `deadline.rs` | [`expire_due`] (waiting jobs past a deadline), [`lock_overdue`] and [`lock_held_by`] (active jobs to reclaim) |
+//! | `retention.rs` | [`prune_finished`] |
 //!
 //! Every state transition is a single statement conditional on the state it expects; moves out
 //! of `active` are also fenced on the claim (the attempt and, when known, the worker), so a

@@ -1,12 +1,12 @@
 //! `ojs_queue`: queues as rows — their lifecycle state, their configuration layer, and the
 //! capacity counters of bounded queues:
 //!
-//! | module | statements |
+//! | file | statements |
 //! |---|---|
-//! | here | a queue's row ([`ensure`], [`get`], [`list`], [`set_paused`]) and its live counts |
-//! | [`deletion`] | DELETE of a queue: discard or move its waiting jobs, drain, remove |
-//! | [`config`] | configuration layers, the generation counter, the bounds the database enforces |
-//! | [`capacity`] | capacity counters, `drop_oldest`, dispatch limits (concurrency, rate windows), depth gauges |
+//! | `mod.rs` | a queue's row ([`ensure`], [`get`], [`list`], [`set_paused`]) and its live counts |
+//! | `deletion.rs` | DELETE of a queue: discard or move its waiting jobs, drain, remove |
+//! | `config.rs` | configuration layers, the generation counter, the bounds the database enforces |
+//! | `capacity.rs` | capacity counters, `drop_oldest`, dispatch limits (concurrency, rate windows), depth gauges |
 //!
 //! A queue gets its row on its first enqueue (inside the enqueue statement, see
 //! [`crate::store::job::insert_many`]), when it is paused or resumed, or when it is created
