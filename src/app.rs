@@ -29,6 +29,7 @@ use crate::maintenance::{
     StaleWorkersConfig,
 };
 use crate::notifier::{Announcer, Notifier};
+use crate::scheduling::starvation::COUNT_FLUSH_INTERVAL;
 
 /// A built server, bound to its port, not yet serving.
 pub struct Application {
@@ -382,9 +383,9 @@ async fn metrics_upkeep(shutdown: CancellationToken) {
 }
 
 /// Writes this process's dispatch counts (fair-scheduling statistics) to the database every
-/// [`crate::broker::pools::FLUSH_INTERVAL`], and once more at shutdown.
+/// [`COUNT_FLUSH_INTERVAL`], and once more at shutdown.
 async fn flush_dispatch_counts(broker: crate::broker::Broker, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(crate::broker::pools::FLUSH_INTERVAL);
+    let mut tick = tokio::time::interval(COUNT_FLUSH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let stop = tokio::select! {

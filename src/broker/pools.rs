@@ -11,9 +11,6 @@ use crate::scheduling::starvation;
 use crate::store;
 use crate::store::pool::{FairQueue, PoolUsage};
 
-/// How often each process writes its dispatch counts to the database.
-pub const FLUSH_INTERVAL: std::time::Duration = starvation::COUNT_FLUSH_INTERVAL;
-
 /// The window of the scheduling statistics.
 pub const STATS_WINDOW_SECS: i64 = 60;
 
