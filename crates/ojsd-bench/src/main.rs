@@ -21,8 +21,17 @@
 //!   reports both phases' enqueue and drain rates, the on/off ratios, and how many distinct
 //!   tenants the first 1,000 and 2,000 dispatched jobs had. Its main line is the "on" drain.
 //!
+//! - `pinned-horizon` (not run by default): `--pinned-rate` jobs/s flow through enqueue →
+//!   long-poll FETCH → ACK while a transaction holding an xid stays open on another connection
+//!   for `--pin-secs` (the MVCC horizon is pinned: no dead row can be cleaned up). Reports the
+//!   completion rate before, during (worst 5 s window) and after the pin, and how long after the
+//!   pin ends the backlog is back to its level before.
+//!
 //! With `--database-url` every line also reports the ojsd process's peak resident memory, the
 //! dead tuples of `ojs_job` and `ojs_event` after the workload, and WAL bytes written per job.
+//! When the server and Postgres run on this host, it also reports the CPU time the postgres
+//! processes and the ojsd process spent per job during the timed part of the workload (the drain
+//! of the w2 workloads), read from `/proc`.
 //!
 //! Run with: `cargo run --release --bin ojsd-bench -- --url http://127.0.0.1:8080`
 
@@ -123,6 +132,15 @@ struct Args {
     /// `round-robin` cycles through the tenants (FIFO is then already interleaved).
     #[arg(long, value_enum, default_value = "blocks")]
     fair_order: FairOrder,
+    /// Jobs per second flowing through `pinned-horizon`.
+    #[arg(long, default_value_t = 800)]
+    pinned_rate: u32,
+    /// How long `pinned-horizon` keeps the transaction open, seconds.
+    #[arg(long, default_value_t = 60)]
+    pin_secs: u64,
+    /// Seconds of `pinned-horizon` before and after the pin.
+    #[arg(long, default_value_t = 20)]
+    unpinned_secs: u64,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +152,7 @@ enum Workload {
     W3Latency,
     Retention,
     Fair,
+    PinnedHorizon,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,9 +231,61 @@ struct Bench {
     client: reqwest::Client,
     db: Option<PgPool>,
     ojsd_pid: Option<u32>,
+    /// CPU counters at the start of the timed part of the running workload.
+    timed_from: Mutex<Option<Cpu>>,
+}
+
+/// CPU time spent so far, in clock ticks.
+#[derive(Debug, Clone, Copy)]
+struct Cpu {
+    postgres: u64,
+    ojsd: u64,
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (`USER_HZ`, 100 on every Linux port).
+const TICKS_PER_S: f64 = 100.0;
+
+/// User + system CPU ticks of one process, with those of its reaped children.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name (which may hold spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // utime, stime, cutime, cstime are fields 14-17 of the line, 12-15 after the name.
+    (11..15).map(|i| fields.get(i)?.parse::<u64>().ok()).sum()
+}
+
+/// The PIDs of the running processes named `name`.
+fn pids_named(name: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            (comm.trim() == name).then_some(pid)
+        })
+        .collect()
 }
 
 impl Bench {
+    /// CPU spent by every local postgres process and by the ojsd process.
+    fn cpu(&self) -> Cpu {
+        Cpu {
+            postgres: pids_named("postgres")
+                .into_iter()
+                .filter_map(cpu_ticks)
+                .sum(),
+            ojsd: self.ojsd_pid.and_then(cpu_ticks).unwrap_or(0),
+        }
+    }
+
+    /// Marks the start of the timed part of the running workload (CPU per job counts from
+    /// here).
+    fn mark_timed(&self) {
+        *self.timed_from.lock().expect("cpu mark") = Some(self.cpu());
+    }
+
     async fn post(&self, url: &str, body: &Value) -> anyhow::Result<(Value, Duration)> {
         self.request(reqwest::Method::POST, url, Some(body)).await
     }
@@ -351,6 +422,7 @@ impl Bench {
         tenants_seen: Option<Arc<Mutex<Vec<String>>>>,
     ) -> anyhow::Result<Outcome> {
         let done = Arc::new(AtomicUsize::new(0));
+        self.mark_timed();
         let started = Instant::now();
         let mut tasks = Vec::new();
         for worker_id in workers {
@@ -613,6 +685,173 @@ impl Bench {
         })
     }
 
+    /// Jobs flow at `--pinned-rate` through enqueue → long-poll FETCH → ACK; after
+    /// `--unpinned-secs` a transaction that holds an xid opens on another connection and stays
+    /// open for `--pin-secs`, then the flow runs `--unpinned-secs` more. Reports the completion
+    /// rate per phase and how long the backlog took to return to its level before the pin.
+    async fn pinned_horizon(self: &Arc<Self>, queue: &str) -> anyhow::Result<Outcome> {
+        let Some(db) = self.db.clone() else {
+            bail!("the pinned-horizon scenario needs --database-url");
+        };
+        let a = &self.args;
+        let enqueued = Arc::new(AtomicU64::new(0));
+        let completed = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut workers = Vec::new();
+        for worker_id in worker_ids("bench-pinned", 8) {
+            let (bench, queue, completed, stop) = (
+                self.clone(),
+                queue.to_owned(),
+                completed.clone(),
+                stop.clone(),
+            );
+            workers.push(tokio::spawn(async move {
+                let fetch_url = bench.url("/ojs/v1/workers/fetch");
+                let ack_url = bench.url("/ojs/v1/workers/ack");
+                while !stop.load(Ordering::Relaxed) {
+                    let (body, _) = bench
+                        .post(
+                            &fetch_url,
+                            &json!({"queues": [queue], "count": 10, "wait": "1s",
+                                    "worker_id": worker_id}),
+                        )
+                        .await?;
+                    for job in body["jobs"].as_array().into_iter().flatten() {
+                        let id = job["id"].as_str().unwrap_or_default();
+                        bench
+                            .post(&ack_url, &json!({"job_id": id, "worker_id": worker_id}))
+                            .await?;
+                        completed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                anyhow::Ok(Latencies::default())
+            }));
+        }
+        let producer = {
+            let (bench, queue, enqueued, stop) = (
+                self.clone(),
+                queue.to_owned(),
+                enqueued.clone(),
+                stop.clone(),
+            );
+            tokio::spawn(async move {
+                let url = bench.url("/ojs/v1/jobs");
+                let period =
+                    Duration::from_secs_f64(1.0 / f64::from(bench.args.pinned_rate.max(1)));
+                let mut tick = tokio::time::interval(period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let mut sends = tokio::task::JoinSet::new();
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    tick.tick().await;
+                    let (bench, url, queue, enqueued) =
+                        (bench.clone(), url.clone(), queue.clone(), enqueued.clone());
+                    sends.spawn(async move {
+                        bench.post(&url, &noop_job(&queue, n, 1)).await?;
+                        enqueued.fetch_add(1, Ordering::Relaxed);
+                        anyhow::Ok(())
+                    });
+                    n += 1;
+                    while let Some(done) = sends.try_join_next() {
+                        done??;
+                    }
+                }
+                while let Some(done) = sends.join_next().await {
+                    done??;
+                }
+                anyhow::Ok(())
+            })
+        };
+        // One sample per second: (completed, backlog).
+        let mut samples: Vec<(u64, u64)> = Vec::new();
+        let sample = |samples: &mut Vec<(u64, u64)>| {
+            let done = completed.load(Ordering::Relaxed);
+            samples.push((done, enqueued.load(Ordering::Relaxed).saturating_sub(done)));
+        };
+        let started = Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await;
+        sample(&mut samples);
+        for _ in 0..a.unpinned_secs {
+            tick.tick().await;
+            sample(&mut samples);
+        }
+        let mut pin = db.begin().await?;
+        sqlx::query("select pg_current_xact_id()")
+            .execute(&mut *pin)
+            .await?;
+        println!(
+            "  pinned-horizon: transaction open, horizon pinned for {} s",
+            a.pin_secs
+        );
+        for _ in 0..a.pin_secs {
+            tick.tick().await;
+            sample(&mut samples);
+        }
+        pin.commit().await?;
+        println!("  pinned-horizon: transaction ended");
+        for _ in 0..a.unpinned_secs {
+            tick.tick().await;
+            sample(&mut samples);
+        }
+        stop.store(true, Ordering::Relaxed);
+        producer.await??;
+        joined(workers).await?;
+        let elapsed = started.elapsed();
+
+        let per_second: Vec<f64> = samples
+            .windows(2)
+            .map(|w| (w[1].0 - w[0].0) as f64)
+            .collect();
+        let (before, rest) = per_second.split_at((a.unpinned_secs as usize).min(per_second.len()));
+        let (during, after) = rest.split_at((a.pin_secs as usize).min(rest.len()));
+        // The first seconds of the run warm up the connections.
+        let warm = before.get(2..).filter(|s| !s.is_empty()).unwrap_or(before);
+        let baseline = warm.iter().sum::<f64>() / warm.len().max(1) as f64;
+        let window = |s: &[f64]| -> f64 {
+            s.windows(5.min(s.len().max(1)))
+                .map(|w| w.iter().sum::<f64>() / w.len() as f64)
+                .fold(f64::INFINITY, f64::min)
+        };
+        let worst_during = window(during);
+        let mean_during = during.iter().sum::<f64>() / during.len().max(1) as f64;
+        let backlog_before = samples[..=before.len()]
+            .iter()
+            .map(|s| s.1)
+            .max()
+            .unwrap_or(0);
+        let peak_backlog = samples.iter().map(|s| s.1).max().unwrap_or(0);
+        let released = before.len() + during.len();
+        let settled = |b: u64| b <= backlog_before * 2 + u64::from(a.pinned_rate) / 10;
+        let recovery_secs = samples[released..]
+            .iter()
+            .position(|s| settled(s.1))
+            .map(|i| i as u64);
+        println!(
+            "  pinned-horizon: completions {baseline:.0}/s before, {mean_during:.0}/s during (worst 5 s {worst_during:.0}/s, ratio {:.3}), {:.0}/s after; backlog before ≤ {backlog_before}, peak {peak_backlog}; recovered {} after the pin ended",
+            ratio(worst_during, baseline),
+            after.iter().sum::<f64>() / after.len().max(1) as f64,
+            recovery_secs.map_or("never".to_owned(), |s| format!("{s} s")),
+        );
+        Ok(Outcome {
+            jobs: completed.load(Ordering::Relaxed) as usize,
+            elapsed,
+            latencies: Latencies::default(),
+            extra: json!({
+                "rate": a.pinned_rate,
+                "pin_secs": a.pin_secs,
+                "before_jobs_per_s": baseline.round(),
+                "during_jobs_per_s": mean_during.round(),
+                "during_worst_5s_jobs_per_s": worst_during.round(),
+                "during_ratio": ratio(worst_during, baseline),
+                "backlog_before": backlog_before,
+                "peak_backlog": peak_backlog,
+                "recovery_secs": recovery_secs,
+                "completions_per_second": per_second,
+            }),
+        })
+    }
+
     /// Enqueues `--fair-jobs` tenant jobs on `queue` (timed) and drains them with `workers`
     /// like `w2-batched`, recording the tenants of the first dispatched jobs.
     async fn fair_phase(
@@ -778,6 +1017,7 @@ impl Bench {
             .unwrap_or_default();
         let queue = format!("bench-{name}-{}", unix_millis());
         let before = self.db_snapshot().await?;
+        self.mark_timed();
         let peak = Arc::new(AtomicU64::new(0));
         let sampling = Arc::new(AtomicBool::new(true));
         let sampler = self.ojsd_pid.map(|pid| {
@@ -799,7 +1039,10 @@ impl Bench {
             Workload::W3Latency => self.w3_latency(&queue).await,
             Workload::Retention => self.retention(&queue).await,
             Workload::Fair => self.fair(&queue).await,
+            Workload::PinnedHorizon => self.pinned_horizon(&queue).await,
         };
+        let cpu_after = self.cpu();
+        let cpu_before = self.timed_from.lock().expect("cpu mark").take();
         sampling.store(false, Ordering::Relaxed);
         if let Some(sampler) = sampler {
             sampler.await?;
@@ -830,6 +1073,18 @@ impl Bench {
             "max_ms": max,
             "ojsd_peak_rss_mb": rss_mb,
         });
+        if let Some(cpu_before) = cpu_before.filter(|c| c.postgres > 0) {
+            let per_job = |ticks: u64| {
+                (ticks as f64 / TICKS_PER_S * 1e6 / outcome.jobs.max(1) as f64).round()
+            };
+            let (pg, ojsd) = (
+                per_job(cpu_after.postgres.saturating_sub(cpu_before.postgres)),
+                per_job(cpu_after.ojsd.saturating_sub(cpu_before.ojsd)),
+            );
+            println!("{name}: CPU per job: postgres {pg} µs, ojsd {ojsd} µs");
+            line["postgres_cpu_us_per_job"] = json!(pg);
+            line["ojsd_cpu_us_per_job"] = json!(ojsd);
+        }
         if let (Some(before), Some(after)) = (before, after) {
             line["wal_bytes_per_job"] = json!(
                 ((after.wal_lsn - before.wal_lsn) as f64 / outcome.jobs.max(1) as f64).round()
@@ -957,13 +1212,10 @@ fn rss_kib(pid: u32) -> Option<u64> {
 
 /// The one running process named `ojsd`, if exactly one runs on this host.
 fn find_ojsd() -> Option<u32> {
-    let mut found = std::fs::read_dir("/proc").ok()?.filter_map(|entry| {
-        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-        (comm.trim() == "ojsd").then_some(pid)
-    });
-    let first = found.next()?;
-    found.next().is_none().then_some(first)
+    match pids_named("ojsd")[..] {
+        [pid] => Some(pid),
+        _ => None,
+    }
 }
 
 #[tokio::main]
@@ -1005,6 +1257,7 @@ async fn main() -> anyhow::Result<()> {
         client,
         db,
         ojsd_pid,
+        timed_from: Mutex::new(None),
     });
     for workload in workloads {
         bench.run(workload).await?;
