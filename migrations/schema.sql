@@ -1159,6 +1159,16 @@ CREATE TABLE public.ojs_event (
     from_state public.ojs_job_state,
     to_state public.ojs_job_state,
     data jsonb DEFAULT '{}'::jsonb NOT NULL,
+    job_ids uuid[],
+    trace_ids text[],
+    attempts integer[],
+    priorities integer[],
+    unique_keys text[],
+    scheduled_ats timestamp with time zone[],
+    durations_ms bigint[],
+    results json[],
+    worker_id text,
+    CONSTRAINT ojs_event_batch_shape CHECK (((job_ids IS NULL) OR ((job_id IS NULL) AND ((cardinality(job_ids) >= 1) AND (cardinality(job_ids) <= 16384))))),
     CONSTRAINT ojs_event_data_is_object CHECK ((jsonb_typeof(data) = 'object'::text)),
     CONSTRAINT ojs_event_transition_complete CHECK (((from_state IS NULL) OR (to_state IS NOT NULL)))
 );
@@ -1173,7 +1183,7 @@ COMMENT ON TABLE public.ojs_event IS 'Lifecycle events (OJS event vocabulary). J
 -- Name: COLUMN ojs_event.seq; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_event.seq IS 'Position of the event among all events; orders the events of one transaction. The event id sent to clients (evt_<UUIDv7>) is made of time and seq.';
+COMMENT ON COLUMN public.ojs_event.seq IS 'Position of the row among all events; each row takes a block of 16,384 positions, and the events of a batch row are at seq, seq + 1, ... The event id sent to clients (evt_<UUIDv7>) is made of time and position.';
 
 --
 -- Name: COLUMN ojs_event.xid; Type: COMMENT; Schema: public; Owner: -
@@ -1242,13 +1252,185 @@ COMMENT ON COLUMN public.ojs_event.to_state IS 'For the one event that records a
 COMMENT ON COLUMN public.ojs_event.data IS 'Event payload.';
 
 --
+-- Name: COLUMN ojs_event.job_ids; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.job_ids IS 'Batch row: the jobs of the statement that wrote it, in job order; the i-th (from 1) is the event at seq + i - 1. Null for a row of one event.';
+
+--
+-- Name: COLUMN ojs_event.trace_ids; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.trace_ids IS 'Batch row: each job''s trace id (meta.trace_id, else the trace id of meta.traceparent), or null.';
+
+--
+-- Name: COLUMN ojs_event.attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.attempts IS 'Batch row: each job''s attempt (job.started, job.completed).';
+
+--
+-- Name: COLUMN ojs_event.priorities; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.priorities IS 'Batch row: each job''s priority (job.enqueued).';
+
+--
+-- Name: COLUMN ojs_event.unique_keys; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.unique_keys IS 'Batch row: each job''s unique key, or null (job.enqueued).';
+
+--
+-- Name: COLUMN ojs_event.scheduled_ats; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.scheduled_ats IS 'Batch row: each job''s scheduled_at, or null (job.enqueued, job.scheduled).';
+
+--
+-- Name: COLUMN ojs_event.durations_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.durations_ms IS 'Batch row: each attempt''s duration in milliseconds (job.completed).';
+
+--
+-- Name: COLUMN ojs_event.results; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.results IS 'Batch row: each job''s result when at most 64 KiB, else null (job.completed).';
+
+--
+-- Name: COLUMN ojs_event.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.worker_id IS 'Batch row: the worker that claimed the jobs (job.started).';
+
+--
+-- Name: ojs_event_log; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_event_log AS
+ SELECT e.seq,
+    e.xid,
+    e.type,
+    e.source,
+    e."time",
+    e.subject,
+    e.job_id,
+    e.queue,
+    e.job_type,
+    e.from_state,
+    e.to_state,
+    e.data
+   FROM public.ojs_event e
+  WHERE (e.job_ids IS NULL)
+UNION ALL
+ SELECT ((e.seq + b.n) - 1) AS seq,
+    e.xid,
+    e.type,
+    e.source,
+    e."time",
+    (b.job_id)::text AS subject,
+    b.job_id,
+    e.queue,
+    e.job_type,
+    e.from_state,
+    e.to_state,
+    ((jsonb_build_object('job_id', b.job_id, 'job_type', e.job_type, 'queue', e.queue, 'state', e.to_state) || jsonb_strip_nulls(jsonb_build_object('trace_id', b.trace_id, 'priority', b.priority, 'unique_key', b.unique_key, 'worker_id', e.worker_id, 'attempt', b.attempt, 'duration_ms', b.duration_ms, 'result', (b.result)::jsonb))) ||
+        CASE
+            WHEN (b.scheduled_at IS NOT NULL) THEN jsonb_build_object('scheduled_at', to_char((b.scheduled_at AT TIME ZONE 'UTC'::text), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'::text))
+            ELSE '{}'::jsonb
+        END) AS data
+   FROM (public.ojs_event e
+     CROSS JOIN LATERAL UNNEST(e.job_ids, e.trace_ids, e.attempts, e.priorities, e.unique_keys, e.scheduled_ats, e.durations_ms, e.results) WITH ORDINALITY b(job_id, trace_id, attempt, priority, unique_key, scheduled_at, duration_ms, result, n))
+  WHERE (e.job_ids IS NOT NULL);
+
+--
+-- Name: VIEW ojs_event_log; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_event_log IS 'Every retained event, one row per event, in the shape of ojs_event before batch rows (V10): batch rows are expanded, with the data the server sends. Order by (xid, seq) for delivery order.';
+
+--
+-- Name: COLUMN ojs_event_log.seq; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.seq IS 'Position of the event (for a batch row''s events: the row''s seq plus the job''s index in it).';
+
+--
+-- Name: COLUMN ojs_event_log.xid; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.xid IS 'Transaction that wrote the event.';
+
+--
+-- Name: COLUMN ojs_event_log.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.type IS 'Event type, e.g. job.completed.';
+
+--
+-- Name: COLUMN ojs_event_log.source; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.source IS 'ojs://<service>/<component>/<instance> of the writer.';
+
+--
+-- Name: COLUMN ojs_event_log."time"; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log."time" IS 'When the change happened (the transaction time of the writer).';
+
+--
+-- Name: COLUMN ojs_event_log.subject; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.subject IS 'What the event is about: a job id, worker id, queue name, ...';
+
+--
+-- Name: COLUMN ojs_event_log.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.job_id IS 'The job, for job events.';
+
+--
+-- Name: COLUMN ojs_event_log.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.queue IS 'The queue, for job and queue events.';
+
+--
+-- Name: COLUMN ojs_event_log.job_type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.job_type IS 'The job''s type, for job events.';
+
+--
+-- Name: COLUMN ojs_event_log.from_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.from_state IS 'State before a job transition.';
+
+--
+-- Name: COLUMN ojs_event_log.to_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.to_state IS 'State after a job transition.';
+
+--
+-- Name: COLUMN ojs_event_log.data; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event_log.data IS 'The event''s data object, as the server sends it.';
+
+--
 -- Name: ojs_event_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
 ALTER TABLE public.ojs_event ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME public.ojs_event_seq_seq
     START WITH 1
-    INCREMENT BY 1
+    INCREMENT BY 16384
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
@@ -2371,6 +2553,12 @@ ALTER TABLE ONLY public.ojs_worker
 --
 
 CREATE INDEX ojs_dispatch_second_queue_idx ON public.ojs_dispatch_second USING btree (queue, second);
+
+--
+-- Name: ojs_event_job_ids_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_event_job_ids_idx ON public.ojs_event USING gin (job_ids) WHERE (job_ids IS NOT NULL);
 
 --
 -- Name: ojs_event_job_idx; Type: INDEX; Schema: public; Owner: -

@@ -95,26 +95,168 @@ struct Raw {
     from_state: Option<JobState>,
     to_state: Option<JobState>,
     data: Json<Box<serde_json::value::RawValue>>,
+    job_ids: Option<Vec<Uuid>>,
+    trace_ids: Option<Vec<Option<String>>>,
+    attempts: Option<Vec<Option<i32>>>,
+    priorities: Option<Vec<Option<i32>>>,
+    unique_keys: Option<Vec<Option<String>>>,
+    scheduled_ats: Option<Vec<Option<DateTime<Utc>>>>,
+    durations_ms: Option<Vec<Option<i64>>>,
+    results: Option<Vec<Option<String>>>,
+    worker_id: Option<String>,
 }
 
-impl From<Raw> for EventRow {
-    fn from(r: Raw) -> EventRow {
-        EventRow {
-            position: Position {
-                xid: r.xid,
-                seq: r.seq,
-            },
-            r#type: r.r#type,
-            source: r.source,
-            time: r.time,
-            subject: r.subject,
-            job_id: r.job_id,
-            queue: r.queue,
-            job_type: r.job_type,
-            from_state: r.from_state,
-            to_state: r.to_state,
-            data: Json(crate::json::compact_raw(r.data.0)),
+/// Positions a row of `ojs_event` takes: its `seq` and the block after it (migration V10). A
+/// batch row's events are at `seq`, `seq + 1`, ...
+pub const POSITIONS_PER_ROW: i64 = 16_384;
+
+impl Raw {
+    /// The row's events: itself, or one per job of a batch row, in order.
+    fn expand(self, out: &mut Vec<EventRow>) {
+        let Some(job_ids) = self.job_ids.as_deref() else {
+            out.push(EventRow {
+                position: Position {
+                    xid: self.xid,
+                    seq: self.seq,
+                },
+                r#type: self.r#type,
+                source: self.source,
+                time: self.time,
+                subject: self.subject,
+                job_id: self.job_id,
+                queue: self.queue,
+                job_type: self.job_type,
+                from_state: self.from_state,
+                to_state: self.to_state,
+                data: Json(crate::json::compact_raw(self.data.0)),
+            });
+            return;
+        };
+        fn nth<T: Clone>(values: &Option<Vec<Option<T>>>, i: usize) -> Option<T> {
+            values.as_ref()?.get(i)?.clone()
         }
+        for (i, job_id) in job_ids.iter().enumerate() {
+            let values = BatchValues {
+                trace_id: nth(&self.trace_ids, i),
+                priority: nth(&self.priorities, i),
+                unique_key: nth(&self.unique_keys, i),
+                worker_id: self.worker_id.clone(),
+                attempt: nth(&self.attempts, i),
+                duration_ms: nth(&self.durations_ms, i),
+                result: nth(&self.results, i),
+                scheduled_at: nth(&self.scheduled_ats, i),
+            };
+            let data = values.render(
+                *job_id,
+                self.job_type.as_deref(),
+                self.queue.as_deref(),
+                self.to_state,
+            );
+            out.push(EventRow {
+                position: Position {
+                    xid: self.xid,
+                    seq: self.seq + i as i64,
+                },
+                r#type: self.r#type.clone(),
+                source: self.source.clone(),
+                time: self.time,
+                subject: Some(job_id.to_string()),
+                job_id: Some(*job_id),
+                queue: self.queue.clone(),
+                job_type: self.job_type.clone(),
+                from_state: self.from_state,
+                to_state: self.to_state,
+                data,
+            });
+        }
+    }
+}
+
+/// The per-job values of one event of a batch row.
+struct BatchValues {
+    trace_id: Option<String>,
+    priority: Option<i32>,
+    unique_key: Option<String>,
+    worker_id: Option<String>,
+    attempt: Option<i32>,
+    duration_ms: Option<i64>,
+    result: Option<String>,
+    scheduled_at: Option<DateTime<Utc>>,
+}
+
+impl BatchValues {
+    /// The event's `data`, as the single-event rows carry it (`ojs_job_transition_data`,
+    /// migration V3) and the view `ojs_event_log` renders it: keys in jsonb's order (shorter
+    /// first), absent values left out, nulls inside `result` objects removed.
+    fn render(
+        self,
+        job_id: Uuid,
+        job_type: Option<&str>,
+        queue: Option<&str>,
+        state: Option<JobState>,
+    ) -> RawJson {
+        fn text(v: impl serde::Serialize) -> String {
+            serde_json::to_string(&v).unwrap_or_else(|_| "null".to_owned())
+        }
+        let mut fields: Vec<(&str, String)> = vec![
+            ("job_id", text(job_id)),
+            ("job_type", text(job_type)),
+            ("queue", text(queue)),
+            ("state", text(state.map(JobState::as_str))),
+        ];
+        let optional: [(&str, Option<String>); 8] = [
+            ("trace_id", self.trace_id.map(text)),
+            ("priority", self.priority.map(text)),
+            ("unique_key", self.unique_key.map(text)),
+            ("worker_id", self.worker_id.map(text)),
+            ("attempt", self.attempt.map(text)),
+            ("duration_ms", self.duration_ms.map(text)),
+            ("result", self.result.and_then(|r| without_nulls(&r))),
+            (
+                "scheduled_at",
+                self.scheduled_at
+                    .map(|t| text(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())),
+            ),
+        ];
+        fields.extend(optional.into_iter().filter_map(|(k, v)| Some((k, v?))));
+        fields.sort_by(|a, b| (a.0.len(), a.0).cmp(&(b.0.len(), b.0)));
+        let mut text = String::with_capacity(160);
+        text.push('{');
+        for (i, (key, value)) in fields.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push('"');
+            text.push_str(key);
+            text.push_str("\":");
+            text.push_str(value);
+        }
+        text.push('}');
+        Json(serde_json::value::RawValue::from_string(text).expect("rendered event data is JSON"))
+    }
+}
+
+/// `result` (JSON text) with the null members of its objects removed, as `jsonb_strip_nulls`
+/// does, or `None` when it is JSON null. A result serde cannot read as a value (a number beyond
+/// f64, say) is kept as stored.
+fn without_nulls(result: &str) -> Option<String> {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.retain(|_, v| !v.is_null());
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(result) {
+        Ok(serde_json::Value::Null) => None,
+        Ok(mut value) => {
+            strip(&mut value);
+            Some(value.to_string())
+        }
+        Err(_) => Some(result.to_owned()),
     }
 }
 
@@ -123,21 +265,22 @@ pub async fn locate(
     db: impl PgExecutor<'_>,
     seq: i64,
 ) -> Result<Option<(Position, DateTime<Utc>)>, sqlx::Error> {
+    // The row whose block of positions holds `seq` (V10), if that event exists.
     let row = sqlx::query!(
-        r#"select xid::text::int8 as "xid!", seq, time from ojs_event where seq = $1"#,
+        r#"
+        select xid::text::int8 as "xid!", time
+          from (select xid, seq, time, coalesce(cardinality(job_ids), 1) as events
+                  from ojs_event
+                 where seq <= $1 and seq > $1 - 16384
+                 order by seq desc
+                 limit 1) r
+         where $1 < r.seq + r.events
+        "#,
         seq
     )
     .fetch_optional(db)
     .await?;
-    Ok(row.map(|r| {
-        (
-            Position {
-                xid: r.xid,
-                seq: r.seq,
-            },
-            r.time,
-        )
-    }))
+    Ok(row.map(|r| (Position { xid: r.xid, seq }, r.time)))
 }
 
 /// The position of the newest deliverable event (`None` when there is none): a reader that
@@ -145,7 +288,7 @@ pub async fn locate(
 pub async fn head(db: impl PgExecutor<'_>) -> Result<Option<Position>, sqlx::Error> {
     let row = sqlx::query!(
         r#"
-        select xid::text::int8 as "xid!", seq
+        select xid::text::int8 as "xid!", seq + coalesce(cardinality(job_ids), 1) - 1 as "seq!"
           from ojs_event
          where xid < pg_snapshot_xmin(pg_current_snapshot())
          order by xid desc, seq desc
@@ -179,11 +322,21 @@ pub async fn list(
             r#"
             select xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
                    job_type, from_state as "from_state: JobState", to_state as "to_state: JobState",
-                   data as "data!: Json<Box<serde_json::value::RawValue>>"
+                   data as "data!: Json<Box<serde_json::value::RawValue>>",
+                   job_ids, trace_ids as "trace_ids: Vec<Option<String>>",
+                   attempts as "attempts: Vec<Option<i32>>",
+                   priorities as "priorities: Vec<Option<i32>>",
+                   unique_keys as "unique_keys: Vec<Option<String>>",
+                   scheduled_ats as "scheduled_ats: Vec<Option<DateTime<Utc>>>",
+                   durations_ms as "durations_ms: Vec<Option<i64>>",
+                   results::text[] as "results: Vec<Option<String>>", worker_id
               from ojs_event
-             where job_id = $1
+             where (job_id = $1 or job_ids @> array[$1::uuid])
                and xid < pg_snapshot_xmin(pg_current_snapshot())
-               and ($2::text is null or (xid, seq) > ($2::text::xid8, $3::int8))
+               -- Rows with an event after the cursor: the index bound, then the exact test.
+               and ($2::text is null or ((xid, seq) > ($2::text::xid8, $3::int8 - 16384)
+                                          and (xid, seq + coalesce(cardinality(job_ids), 1) - 1)
+                                              > ($2::text::xid8, $3::int8)))
                and ($4::text[] is null or type = any($4::text[]) or type like any($5::text[]))
                and ($6::text[] is null or queue = any($6::text[]))
                and ($7::text[] is null or job_type = any($7::text[]))
@@ -207,11 +360,21 @@ pub async fn list(
             r#"
             select xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
                    job_type, from_state as "from_state: JobState", to_state as "to_state: JobState",
-                   data as "data!: Json<Box<serde_json::value::RawValue>>"
+                   data as "data!: Json<Box<serde_json::value::RawValue>>",
+                   job_ids, trace_ids as "trace_ids: Vec<Option<String>>",
+                   attempts as "attempts: Vec<Option<i32>>",
+                   priorities as "priorities: Vec<Option<i32>>",
+                   unique_keys as "unique_keys: Vec<Option<String>>",
+                   scheduled_ats as "scheduled_ats: Vec<Option<DateTime<Utc>>>",
+                   durations_ms as "durations_ms: Vec<Option<i64>>",
+                   results::text[] as "results: Vec<Option<String>>", worker_id
               from ojs_event
              where queue = any($1::text[])
                and xid < pg_snapshot_xmin(pg_current_snapshot())
-               and ($2::text is null or (xid, seq) > ($2::text::xid8, $3::int8))
+               -- Rows with an event after the cursor: the index bound, then the exact test.
+               and ($2::text is null or ((xid, seq) > ($2::text::xid8, $3::int8 - 16384)
+                                          and (xid, seq + coalesce(cardinality(job_ids), 1) - 1)
+                                              > ($2::text::xid8, $3::int8)))
                and ($4::text[] is null or type = any($4::text[]) or type like any($5::text[]))
                and ($6::text[] is null or job_type = any($6::text[]))
              order by xid, seq
@@ -233,10 +396,20 @@ pub async fn list(
             r#"
             select xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
                    job_type, from_state as "from_state: JobState", to_state as "to_state: JobState",
-                   data as "data!: Json<Box<serde_json::value::RawValue>>"
+                   data as "data!: Json<Box<serde_json::value::RawValue>>",
+                   job_ids, trace_ids as "trace_ids: Vec<Option<String>>",
+                   attempts as "attempts: Vec<Option<i32>>",
+                   priorities as "priorities: Vec<Option<i32>>",
+                   unique_keys as "unique_keys: Vec<Option<String>>",
+                   scheduled_ats as "scheduled_ats: Vec<Option<DateTime<Utc>>>",
+                   durations_ms as "durations_ms: Vec<Option<i64>>",
+                   results::text[] as "results: Vec<Option<String>>", worker_id
               from ojs_event
              where xid < pg_snapshot_xmin(pg_current_snapshot())
-               and ($1::text is null or (xid, seq) > ($1::text::xid8, $2::int8))
+               -- Rows with an event after the cursor: the index bound, then the exact test.
+               and ($1::text is null or ((xid, seq) > ($1::text::xid8, $2::int8 - 16384)
+                                          and (xid, seq + coalesce(cardinality(job_ids), 1) - 1)
+                                              > ($1::text::xid8, $2::int8)))
                and ($3::text[] is null or type = any($3::text[]) or type like any($4::text[]))
                and ($5::text[] is null or job_type = any($5::text[]))
              order by xid, seq
@@ -252,11 +425,20 @@ pub async fn list(
         .fetch_all(db)
         .await?
     };
-    Ok(rows.into_iter().map(EventRow::from).collect())
+    let mut events = Vec::with_capacity(rows.len());
+    for row in rows {
+        row.expand(&mut events);
+    }
+    // The events of a batch row up to a cursor inside it, and other jobs' events.
+    events.retain(|e| {
+        after.is_none_or(|a| e.position > a) && filter.job_id.is_none_or(|id| e.job_id == Some(id))
+    });
+    events.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    Ok(events)
 }
 
-/// Pruner: deletes up to `limit` of the oldest events, those written before `cutoff` or beyond
-/// the newest `max_count`. Returns how many were deleted.
+/// Pruner: deletes up to `limit` of the oldest rows, those written before `cutoff` or whose
+/// events are all beyond the newest `max_count` events. Returns how many rows were deleted.
 pub async fn prune(
     db: impl PgExecutor<'_>,
     cutoff: DateTime<Utc>,
@@ -266,8 +448,14 @@ pub async fn prune(
     sqlx::query_scalar!(
         r#"
         with boundary as (
-            -- The oldest event that is still within the count limit.
-            select xid, seq from ojs_event order by xid desc, seq desc offset $2 limit 1
+            -- The newest row with no event among the newest $2.
+            select xid, seq
+              from (select xid, seq, coalesce(cardinality(job_ids), 1) as events,
+                           sum(coalesce(cardinality(job_ids), 1))
+                               over (order by xid desc, seq desc) as newer
+                      from ojs_event) r
+             where newer - events >= $2
+             limit 1
         ),
         oldest as (
             select xid, seq, time from ojs_event order by xid, seq limit $3

@@ -464,7 +464,7 @@ async fn hot_path_event_payloads_match_the_transition_function() {
     async fn newest_matches(app: &TestApp, id: &str, expected_type: &str) {
         let (ty, same, data): (String, bool, Value) = sqlx::query_as(
             "select e.type, e.data = ojs_job_transition_data(e.from_state, j), e.data
-               from ojs_event e join ojs_job j on j.id = e.job_id
+               from ojs_event_log e join ojs_job j on j.id = e.job_id
               where e.job_id = $1::uuid
               order by e.xid desc, e.seq desc limit 1",
         )

@@ -984,7 +984,7 @@ async fn tenant_catch_up(
         return None;
     }
     let order: Vec<bool> = sqlx::query_scalar(
-        "select job_id = any($3::text[]::uuid[]) from ojs_event
+        "select job_id = any($3::text[]::uuid[]) from ojs_event_log
           where type = 'job.started' and queue = $1 and xid >= $2::text::xid8
           order by xid, seq",
     )
@@ -1161,7 +1161,7 @@ async fn pool_concurrency_four_holds_across_two_replicas_and_twelve_workers() {
     assert_eq!(most, 4, "the limit was reached");
 
     let overloaded: Vec<Value> = sqlx::query_scalar(
-        "select data::jsonb from ojs_event where type = 'scheduling.pool_overloaded'",
+        "select data::jsonb from ojs_event_log where type = 'scheduling.pool_overloaded'",
     )
     .fetch_all(&db.pool)
     .await

@@ -679,7 +679,7 @@ impl TestApp {
 
     /// Event types written so far, in delivery order (all transactions have committed).
     pub async fn event_types(&self) -> Vec<String> {
-        sqlx::query_scalar("select type from ojs_event order by xid, seq")
+        sqlx::query_scalar("select type from ojs_event_log order by xid, seq")
             .fetch_all(self.pool())
             .await
             .unwrap()
@@ -687,10 +687,12 @@ impl TestApp {
 
     /// Event types written about one job, in delivery order.
     pub async fn job_event_types(&self, id: &str) -> Vec<String> {
-        sqlx::query_scalar("select type from ojs_event where job_id = $1::uuid order by xid, seq")
-            .bind(id)
-            .fetch_all(self.pool())
-            .await
-            .unwrap()
+        sqlx::query_scalar(
+            "select type from ojs_event_log where job_id = $1::uuid order by xid, seq",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
     }
 }

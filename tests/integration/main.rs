@@ -4,6 +4,7 @@ mod admin_api;
 mod batching;
 mod concurrency;
 mod dead_letter;
+mod event_batches;
 mod events_api;
 mod fair_scheduling;
 mod harness;

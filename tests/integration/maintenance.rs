@@ -275,7 +275,7 @@ async fn reaper_discards_jobs_past_their_total_timeout() {
     assert_eq!(job["state"], "discarded", "whatever attempts remain");
     assert_eq!(job["error"]["code"], "expired");
     let kinds: Vec<String> = sqlx::query_scalar(
-        "select data ->> 'timeout_kind' from ojs_event where type = 'job.timeout' and job_id = $1::uuid",
+        "select data ->> 'timeout_kind' from ojs_event_log where type = 'job.timeout' and job_id = $1::uuid",
     )
     .bind(&id)
     .fetch_all(app.pool())
@@ -356,7 +356,7 @@ async fn expirer_discards_waiting_jobs_past_their_deadlines() {
         ]
     );
     let reason: String = sqlx::query_scalar(
-        "select data ->> 'reason' from ojs_event where type = 'job.discarded' and job_id = $1::uuid",
+        "select data ->> 'reason' from ojs_event_log where type = 'job.discarded' and job_id = $1::uuid",
     )
     .bind(&expires)
     .fetch_one(app.pool())
@@ -425,7 +425,7 @@ async fn pruner_deletes_finished_jobs_past_their_retention() {
         .await
         .expect_error(404, "not_found");
     let pruned: Value =
-        sqlx::query_scalar("select data from ojs_event where type = 'dead_letter.pruned'")
+        sqlx::query_scalar("select data from ojs_event_log where type = 'dead_letter.pruned'")
             .fetch_one(app.pool())
             .await
             .unwrap();
@@ -440,12 +440,16 @@ async fn pruner_deletes_finished_jobs_past_their_retention() {
 #[tokio::test]
 async fn pruner_works_in_bounded_batches_and_caps_the_event_count() {
     let app = TestApp::spawn().await;
-    let jobs: Vec<Value> = (0..25)
-        .map(|i| json!({"type": "a.b", "args": [i], "queue": "q"}))
-        .collect();
-    app.post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
+    // One request per job: each enqueue writes its own event row, and the count cap keeps or
+    // drops whole rows.
+    for i in 0..25 {
+        app.post(
+            "/ojs/v1/jobs",
+            json!({"type": "a.b", "args": [i], "queue": "q"}),
+        )
         .await
         .expect(201);
+    }
     app.sql("update ojs_job set state = 'completed', completed_at = now() - interval '8 days'")
         .await;
     let pruner = Pruner::new(
@@ -466,7 +470,7 @@ async fn pruner_works_in_bounded_batches_and_caps_the_event_count() {
     }
     assert_eq!(app.job_count().await, 0);
     // 25 enqueued events (the SQL update above wrote none), of which the newest 3 are kept.
-    let left: Vec<String> = sqlx::query_scalar("select type from ojs_event order by xid, seq")
+    let left: Vec<String> = sqlx::query_scalar("select type from ojs_event_log order by xid, seq")
         .fetch_all(app.pool())
         .await
         .unwrap();
@@ -507,7 +511,7 @@ async fn stale_workers_lose_their_jobs() {
     assert_eq!(worker.json["state"], "stale");
     assert_eq!(worker.json["stale"], true);
     let stopped: Vec<Value> =
-        sqlx::query_scalar("select data from ojs_event where type = 'worker.stopped'")
+        sqlx::query_scalar("select data from ojs_event_log where type = 'worker.stopped'")
             .fetch_all(app.pool())
             .await
             .unwrap();
@@ -579,7 +583,7 @@ async fn the_leader_runs_maintenance_on_its_own() {
     assert_eq!(health.json["instance"]["id"], leader.as_str());
     assert_eq!(health.json["instance"]["leader"], true);
     let source: String = sqlx::query_scalar(
-        "select source from ojs_event where job_id = $1::uuid and type = 'job.enqueued' order by xid desc, seq desc limit 1",
+        "select source from ojs_event_log where job_id = $1::uuid and type = 'job.enqueued' order by xid desc, seq desc limit 1",
     )
     .bind(&scheduled)
     .fetch_one(app.pool())
@@ -692,7 +696,7 @@ async fn exhausted_jobs_are_re_enqueued_to_the_dead_letter_queue_with_their_erro
     let fetched = app.fetch_one("payments-dlq", "dlq-worker").await;
     assert_eq!(fetched["id"], routed["id"]);
     let data: Value = sqlx::query_scalar(
-        "select data from ojs_event where type = 'job.enqueued' and job_id = $1::uuid and queue = 'payments-dlq'",
+        "select data from ojs_event_log where type = 'job.enqueued' and job_id = $1::uuid and queue = 'payments-dlq'",
     )
     .bind(&failed)
     .fetch_one(app.pool())

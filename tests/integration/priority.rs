@@ -213,7 +213,7 @@ async fn changing_the_priority_of_a_waiting_job_reorders_the_next_fetch() {
 
     // The event, with the old and new values.
     let data: Value = sqlx::query_scalar(
-        "select data from ojs_event where type = 'priority.changed' and job_id = $1::uuid",
+        "select data from ojs_event_log where type = 'priority.changed' and job_id = $1::uuid",
     )
     .bind(&second)
     .fetch_one(app.pool())

@@ -158,7 +158,7 @@ async fn config_resolves_system_then_default_then_queue_and_put_merges() {
         json!({"retention": {"completed": "PT2H", "cancelled": "PT1H"}})
     );
     let changed: Vec<Value> = sqlx::query_scalar(
-        "select data -> 'changed_fields' from ojs_event where type = 'queue.config_updated' and subject = 'payments' order by xid, seq",
+        "select data -> 'changed_fields' from ojs_event_log where type = 'queue.config_updated' and subject = 'payments' order by xid, seq",
     )
     .fetch_all(app.pool())
     .await
@@ -523,7 +523,7 @@ async fn drop_oldest_discards_the_oldest_waiting_jobs_to_make_room() {
     assert_eq!(app.unfinished("ring").await, 3);
     assert_eq!(app.capacity_counter("ring").await, 3);
     let reasons: Vec<String> = sqlx::query_scalar(
-        "select data ->> 'reason' from ojs_event where type = 'job.discarded' order by xid, seq",
+        "select data ->> 'reason' from ojs_event_log where type = 'job.discarded' order by xid, seq",
     )
     .fetch_all(app.pool())
     .await

@@ -29,7 +29,7 @@ async fn the_first_enqueue_creates_the_queue_once() {
     assert_eq!(queue["stats"]["available"], 3);
     assert_eq!(queue["stats"]["depth"], 3);
     let created: Vec<serde_json::Value> = sqlx::query_scalar(
-        "select data from ojs_event where type = 'queue.created' order by xid, seq",
+        "select data from ojs_event_log where type = 'queue.created' order by xid, seq",
     )
     .fetch_all(app.pool())
     .await
@@ -107,7 +107,7 @@ async fn a_paused_queue_accepts_jobs_but_fetch_skips_it_until_resumed() {
     assert!(started.elapsed() < Duration::from_secs(5));
 
     let events: Vec<String> = sqlx::query_scalar(
-        "select type from ojs_event where type like 'queue.%' and subject = 'pq' order by xid, seq",
+        "select type from ojs_event_log where type like 'queue.%' and subject = 'pq' order by xid, seq",
     )
     .fetch_all(app.pool())
     .await
@@ -217,7 +217,7 @@ async fn explicit_creation_refuses_duplicates_and_bad_names() {
         .await
         .expect_error(404, "not_found");
     let event: serde_json::Value = sqlx::query_scalar(
-        "select data from ojs_event where type = 'queue.created' and subject = 'payments'",
+        "select data from ojs_event_log where type = 'queue.created' and subject = 'payments'",
     )
     .fetch_one(app.pool())
     .await
@@ -457,7 +457,7 @@ async fn deleting_with_discard_drains_active_jobs_then_removes_the_queue() {
         .await
         .expect_error(404, "not_found");
     let data: serde_json::Value = sqlx::query_scalar(
-        "select data from ojs_event where type = 'queue.deleted' and subject = 'dq'",
+        "select data from ojs_event_log where type = 'queue.deleted' and subject = 'dq'",
     )
     .fetch_one(app.pool())
     .await
@@ -467,7 +467,7 @@ async fn deleting_with_discard_drains_active_jobs_then_removes_the_queue() {
         json!({"queue": "dq", "strategy": "discard", "jobs_affected": 2})
     );
     let reason: String = sqlx::query_scalar(
-        "select data ->> 'reason' from ojs_event where type = 'job.discarded' and job_id = $1::uuid",
+        "select data ->> 'reason' from ojs_event_log where type = 'job.discarded' and job_id = $1::uuid",
     )
     .bind(&waiting)
     .fetch_one(app.pool())

@@ -295,7 +295,7 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
     let unique: HashSet<&String> = acked.iter().collect();
     assert_eq!(unique.len(), acked.len(), "no job acknowledged twice");
     let completions: Vec<(String, i64)> = sqlx::query_as(
-        "select job_id::text, count(*) from ojs_event where type = 'job.completed' group by job_id having count(*) <> 1",
+        "select job_id::text, count(*) from ojs_event_log where type = 'job.completed' group by job_id having count(*) <> 1",
     )
     .fetch_all(&db.pool)
     .await

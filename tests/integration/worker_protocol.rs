@@ -228,7 +228,7 @@ async fn deregistration_releases_the_workers_jobs() {
         .await
         .expect_error(404, "not_found");
     let stopped: serde_json::Value =
-        sqlx::query_scalar("select data from ojs_event where type = 'worker.stopped'")
+        sqlx::query_scalar("select data from ojs_event_log where type = 'worker.stopped'")
             .fetch_one(app.pool())
             .await
             .unwrap();

@@ -128,19 +128,21 @@ macro_rules! claim_statement {
              where j.id = c.id
             returning j
         ),
+        -- One event row per job type (migration V10): the server renders each job's
+        -- `job.started` from it.
         events as (
-            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
-            select 'job.started', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'available',
-                   (m.j).state,
-                   -- = ojs_job_transition_data('available', m.j), written out: inlining that
-                   -- function costs ~2 ms of planning per execution (tested against it).
-                   jsonb_build_object('job_id', (m.j).id, 'job_type', (m.j).type, 'queue', (m.j).queue, 'state', (m.j).state)
-                   || jsonb_strip_nulls(jsonb_build_object(
-                          'trace_id', coalesce(nullif((m.j).meta ->> 'trace_id', ''),
-                                               nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')),
-                          'worker_id', (m.j).worker_id, 'attempt', (m.j).attempt))
-              from moved m
-             order by (m.j).seq
+            insert into ojs_event (type, queue, job_type, from_state, to_state, worker_id,
+                                   job_ids, trace_ids, attempts)
+            select 'job.started', e.queue, e.type, 'available', 'active', $3,
+                   array_agg(e.id order by e.seq), array_agg(e.trace_id order by e.seq),
+                   array_agg(e.attempt order by e.seq)
+              from (select (m.j).id, (m.j).seq, (m.j).queue, (m.j).type, (m.j).attempt,
+                           coalesce(nullif((m.j).meta ->> 'trace_id', ''), nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                           (row_number() over (partition by (m.j).type order by (m.j).seq) - 1)
+                               / 16384 as block
+                      from moved m) e
+             group by e.queue, e.type, e.block
+             order by min(e.seq)
         )
         select m.j as "job!: Job" from moved m
         "#,
@@ -201,4 +203,118 @@ pub async fn claim_fair(
              order by priority, fair_key, seq
 "#
     )
+}
+
+/// One FETCH's share of [`claim_shared`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimShare<'a> {
+    /// At most this many jobs for this FETCH.
+    pub limit: i32,
+    /// The claiming worker, recorded as the reservation owner.
+    pub worker_id: Option<&'a str>,
+    /// Reservation length requested by the fetch (wins over the job's own).
+    pub visibility_timeout_ms: Option<i64>,
+    /// The claiming worker's pool (recorded on the job).
+    pub pool: Option<&'a str>,
+}
+
+/// [`claim`] for several FETCHes of one queue at once (no dispatch limits, plain order): one
+/// statement takes the most urgent jobs for all of them and gives each FETCH up to its limit.
+/// Concurrent claimers of one queue otherwise walk past each other's locked rows (`skip
+/// locked`) at the head of the queue; sharing the claim walks the head once. Returns each job
+/// with the index of its share in `shares`. A share of a worker told to stop gets nothing.
+#[tracing::instrument(level = "debug", skip_all, fields(queue = queue, shares = shares.len()))]
+pub async fn claim_shared(
+    db: impl PgExecutor<'_>,
+    queue: &str,
+    shares: &[ClaimShare<'_>],
+    default_visibility_timeout_ms: i64,
+) -> Result<Vec<(usize, Job)>, sqlx::Error> {
+    let limits: Vec<i32> = shares.iter().map(|s| s.limit).collect();
+    let workers: Vec<Option<&str>> = shares.iter().map(|s| s.worker_id).collect();
+    let visibility: Vec<Option<i64>> = shares.iter().map(|s| s.visibility_timeout_ms).collect();
+    let pools: Vec<Option<&str>> = shares.iter().map(|s| s.pool).collect();
+    let rows = sqlx::query!(
+        r#"
+        with share as (
+            select *
+              from unnest($2::int4[], $3::text[], $4::int8[], $5::text[]) with ordinality
+                as s(wanted, worker_id, visibility_timeout_ms, pool, share)
+             -- A worker told to stop (or stopping by itself) gets nothing.
+             where not exists (select 1 from ojs_worker w
+                                where w.id = s.worker_id and (w.directive <> '' or w.state <> 'running'))
+        ),
+        slot as (
+            select s.*, row_number() over (order by s.share, g.n) as slot
+              from share s, generate_series(1, s.wanted) as g(n)
+        ),
+        candidate as (
+            select id
+              from ojs_job
+             where queue = $1
+               and state = 'available'
+               and (expires_at is null or expires_at > now())
+               and (claim_deadline_at is null or claim_deadline_at > now())
+               and (total_deadline_at is null or total_deadline_at > now())
+               -- A paused queue is skipped (it still accepts jobs).
+               and not exists (select 1 from ojs_queue q where q.name = $1 and q.state = 'paused')
+             -- The dispatch order of ojs_job_dispatch_idx (see `claim`).
+             order by (case when priority_aging_ms is null then priority else 0 end),
+                      (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
+                       + coalesce(priority * priority_aging_ms, 0)),
+                      seq
+             limit (select count(*) from slot)
+               for update skip locked
+        ),
+        numbered as (
+            select id, row_number() over () as slot from candidate
+        ),
+        moved as (
+            update ojs_job j
+               set state = 'active',
+                   attempt = j.attempt + 1,
+                   started_at = now(),
+                   worker_id = s.worker_id,
+                   reservation_ms = coalesce(s.visibility_timeout_ms, j.visibility_timeout_ms, $6),
+                   visible_until = now() + coalesce(s.visibility_timeout_ms, j.visibility_timeout_ms, $6) * interval '1 millisecond',
+                   timeout_at = now() + j.timeout_ms * interval '1 millisecond',
+                   claim_deadline_at = null,
+                   pool = s.pool
+              from numbered c
+              join slot s on s.slot = c.slot
+             where j.id = c.id
+            returning j, s.share
+        ),
+        -- One event row per worker and job type (migration V10): the server renders each
+        -- job's `job.started` from it.
+        events as (
+            insert into ojs_event (type, queue, job_type, from_state, to_state, worker_id,
+                                   job_ids, trace_ids, attempts)
+            select 'job.started', e.queue, e.type, 'available', 'active', e.worker_id,
+                   array_agg(e.id order by e.seq), array_agg(e.trace_id order by e.seq),
+                   array_agg(e.attempt order by e.seq)
+              from (select (m.j).id, (m.j).seq, (m.j).queue, (m.j).type, (m.j).attempt,
+                           (m.j).worker_id,
+                           coalesce(nullif((m.j).meta ->> 'trace_id', ''), nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                           (row_number() over (partition by (m.j).worker_id, (m.j).type
+                                               order by (m.j).seq) - 1) / 16384 as block
+                      from moved m) e
+             group by e.queue, e.type, e.worker_id, e.block
+             order by min(e.seq)
+        )
+        select m.j as "job!: Job", m.share as "share!" from moved m
+        "#,
+        queue,
+        &limits,
+        &workers as &[Option<&str>],
+        &visibility as &[Option<i64>],
+        &pools as &[Option<&str>],
+        default_visibility_timeout_ms,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (usize::try_from(r.share - 1).unwrap_or(usize::MAX), r.job))
+        .collect())
 }

@@ -200,26 +200,28 @@ pub async fn insert_many(
               from new_queues q
             returning 1
         ),
+        -- One event row per queue, job type and event type (migration V10): the server
+        -- renders each job's event from it.
         events as (
-            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
-            select case i.state when 'available' then 'job.enqueued' else 'job.scheduled' end,
-                   (i.job).id::text, (i.job).id, i.queue, (i.job).type, null, i.state,
-                   -- = ojs_job_transition_data(null, i.job), written out (see `claim`).
-                   jsonb_build_object('job_id', (i.job).id, 'job_type', (i.job).type, 'queue', (i.job).queue, 'state', (i.job).state)
-                   || jsonb_strip_nulls(jsonb_build_object(
-                          'trace_id', coalesce(nullif((i.job).meta ->> 'trace_id', ''),
-                                               nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')),
-                          'priority', case when i.state = 'available' then (i.job).priority end,
-                          'unique_key', case when i.state = 'available' then (i.job).unique_key end))
-                   || case when (i.job).scheduled_at is not null
-                           then jsonb_build_object('scheduled_at', to_char((i.job).scheduled_at at time zone 'UTC',
-                                                                           'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
-                           else '{}' end
-              from inserted i
-             -- Reading queue_events first writes a new queue's `queue.created` before the
-             -- events of its first jobs.
-             where i.state <> 'pending' and (select count(*) from queue_events) >= 0
-             order by (i.job).seq
+            insert into ojs_event (type, queue, job_type, to_state, job_ids, trace_ids,
+                                   priorities, unique_keys, scheduled_ats)
+            select case e.state when 'available' then 'job.enqueued' else 'job.scheduled' end,
+                   e.queue, e.type, e.state, array_agg(e.id order by e.seq),
+                   array_agg(e.trace_id order by e.seq), array_agg(e.priority order by e.seq),
+                   array_agg(e.unique_key order by e.seq), array_agg(e.scheduled_at order by e.seq)
+              from (select (i.job).id, (i.job).seq, i.queue, (i.job).type, i.state,
+                           coalesce(nullif((i.job).meta ->> 'trace_id', ''), nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                           case when i.state = 'available' then (i.job).priority end as priority,
+                           case when i.state = 'available' then (i.job).unique_key end as unique_key,
+                           (i.job).scheduled_at,
+                           (row_number() over (partition by i.queue, (i.job).type, i.state
+                                               order by (i.job).seq) - 1) / 16384 as block
+                      from inserted i
+                     -- Reading queue_events first writes a new queue's `queue.created` before
+                     -- the events of its first jobs.
+                     where i.state <> 'pending' and (select count(*) from queue_events) >= 0) e
+             group by e.queue, e.type, e.state, e.block
+             order by min(e.seq)
         )
         select i.job as "job!: Job", (select count(*) from queue_events) as "queues_created!"
           from inserted i

@@ -25,7 +25,7 @@ mod enqueue;
 mod retention;
 mod transition;
 
-pub use claim::{ClaimParams, claim, claim_fair, promote_due};
+pub use claim::{ClaimParams, ClaimShare, claim, claim_fair, claim_shared, promote_due};
 pub use deadline::{expire_due, lock_held_by, lock_overdue};
 pub use enqueue::{cancel_replaced, insert_many, replace_scheduled, unique_candidates};
 pub use retention::{PruneCutoffs, prune_finished};

@@ -46,21 +46,26 @@ pub async fn complete_many(
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
             returning j
         ),
+        -- One event row per queue and job type (migration V10): the server renders each
+        -- job's `job.completed` from it.
         events as (
-            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
-            select 'job.completed', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'active',
-                   (m.j).state,
-                   -- = ojs_job_transition_data('active', m.j), written out (see `claim`).
-                   jsonb_build_object('job_id', (m.j).id, 'job_type', (m.j).type, 'queue', (m.j).queue, 'state', (m.j).state)
-                   || jsonb_strip_nulls(jsonb_build_object(
-                          'trace_id', coalesce(nullif((m.j).meta ->> 'trace_id', ''),
-                                               nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')),
-                          'duration_ms', round(extract(epoch from (m.j).completed_at - (m.j).started_at) * 1000)::int8,
-                          'attempt', (m.j).attempt,
-                          'result', case when octet_length((m.j).result::text) <= 65536
-                                         then (m.j).result::jsonb end))
-              from moved m
-             order by (m.j).seq
+            insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,
+                                   trace_ids, attempts, durations_ms, results)
+            select 'job.completed', e.queue, e.type, 'active', 'completed',
+                   array_agg(e.id order by e.seq), array_agg(e.trace_id order by e.seq),
+                   array_agg(e.attempt order by e.seq), array_agg(e.duration_ms order by e.seq),
+                   array_agg(e.result order by e.seq)
+              from (select (m.j).id, (m.j).seq, (m.j).queue, (m.j).type, (m.j).attempt,
+                           coalesce(nullif((m.j).meta ->> 'trace_id', ''), nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                           round(extract(epoch from (m.j).completed_at - (m.j).started_at) * 1000)::int8
+                               as duration_ms,
+                           case when octet_length((m.j).result::text) <= 65536
+                                then (m.j).result end as result,
+                           (row_number() over (partition by (m.j).queue, (m.j).type
+                                               order by (m.j).seq) - 1) / 16384 as block
+                      from moved m) e
+             group by e.queue, e.type, e.block
+             order by min(e.seq)
         )
         select m.j as "job!: Job" from moved m
         "#,
