@@ -79,12 +79,17 @@ impl Application {
         let health = DbHealth::default();
         // Events written by API requests name this replica as their source. The statements are
         // short and their plans cheap: a JIT compile (tens of ms) would only ever cost time.
+        // Every statement is prepared once per connection and planned once, generically: the
+        // hot statements' custom plans cost more to make than to run, and their SQL is written
+        // so that the generic plan is the right one (literal state predicates that match the
+        // partial indexes, parameters only where any value takes the same path).
         let connect_options = config.connect_options()?.options([
             (
                 "ojs.source",
                 format!("ojs://{}/api/{instance_id}", config.service_name),
             ),
             ("jit", "off".to_owned()),
+            ("plan_cache_mode", "force_generic_plan".to_owned()),
         ]);
         let db = db::connect_pool(
             connect_options.clone(),

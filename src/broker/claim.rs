@@ -1,7 +1,7 @@
 //! The claims of one FETCH attempt: slots dealt over the route's queues by its strategy, each
 //! queue claimed from under the dispatch limits of its pool and its own configuration.
 
-use super::fetch::{FetchRequest, Fetcher};
+use super::fetch::{FetchRequest, Fetcher, SharedClaim};
 use crate::error::Result;
 use crate::job::Job;
 use crate::pool::WorkerPool;
@@ -103,6 +103,19 @@ impl Fetcher {
         let fair = configs.is_tenant_fair(params.queue);
         let pool_limit = pool.and_then(|p| p.concurrency.map(|c| (p, i64::from(c))));
         if !config.limits_dispatch() && pool_limit.is_none() {
+            if !fair && params.started_at.is_none() {
+                let claim = SharedClaim {
+                    queue: params.queue.to_owned(),
+                    limit: i32::try_from(params.limit).unwrap_or(i32::MAX),
+                    worker_id: params.worker_id.map(str::to_owned),
+                    visibility_timeout_ms: params.visibility_timeout_ms,
+                    pool: params.pool.map(str::to_owned),
+                };
+                return match self.claims.submit(claim).await {
+                    Some(outcome) => outcome,
+                    None => Err(sqlx::Error::PoolClosed),
+                };
+            }
             let mut conn = self.db.acquire().await?;
             return claim_rows(&mut conn, params, fair).await;
         }

@@ -10,9 +10,10 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Settings;
 use super::configs::Configs;
 use super::dispatch_stats::DispatchStats;
+use super::group::GroupCommit;
+use super::{GROUP_FLUSHERS, Settings};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::notifier::Notifier;
@@ -92,6 +93,75 @@ pub(super) struct Fetcher {
     pub(super) dispatcher: Dispatcher,
     /// Dispatch counts, backlog depths and overload events of fair scheduling.
     pub(super) stats: DispatchStats,
+    /// Claims without dispatch limits, shared by the FETCHes of a queue that run at once.
+    pub(super) claims: GroupCommit<SharedClaim, Result<Vec<Job>, sqlx::Error>>,
+}
+
+/// One FETCH's claim from one queue, waiting to share a statement (see
+/// [`store::job::claim_shared`]).
+#[derive(Debug)]
+pub(super) struct SharedClaim {
+    pub(super) queue: String,
+    pub(super) limit: i32,
+    pub(super) worker_id: Option<String>,
+    pub(super) visibility_timeout_ms: Option<i64>,
+    pub(super) pool: Option<String>,
+}
+
+/// Most FETCHes whose claims share one statement.
+const CLAIM_GROUP_MAX: usize = 64;
+
+/// Claims `claims` with one statement per queue; each claim gets its own jobs. When a shared
+/// statement fails, each of its claims is tried alone, so each gets the outcome it would have
+/// had by itself.
+async fn flush_claims(
+    db: PgPool,
+    default_visibility_timeout_ms: i64,
+    claims: Vec<SharedClaim>,
+) -> Vec<Result<Vec<Job>, sqlx::Error>> {
+    fn share(c: &SharedClaim) -> store::job::ClaimShare<'_> {
+        store::job::ClaimShare {
+            limit: c.limit,
+            worker_id: c.worker_id.as_deref(),
+            visibility_timeout_ms: c.visibility_timeout_ms,
+            pool: c.pool.as_deref(),
+        }
+    }
+    let mut out: Vec<Result<Vec<Job>, sqlx::Error>> =
+        claims.iter().map(|_| Ok(Vec::new())).collect();
+    let mut queues: Vec<&str> = claims.iter().map(|c| c.queue.as_str()).collect();
+    queues.sort_unstable();
+    queues.dedup();
+    for queue in queues {
+        let members: Vec<usize> = (0..claims.len())
+            .filter(|&i| claims[i].queue == queue)
+            .collect();
+        let shares: Vec<store::job::ClaimShare<'_>> =
+            members.iter().map(|&i| share(&claims[i])).collect();
+        match store::job::claim_shared(&db, queue, &shares, default_visibility_timeout_ms).await {
+            Ok(jobs) => {
+                for (share, job) in jobs {
+                    if let Some(Ok(mine)) = members.get(share).map(|&i| &mut out[i]) {
+                        mine.push(job);
+                    }
+                }
+            }
+            Err(e) if members.len() == 1 => out[members[0]] = Err(e),
+            Err(_) => {
+                for &i in &members {
+                    out[i] = store::job::claim_shared(
+                        &db,
+                        queue,
+                        &[share(&claims[i])],
+                        default_visibility_timeout_ms,
+                    )
+                    .await
+                    .map(|jobs| jobs.into_iter().map(|(_, job)| job).collect());
+                }
+            }
+        }
+    }
+    out
 }
 
 impl Fetcher {
@@ -101,6 +171,11 @@ impl Fetcher {
         settings: Settings,
         notifier: Notifier,
     ) -> Fetcher {
+        let claim_db = db.clone();
+        let default_visibility = settings.default_visibility_timeout_ms;
+        let claims = GroupCommit::spawn(GROUP_FLUSHERS, CLAIM_GROUP_MAX, move |claims| {
+            flush_claims(claim_db.clone(), default_visibility, claims)
+        });
         Fetcher {
             db,
             configs,
@@ -109,6 +184,7 @@ impl Fetcher {
             seen_workers: Mutex::default(),
             dispatcher: Dispatcher::default(),
             stats: DispatchStats::default(),
+            claims,
         }
     }
 
