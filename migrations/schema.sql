@@ -2555,10 +2555,10 @@ ALTER TABLE ONLY public.ojs_worker
 CREATE INDEX ojs_dispatch_second_queue_idx ON public.ojs_dispatch_second USING btree (queue, second);
 
 --
--- Name: ojs_event_job_ids_idx; Type: INDEX; Schema: public; Owner: -
+-- Name: ojs_event_batch_time_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_event_job_ids_idx ON public.ojs_event USING gin (job_ids) WHERE (job_ids IS NOT NULL);
+CREATE INDEX ojs_event_batch_time_idx ON public.ojs_event USING btree ("time") WHERE (job_ids IS NOT NULL);
 
 --
 -- Name: ojs_event_job_idx; Type: INDEX; Schema: public; Owner: -

@@ -306,7 +306,7 @@ pub async fn head(db: impl PgExecutor<'_>) -> Result<Option<Position>, sqlx::Err
 /// Up to `limit` deliverable events after `after` (from the oldest retained one when `None`)
 /// that match `filter`, in delivery order.
 pub async fn list(
-    db: impl PgExecutor<'_>,
+    db: &sqlx::PgPool,
     filter: &EventFilter,
     after: Option<Position>,
     limit: i64,
@@ -317,6 +317,16 @@ pub async fn list(
     // One statement per access path, so each is planned as an index range scan in delivery
     // order: by job, by queue, or over everything.
     let rows = if let Some(job_id) = filter.job_id {
+        // Batch rows hold the job's events only from its creation on: the statements that
+        // write them see the job, and run in transactions far shorter than the margin. A job
+        // that is gone (pruned) is looked for in every batch row.
+        let since = sqlx::query_scalar!(
+            "select created_at - interval '10 minutes' from ojs_job where id = $1",
+            job_id
+        )
+        .fetch_optional(db)
+        .await?
+        .flatten();
         sqlx::query_as!(
             Raw,
             r#"
@@ -331,7 +341,9 @@ pub async fn list(
                    durations_ms as "durations_ms: Vec<Option<i64>>",
                    results::text[] as "results: Vec<Option<String>>", worker_id
               from ojs_event
-             where (job_id = $1 or job_ids @> array[$1::uuid])
+             where (job_id = $1
+                    or (job_ids is not null and time >= coalesce($9::timestamptz, '-infinity')
+                        and job_ids @> array[$1::uuid]))
                and xid < pg_snapshot_xmin(pg_current_snapshot())
                -- Rows with an event after the cursor: the index bound, then the exact test.
                and ($2::text is null or ((xid, seq) > ($2::text::xid8, $3::int8 - 16384)
@@ -351,6 +363,7 @@ pub async fn list(
             filter.queues.as_deref(),
             filter.job_types.as_deref(),
             limit,
+            since,
         )
         .fetch_all(db)
         .await?
