@@ -87,92 +87,20 @@ pub struct ClaimParams<'a> {
     pub pool: Option<&'a str>,
 }
 
-/// The claim statement of [`claim`] and [`claim_fair`], which differ only in the end of the
-/// candidate filter and the order (each must match its own partial index). sqlx joins the
-/// `+`-separated literals into one checked statement per use, so each variant stays a
-/// top-level statement whose plan sees its `LIMIT`.
+/// The claim statement of [`claim_shared`], [`claim`] and [`claim_fair`]: the plain and the
+/// tenant-fair claim differ only in the end of the candidate filter and the order (each must
+/// match its own partial index). sqlx joins the `+`-separated literals into one checked
+/// statement per use, so each variant stays a top-level statement whose plan sees its `LIMIT`.
 macro_rules! claim_statement {
-    ($db:expr, $p:expr, $candidates:tt) => {
-        sqlx::query_scalar!(
-            r#"
-        with candidate as (
-            select id
-              from ojs_job
-             where queue = $1
-               and state = 'available'
-               and (expires_at is null or expires_at > now())
-               and (claim_deadline_at is null or claim_deadline_at > now())
-               and (total_deadline_at is null or total_deadline_at > now())
-               -- A paused queue is skipped (it still accepts jobs).
-               and not exists (select 1 from ojs_queue q where q.name = $1 and q.state = 'paused')
-               -- A worker told to stop (or stopping by itself) gets nothing.
-               and not exists (select 1 from ojs_worker w
-                                where w.id = $3 and (w.directive <> '' or w.state <> 'running'))
-"#
-                + $candidates
-                + r#"             limit $2
-               for update skip locked
-        ),
-        moved as (
-            update ojs_job j
-               set state = 'active',
-                   attempt = j.attempt + 1,
-                   started_at = coalesce($6, now()),
-                   worker_id = $3,
-                   reservation_ms = coalesce($4, j.visibility_timeout_ms, $5),
-                   visible_until = coalesce($6, now()) + coalesce($4, j.visibility_timeout_ms, $5) * interval '1 millisecond',
-                   timeout_at = coalesce($6, now()) + j.timeout_ms * interval '1 millisecond',
-                   claim_deadline_at = null,
-                   pool = $7
-              from candidate c
-             where j.id = c.id
-            returning j
-        ),
-        -- One event row per job type (migration V10): the server renders each job's
-        -- `job.started` from it.
-        events as (
-            insert into ojs_event (type, queue, job_type, from_state, to_state, worker_id,
-                                   job_ids, trace_ids, attempts)
-            select 'job.started', e.queue, e.type, 'available', 'active', $3,
-                   array_agg(e.id order by e.seq), array_agg(e.trace_id order by e.seq),
-                   array_agg(e.attempt order by e.seq)
-              from (select (m.j).id, (m.j).seq, (m.j).queue, (m.j).type, (m.j).attempt,
-                           coalesce(nullif((m.j).meta ->> 'trace_id', ''), nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')) as trace_id,
-                           (row_number() over (partition by (m.j).type order by (m.j).seq) - 1)
-                               / 16384 as block
-                      from moved m) e
-             group by e.queue, e.type, e.block
-             order by min(e.seq)
-        )
-        select m.j as "job!: Job" from moved m
-        "#,
-            $p.queue,
-            $p.limit,
-            $p.worker_id,
-            $p.visibility_timeout_ms,
-            $p.default_visibility_timeout_ms,
-            $p.started_at,
-            $p.pool,
-        )
-        .fetch_all($db)
-        .await
-    };
-}
-
-/// Claims up to `limit` available jobs of one queue, most urgent first (priority, then FIFO).
-///
-/// One statement: the candidates are locked `for update skip locked` (concurrent claimers never
-/// wait on each other and never get the same job) and updated to `active` with a new attempt,
-/// owner, reservation deadline and execution deadline. Jobs past their `expires_at`,
-/// `enqueue_ttl` or `total_timeout` are never handed out (the expirer discards them), and a
-/// worker whose directive or own state is not `running` gets nothing. The returned order is not
-/// significant.
-#[tracing::instrument(level = "debug", skip_all, fields(queue = p.queue, limit = p.limit))]
-pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Job>, sqlx::Error> {
-    claim_statement!(
-        db,
-        p,
-        r#"             -- A queue's dispatch limits (concurrency, rate_limit) are applied by the caller,
+    // The plain dispatch order.
+    (plain: $db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr) => {
+        claim_statement!(
+            $db,
+            $queue,
+            $shares,
+            $default_visibility,
+            $started_at,
+            r#"             -- A queue's dispatch limits (concurrency, rate_limit) are applied by the caller,
              -- which claims only as many jobs as they allow: priority orders what they allow.
              -- The dispatch order of ojs_job_dispatch_idx (migration V4), written exactly as
              -- indexed: priority, then the time the job became available (with priority
@@ -182,60 +110,17 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
                        + coalesce(priority * priority_aging_ms, 0)),
                       seq
 "#
-    )
-}
-
-/// [`claim`] from a tenant-fair queue: within each priority level, jobs are taken by their
-/// virtual finish time (`fair_key`, migration V8), which interleaves tenants in proportion to
-/// their weights. Untagged jobs (none, unless tagging was switched on mid-flight) are left to
-/// [`claim`].
-#[tracing::instrument(level = "debug", skip_all, fields(queue = p.queue, limit = p.limit))]
-pub async fn claim_fair(
-    db: impl PgExecutor<'_>,
-    p: ClaimParams<'_>,
-) -> Result<Vec<Job>, sqlx::Error> {
-    claim_statement!(
-        db,
-        p,
-        r#"               and fair_key is not null
-             -- The order of ojs_job_fair_idx (migration V8): priority, then the tenant-fair
-             -- virtual finish time, then seq.
-             order by priority, fair_key, seq
-"#
-    )
-}
-
-/// One FETCH's share of [`claim_shared`].
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimShare<'a> {
-    /// At most this many jobs for this FETCH.
-    pub limit: i32,
-    /// The claiming worker, recorded as the reservation owner.
-    pub worker_id: Option<&'a str>,
-    /// Reservation length requested by the fetch (wins over the job's own).
-    pub visibility_timeout_ms: Option<i64>,
-    /// The claiming worker's pool (recorded on the job).
-    pub pool: Option<&'a str>,
-}
-
-/// [`claim`] for several FETCHes of one queue at once (no dispatch limits, plain order): one
-/// statement takes the most urgent jobs for all of them and gives each FETCH up to its limit.
-/// Concurrent claimers of one queue otherwise walk past each other's locked rows (`skip
-/// locked`) at the head of the queue; sharing the claim walks the head once. Returns each job
-/// with the index of its share in `shares`. A share of a worker told to stop gets nothing.
-#[tracing::instrument(level = "debug", skip_all, fields(queue = queue, shares = shares.len()))]
-pub async fn claim_shared(
-    db: impl PgExecutor<'_>,
-    queue: &str,
-    shares: &[ClaimShare<'_>],
-    default_visibility_timeout_ms: i64,
-) -> Result<Vec<(usize, Job)>, sqlx::Error> {
-    let limits: Vec<i32> = shares.iter().map(|s| s.limit).collect();
-    let workers: Vec<Option<&str>> = shares.iter().map(|s| s.worker_id).collect();
-    let visibility: Vec<Option<i64>> = shares.iter().map(|s| s.visibility_timeout_ms).collect();
-    let pools: Vec<Option<&str>> = shares.iter().map(|s| s.pool).collect();
-    let rows = sqlx::query!(
-        r#"
+        )
+    };
+    ($db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr, $candidates:tt) => {{
+        let shares: &[ClaimShare<'_>] = $shares;
+        let limits: Vec<i32> = shares.iter().map(|s| s.limit).collect();
+        let workers: Vec<Option<&str>> = shares.iter().map(|s| s.worker_id).collect();
+        let visibility: Vec<Option<i64>> =
+            shares.iter().map(|s| s.visibility_timeout_ms).collect();
+        let pools: Vec<Option<&str>> = shares.iter().map(|s| s.pool).collect();
+        let rows = sqlx::query!(
+            r#"
         with share as (
             select *
               from unnest($2::int4[], $3::text[], $4::int8[], $5::text[]) with ordinality
@@ -258,12 +143,9 @@ pub async fn claim_shared(
                and (total_deadline_at is null or total_deadline_at > now())
                -- A paused queue is skipped (it still accepts jobs).
                and not exists (select 1 from ojs_queue q where q.name = $1 and q.state = 'paused')
-             -- The dispatch order of ojs_job_dispatch_idx (see `claim`).
-             order by (case when priority_aging_ms is null then priority else 0 end),
-                      (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
-                       + coalesce(priority * priority_aging_ms, 0)),
-                      seq
-             limit (select count(*) from slot)
+"#
+                + $candidates
+                + r#"             limit (select count(*) from slot)
                for update skip locked
         ),
         numbered as (
@@ -273,11 +155,11 @@ pub async fn claim_shared(
             update ojs_job j
                set state = 'active',
                    attempt = j.attempt + 1,
-                   started_at = now(),
+                   started_at = coalesce($7, now()),
                    worker_id = s.worker_id,
                    reservation_ms = coalesce(s.visibility_timeout_ms, j.visibility_timeout_ms, $6),
-                   visible_until = now() + coalesce(s.visibility_timeout_ms, j.visibility_timeout_ms, $6) * interval '1 millisecond',
-                   timeout_at = now() + j.timeout_ms * interval '1 millisecond',
+                   visible_until = coalesce($7, now()) + coalesce(s.visibility_timeout_ms, j.visibility_timeout_ms, $6) * interval '1 millisecond',
+                   timeout_at = coalesce($7, now()) + j.timeout_ms * interval '1 millisecond',
                    claim_deadline_at = null,
                    pool = s.pool
               from numbered c
@@ -304,17 +186,100 @@ pub async fn claim_shared(
         )
         select m.j as "job!: Job", m.share as "share!" from moved m
         "#,
-        queue,
-        &limits,
-        &workers as &[Option<&str>],
-        &visibility as &[Option<i64>],
-        &pools as &[Option<&str>],
-        default_visibility_timeout_ms,
-    )
-    .fetch_all(db)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| (usize::try_from(r.share - 1).unwrap_or(usize::MAX), r.job))
-        .collect())
+            $queue,
+            &limits,
+            &workers as &[Option<&str>],
+            &visibility as &[Option<i64>],
+            &pools as &[Option<&str>],
+            $default_visibility,
+            $started_at,
+        )
+        .fetch_all($db)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (usize::try_from(r.share - 1).unwrap_or(usize::MAX), r.job))
+            .collect::<Vec<(usize, Job)>>())
+    }};
+}
+
+/// One FETCH's share of [`claim_shared`].
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimShare<'a> {
+    /// At most this many jobs for this FETCH.
+    pub limit: i32,
+    /// The claiming worker, recorded as the reservation owner.
+    pub worker_id: Option<&'a str>,
+    /// Reservation length requested by the fetch (wins over the job's own).
+    pub visibility_timeout_ms: Option<i64>,
+    /// The claiming worker's pool (recorded on the job).
+    pub pool: Option<&'a str>,
+}
+
+/// Claims available jobs of one queue for several FETCHes at once, most urgent first
+/// (priority, then FIFO), giving each FETCH up to its share's limit. Returns each job with the
+/// index of its share in `shares` (the order is not significant).
+///
+/// One statement: the candidates are locked `for update skip locked` (concurrent claimers never
+/// wait on each other and never get the same job) and updated to `active` with a new attempt,
+/// owner, reservation deadline and execution deadline. Jobs past their `expires_at`,
+/// `enqueue_ttl` or `total_timeout` are never handed out (the expirer discards them), a paused
+/// queue gives nothing, and a share of a worker whose directive or own state is not `running`
+/// gets nothing. Concurrent claimers of one queue walk past each other's locked rows at the head
+/// of the queue; FETCHes that share the statement walk it once.
+#[tracing::instrument(level = "debug", skip_all, fields(queue = queue, shares = shares.len()))]
+pub async fn claim_shared(
+    db: impl PgExecutor<'_>,
+    queue: &str,
+    shares: &[ClaimShare<'_>],
+    default_visibility_timeout_ms: i64,
+) -> Result<Vec<(usize, Job)>, sqlx::Error> {
+    claim_statement!(plain: db, queue, shares, default_visibility_timeout_ms, None::<DateTime<Utc>>)
+}
+
+/// The one share of `p`.
+fn one_share<'a>(p: &ClaimParams<'a>) -> [ClaimShare<'a>; 1] {
+    [ClaimShare {
+        limit: i32::try_from(p.limit).unwrap_or(i32::MAX),
+        worker_id: p.worker_id,
+        visibility_timeout_ms: p.visibility_timeout_ms,
+        pool: p.pool,
+    }]
+}
+
+/// [`claim_shared`] for one FETCH, at `p.started_at` when given (rate-limited claims).
+#[tracing::instrument(level = "debug", skip_all, fields(queue = p.queue, limit = p.limit))]
+pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Job>, sqlx::Error> {
+    let claimed: Result<Vec<(usize, Job)>, sqlx::Error> = claim_statement!(plain:
+        db,
+        p.queue,
+        &one_share(&p),
+        p.default_visibility_timeout_ms,
+        p.started_at
+    );
+    Ok(claimed?.into_iter().map(|(_, job)| job).collect())
+}
+
+/// [`claim`] from a tenant-fair queue: within each priority level, jobs are taken by their
+/// virtual finish time (`fair_key`, migration V8), which interleaves tenants in proportion to
+/// their weights. Untagged jobs (none, unless tagging was switched on mid-flight) are left to
+/// [`claim`].
+#[tracing::instrument(level = "debug", skip_all, fields(queue = p.queue, limit = p.limit))]
+pub async fn claim_fair(
+    db: impl PgExecutor<'_>,
+    p: ClaimParams<'_>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let claimed: Result<Vec<(usize, Job)>, sqlx::Error> = claim_statement!(
+        db,
+        p.queue,
+        &one_share(&p),
+        p.default_visibility_timeout_ms,
+        p.started_at,
+        r#"               and fair_key is not null
+             -- The order of ojs_job_fair_idx (migration V8): priority, then the tenant-fair
+             -- virtual finish time, then seq.
+             order by priority, fair_key, seq
+"#
+    );
+    Ok(claimed?.into_iter().map(|(_, job)| job).collect())
 }
