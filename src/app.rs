@@ -174,6 +174,7 @@ impl Application {
                 batch_size: batch,
             },
             starvation: maintenance::StarvationConfig::default(),
+            planner_stats: maintenance::PlannerStatsConfig::default(),
         };
         let context = maintenance::Context::new(db.clone(), &config.service_name, &instance_id);
         let events = EventTail::new(

@@ -11,6 +11,7 @@
 
 pub mod app;
 pub mod broker;
+pub mod claim_floor;
 pub mod config;
 pub mod db;
 pub mod duration;

@@ -6,7 +6,7 @@
 //! waiter is woken to poll once, and waiters also poll on a timer as a safety net. A lost
 //! connection is also reported to [`DbHealth`]: it is usually the first sign of an outage.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +16,7 @@ use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
+use crate::claim_floor::{ClaimFloors, FloorKey};
 use crate::db::DbHealth;
 use crate::store;
 
@@ -39,15 +40,23 @@ pub enum Wakeup {
 pub struct QueueWakeup {
     queue: Arc<str>,
     permits: AtomicUsize,
+    /// No new job is before this place in the queue's dispatch order.
+    from: FloorKey,
 }
 
 impl Wakeup {
     /// New jobs in `queue`, for up to `waiters` waiters (`usize::MAX`: all of them, when the
-    /// number of jobs is unknown).
+    /// number of jobs is unknown), anywhere in its dispatch order.
     pub fn queue(queue: &str, waiters: usize) -> Wakeup {
+        Wakeup::queue_from(queue, waiters, FloorKey::START)
+    }
+
+    /// [`Wakeup::queue`] for jobs at or after `from` in dispatch order.
+    pub fn queue_from(queue: &str, waiters: usize, from: FloorKey) -> Wakeup {
         Wakeup::Queue(Arc::new(QueueWakeup {
             queue: queue.into(),
             permits: AtomicUsize::new(waiters),
+            from,
         }))
     }
 
@@ -76,6 +85,8 @@ pub struct Notifier {
     instance: Arc<str>,
     /// Backend pid of this process's listening connection (0 while not listening).
     listener_pid: Arc<AtomicI32>,
+    /// Where claims start: lowered by every wakeup.
+    floors: Arc<ClaimFloors>,
 }
 
 impl Default for Notifier {
@@ -93,7 +104,13 @@ impl Notifier {
             tx,
             instance: instance.into(),
             listener_pid: Arc::default(),
+            floors: Arc::default(),
         }
+    }
+
+    /// Where this process's claims start (see [`crate::claim_floor`]).
+    pub fn floors(&self) -> &Arc<ClaimFloors> {
+        &self.floors
     }
 
     /// A receiver of every wakeup from now on.
@@ -101,8 +118,14 @@ impl Notifier {
         self.tx.subscribe()
     }
 
-    /// Delivers a wakeup to current waiters (none waiting is fine).
+    /// Delivers a wakeup to current waiters (none waiting is fine), first lowering the claim
+    /// floors to the new jobs.
     pub fn wake(&self, wakeup: Wakeup) {
+        match &wakeup {
+            Wakeup::Queue(w) => self.floors.lower(&w.queue, w.from),
+            Wakeup::All => self.floors.reset_all(),
+            Wakeup::LeaderResigned => {}
+        }
         let _ = self.tx.send(wakeup);
     }
 
@@ -164,11 +187,9 @@ impl Notifier {
                 Some(n) if n.channel() == store::leader::RESIGNED_CHANNEL => {
                     self.wake(Wakeup::LeaderResigned);
                 }
-                // `queue` (from a statement) or `queue sender` (from an announcer).
-                Some(n) => match n.payload().split_once(' ') {
-                    Some((_, sender)) if sender == &*self.instance => {}
-                    Some((queue, _)) => self.wake(Wakeup::queue(queue, usize::MAX)),
-                    None => self.wake(Wakeup::queue(n.payload(), usize::MAX)),
+                Some(n) => match parse_available(n.payload()) {
+                    (_, Some(sender), _) if sender == &*self.instance => {}
+                    (queue, _, from) => self.wake(Wakeup::queue_from(queue, usize::MAX, from)),
                 },
                 // The connection was lost; the next try_recv reconnects and re-listens.
                 None => {
@@ -179,6 +200,22 @@ impl Notifier {
             }
         }
     }
+}
+
+/// A notification of available jobs: `queue` (from a statement), `queue sender` (from an
+/// announcer before the claim floors) or `queue sender priority time_ms` (from an announcer
+/// that knows where the new jobs are in dispatch order).
+fn parse_available(payload: &str) -> (&str, Option<&str>, FloorKey) {
+    let mut fields = payload.split(' ');
+    let queue = fields.next().unwrap_or_default();
+    let sender = fields.next();
+    let from = match (fields.next(), fields.next()) {
+        (Some(priority), Some(time_ms)) => {
+            FloorKey::from_wire(priority, time_ms).unwrap_or(FloorKey::START)
+        }
+        _ => FloorKey::START,
+    };
+    (queue, sender, from)
 }
 
 /// Announces queues that gained available jobs: at once to this process's waiters, and to the
@@ -198,7 +235,8 @@ impl Notifier {
 #[derive(Debug, Clone, Default)]
 pub struct Announcer {
     notifier: Notifier,
-    pending: Arc<Mutex<HashSet<Arc<str>>>>,
+    /// Queues to notify, with the earliest place of their new jobs.
+    pending: Arc<Mutex<HashMap<Arc<str>, FloorKey>>>,
     signal: Arc<Notify>,
 }
 
@@ -216,14 +254,25 @@ impl Announcer {
         &self.notifier
     }
 
-    /// `queue` has `jobs` new available jobs (committed).
-    pub fn announce(&self, queue: &str, jobs: usize) {
-        self.notifier.wake(Wakeup::queue(queue, jobs));
+    /// `queue` has `jobs` new available jobs (committed), none before `from` in its dispatch
+    /// order (`FloorKey::START` when unknown).
+    pub fn announce(&self, queue: &str, jobs: usize, from: FloorKey) {
+        self.notifier.wake(Wakeup::queue_from(queue, jobs, from));
         self.pending
             .lock()
             .expect("announcer lock")
-            .insert(queue.into());
+            .entry(queue.into())
+            .and_modify(|earliest| *earliest = earliest.min(from))
+            .or_insert(from);
         self.signal.notify_one();
+    }
+
+    /// `job`'s place in its queue's dispatch order changed (its priority was raised): claims
+    /// here and on other replicas must look there. Wakes no waiter.
+    pub fn moved(&self, job: &crate::job::Job) {
+        if job.state == crate::job::JobState::Available {
+            self.announce(&job.queue, 0, FloorKey::of(job).unwrap_or(FloorKey::START));
+        }
     }
 
     /// Sends the coalesced notifications until `shutdown` (then once more for what is left).
@@ -234,19 +283,25 @@ impl Announcer {
                 () = shutdown.cancelled() => true,
                 () = self.signal.notified() => false,
             };
-            let queues: Vec<String> = self
+            let sender = &*self.notifier.instance;
+            let payloads: Vec<String> = self
                 .pending
                 .lock()
                 .expect("announcer lock")
                 .drain()
-                .map(|q| q.to_string())
+                .map(|(queue, from)| {
+                    if from == FloorKey::START {
+                        format!("{queue} {sender}")
+                    } else {
+                        format!("{queue} {sender} {}", from.to_wire())
+                    }
+                })
                 .collect();
-            if !queues.is_empty()
+            if !payloads.is_empty()
                 && peers.any(&pool, &self.notifier).await
-                && let Err(e) =
-                    store::notify_available(&pool, &queues, &self.notifier.instance).await
+                && let Err(e) = store::notify_available(&pool, &payloads).await
             {
-                tracing::debug!(error = %e, queues = queues.len(), "cannot notify other replicas");
+                tracing::debug!(error = %e, queues = payloads.len(), "cannot notify other replicas");
             }
             if stopping {
                 return;

@@ -2,6 +2,7 @@
 //! queue claimed from under the dispatch limits of its pool and its own configuration.
 
 use super::fetch::{FetchRequest, Fetcher, SharedClaim};
+use crate::claim_floor::FloorKey;
 use crate::error::Result;
 use crate::job::Job;
 use crate::pool::WorkerPool;
@@ -154,11 +155,15 @@ impl Fetcher {
         if allowed <= 0 {
             return Ok(Vec::new());
         }
+        // The plain claim starts at the queue's floor; an error or an early return drops
+        // `floor`, which resets it.
+        let floor = (!fair).then(|| self.notifier.floors().begin(params.queue));
         let jobs = claim_rows(
             &mut tx,
             ClaimParams {
                 limit: allowed,
                 started_at: started_at.or(params.started_at),
+                from: floor.as_ref().map_or(FloorKey::START, |f| f.from),
                 ..params
             },
             fair,
@@ -171,6 +176,9 @@ impl Fetcher {
             store::queue::record_starts(&mut tx, &rate_key, n, now, period_ms).await?;
         }
         tx.commit().await?;
+        if let Some(floor) = floor {
+            floor.took(&jobs);
+        }
         Ok(jobs)
     }
 
@@ -222,6 +230,7 @@ impl Fetcher {
             default_visibility_timeout_ms: self.settings.default_visibility_timeout_ms,
             started_at: None,
             pool: pool.map(|p| p.name.as_str()),
+            from: FloorKey::START,
         }
     }
 }

@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::configs::{Configs, Snapshot};
 use super::group::GroupCommit;
 use super::{GROUP_FLUSHERS, Settings};
+use crate::claim_floor::FloorKey;
 use crate::error::{Error, Result};
 use crate::job::envelope::{Limits, NewJob, Rejection};
 use crate::job::retry::RetryPolicy;
@@ -90,7 +91,7 @@ pub(super) struct Enqueuer {
     limits: Limits,
     pub(super) strict_queues: bool,
     /// Wakes long polls here at once and tells other replicas (after commit).
-    announcer: Announcer,
+    pub(super) announcer: Announcer,
     /// Single-job PUSH requests, written together (see [`super::group`]).
     pushes: GroupCommit<NewJob, Result<Job>>,
     /// When this process last recorded `queue.full` per queue.
@@ -230,21 +231,32 @@ impl Enqueuer {
                 .map(|p| &p.job)
         };
         telemetry::jobs_enqueued(new_jobs());
-        let mut added: Vec<(&str, usize, usize)> = Vec::new();
+        // Per queue: new jobs, new available jobs, and where the first of those is in the
+        // dispatch order.
+        let mut added: Vec<(&str, usize, usize, Option<FloorKey>)> = Vec::new();
         for job in new_jobs() {
-            let available = usize::from(job.state == JobState::Available);
-            match added.iter_mut().find(|(q, _, _)| *q == job.queue) {
-                Some((_, n, a)) => {
+            let (available, place) = if job.state == JobState::Available {
+                (1, FloorKey::of(job).or(Some(FloorKey::START)))
+            } else {
+                (0, None)
+            };
+            match added.iter_mut().find(|(q, ..)| *q == job.queue) {
+                Some((_, n, a, first)) => {
                     *n += 1;
                     *a += available;
+                    *first = match (*first, place) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
                 }
-                None => added.push((&job.queue, 1, available)),
+                None => added.push((&job.queue, 1, available, place)),
             }
         }
         let mut pressure = None;
-        for (queue, jobs, available) in added {
+        for (queue, jobs, available, first) in added {
             if available > 0 {
-                self.announcer.announce(queue, available);
+                self.announcer
+                    .announce(queue, available, first.unwrap_or(FloorKey::START));
             }
             let config = configs.of(queue);
             let Some(bound) = config.max_size else {

@@ -14,6 +14,7 @@ use super::configs::Configs;
 use super::dispatch_stats::DispatchStats;
 use super::group::GroupCommit;
 use super::{GROUP_FLUSHERS, Settings};
+use crate::claim_floor::{ClaimFloors, FloorKey};
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::notifier::Notifier;
@@ -84,8 +85,8 @@ pub(super) struct Fetcher {
     pub(super) db: PgPool,
     pub(super) configs: Arc<Configs>,
     pub(super) settings: Settings,
-    /// Wakes long polls.
-    notifier: Notifier,
+    /// Wakes long polls; keeps the claim floors.
+    pub(super) notifier: Notifier,
     /// Fetching workers recently recorded as seen (so FETCH writes `last_seen_at` rarely),
     /// with the fetch defaults they registered.
     seen_workers: Mutex<HashMap<String, (Instant, FetchDefaults)>>,
@@ -116,6 +117,7 @@ const CLAIM_GROUP_MAX: usize = 64;
 /// had by itself.
 async fn flush_claims(
     db: PgPool,
+    floors: Arc<ClaimFloors>,
     default_visibility_timeout_ms: i64,
     claims: Vec<SharedClaim>,
 ) -> Vec<Result<Vec<Job>, sqlx::Error>> {
@@ -138,7 +140,16 @@ async fn flush_claims(
             .collect();
         let shares: Vec<store::job::ClaimShare<'_>> =
             members.iter().map(|&i| share(&claims[i])).collect();
-        match store::job::claim_shared(&db, queue, &shares, default_visibility_timeout_ms).await {
+        let floor = floors.begin(queue);
+        let from = floor.from;
+        let claimed =
+            store::job::claim_shared(&db, queue, &shares, default_visibility_timeout_ms, from)
+                .await;
+        match &claimed {
+            Ok(jobs) => floor.took(jobs.iter().map(|(_, job)| job)),
+            Err(_) => floor.failed(),
+        }
+        match claimed {
             Ok(jobs) => {
                 for (share, job) in jobs {
                     if let Some(Ok(mine)) = members.get(share).map(|&i| &mut out[i]) {
@@ -148,12 +159,14 @@ async fn flush_claims(
             }
             Err(e) if members.len() == 1 => out[members[0]] = Err(e),
             Err(_) => {
+                // Alone, from the start: the failed statement reset the floor.
                 for &i in &members {
                     out[i] = store::job::claim_shared(
                         &db,
                         queue,
                         &[share(&claims[i])],
                         default_visibility_timeout_ms,
+                        FloorKey::START,
                     )
                     .await
                     .map(|jobs| jobs.into_iter().map(|(_, job)| job).collect());
@@ -172,9 +185,10 @@ impl Fetcher {
         notifier: Notifier,
     ) -> Fetcher {
         let claim_db = db.clone();
+        let floors = notifier.floors().clone();
         let default_visibility = settings.default_visibility_timeout_ms;
         let claims = GroupCommit::spawn(GROUP_FLUSHERS, CLAIM_GROUP_MAX, move |claims| {
-            flush_claims(claim_db.clone(), default_visibility, claims)
+            flush_claims(claim_db.clone(), floors.clone(), default_visibility, claims)
         });
         Fetcher {
             db,

@@ -246,6 +246,7 @@ impl Broker {
         }
         match change.job {
             Some(job) => {
+                self.announcer.moved(&job);
                 telemetry::priority_changed(&job);
                 Ok((job, change.previous))
             }

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::Broker;
 use super::configs::Snapshot;
+use crate::claim_floor::FloorKey;
 use crate::error::{Error, Result};
 use crate::queue_config::{self, DEFAULT_QUEUE, QueueConfig};
 use crate::store;
@@ -249,8 +250,11 @@ impl Broker {
         if let DeleteStrategy::Move(to) = strategy
             && moved_available > 0
         {
-            self.announcer
-                .announce(to, usize::try_from(moved_available).unwrap_or(usize::MAX));
+            self.announcer.announce(
+                to,
+                usize::try_from(moved_available).unwrap_or(usize::MAX),
+                FloorKey::START,
+            );
         }
         Ok(Deleted {
             jobs_affected,
@@ -275,7 +279,7 @@ impl Broker {
         }
         if !paused {
             // Long polls waiting on the queue (here and on other replicas) look again.
-            self.announcer.announce(name, usize::MAX);
+            self.announcer.announce(name, usize::MAX, FloorKey::START);
         }
         Ok(queue)
     }

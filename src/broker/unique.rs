@@ -159,6 +159,7 @@ impl Enqueuer {
         let (candidates, db_now) = store::job::unique_candidates(&mut *tx, &keys).await?;
         let mut plans = plan_unique(jobs, &candidates, db_now, Utc::now())?;
 
+        let mut raised_jobs: Vec<Job> = Vec::new();
         for plan in &mut plans {
             if let UniquePlan::Existing {
                 job,
@@ -168,6 +169,7 @@ impl Enqueuer {
                     .await?
                     .and_then(|change| change.job)
             {
+                raised_jobs.push(raised.clone());
                 *job = raised;
             }
         }
@@ -224,6 +226,9 @@ impl Enqueuer {
         let to_create: Vec<NewJob> = create_indexes.iter().map(|&i| jobs[i].clone()).collect();
         let created = insert_jobs(&mut *tx, &to_create, self.strict_queues).await?;
         tx.commit().await?;
+        for job in &raised_jobs {
+            self.announcer.moved(job);
+        }
 
         let created: HashMap<usize, Job> = create_indexes.into_iter().zip(created).collect();
         let out = plans

@@ -8,6 +8,7 @@
 //! | [`StaleWorkers`] | workers silent for the heartbeat timeout → stale, their jobs released | 2 s |
 //! | [`Pruner`] | finished jobs, old events and long-stale workers → deleted | 60 s |
 //! | [`StarvationWatch`] | `scheduling.queue_starved` for starved pool queues; old dispatch counts → deleted | 1 s |
+//! | [`PlannerStats`] | `ANALYZE ojs_job` when its size doubled or halved (plans follow the table's size) | 2 s |
 //!
 //! Only the elected leader runs them ([`crate::leadership`]); [`supervise`] starts them when
 //! this replica is elected and stops them when it is not. Each service is a struct with its own
@@ -21,6 +22,7 @@
 //! queues it reads, never hands out an expired job, and ACK/NACK are fenced on the claim.
 
 mod expirer;
+mod planner_stats;
 mod promoter;
 mod pruner;
 mod reaper;
@@ -39,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use expirer::{Expirer, ExpirerConfig};
+pub use planner_stats::{PlannerStats, PlannerStatsConfig};
 pub use promoter::{Promoter, PromoterConfig};
 pub use pruner::{Pruner, PrunerConfig};
 pub use reaper::{Reaper, ReaperConfig};
@@ -144,6 +147,7 @@ pub struct MaintenanceConfig {
     pub stale_workers: StaleWorkersConfig,
     pub pruner: PrunerConfig,
     pub starvation: StarvationConfig,
+    pub planner_stats: PlannerStatsConfig,
 }
 
 /// Runs the services while this replica leads, until `shutdown`.
@@ -201,6 +205,12 @@ pub async fn supervise(
         spawn(
             &mut tasks,
             StarvationWatch::new(context.clone(), config.starvation.clone()),
+            &health,
+            &services,
+        );
+        spawn(
+            &mut tasks,
+            PlannerStats::new(context.clone(), config.planner_stats.clone()),
             &health,
             &services,
         );

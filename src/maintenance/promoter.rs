@@ -50,7 +50,9 @@ impl Service for Promoter {
                     // Dead-lettered jobs of queues with a dead-letter queue move there.
                     let routed = store::dead_letter::route(&mut *conn, size).await?;
                     if !routed.is_empty() {
-                        store::notify_available(&mut *conn, &routed, "maintenance").await?;
+                        let payloads: Vec<String> =
+                            routed.iter().map(|q| format!("{q} maintenance")).collect();
+                        store::notify_available(&mut *conn, &payloads).await?;
                     }
                     Ok((promoted as u64, promoted >= size))
                 })

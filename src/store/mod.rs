@@ -58,20 +58,20 @@ pub async fn other_listeners(
     .await
 }
 
-/// Notifies [`JOB_AVAILABLE_CHANNEL`] once for each of `queues`, as `"<queue> <sender>"` so the
-/// sending process can recognize (and skip) its own notifications.
+/// Notifies [`JOB_AVAILABLE_CHANNEL`] once with each of `payloads`: `"<queue> <sender>"`, so the
+/// sending process can recognize (and skip) its own notifications, optionally followed by
+/// `" <priority> <time_ms>"`, where the new jobs start in the queue's dispatch order
+/// ([`crate::claim_floor`]).
 pub async fn notify_available(
     db: impl sqlx::PgExecutor<'_>,
-    queues: &[String],
-    sender: &str,
+    payloads: &[String],
 ) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"
-        select count(pg_notify('ojs_job_available', q || ' ' || $2)) as "notified!"
-          from unnest($1::text[]) q
+        select count(pg_notify('ojs_job_available', p)) as "notified!"
+          from unnest($1::text[]) p
         "#,
-        queues,
-        sender,
+        payloads,
     )
     .fetch_one(db)
     .await?;

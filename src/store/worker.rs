@@ -99,7 +99,8 @@ pub async fn heartbeat(
                         when 2 then 'terminate' when 1 then 'quiet' else '' end as directive
               from ojs_job j
               join listed l on l.id = j.id
-             where $12 and j.state = 'active' and (j.worker_id is null or j.worker_id = $1)
+             -- Through the primary key (see store::job::complete_many on `state::text`).
+             where $12 and j.state::text = 'active' and (j.worker_id is null or j.worker_id = $1)
         ),
         worker as (
             insert into ojs_worker as w
@@ -126,8 +127,9 @@ pub async fn heartbeat(
             update ojs_job j
                set visible_until = now() + coalesce($11, j.reservation_ms) * interval '1 millisecond'
               from listed l
+             -- Through the primary key (see store::job::complete_many on `state::text`).
              where j.id = l.id
-               and j.state = 'active'
+               and j.state::text = 'active'
                and (j.worker_id is null or j.worker_id = $1)
             returning j.id, j
         ),

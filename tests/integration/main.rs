@@ -2,6 +2,7 @@
 
 mod admin_api;
 mod batching;
+mod claim_floor;
 mod concurrency;
 mod dead_letter;
 mod event_batches;

@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
+use crate::claim_floor::FloorKey;
 use crate::job::Job;
 
 /// Moves due `scheduled` and `retryable` jobs to `available` (at most `limit` of each, earliest
@@ -85,6 +86,8 @@ pub struct ClaimParams<'a> {
     pub started_at: Option<DateTime<Utc>>,
     /// The claiming worker's pool (pool concurrency counts its active jobs).
     pub pool: Option<&'a str>,
+    /// Where the walk of the dispatch index starts (see [`crate::claim_floor`]).
+    pub from: FloorKey,
 }
 
 /// The claim statement of [`claim_shared`], [`claim`] and [`claim_fair`]: the plain and the
@@ -93,13 +96,14 @@ pub struct ClaimParams<'a> {
 /// statement per use, so each variant stays a top-level statement whose plan sees its `LIMIT`.
 macro_rules! claim_statement {
     // The plain dispatch order.
-    (plain: $db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr) => {
+    (plain: $db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr, $from:expr) => {
         claim_statement!(
             $db,
             $queue,
             $shares,
             $default_visibility,
             $started_at,
+            $from,
             r#"             -- A queue's dispatch limits (concurrency, rate_limit) are applied by the caller,
              -- which claims only as many jobs as they allow: priority orders what they allow.
              -- The dispatch order of ojs_job_dispatch_idx (migration V4), written exactly as
@@ -112,8 +116,9 @@ macro_rules! claim_statement {
 "#
         )
     };
-    ($db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr, $candidates:tt) => {{
+    ($db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr, $from:expr, $candidates:tt) => {{
         let shares: &[ClaimShare<'_>] = $shares;
+        let from: FloorKey = $from;
         let limits: Vec<i32> = shares.iter().map(|s| s.limit).collect();
         let workers: Vec<Option<&str>> = shares.iter().map(|s| s.worker_id).collect();
         let visibility: Vec<Option<i64>> =
@@ -143,13 +148,24 @@ macro_rules! claim_statement {
                and (total_deadline_at is null or total_deadline_at > now())
                -- A paused queue is skipped (it still accepts jobs).
                and not exists (select 1 from ojs_queue q where q.name = $1 and q.state = 'paused')
+               -- The walk of ojs_job_dispatch_idx starts at the queue's claim floor
+               -- (crate::claim_floor), past the entries that claimed jobs leave in the index
+               -- until VACUUM removes them.
+               and ((case when priority_aging_ms is null then priority else 0 end),
+                    (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
+                     + coalesce(priority * priority_aging_ms, 0))) >= ($8::int4, $9::float8)
 "#
                 + $candidates
                 + r#"             limit (select count(*) from slot)
                for update skip locked
         ),
+        -- The candidates in order, numbered. Read through an array, whose length a plan made
+        -- without the parameters estimates as a handful: the update below then finds each
+        -- job through the primary key. Read from `candidate` directly, the estimate is a
+        -- tenth of the queue, and the plan a merge join over the whole primary key.
         numbered as (
-            select id, row_number() over () as slot from candidate
+            select u.id, u.slot
+              from unnest(array(select id from candidate)) with ordinality as u(id, slot)
         ),
         moved as (
             update ojs_job j
@@ -193,6 +209,8 @@ macro_rules! claim_statement {
             &pools as &[Option<&str>],
             $default_visibility,
             $started_at,
+            from.priority,
+            from.time_ms,
         )
         .fetch_all($db)
         .await?;
@@ -226,15 +244,17 @@ pub struct ClaimShare<'a> {
 /// `enqueue_ttl` or `total_timeout` are never handed out (the expirer discards them), a paused
 /// queue gives nothing, and a share of a worker whose directive or own state is not `running`
 /// gets nothing. Concurrent claimers of one queue walk past each other's locked rows at the head
-/// of the queue; FETCHes that share the statement walk it once.
+/// of the queue; FETCHes that share the statement walk it once. The walk starts at `from`
+/// in dispatch order ([`crate::claim_floor`]).
 #[tracing::instrument(level = "debug", skip_all, fields(queue = queue, shares = shares.len()))]
 pub async fn claim_shared(
     db: impl PgExecutor<'_>,
     queue: &str,
     shares: &[ClaimShare<'_>],
     default_visibility_timeout_ms: i64,
+    from: FloorKey,
 ) -> Result<Vec<(usize, Job)>, sqlx::Error> {
-    claim_statement!(plain: db, queue, shares, default_visibility_timeout_ms, None::<DateTime<Utc>>)
+    claim_statement!(plain: db, queue, shares, default_visibility_timeout_ms, None::<DateTime<Utc>>, from)
 }
 
 /// The one share of `p`.
@@ -255,7 +275,8 @@ pub async fn claim(db: impl PgExecutor<'_>, p: ClaimParams<'_>) -> Result<Vec<Jo
         p.queue,
         &one_share(&p),
         p.default_visibility_timeout_ms,
-        p.started_at
+        p.started_at,
+        p.from
     );
     Ok(claimed?.into_iter().map(|(_, job)| job).collect())
 }
@@ -275,6 +296,7 @@ pub async fn claim_fair(
         &one_share(&p),
         p.default_visibility_timeout_ms,
         p.started_at,
+        FloorKey::START,
         r#"               and fair_key is not null
              -- The order of ojs_job_fair_idx (migration V8): priority, then the tenant-fair
              -- virtual finish time, then seq.

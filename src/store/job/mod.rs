@@ -7,6 +7,7 @@
 //! | `transition.rs` | [`complete_many`] (ACK), [`fail_many`] (NACK) and [`release_many`] (reclaims), [`cancel`], [`activate`], [`set_priority`] |
 //! | `deadline.rs` | [`expire_due`] (waiting jobs past a deadline), [`lock_overdue`] and [`lock_held_by`] (active jobs to reclaim) |
 //! | `retention.rs` | [`prune_finished`] |
+//! | `mod.rs` | lookups by id, and the table's size and planner statistics ([`table_pages`], [`analyze`]) |
 //!
 //! Every state transition is a single statement conditional on the state it expects; moves out
 //! of `active` are also fenced on the claim (the attempt and, when known, the worker), so a
@@ -69,5 +70,21 @@ pub async fn get_many(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Job>,
 /// Deletes every job (test hook `POST /ojs/v1/admin/reset` only).
 pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!("truncate ojs_job").execute(db).await?;
+    Ok(())
+}
+
+/// Pages ojs_job takes now.
+pub async fn table_pages(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select pg_relation_size('ojs_job') / current_setting('block_size')::int8 as "pages!""#
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Takes ojs_job's planner statistics (`ANALYZE`), which also makes every connection plan its
+/// statements on ojs_job again.
+pub async fn analyze(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query!("analyze ojs_job").execute(db).await?;
     Ok(())
 }

@@ -41,8 +41,14 @@ pub async fn complete_many(
                set state = 'completed', completed_at = now(), result = i.result::json,
                    error = null, visible_until = null, timeout_at = null
               from input i
+             -- Each job is found through the primary key, by a join on the id (`id = any(..)`
+             -- would be estimated as a handful of rows and joined to the input row by row).
+             -- `state::text`, not `state`: a condition on the state would let the generic plan
+             -- read every active job through a partial index of active jobs instead, and with
+             -- it every entry that finished jobs leave there until VACUUM removes them (never,
+             -- while the MVCC horizon is pinned).
              where j.id = i.id
-               and j.state = 'active'
+               and j.state::text = 'active'
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
             returning j
         ),
@@ -157,8 +163,9 @@ pub async fn fail_many(
                    visible_until = null,
                    timeout_at = null
               from input i
+             -- Through the primary key, as in complete_many.
              where j.id = i.id
-               and j.state = 'active'
+               and j.state::text = 'active'
                and j.attempt = i.attempt
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
             returning j

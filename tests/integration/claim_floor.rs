@@ -1,0 +1,158 @@
+//! Claims start their walk of the dispatch index at the queue's claim floor
+//! (`ojsd::claim_floor`), and nothing that becomes available below the floor is passed over.
+//! Also: the planner statistics follow the size of ojs_job (`maintenance::PlannerStats`).
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::harness::{TestApp, TestDb};
+use crate::processes::Replica;
+use ojsd::maintenance::{PlannerStats, PlannerStatsConfig, Service};
+
+fn normal(name: &str) -> Value {
+    json!({"type": "a.b", "args": [name], "queue": "q"})
+}
+
+async fn fetch_id(app: &TestApp) -> String {
+    app.fetch_one("q", "w").await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_more_urgent_job_enqueued_after_a_claim_is_claimed_next() {
+    let app = TestApp::spawn().await;
+    let first = app.push_id(normal("first")).await;
+    let second = app.push_id(normal("second")).await;
+    assert_eq!(fetch_id(&app).await, first);
+    // The floor is now at `first`; this job goes before it in dispatch order.
+    let urgent = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": "q", "priority": 0}))
+        .await;
+    assert_eq!(fetch_id(&app).await, urgent);
+    assert_eq!(fetch_id(&app).await, second);
+}
+
+#[tokio::test]
+async fn a_job_whose_priority_was_raised_is_claimed_next() {
+    let app = TestApp::spawn().await;
+    let first = app.push_id(normal("first")).await;
+    let second = app.push_id(normal("second")).await;
+    let third = app.push_id(normal("third")).await;
+    assert_eq!(fetch_id(&app).await, first);
+    app.send(
+        Method::PATCH,
+        &format!("/ojs/v1/jobs/{third}"),
+        Some(json!({"priority": 0}).to_string().into_bytes()),
+        &[("content-type", "application/json")],
+    )
+    .await
+    .expect(200);
+    assert_eq!(fetch_id(&app).await, third);
+    assert_eq!(fetch_id(&app).await, second);
+}
+
+#[tokio::test]
+async fn a_job_released_before_the_floor_is_claimed_again() {
+    let app = TestApp::spawn().await;
+    let first = app.push_id(normal("first")).await;
+    let second = app.push_id(normal("second")).await;
+    let third = app.push_id(normal("third")).await;
+    assert_eq!(fetch_id(&app).await, first);
+    assert_eq!(fetch_id(&app).await, second);
+    // Put `first` back where it was, as another server's rollback would, and tell the
+    // replicas the way statements do (`queue` without a sender).
+    app.sql(&format!(
+        "update ojs_job set state = 'available', worker_id = null, started_at = null, \
+         visible_until = null, timeout_at = null where id = '{first}'; \
+         select pg_notify('ojs_job_available', 'q')"
+    ))
+    .await;
+    // The notification reaches the listener shortly.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let got = loop {
+        let jobs = app
+            .fetch(json!({"queues": ["q"], "worker_id": "w", "count": 1, "wait_ms": 200}))
+            .await;
+        if let Some(job) = jobs.first() {
+            break job["id"].as_str().unwrap().to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing claimed");
+    };
+    // Either it was claimed first, or `third` was and `first` follows.
+    if got == third {
+        assert_eq!(fetch_id(&app).await, first);
+    } else {
+        assert_eq!(got, first);
+        assert_eq!(fetch_id(&app).await, third);
+    }
+}
+
+#[tokio::test]
+async fn a_more_urgent_job_enqueued_on_another_replica_reaches_a_waiting_fetch() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let env = [
+        ("OJS_SKIP_MIGRATIONS", "true"),
+        ("OJS_MAINTENANCE", "false"),
+    ];
+    let a = Replica::start(&url, "floor-a", &env);
+    let b = Replica::start(&url, "floor-b", &env);
+    let client = reqwest::Client::new();
+    let post = |base: &str, path: &str, body: Value| {
+        let request = client.post(format!("{base}{path}")).json(&body);
+        async move {
+            let resp = request.send().await.expect("request");
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.expect("json body"))
+        }
+    };
+    // A claims one job, raising its floor to it.
+    let (status, _) = post(&a.base, "/ojs/v1/jobs", normal("first")).await;
+    assert_eq!(status, 201);
+    let fetch = json!({"queues": ["q"], "worker_id": "w", "count": 1});
+    let (_, body) = post(&a.base, "/ojs/v1/workers/fetch", fetch.clone()).await;
+    assert_eq!(body["jobs"].as_array().map(Vec::len), Some(1));
+    // A waits; B enqueues a job that goes before A's floor.
+    let waiting = {
+        let request = client
+            .post(format!("{}/ojs/v1/workers/fetch", a.base))
+            .json(&json!({"queues": ["q"], "worker_id": "w", "count": 1, "wait_ms": 10_000}));
+        tokio::spawn(async move { request.send().await.expect("fetch").json::<Value>().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = post(
+        &b.base,
+        "/ojs/v1/jobs",
+        json!({"type": "a.b", "args": [], "queue": "q", "priority": 0}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let urgent = body["job"]["id"].clone();
+    let got = waiting.await.expect("fetch task").expect("json body");
+    assert_eq!(got["jobs"][0]["id"], urgent);
+}
+
+#[tokio::test]
+async fn planner_statistics_are_taken_when_the_job_table_has_grown() {
+    let app = TestApp::spawn().await;
+    let stats = PlannerStats::new(app.maintenance(), PlannerStatsConfig::default());
+    // The first pass takes them; an unchanged table needs no second.
+    assert_eq!(stats.run_once(None).await.unwrap().processed, 1);
+    assert_eq!(stats.run_once(None).await.unwrap().processed, 0);
+    let jobs: Vec<Value> = (0..3000).map(|i| normal(&format!("j{i}"))).collect();
+    app.post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
+        .await
+        .expect(201);
+    assert_eq!(stats.run_once(None).await.unwrap().processed, 1);
+    let estimate: f32 =
+        sqlx::query_scalar("select reltuples from pg_class where relname = 'ojs_job'")
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+    assert!(estimate >= 2000.0, "statistics of {estimate} rows");
+    assert_eq!(stats.run_once(None).await.unwrap().processed, 0);
+}
