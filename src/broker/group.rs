@@ -17,8 +17,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
 type Queued<I, O> = (I, oneshot::Sender<O>);
 
@@ -42,12 +44,33 @@ impl<I: Send + 'static, O: Send + 'static> GroupCommit<I, O> {
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<O>> + Send + 'static,
     {
+        Self::spawn_patient(flushers, max_group, Duration::ZERO, flush)
+    }
+
+    /// [`GroupCommit::spawn`] whose flushers, while another flush is in flight, wait up to
+    /// `patience` for it to end before they take what is queued: the group that forms
+    /// meanwhile is written as one statement, as if there were one flusher, and only a flush
+    /// that takes longer than `patience` (a statement waiting on a row lock, say) lets another
+    /// run beside it.
+    pub fn spawn_patient<F, Fut>(
+        flushers: usize,
+        max_group: usize,
+        patience: Duration,
+        flush: F,
+    ) -> GroupCommit<I, O>
+    where
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<O>> + Send + 'static,
+    {
         let (tx, rx) = mpsc::unbounded_channel::<Queued<I, O>>();
         let rx = Arc::new(Mutex::new(rx));
         let flush = Arc::new(flush);
         let max_group = max_group.max(1);
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let finished = Arc::new(Notify::new());
         for _ in 0..flushers.max(1) {
             let (rx, flush) = (rx.clone(), flush.clone());
+            let (in_flight, finished) = (in_flight.clone(), finished.clone());
             tokio::spawn(async move {
                 loop {
                     // Only the flusher holding the receiver waits for items; the others wait
@@ -55,6 +78,15 @@ impl<I: Send + 'static, O: Send + 'static> GroupCommit<I, O> {
                     let group = {
                         let mut rx = rx.lock().await;
                         let Some(first) = rx.recv().await else { return };
+                        if !patience.is_zero() {
+                            // Registered before looking, so an end in between is not missed.
+                            let ended = finished.notified();
+                            tokio::pin!(ended);
+                            ended.as_mut().enable();
+                            if in_flight.load(Ordering::Acquire) > 0 {
+                                let _ = tokio::time::timeout(patience, ended).await;
+                            }
+                        }
                         let mut group = vec![first];
                         while group.len() < max_group {
                             match rx.try_recv() {
@@ -66,7 +98,10 @@ impl<I: Send + 'static, O: Send + 'static> GroupCommit<I, O> {
                     };
                     let (items, replies): (Vec<I>, Vec<oneshot::Sender<O>>) =
                         group.into_iter().unzip();
-                    let outcomes = flush(items).await;
+                    let outcomes = {
+                        let _flushing = InFlight::start(&in_flight, &finished);
+                        flush(items).await
+                    };
                     debug_assert_eq!(outcomes.len(), replies.len());
                     for (reply, outcome) in replies.into_iter().zip(outcomes) {
                         // The request may have gone away (client disconnected): its change
@@ -88,11 +123,70 @@ impl<I: Send + 'static, O: Send + 'static> GroupCommit<I, O> {
     }
 }
 
+/// A flush in flight, counted until it ends (or its task panics), when waiting flushers are told.
+struct InFlight<'a> {
+    count: &'a AtomicUsize,
+    finished: &'a Notify,
+}
+
+impl<'a> InFlight<'a> {
+    fn start(count: &'a AtomicUsize, finished: &'a Notify) -> InFlight<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        InFlight { count, finished }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.finished.notify_waiters();
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use super::*;
+
+    #[tokio::test]
+    async fn patient_flushers_gather_one_group_per_flush_and_pass_a_stuck_one() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let group = Arc::new(GroupCommit::spawn_patient(
+            2,
+            64,
+            Duration::from_millis(50),
+            move |items: Vec<u32>| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    // Item 1000 is stuck (a statement waiting on a lock).
+                    let pause = if items.contains(&1000) { 3_000 } else { 5 };
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    items.into_iter().map(|i| i * 2).collect()
+                }
+            },
+        ));
+        let tasks: Vec<_> = (0..100u32)
+            .map(|i| {
+                let group = group.clone();
+                tokio::spawn(async move { (i, group.submit(i).await) })
+            })
+            .collect();
+        for task in tasks {
+            let (i, outcome) = task.await.unwrap();
+            assert_eq!(outcome, Some(i * 2));
+        }
+        let calls = calls.load(Ordering::Relaxed);
+        assert!(calls < 50, "{calls} flushes for 100 concurrent items");
+        // A stuck flush holds up only its own group.
+        let stuck = {
+            let group = group.clone();
+            tokio::spawn(async move { group.submit(1000).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let next = tokio::time::timeout(Duration::from_millis(2_000), group.submit(7)).await;
+        assert_eq!(next, Ok(Some(14)));
+        assert!(!stuck.is_finished());
+    }
 
     #[tokio::test]
     async fn concurrent_items_share_flushes_and_get_their_own_outcomes() {
