@@ -244,10 +244,9 @@ impl Enqueuer {
                 Some((_, n, a, first)) => {
                     *n += 1;
                     *a += available;
-                    *first = match (*first, place) {
-                        (Some(x), Some(y)) => Some(x.min(y)),
-                        (x, y) => x.or(y),
-                    };
+                    if let Some(place) = place {
+                        *first = Some(first.map_or(place, |f| f.min(place)));
+                    }
                 }
                 None => added.push((&job.queue, 1, available, place)),
             }

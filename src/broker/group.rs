@@ -147,6 +147,20 @@ impl Drop for InFlight<'_> {
 mod tests {
     use super::*;
 
+    /// Submits items `0..n` at once to a group that doubles them; each gets its own outcome.
+    async fn submit_doubling(group: &Arc<GroupCommit<u32, u32>>, n: u32) {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let group = group.clone();
+                tokio::spawn(async move { (i, group.submit(i).await) })
+            })
+            .collect();
+        for task in tasks {
+            let (i, outcome) = task.await.unwrap();
+            assert_eq!(outcome, Some(i * 2));
+        }
+    }
+
     #[tokio::test]
     async fn patient_flushers_gather_one_group_per_flush_and_pass_a_stuck_one() {
         let calls = Arc::new(AtomicUsize::new(0));
@@ -165,16 +179,7 @@ mod tests {
                 }
             },
         ));
-        let tasks: Vec<_> = (0..100u32)
-            .map(|i| {
-                let group = group.clone();
-                tokio::spawn(async move { (i, group.submit(i).await) })
-            })
-            .collect();
-        for task in tasks {
-            let (i, outcome) = task.await.unwrap();
-            assert_eq!(outcome, Some(i * 2));
-        }
+        submit_doubling(&group, 100).await;
         let calls = calls.load(Ordering::Relaxed);
         assert!(calls < 50, "{calls} flushes for 100 concurrent items");
         // A stuck flush holds up only its own group.
@@ -199,16 +204,7 @@ mod tests {
                 items.into_iter().map(|i| i * 2).collect()
             }
         }));
-        let tasks: Vec<_> = (0..100u32)
-            .map(|i| {
-                let group = group.clone();
-                tokio::spawn(async move { (i, group.submit(i).await) })
-            })
-            .collect();
-        for task in tasks {
-            let (i, outcome) = task.await.unwrap();
-            assert_eq!(outcome, Some(i * 2));
-        }
+        submit_doubling(&group, 100).await;
         // 100 items through one flusher that takes 5 ms per call cannot need 100 calls.
         let calls = calls.load(Ordering::Relaxed);
         assert!(calls < 50, "{calls} flushes for 100 concurrent items");
