@@ -129,6 +129,7 @@ impl Application {
                 fetch_strategy: config.fetch_strategy,
                 queue_weights: config.queue_weights.clone(),
                 strict_queues: config.strict_queues,
+                keep_completed: !config.retention_completed.0.is_zero(),
             },
             announcer.clone(),
         );

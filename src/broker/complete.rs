@@ -6,18 +6,20 @@
 //! which a group would have to do for every member anyway.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::GROUP_FLUSHERS;
+use super::configs::Configs;
 use super::group::GroupCommit;
 use crate::error::{Error, Result};
 use crate::job::failure::JobError;
 use crate::job::lifecycle::{self, FailTarget};
 use crate::job::{Job, JobId, JobState};
 use crate::store;
-use crate::store::job::{CompleteParams, FailParams};
+use crate::store::job::{CompleteParams, FailParams, Forget};
 use crate::telemetry;
 
 /// Most ACKs written by one statement.
@@ -59,21 +61,51 @@ pub(super) struct Completer {
     db: PgPool,
     /// ACK requests, written together.
     acks: GroupCommit<AckItem, Result<Option<Job>>>,
+    /// Where an ACK learns whether its queue keeps completed jobs.
+    retention: CompletedRetention,
+}
+
+/// Which queues keep their completed jobs: the queue configurations, over the server's setting.
+#[derive(Debug, Clone)]
+struct CompletedRetention {
+    configs: Arc<Configs>,
+    /// False when the server's own retention of completed jobs is zero.
+    keep_by_default: bool,
+}
+
+impl CompletedRetention {
+    /// The queues whose completed jobs are deleted on ACK.
+    async fn forget(&self, db: &PgPool) -> std::result::Result<Forget, sqlx::Error> {
+        Ok(self
+            .configs
+            .current(db)
+            .await?
+            .forget_completed(self.keep_by_default))
+    }
 }
 
 impl Completer {
     /// Starts the group-commit flushers of ACKs (within a Tokio runtime).
-    pub(super) fn new(db: PgPool) -> Completer {
+    pub(super) fn new(db: PgPool, configs: Arc<Configs>, keep_completed: bool) -> Completer {
+        let retention = CompletedRetention {
+            configs,
+            keep_by_default: keep_completed,
+        };
         let group_db = db.clone();
+        let group_retention = retention.clone();
         // Patient flushers: an ACK statement costs mostly per statement, so the ACKs that
         // arrive during one are written by the next as one group (w2-sdk: 18% less Postgres
         // CPU per job than two flushers taking turns); a second runs only beside a flush that
         // is stuck for longer than ACK_PATIENCE.
         let acks =
             GroupCommit::spawn_patient(GROUP_FLUSHERS, ACK_GROUP_MAX, ACK_PATIENCE, move |acks| {
-                flush_acks(group_db.clone(), acks)
+                flush_acks(group_db.clone(), group_retention.clone(), acks)
             });
-        Completer { db, acks }
+        Completer {
+            db,
+            acks,
+            retention,
+        }
     }
 
     /// ACK: `active` → `completed`.
@@ -114,7 +146,8 @@ impl Completer {
                 result: *result,
             })
             .collect();
-        let completed = complete_group(&self.db, &params).await?;
+        let forget = self.retention.forget(&self.db).await?;
+        let completed = complete_group(&self.db, &params, &forget).await?;
         let mut out = Vec::with_capacity(acks.len());
         for ((id, _), job) in acks.iter().zip(completed) {
             out.push(match job {
@@ -279,6 +312,7 @@ fn invalid_for_worker(job: &Job, operation: &'static str) -> Error {
 async fn complete_group(
     db: &PgPool,
     acks: &[CompleteParams<'_>],
+    forget: &Forget,
 ) -> std::result::Result<Vec<Option<Job>>, sqlx::Error> {
     let mut seen: HashSet<Uuid> = HashSet::with_capacity(acks.len());
     let first: Vec<bool> = acks.iter().map(|a| seen.insert(a.id.0)).collect();
@@ -288,7 +322,7 @@ async fn complete_group(
         .filter(|(_, first)| **first)
         .map(|(a, _)| *a)
         .collect();
-    let mut done: HashMap<Uuid, Job> = store::job::complete_many(db, &distinct)
+    let mut done: HashMap<Uuid, Job> = store::job::complete_many(db, &distinct, forget)
         .await?
         .into_iter()
         .map(|j| (j.id.0, j))
@@ -302,7 +336,11 @@ async fn complete_group(
 
 /// Writes a group of ACK requests (see [`complete_group`]). When the statement fails, each ACK
 /// is written alone, so each request gets the outcome it would have had by itself.
-async fn flush_acks(db: PgPool, acks: Vec<AckItem>) -> Vec<Result<Option<Job>>> {
+async fn flush_acks(
+    db: PgPool,
+    retention: CompletedRetention,
+    acks: Vec<AckItem>,
+) -> Vec<Result<Option<Job>>> {
     fn params(a: &AckItem) -> CompleteParams<'_> {
         CompleteParams {
             id: a.id,
@@ -311,14 +349,20 @@ async fn flush_acks(db: PgPool, acks: Vec<AckItem>) -> Vec<Result<Option<Job>>> 
         }
     }
     let group: Vec<CompleteParams<'_>> = acks.iter().map(params).collect();
-    match complete_group(&db, &group).await {
+    // Without the configurations the ACKs keep their jobs; the pruner deletes those of a
+    // zero retention at its next pass.
+    let forget = retention.forget(&db).await.unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "queue configurations unavailable; keeping completed jobs");
+        Forget::none()
+    });
+    match complete_group(&db, &group, &forget).await {
         Ok(done) => done.into_iter().map(Ok).collect(),
         Err(e) if acks.len() == 1 => vec![Err(e.into())],
         Err(_) => {
             let mut out = Vec::with_capacity(acks.len());
             for ack in &group {
                 out.push(
-                    complete_group(&db, std::slice::from_ref(ack))
+                    complete_group(&db, std::slice::from_ref(ack), &forget)
                         .await
                         .map(|mut done| done.pop().flatten())
                         .map_err(Error::from),

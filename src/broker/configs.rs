@@ -40,6 +40,10 @@ pub struct Snapshot {
     isolated: HashMap<String, Vec<String>>,
     /// Tenant-fair queues.
     fair: HashSet<String>,
+    /// `retention.completed` of the `_default` layer, when it sets one (ms).
+    default_completed_retention: Option<u64>,
+    /// Queues whose own layer sets `retention.completed` (ms).
+    completed_retention: Vec<(String, u64)>,
 }
 
 impl Snapshot {
@@ -66,6 +70,33 @@ impl Snapshot {
         self.fair.contains(queue)
     }
 
+    /// The queues whose completed jobs are deleted on ACK: those whose `retention.completed`
+    /// is zero — their own layer's value, else `_default`'s, else the server's
+    /// (`server_keeps_completed` is false when `OJS_RETENTION_COMPLETED` is zero).
+    pub fn forget_completed(&self, server_keeps_completed: bool) -> store::job::Forget {
+        let all = self
+            .default_completed_retention
+            .map_or(!server_keeps_completed, |ms| ms == 0);
+        let (zero, kept): (Vec<_>, Vec<_>) = self
+            .completed_retention
+            .iter()
+            .partition(|(_, ms)| *ms == 0);
+        let names = |v: Vec<&(String, u64)>| v.into_iter().map(|(q, _)| q.clone()).collect();
+        if all {
+            store::job::Forget {
+                all,
+                queues: Vec::new(),
+                except: names(kept),
+            }
+        } else {
+            store::job::Forget {
+                all,
+                queues: names(zero),
+                except: Vec::new(),
+            }
+        }
+    }
+
     /// Queues with their own configuration.
     pub fn configured(&self) -> impl Iterator<Item = (&str, &Arc<QueueConfig>)> {
         self.queues.iter().map(|(k, v)| (k.as_str(), v))
@@ -88,6 +119,18 @@ impl Snapshot {
             tracing::warn!(error = ?e, "the _default queue configuration does not resolve; using the system defaults");
             QueueConfig::default()
         });
+        let completed_retention_of = |layer: &Value| {
+            layer
+                .pointer("/retention/completed")
+                .and_then(Value::as_str)
+                .and_then(|d| crate::duration::parse_ms(d).ok())
+        };
+        let default_completed_retention = completed_retention_of(&default_layer);
+        let completed_retention = layers
+            .iter()
+            .filter(|(name, _)| name != DEFAULT_QUEUE)
+            .filter_map(|(name, own)| completed_retention_of(own).map(|ms| (name.clone(), ms)))
+            .collect();
         let queues = layers
             .into_iter()
             .filter(|(name, _)| name != DEFAULT_QUEUE)
@@ -119,6 +162,8 @@ impl Snapshot {
                 .collect(),
             isolated,
             fair,
+            default_completed_retention,
+            completed_retention,
         }
     }
 }

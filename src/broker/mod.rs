@@ -83,6 +83,9 @@ pub struct Settings {
     pub queue_weights: Option<Weights>,
     /// Enqueues to a queue that does not exist are refused instead of creating it.
     pub strict_queues: bool,
+    /// Whether completed jobs are kept unless their queue's configuration says otherwise
+    /// (false when `OJS_RETENTION_COMPLETED` is zero: they are deleted on ACK).
+    pub keep_completed: bool,
 }
 
 /// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
@@ -128,7 +131,11 @@ impl Broker {
         Broker {
             enqueuer: Arc::new(enqueuer),
             fetcher: Arc::new(fetcher),
-            completer: Arc::new(Completer::new(db.clone())),
+            completer: Arc::new(Completer::new(
+                db.clone(),
+                configs.clone(),
+                settings.keep_completed,
+            )),
             gauges: Arc::default(),
             db,
             settings,

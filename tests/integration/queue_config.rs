@@ -824,3 +824,156 @@ async fn a_unique_push_that_creates_nothing_succeeds_and_reset_clears_configurat
         .unwrap();
     assert_eq!(capacity, 0);
 }
+
+#[tokio::test]
+async fn a_zero_completed_retention_deletes_jobs_on_ack_and_keeps_their_events() {
+    let app = TestApp::spawn().await;
+    app.put(
+        "/ojs/v1/queues/gone/config",
+        json!({"max_size": 2, "retention": {"completed": "PT0S"}}),
+    )
+    .await
+    .expect(200);
+
+    // A single ACK answers the completed job, and the row is gone.
+    let id = app.push_id(job("a.b", "gone")).await;
+    app.fetch_one("gone", "w1").await;
+    let acked = app
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": id, "worker_id": "w1", "result": {"sent": [1, 2]}}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(acked.json["state"], "completed");
+    assert_eq!(acked.json["job"]["state"], "completed");
+    assert_eq!(acked.json["job"]["result"], json!({"sent": [1, 2]}));
+    assert!(acked.json["completed_at"].is_string());
+    assert!(acked.json["job"]["completed_at"].is_string());
+    app.get(&format!("/ojs/v1/jobs/{id}"))
+        .await
+        .expect_error(404, "not_found");
+    assert_eq!(
+        app.job_event_types(&id).await,
+        ["job.enqueued", "job.started", "job.completed"]
+    );
+    let result: Option<Value> = sqlx::query_scalar(
+        "select (data -> 'result')::jsonb from ojs_event_log where job_id = $1::uuid and type = 'job.completed'",
+    )
+    .bind(&id)
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(result, Some(json!({"sent": [1, 2]})));
+    // A second ACK finds nothing to complete.
+    app.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "worker_id": "w1"}),
+    )
+    .await
+    .expect_error(404, "not_found");
+    // The queue's bound counts the job out.
+    assert_eq!(app.capacity_counter("gone").await, 0);
+
+    // The batch ACK deletes too, and answers every job.
+    let ids = [
+        app.push_id(job("a.b", "gone")).await,
+        app.push_id(job("a.b", "gone")).await,
+    ];
+    app.post("/ojs/v1/jobs", job("a.b", "gone"))
+        .await
+        .expect_error(429, "QUEUE_FULL");
+    let fetched = app
+        .fetch(json!({"queues": ["gone"], "worker_id": "w2", "count": 2}))
+        .await;
+    assert_eq!(fetched.len(), 2);
+    let batch = app
+        .post(
+            "/ojs/v1/workers/ack/batch",
+            json!({"worker_id": "w2", "acks": [{"job_id": ids[0]}, {"job_id": ids[1], "result": 7}]}),
+        )
+        .await
+        .expect(200);
+    for item in batch.json["results"].as_array().unwrap() {
+        assert_eq!(item["state"], "completed", "{item}");
+    }
+    assert_eq!(app.job_count().await, 0);
+    assert_eq!(app.capacity_counter("gone").await, 0);
+
+    // Other queues keep theirs; a NACK keeps the job whatever the retention.
+    let kept = app.push_id(job("a.b", "kept")).await;
+    app.fetch_one("kept", "w1").await;
+    app.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": kept, "worker_id": "w1"}),
+    )
+    .await
+    .expect(200);
+    assert_eq!(app.job(&kept).await["state"], "completed");
+    let failed = app
+        .push_id(json!({"type": "a.b", "args": [], "options": {"queue": "gone", "retry": {"max_attempts": 1}}}))
+        .await;
+    app.fetch_one("gone", "w1").await;
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": failed, "worker_id": "w1", "error": {"message": "no"}}),
+    )
+    .await
+    .expect(200);
+    assert_eq!(app.job(&failed).await["state"], "discarded");
+}
+
+#[tokio::test]
+async fn the_default_layer_and_the_server_setting_choose_which_queues_keep_completed_jobs() {
+    // `_default` forgets; a queue's own retention wins over it.
+    let app = TestApp::spawn().await;
+    app.put(
+        "/ojs/v1/queues/_default/config",
+        json!({"retention": {"completed": "PT0S"}}),
+    )
+    .await
+    .expect(200);
+    app.put(
+        "/ojs/v1/queues/kept/config",
+        json!({"retention": {"completed": "P1D"}}),
+    )
+    .await
+    .expect(200);
+    let ack = |queue: &'static str| {
+        let app = &app;
+        async move {
+            let id = app.push_id(job("a.b", queue)).await;
+            app.fetch_one(queue, "w1").await;
+            app.post(
+                "/ojs/v1/workers/ack",
+                json!({"job_id": id, "worker_id": "w1"}),
+            )
+            .await
+            .expect(200);
+            app.get(&format!("/ojs/v1/jobs/{id}")).await.status
+        }
+    };
+    assert_eq!(ack("other").await, 404);
+    assert_eq!(ack("kept").await, 200);
+
+    // A server keeping no completed job: queues opt back in.
+    let app =
+        TestApp::spawn_with(|c| c.retention_completed = ojsd::config::Span(Duration::ZERO)).await;
+    app.put(
+        "/ojs/v1/queues/kept/config",
+        json!({"retention": {"completed": "PT1H"}}),
+    )
+    .await
+    .expect(200);
+    for (queue, status) in [("default", 404), ("kept", 200)] {
+        let id = app.push_id(job("a.b", queue)).await;
+        app.fetch_one(queue, "w1").await;
+        app.post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": id, "worker_id": "w1"}),
+        )
+        .await
+        .expect(200);
+        app.get(&format!("/ojs/v1/jobs/{id}")).await.expect(status);
+    }
+}

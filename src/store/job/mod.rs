@@ -31,7 +31,7 @@ pub use deadline::{expire_due, lock_held_by, lock_overdue};
 pub use enqueue::{cancel_replaced, insert_many, replace_scheduled, unique_candidates};
 pub use retention::{PruneCutoffs, prune_finished};
 pub use transition::{
-    CompleteParams, FailParams, PriorityChange, activate, cancel, complete_many, fail_many,
+    CompleteParams, FailParams, Forget, PriorityChange, activate, cancel, complete_many, fail_many,
     release_many, set_priority,
 };
 

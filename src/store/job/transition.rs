@@ -2,7 +2,9 @@
 //! changes.
 
 use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
 use sqlx::PgExecutor;
+use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::job::lifecycle::FailTarget;
@@ -18,20 +20,49 @@ pub struct CompleteParams<'a> {
     pub result: Option<&'a str>,
 }
 
-/// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`.
+/// The queues whose completed jobs are deleted on ACK instead of kept (a `retention.completed`
+/// of zero): `queues`, or, when `all`, every queue but `except`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Forget {
+    pub all: bool,
+    pub queues: Vec<String>,
+    pub except: Vec<String>,
+}
+
+impl Forget {
+    /// Keeps every completed job.
+    pub fn none() -> Forget {
+        Forget::default()
+    }
+
+    /// Whether completed jobs of `queue` are deleted on ACK.
+    pub fn forgets(&self, queue: &str) -> bool {
+        if self.all {
+            !self.except.iter().any(|q| q == queue)
+        } else {
+            self.queues.iter().any(|q| q == queue)
+        }
+    }
+}
+
+/// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`; jobs
+/// of the queues in `forget` are deleted instead (their `job.completed` events are written all
+/// the same).
 ///
 /// Fenced on the reservation: a `worker_id` other than the owner's matches nothing. Returns the
-/// jobs that completed (in no particular order); a job missing from the answer was not an active
-/// job of that worker. Each id must appear at most once.
+/// jobs that completed (in no particular order), each as it is after the ACK, deleted or not; a
+/// job missing from the answer was not an active job of that worker. Each id must appear at
+/// most once.
 #[tracing::instrument(level = "debug", skip_all, fields(jobs = acks.len()))]
 pub async fn complete_many(
     db: impl PgExecutor<'_>,
     acks: &[CompleteParams<'_>],
+    forget: &Forget,
 ) -> Result<Vec<Job>, sqlx::Error> {
     let ids: Vec<Uuid> = acks.iter().map(|a| a.id.0).collect();
     let workers: Vec<Option<&str>> = acks.iter().map(|a| a.worker_id).collect();
     let results: Vec<Option<&str>> = acks.iter().map(|a| a.result).collect();
-    sqlx::query_scalar!(
+    let rows = sqlx::query!(
         r#"
         with input as (
             select * from unnest($1::uuid[], $2::text[], $3::text[]) as t(id, worker_id, result)
@@ -50,7 +81,24 @@ pub async fn complete_many(
              where j.id = i.id
                and j.state::text = 'active'
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
+               and not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
             returning j
+        ),
+        -- Queues that keep no completed job (`retention.completed` of zero) lose it here: a
+        -- delete writes no new row version and no index entry, and leaves the pruner nothing.
+        forgotten as (
+            delete from ojs_job j
+             using input i
+             where j.id = i.id
+               and j.state::text = 'active'
+               and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
+               and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
+            returning j, i.result
+        ),
+        finished as (
+            select j, (j).result::text as result, false as forgotten from moved
+            union all
+            select j, result, true from forgotten
         ),
         -- One event row per queue and job type (migration V10): the server renders each
         -- job's `job.completed` from it.
@@ -61,26 +109,51 @@ pub async fn complete_many(
                    array_agg(e.id order by e.seq), array_agg(e.trace_id order by e.seq),
                    array_agg(e.attempt order by e.seq), array_agg(e.duration_ms order by e.seq),
                    array_agg(e.result order by e.seq)
-              from (select (m.j).id, (m.j).seq, (m.j).queue, (m.j).type, (m.j).attempt,
-                           coalesce(nullif((m.j).meta ->> 'trace_id', ''), nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')) as trace_id,
-                           round(extract(epoch from (m.j).completed_at - (m.j).started_at) * 1000)::int8
+              from (select (f.j).id, (f.j).seq, (f.j).queue, (f.j).type, (f.j).attempt,
+                           coalesce(nullif((f.j).meta ->> 'trace_id', ''), nullif(split_part((f.j).meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                           round(extract(epoch from now() - (f.j).started_at) * 1000)::int8
                                as duration_ms,
-                           case when octet_length((m.j).result::text) <= 65536
-                                then (m.j).result end as result,
-                           (row_number() over (partition by (m.j).queue, (m.j).type
-                                               order by (m.j).seq) - 1) / 16384 as block
-                      from moved m) e
+                           case when octet_length(f.result) <= 65536 then f.result::json end
+                               as result,
+                           (row_number() over (partition by (f.j).queue, (f.j).type
+                                               order by (f.j).seq) - 1) / 16384 as block
+                      from finished f) e
              group by e.queue, e.type, e.block
              order by min(e.seq)
         )
-        select m.j as "job!: Job" from moved m
+        select f.j as "job!: Job", case when f.forgotten then f.result end as "forgotten_result",
+               f.forgotten as "forgotten!", now() as "now!"
+          from finished f
         "#,
         &ids,
         &workers as &[Option<&str>],
         &results as &[Option<&str>],
+        forget.all,
+        &forget.queues,
+        &forget.except,
     )
     .fetch_all(db)
-    .await
+    .await?;
+    let mut jobs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let mut job = row.job;
+        if row.forgotten {
+            // The deleted row as the ACK would have left it.
+            let result = row
+                .forgotten_result
+                .map(|r| RawValue::from_string(r).map(Json))
+                .transpose()
+                .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+            job.state = JobState::Completed;
+            job.completed_at = Some(row.now);
+            job.result = result;
+            job.error = None;
+            job.visible_until = None;
+            job.timeout_at = None;
+        }
+        jobs.push(job);
+    }
+    Ok(jobs)
 }
 
 /// One failed attempt for [`fail_many`].
