@@ -112,6 +112,9 @@ pub(super) struct SharedClaim {
 /// Most FETCHes whose claims share one statement.
 const CLAIM_GROUP_MAX: usize = 64;
 
+/// How long a claim flusher waits for the claim statement in flight before running beside it.
+const CLAIM_PATIENCE: Duration = Duration::from_millis(20);
+
 /// Claims `claims` with one statement per queue; each claim gets its own jobs. When a shared
 /// statement fails, each of its claims is tried alone, so each gets the outcome it would have
 /// had by itself.
@@ -187,9 +190,16 @@ impl Fetcher {
         let claim_db = db.clone();
         let floors = notifier.floors().clone();
         let default_visibility = settings.default_visibility_timeout_ms;
-        let claims = GroupCommit::spawn(GROUP_FLUSHERS, CLAIM_GROUP_MAX, move |claims| {
-            flush_claims(claim_db.clone(), floors.clone(), default_visibility, claims)
-        });
+        // Patient flushers, as for ACKs: the FETCHes that arrive during a claim statement
+        // share the next one.
+        let claims = GroupCommit::spawn_patient(
+            GROUP_FLUSHERS,
+            CLAIM_GROUP_MAX,
+            CLAIM_PATIENCE,
+            move |claims| {
+                flush_claims(claim_db.clone(), floors.clone(), default_visibility, claims)
+            },
+        );
         Fetcher {
             db,
             configs,
