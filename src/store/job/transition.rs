@@ -81,6 +81,9 @@ pub async fn complete_many(
              where j.id = i.id
                and j.state::text = 'active'
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
+               -- Parameters only: a one-time filter, so a statement with no queue to keep
+               -- (below, no queue to forget) reads nothing for this part.
+               and (not $4 or cardinality($6::text[]) > 0)
                and not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
             returning j
         ),
@@ -92,6 +95,7 @@ pub async fn complete_many(
              where j.id = i.id
                and j.state::text = 'active'
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
+               and ($4 or cardinality($5::text[]) > 0)
                and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
             returning j, i.result
         ),
