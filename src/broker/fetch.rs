@@ -307,7 +307,16 @@ impl Fetcher {
             // Claim again even when this promoted nothing: the promoter may have made the due
             // jobs available between the claim above and this promotion, and they are owed to
             // this FETCH as much as the ones promoted here.
-            store::job::promote_due(&self.db, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
+            let promoted =
+                store::job::promote_due(&self.db, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
+            if promoted > 0 {
+                // The promotion's notification reaches the claim floors only after the claim
+                // below has started: lower them now, or it starts past the jobs just promoted.
+                let floors = self.notifier.floors();
+                for queue in &queues {
+                    floors.lower(queue, FloorKey::START);
+                }
+            }
             jobs = self.claim_routed(req, &route, wanted, jobs).await?;
         }
         // A claim returns rows in no particular order: by queue preference, then dispatch order.

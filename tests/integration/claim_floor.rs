@@ -156,3 +156,36 @@ async fn planner_statistics_are_taken_when_the_job_table_has_grown() {
     assert!(estimate >= 2000.0, "statistics of {estimate} rows");
     assert_eq!(stats.run_once(None).await.unwrap().processed, 0);
 }
+
+#[tokio::test]
+async fn a_fetch_claims_the_jobs_its_own_promotion_made_available_below_the_floor() {
+    // No promoter: only FETCH promotes, and its claim runs before the promotion's notification
+    // can have reached the floors.
+    let app = TestApp::spawn_with(|c| c.maintenance = false).await;
+    for queue in ["p1", "p2", "p3"] {
+        let due = app.db_now_plus(Duration::from_millis(200)).await;
+        let late = app
+            .push_id(json!({"type": "a.b", "args": [], "queue": queue, "scheduled_at": due.to_rfc3339()}))
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Enqueued after `late` was due, and claimed: the floor rises past `late`'s place
+        // (promotion makes a job available as of its due time).
+        let on_time = app
+            .push_id(json!({"type": "a.b", "args": [], "queue": queue}))
+            .await;
+        let first = app
+            .fetch(json!({"queues": [queue], "worker_id": "w"}))
+            .await;
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0]["id"], on_time.as_str());
+        let jobs = app
+            .fetch(json!({"queues": [queue], "worker_id": "w"}))
+            .await;
+        assert_eq!(
+            jobs.len(),
+            1,
+            "{queue}: the FETCH that promoted the job claims it"
+        );
+        assert_eq!(jobs[0]["id"], late.as_str());
+    }
+}
