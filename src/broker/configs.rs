@@ -77,23 +77,23 @@ impl Snapshot {
         let all = self
             .default_completed_retention
             .map_or(!server_keeps_completed, |ms| ms == 0);
-        let (zero, kept): (Vec<_>, Vec<_>) = self
+        // With `all`, the queues that keep theirs are the exceptions; else those that don't
+        // are the list.
+        let listed = self
             .completed_retention
             .iter()
-            .partition(|(_, ms)| *ms == 0);
-        let names = |v: Vec<&(String, u64)>| v.into_iter().map(|(q, _)| q.clone()).collect();
-        if all {
-            store::job::Forget {
-                all,
-                queues: Vec::new(),
-                except: names(kept),
-            }
+            .filter(|(_, ms)| (*ms == 0) != all)
+            .map(|(q, _)| q.clone())
+            .collect();
+        let (queues, except) = if all {
+            (Vec::new(), listed)
         } else {
-            store::job::Forget {
-                all,
-                queues: names(zero),
-                except: Vec::new(),
-            }
+            (listed, Vec::new())
+        };
+        store::job::Forget {
+            all,
+            queues,
+            except,
         }
     }
 

@@ -50,6 +50,19 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Enqueues, fetches and ACKs a job of `queue`; the status INFO then answers for it.
+    async fn ack_then_info_status(&self, queue: &str) -> u16 {
+        let id = self.push_id(job("a.b", queue)).await;
+        self.fetch_one(queue, "w1").await;
+        self.post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": id, "worker_id": "w1"}),
+        )
+        .await
+        .expect(200);
+        self.get(&format!("/ojs/v1/jobs/{id}")).await.status
+    }
+
     async fn unfinished(&self, queue: &str) -> i64 {
         sqlx::query_scalar(
             "select count(*) from ojs_job where queue = $1 and state not in ('completed', 'cancelled', 'discarded')",
@@ -939,22 +952,8 @@ async fn the_default_layer_and_the_server_setting_choose_which_queues_keep_compl
     )
     .await
     .expect(200);
-    let ack = |queue: &'static str| {
-        let app = &app;
-        async move {
-            let id = app.push_id(job("a.b", queue)).await;
-            app.fetch_one(queue, "w1").await;
-            app.post(
-                "/ojs/v1/workers/ack",
-                json!({"job_id": id, "worker_id": "w1"}),
-            )
-            .await
-            .expect(200);
-            app.get(&format!("/ojs/v1/jobs/{id}")).await.status
-        }
-    };
-    assert_eq!(ack("other").await, 404);
-    assert_eq!(ack("kept").await, 200);
+    assert_eq!(app.ack_then_info_status("other").await, 404);
+    assert_eq!(app.ack_then_info_status("kept").await, 200);
 
     // A server keeping no completed job: queues opt back in.
     let app =
@@ -965,15 +964,6 @@ async fn the_default_layer_and_the_server_setting_choose_which_queues_keep_compl
     )
     .await
     .expect(200);
-    for (queue, status) in [("default", 404), ("kept", 200)] {
-        let id = app.push_id(job("a.b", queue)).await;
-        app.fetch_one(queue, "w1").await;
-        app.post(
-            "/ojs/v1/workers/ack",
-            json!({"job_id": id, "worker_id": "w1"}),
-        )
-        .await
-        .expect(200);
-        app.get(&format!("/ojs/v1/jobs/{id}")).await.expect(status);
-    }
+    assert_eq!(app.ack_then_info_status("default").await, 404);
+    assert_eq!(app.ack_then_info_status("kept").await, 200);
 }

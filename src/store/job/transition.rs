@@ -34,15 +34,6 @@ impl Forget {
     pub fn none() -> Forget {
         Forget::default()
     }
-
-    /// Whether completed jobs of `queue` are deleted on ACK.
-    pub fn forgets(&self, queue: &str) -> bool {
-        if self.all {
-            !self.except.iter().any(|q| q == queue)
-        } else {
-            self.queues.iter().any(|q| q == queue)
-        }
-    }
 }
 
 /// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`; jobs
