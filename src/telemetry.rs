@@ -89,6 +89,9 @@ pub fn metrics() -> &'static PrometheusHandle {
         let handle = recorder.handle();
         // Fails only if another recorder was installed first; then ours just stays empty.
         let _ = metrics::set_global_recorder(recorder);
+        // Published from the start, so that a reader can tell "none yet" from "not measured".
+        counter!("ojs_fetch_claim_statements_total").increment(0);
+        counter!("ojs_fetch_handoffs_total").increment(0);
         handle
     })
 }
@@ -109,6 +112,23 @@ pub fn jobs_enqueued<'a>(jobs: impl IntoIterator<Item = &'a Job>) {
         counter!("ojs_job_enqueued_total", "queue" => queue.to_owned(), "type" => job_type.to_owned())
             .increment(n);
     }
+}
+
+/// Counts claim statements run for FETCHes (several FETCHes may share one), so that claims
+/// per delivered job can be read off the metrics.
+pub fn claim_statements(n: u64) {
+    counter!("ojs_fetch_claim_statements_total").increment(n);
+}
+
+/// Counts jobs an enqueue handed straight to a waiting FETCH (no claim statement).
+pub fn jobs_handed_off(n: usize) {
+    counter!("ojs_fetch_handoffs_total").increment(n as u64);
+}
+
+/// Counts the promotions a FETCH ran (`ran`) or skipped because nothing could be due.
+pub fn fetch_promotion(ran: bool) {
+    counter!("ojs_fetch_promotions_total", "outcome" => if ran { "ran" } else { "skipped" })
+        .increment(1);
 }
 
 /// Records how long claimed jobs waited in `available`, by type and by priority.

@@ -9,6 +9,7 @@ use crate::pool::WorkerPool;
 use crate::scheduling::{Plan, Route, Strategy};
 use crate::store;
 use crate::store::job::ClaimParams;
+use crate::telemetry;
 
 impl Fetcher {
     /// Adds to `jobs` what the FETCH still wants (up to `wanted`) from the route's queues.
@@ -242,12 +243,14 @@ async fn claim_rows(
     params: ClaimParams<'_>,
     fair: bool,
 ) -> Result<Vec<Job>, sqlx::Error> {
+    telemetry::claim_statements(1);
     if !fair {
         return store::job::claim(&mut *conn, params).await;
     }
     let mut jobs = store::job::claim_fair(&mut *conn, params).await?;
     let short = params.limit - jobs.len() as i64;
     if short > 0 {
+        telemetry::claim_statements(1);
         let mut more = store::job::claim(
             &mut *conn,
             ClaimParams {

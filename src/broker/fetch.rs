@@ -145,6 +145,7 @@ async fn flush_claims(
             members.iter().map(|&i| share(&claims[i])).collect();
         let floor = floors.begin(queue);
         let from = floor.from;
+        telemetry::claim_statements(1);
         let claimed =
             store::job::claim_shared(&db, queue, &shares, default_visibility_timeout_ms, from)
                 .await;
@@ -164,6 +165,7 @@ async fn flush_claims(
             Err(_) => {
                 // Alone, from the start: the failed statement reset the floor.
                 for &i in &members {
+                    telemetry::claim_statements(1);
                     out[i] = store::job::claim_shared(
                         &db,
                         queue,

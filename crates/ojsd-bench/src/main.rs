@@ -545,7 +545,7 @@ impl Bench {
                     let (body, _) = bench
                         .post(
                             &fetch_url,
-                            &json!({"queues": [queue], "count": 1, "wait": "1s",
+                            &json!({"queues": [queue], "count": 1, "wait_ms": 1000,
                                     "worker_id": worker_id}),
                         )
                         .await?;
@@ -712,7 +712,7 @@ impl Bench {
                     let (body, _) = bench
                         .post(
                             &fetch_url,
-                            &json!({"queues": [queue], "count": 10, "wait": "1s",
+                            &json!({"queues": [queue], "count": 10, "wait_ms": 1000,
                                     "worker_id": worker_id}),
                         )
                         .await?;
@@ -1017,6 +1017,7 @@ impl Bench {
             .unwrap_or_default();
         let queue = format!("bench-{name}-{}", unix_millis());
         let before = self.db_snapshot().await?;
+        let counters_before = self.fetch_counters().await;
         self.mark_timed();
         let peak = Arc::new(AtomicU64::new(0));
         let sampling = Arc::new(AtomicBool::new(true));
@@ -1048,6 +1049,7 @@ impl Bench {
             sampler.await?;
         }
         let mut outcome = outcome.with_context(|| format!("workload {name}"))?;
+        let counters_after = self.fetch_counters().await;
         let after = self.db_snapshot().await?;
         let jobs_per_s = rate(outcome.jobs, outcome.elapsed);
         let (p50, p99, max) = (
@@ -1085,6 +1087,19 @@ impl Bench {
             line["postgres_cpu_us_per_job"] = json!(pg);
             line["ojsd_cpu_us_per_job"] = json!(ojsd);
         }
+        if let (Some(before), Some(after)) = (counters_before, counters_after) {
+            let per_job = |i: usize| {
+                let n = after[i] - before[i];
+                (n / outcome.jobs.max(1) as f64 * 1000.0).round() / 1000.0
+            };
+            let (claims, handoffs, promotions) = (per_job(0), per_job(1), per_job(2));
+            println!(
+                "{name}: per job: {claims} claim statements, {handoffs} hand-offs, {promotions} FETCH promotions"
+            );
+            line["claim_statements_per_job"] = json!(claims);
+            line["handoffs_per_job"] = json!(handoffs);
+            line["fetch_promotions_per_job"] = json!(promotions);
+        }
         if let (Some(before), Some(after)) = (before, after) {
             line["wal_bytes_per_job"] = json!(
                 ((after.wal_lsn - before.wal_lsn) as f64 / outcome.jobs.max(1) as f64).round()
@@ -1097,6 +1112,33 @@ impl Bench {
         }
         println!("{line}");
         Ok(())
+    }
+
+    /// The server's FETCH counters from `/metrics`: claim statements, hand-offs and FETCH-side
+    /// promotions run (`None` when the server does not publish them).
+    async fn fetch_counters(&self) -> Option<[f64; 3]> {
+        let text = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let sum = |name: &str, labels: &str| -> f64 {
+            text.lines()
+                .filter(|l| l.starts_with(name) && l.contains(labels))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        text.contains("ojs_fetch_claim_statements_total").then(|| {
+            [
+                sum("ojs_fetch_claim_statements_total", ""),
+                sum("ojs_fetch_handoffs_total", ""),
+                sum("ojs_fetch_promotions_total", "outcome=\"ran\""),
+            ]
+        })
     }
 
     /// WAL position and dead tuples (after the statistics of finished transactions are in).
