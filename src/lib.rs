@@ -29,6 +29,7 @@ pub mod scheduling;
 pub mod store;
 pub mod telemetry;
 pub mod timestamp;
+pub mod waiters;
 pub mod worker;
 
 pub use error::{Error, Result};

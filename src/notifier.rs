@@ -1,13 +1,15 @@
 //! Wakes long-polling fetchers when jobs become available, and followers when a leader resigns.
 //!
 //! One connection per process LISTENs on [`store::JOB_AVAILABLE_CHANNEL`] and
-//! [`store::leader::RESIGNED_CHANNEL`]; each notification is fanned out in memory to every
-//! waiter. When the listening connection drops, notifications sent meanwhile are lost, so every
-//! waiter is woken to poll once, and waiters also poll on a timer as a safety net. A lost
+//! [`store::leader::RESIGNED_CHANNEL`]. A queue's notification wakes as many of the long polls
+//! parked on it ([`crate::waiters`]) as it has new jobs, or all of them when it does not say; a
+//! resignation is broadcast to the followers. When the listening connection drops,
+//! notifications sent meanwhile are lost, so every waiter is woken to poll once, and waiters
+//! also poll on a timer as a safety net. A lost
 //! connection is also reported to [`DbHealth`]: it is usually the first sign of an outage.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::claim_floor::{ClaimFloors, FloorKey};
 use crate::db::DbHealth;
 use crate::store;
+use crate::waiters::Waiters;
 
 /// What a waiter is woken for.
 #[derive(Debug, Clone)]
@@ -31,48 +34,30 @@ pub enum Wakeup {
     All,
 }
 
-/// New jobs in a queue, and how many waiters they are for.
-///
-/// Every waiter receives every wakeup, but only as many waiters as there are new jobs take it
-/// and poll: one enqueued job does not send every long-polling worker of its queue to the
-/// database (a waiter that polls in vain waits again; all of them also poll on a timer).
+/// New available jobs in a queue.
 #[derive(Debug)]
 pub struct QueueWakeup {
     queue: Arc<str>,
-    permits: AtomicUsize,
+    /// How many (`usize::MAX`: unknown): at most this many parked FETCHes are woken.
+    jobs: usize,
     /// No new job is before this place in the queue's dispatch order.
     from: FloorKey,
 }
 
 impl Wakeup {
-    /// New jobs in `queue`, for up to `waiters` waiters (`usize::MAX`: all of them, when the
-    /// number of jobs is unknown), anywhere in its dispatch order.
-    pub fn queue(queue: &str, waiters: usize) -> Wakeup {
-        Wakeup::queue_from(queue, waiters, FloorKey::START)
+    /// `jobs` new jobs in `queue` (`usize::MAX`: an unknown number), anywhere in its dispatch
+    /// order.
+    pub fn queue(queue: &str, jobs: usize) -> Wakeup {
+        Wakeup::queue_from(queue, jobs, FloorKey::START)
     }
 
     /// [`Wakeup::queue`] for jobs at or after `from` in dispatch order.
-    pub fn queue_from(queue: &str, waiters: usize, from: FloorKey) -> Wakeup {
+    pub fn queue_from(queue: &str, jobs: usize, from: FloorKey) -> Wakeup {
         Wakeup::Queue(Arc::new(QueueWakeup {
             queue: queue.into(),
-            permits: AtomicUsize::new(waiters),
+            jobs,
             from,
         }))
-    }
-
-    /// Whether a waiter on `queues` should poll now. A queue wakeup is taken by at most as
-    /// many waiters as it has permits.
-    pub fn take_for(&self, queues: &[String]) -> bool {
-        match self {
-            Wakeup::All => true,
-            Wakeup::Queue(w) => {
-                queues.iter().any(|name| name.as_str() == &*w.queue)
-                    && w.permits
-                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| p.checked_sub(1))
-                        .is_ok()
-            }
-            Wakeup::LeaderResigned => false,
-        }
     }
 }
 
@@ -87,6 +72,8 @@ pub struct Notifier {
     listener_pid: Arc<AtomicI32>,
     /// Where claims start: lowered by every wakeup.
     floors: Arc<ClaimFloors>,
+    /// The long polls parked on their queues, which queue wakeups wake.
+    waiters: Arc<Waiters>,
 }
 
 impl Default for Notifier {
@@ -105,6 +92,7 @@ impl Notifier {
             instance: instance.into(),
             listener_pid: Arc::default(),
             floors: Arc::default(),
+            waiters: Arc::default(),
         }
     }
 
@@ -113,17 +101,30 @@ impl Notifier {
         &self.floors
     }
 
-    /// A receiver of every wakeup from now on.
+    /// The long polls parked on their queues.
+    pub fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
+    }
+
+    /// A receiver of the leader's resignations and of [`Wakeup::All`] from now on (queue
+    /// wakeups go to the parked long polls only).
     pub fn subscribe(&self) -> broadcast::Receiver<Wakeup> {
         self.tx.subscribe()
     }
 
-    /// Delivers a wakeup to current waiters (none waiting is fine), first lowering the claim
-    /// floors to the new jobs.
+    /// Delivers a wakeup: a queue's wakes as many of its parked long polls as it has new jobs,
+    /// after lowering the claim floors to them.
     pub fn wake(&self, wakeup: Wakeup) {
         match &wakeup {
-            Wakeup::Queue(w) => self.floors.lower(&w.queue, w.from),
-            Wakeup::All => self.floors.reset_all(),
+            Wakeup::Queue(w) => {
+                self.floors.lower(&w.queue, w.from);
+                self.waiters.wake(&w.queue, w.jobs);
+                return;
+            }
+            Wakeup::All => {
+                self.floors.reset_all();
+                self.waiters.wake_all();
+            }
             Wakeup::LeaderResigned => {}
         }
         let _ = self.tx.send(wakeup);
@@ -188,8 +189,13 @@ impl Notifier {
                     self.wake(Wakeup::LeaderResigned);
                 }
                 Some(n) => match parse_available(n.payload()) {
-                    (_, Some(sender), _) if sender == &*self.instance => {}
-                    (queue, _, from) => self.wake(Wakeup::queue_from(queue, usize::MAX, from)),
+                    Available {
+                        sender: Some(sender),
+                        ..
+                    } if sender == &*self.instance => {}
+                    Available {
+                        queue, from, jobs, ..
+                    } => self.wake(Wakeup::queue_from(queue, jobs, from)),
                 },
                 // The connection was lost; the next try_recv reconnects and re-listens.
                 None => {
@@ -202,21 +208,44 @@ impl Notifier {
     }
 }
 
-/// A notification of available jobs: `queue` (from a statement), `queue sender` (from an
-/// announcer before the claim floors) or `queue sender priority time_ms` (from an announcer
-/// that knows where the new jobs are in dispatch order).
-fn parse_available(payload: &str) -> (&str, Option<&str>, FloorKey) {
+/// A notification of available jobs, read.
+#[derive(Debug, PartialEq)]
+struct Available<'a> {
+    queue: &'a str,
+    sender: Option<&'a str>,
+    from: FloorKey,
+    /// `usize::MAX` when the notification does not say.
+    jobs: usize,
+}
+
+/// Reads a notification of available jobs: `queue` (from a statement that does not count),
+/// `queue - - - jobs` (from one that does), `queue sender` (from an older announcer), or
+/// `queue sender priority time_ms jobs` from an announcer, with `-` for a place in dispatch
+/// order it does not know.
+fn parse_available(payload: &str) -> Available<'_> {
     let mut fields = payload.split(' ');
     let queue = fields.next().unwrap_or_default();
-    let sender = fields.next();
+    let sender = fields.next().filter(|s| *s != "-");
     let from = match (fields.next(), fields.next()) {
         (Some(priority), Some(time_ms)) => {
             FloorKey::from_wire(priority, time_ms).unwrap_or(FloorKey::START)
         }
         _ => FloorKey::START,
     };
-    (queue, sender, from)
+    let jobs = fields
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX);
+    Available {
+        queue,
+        sender,
+        from,
+        jobs,
+    }
 }
+
+/// Queues to notify: the earliest place of their new jobs in dispatch order, and how many.
+type Pending = HashMap<Arc<str>, (FloorKey, usize)>;
 
 /// Announces queues that gained available jobs: at once to this process's waiters, and to the
 /// other replicas with a NOTIFY sent after the change committed, coalesced per queue.
@@ -235,8 +264,8 @@ fn parse_available(payload: &str) -> (&str, Option<&str>, FloorKey) {
 #[derive(Debug, Clone, Default)]
 pub struct Announcer {
     notifier: Notifier,
-    /// Queues to notify, with the earliest place of their new jobs.
-    pending: Arc<Mutex<HashMap<Arc<str>, FloorKey>>>,
+    /// Queues to notify, with the earliest place of their new jobs and how many there are.
+    pending: Arc<Mutex<Pending>>,
     signal: Arc<Notify>,
 }
 
@@ -262,8 +291,11 @@ impl Announcer {
             .lock()
             .expect("announcer lock")
             .entry(queue.into())
-            .and_modify(|earliest| *earliest = earliest.min(from))
-            .or_insert(from);
+            .and_modify(|(earliest, n)| {
+                *earliest = (*earliest).min(from);
+                *n = n.saturating_add(jobs);
+            })
+            .or_insert((from, jobs));
         self.signal.notify_one();
     }
 
@@ -289,12 +321,13 @@ impl Announcer {
                 .lock()
                 .expect("announcer lock")
                 .drain()
-                .map(|(queue, from)| {
-                    if from == FloorKey::START {
-                        format!("{queue} {sender}")
+                .map(|(queue, (from, jobs))| {
+                    let place = if from == FloorKey::START {
+                        "- -".to_owned()
                     } else {
-                        format!("{queue} {sender} {}", from.to_wire())
-                    }
+                        from.to_wire()
+                    };
+                    format!("{queue} {sender} {place} {jobs}")
                 })
                 .collect();
             if !payloads.is_empty()
@@ -335,5 +368,27 @@ impl PeerCheck {
         let answer = store::other_listeners(pool, own).await.unwrap_or(true);
         self.checked = Some((Instant::now(), answer));
         answer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notifications_of_every_sender_are_read() {
+        let read = |p| {
+            let a = parse_available(p);
+            (a.queue, a.sender, a.from == FloorKey::START, a.jobs)
+        };
+        assert_eq!(read("q"), ("q", None, true, usize::MAX));
+        assert_eq!(read("q - - - 3"), ("q", None, true, 3));
+        assert_eq!(read("q r1"), ("q", Some("r1"), true, usize::MAX));
+        assert_eq!(read("q r1 - - 2"), ("q", Some("r1"), true, 2));
+        assert_eq!(read("q r1 1 1700000000000 4"), ("q", Some("r1"), false, 4));
+        assert_eq!(
+            read("q r1 1 1700000000000"),
+            ("q", Some("r1"), false, usize::MAX)
+        );
     }
 }

@@ -21,8 +21,10 @@ use crate::job::{Job, JobState};
 use crate::notifier::Announcer;
 use crate::queue_config::OverflowPolicy;
 use crate::store;
+use crate::store::job::{HandTo, Handoffs};
 use crate::store::refusal::{Refusal, refusal};
 use crate::telemetry;
+use crate::waiters::{Taken, Waiters};
 
 /// Most single-job PUSH requests written by one statement.
 const PUSH_GROUP_MAX: usize = 256;
@@ -107,9 +109,15 @@ impl Enqueuer {
         announcer: Announcer,
     ) -> Enqueuer {
         let strict_queues = settings.strict_queues;
-        let group_db = db.clone();
+        let writer = Arc::new(PushWriter {
+            db: db.clone(),
+            strict_queues,
+            configs: configs.clone(),
+            waiters: announcer.notifier().waiters().clone(),
+            default_visibility_timeout_ms: settings.default_visibility_timeout_ms,
+        });
         let pushes = GroupCommit::spawn(GROUP_FLUSHERS, PUSH_GROUP_MAX, move |jobs| {
-            flush_pushes(group_db.clone(), jobs, strict_queues)
+            writer.clone().flush(jobs)
         });
         Enqueuer {
             db,
@@ -231,6 +239,10 @@ impl Enqueuer {
                 .map(|p| &p.job)
         };
         telemetry::jobs_enqueued(new_jobs());
+        if new_jobs().any(|job| job.state == JobState::Scheduled) {
+            // It comes due: FETCHes promote again until they learn when.
+            self.announcer.notifier().waiters().forget_next_due();
+        }
         // Per queue: new jobs, new available jobs, and where the first of those is in the
         // dispatch order.
         let mut added: Vec<(&str, usize, usize, Option<FloorKey>)> = Vec::new();
@@ -509,35 +521,147 @@ fn prepare(
         .collect()
 }
 
-/// [`store::job::insert_many`], counting the queues it created.
+/// [`store::job::insert_many`] without hand-offs, counting the queues it created.
 pub(super) async fn insert_jobs(
     db: impl sqlx::PgExecutor<'_>,
     jobs: &[NewJob],
     strict_queues: bool,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    let (jobs, queues_created) = store::job::insert_many(db, jobs, strict_queues).await?;
+    insert_handing(db, jobs, strict_queues, Handoffs::default()).await
+}
+
+/// [`store::job::insert_many`], counting the queues it created.
+async fn insert_handing(
+    db: impl sqlx::PgExecutor<'_>,
+    jobs: &[NewJob],
+    strict_queues: bool,
+    handoffs: Handoffs<'_>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let (jobs, queues_created) = store::job::insert_many(db, jobs, strict_queues, handoffs).await?;
     telemetry::queues_created(queues_created);
     Ok(jobs)
 }
 
-/// Writes a group of single-job PUSH requests in one statement. When that fails (a client-chosen
-/// id taken, or two requests naming the same id), each job is written alone, so each request gets
-/// the outcome it would have had by itself.
-async fn flush_pushes(db: PgPool, jobs: Vec<NewJob>, strict_queues: bool) -> Vec<Result<Job>> {
-    if jobs.len() > 1 {
-        match insert_jobs(&db, &jobs, strict_queues).await {
-            Ok(rows) if rows.len() == jobs.len() => return rows.into_iter().map(Ok).collect(),
-            Ok(_) | Err(_) => {}
+/// Writes groups of single-job PUSH requests, handing new jobs to FETCHes parked on their
+/// queues where it can.
+struct PushWriter {
+    db: PgPool,
+    strict_queues: bool,
+    configs: Arc<Configs>,
+    waiters: Arc<Waiters>,
+    default_visibility_timeout_ms: i64,
+}
+
+/// A parked FETCH taken for jobs of a group, and which jobs (by index) are written for it.
+struct Handing {
+    taken: Taken,
+    queue: String,
+    jobs: Vec<usize>,
+}
+
+impl PushWriter {
+    /// Writes a group of single-job PUSH requests in one statement. When that fails (a
+    /// client-chosen id taken, or two requests naming the same id), each job is written alone,
+    /// so each request gets the outcome it would have had by itself (and no job of the group is
+    /// handed off).
+    async fn flush(self: Arc<Self>, jobs: Vec<NewJob>) -> Vec<Result<Job>> {
+        let handing = self.take_waiters(&jobs).await;
+        let mut to: Vec<Option<HandTo<'_>>> = vec![None; jobs.len()];
+        for h in &handing {
+            for &i in &h.jobs {
+                to[i] = Some(HandTo {
+                    worker_id: h.taken.target.worker_id.as_deref(),
+                    visibility_timeout_ms: h.taken.target.visibility_timeout_ms,
+                    pool: h.taken.target.pool.as_deref(),
+                });
+            }
+        }
+        let handoffs = Handoffs {
+            to: if handing.is_empty() { &[] } else { &to },
+            default_visibility_timeout_ms: self.default_visibility_timeout_ms,
+        };
+        let written = insert_handing(&self.db, &jobs, self.strict_queues, handoffs).await;
+        let failed = match written {
+            Ok(rows) if rows.len() == jobs.len() => {
+                self.deliver(handing, &rows).await;
+                return rows.into_iter().map(Ok).collect();
+            }
+            Ok(_) => Error::Database(sqlx::Error::RowNotFound),
+            Err(e) => e.into(),
+        };
+        for h in handing {
+            h.taken.poll();
+        }
+        if jobs.len() == 1 {
+            return vec![Err(failed)];
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let written =
+                insert_jobs(&self.db, std::slice::from_ref(&job), self.strict_queues).await;
+            out.push(match written {
+                Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
+                Ok(_) => Err(Error::Database(sqlx::Error::RowNotFound)),
+                Err(e) => Err(e.into()),
+            });
+        }
+        out
+    }
+
+    /// Takes parked FETCHes for the jobs of a group that can be handed off: one FETCH per job
+    /// while FETCHes are parked on its queue, then more jobs for the FETCHes taken, up to their
+    /// room. A job can be handed off when it will be available at once (not scheduled, not
+    /// pending, no unique policy) on a queue whose dispatch is not limited or tenant-fair.
+    async fn take_waiters(&self, jobs: &[NewJob]) -> Vec<Handing> {
+        let mut handing: Vec<Handing> = Vec::new();
+        if !jobs.iter().any(|j| self.waiters.any_parked(&j.queue)) {
+            return handing;
+        }
+        let Ok(configs) = self.configs.current(&self.db).await else {
+            return handing;
+        };
+        for (i, job) in jobs.iter().enumerate() {
+            if job.scheduled_at.is_some()
+                || job.pending
+                || job.unique.is_some()
+                || configs.of(&job.queue).limits_dispatch()
+                || configs.is_tenant_fair(&job.queue)
+            {
+                continue;
+            }
+            if let Some(taken) = self.waiters.take(&job.queue, |_| false) {
+                handing.push(Handing {
+                    taken,
+                    queue: job.queue.clone(),
+                    jobs: vec![i],
+                });
+            } else if let Some(h) = handing
+                .iter_mut()
+                .filter(|h| h.queue == job.queue && h.jobs.len() < h.taken.target.room)
+                .min_by_key(|h| h.jobs.len())
+            {
+                h.jobs.push(i);
+            }
+        }
+        handing
+    }
+
+    /// Gives each taken FETCH the jobs written `active` for it (a wake-up when there are
+    /// none); jobs whose FETCH went away meanwhile are given back.
+    async fn deliver(&self, handing: Vec<Handing>, rows: &[Job]) {
+        for h in handing {
+            let jobs: Vec<Job> = h
+                .jobs
+                .iter()
+                .map(|&i| &rows[i])
+                .filter(|job| job.state == JobState::Active)
+                .cloned()
+                .collect();
+            let n = jobs.len();
+            match h.taken.deliver(jobs) {
+                Ok(()) => telemetry::jobs_handed_off(n),
+                Err(gone) => super::fetch::give_back(&self.db, &gone).await,
+            }
         }
     }
-    let mut out = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let written = insert_jobs(&db, std::slice::from_ref(&job), strict_queues).await;
-        out.push(match written {
-            Ok(mut rows) if rows.len() == 1 => Ok(rows.remove(0)),
-            Ok(_) => Err(Error::Database(sqlx::Error::RowNotFound)),
-            Err(e) => Err(e.into()),
-        });
-    }
-    out
 }

@@ -24,6 +24,7 @@ use crate::scheduling::{
 };
 use crate::store;
 use crate::telemetry;
+use crate::waiters::{Delivery, HandoffTarget, Parking, Waiters};
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
 /// service handles the rest of a large backlog).
@@ -76,6 +77,103 @@ impl FetchDefaults {
             pool: r.pool,
             concurrency: r.concurrency,
         }
+    }
+}
+
+/// How an enqueue may hand jobs to this FETCH while it waits, when it may: jobs written for it
+/// must be the ones its claim would take. So not when a pool's concurrency, a starvation
+/// guarantee, or a strategy other than `strict` over its queues decides what it takes (queue
+/// dispatch limits and tenant-fair queues are left out by the enqueue, per job).
+fn handoff_target(req: &FetchRequest, route: &Route) -> Option<HandoffTarget> {
+    let pool_limited = route.pool.as_ref().is_some_and(|p| p.concurrency.is_some());
+    (route.strategy == Strategy::Strict && route.guarantee.is_none() && !pool_limited).then(|| {
+        HandoffTarget {
+            worker_id: req.worker_id.clone(),
+            visibility_timeout_ms: req.visibility_timeout_ms,
+            pool: route.pool_name().map(str::to_owned),
+            room: req.count,
+        }
+    })
+}
+
+/// How a parked FETCH's wait ended.
+enum Woke {
+    /// An enqueue wrote these jobs for it.
+    Jobs(Vec<Job>),
+    /// Jobs may be available: claim.
+    Poll,
+    /// Its timer ran out, or the server is shutting down; it left the line.
+    TimeUp,
+}
+
+/// A FETCH parked on its queues. Dropped while jobs are on their way to it (its client went
+/// away), it gives them back: they become available again.
+struct ParkedFetch<'a> {
+    waiters: &'a Waiters,
+    db: &'a PgPool,
+    parking: Option<Parking>,
+}
+
+impl ParkedFetch<'_> {
+    /// Waits for a delivery until `until` or `shutdown`; then leaves the line, unless a
+    /// delivery is already on its way, which it waits for.
+    async fn wait(&mut self, until: Instant, shutdown: &CancellationToken) -> Woke {
+        let waiters = self.waiters;
+        let Some(parking) = self.parking.as_mut() else {
+            return Woke::Poll;
+        };
+        let delivered = tokio::select! {
+            d = &mut parking.rx => Some(d),
+            () = tokio::time::sleep_until(until) => None,
+            () = shutdown.cancelled() => None,
+        };
+        let delivered = match delivered {
+            Some(d) => d,
+            None if waiters.leave(parking.id) => {
+                self.parking = None;
+                return Woke::TimeUp;
+            }
+            None => (&mut parking.rx).await,
+        };
+        self.parking = None;
+        match delivered {
+            Ok(Delivery::Jobs(jobs)) => Woke::Jobs(jobs),
+            Ok(Delivery::Poll) | Err(_) => Woke::Poll,
+        }
+    }
+}
+
+impl Drop for ParkedFetch<'_> {
+    fn drop(&mut self) {
+        let Some(parking) = self.parking.take() else {
+            return;
+        };
+        if self.waiters.leave(parking.id) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let db = self.db.clone();
+        runtime.spawn(async move {
+            if let Ok(Delivery::Jobs(jobs)) = parking.rx.await {
+                give_back(&db, &jobs).await;
+            }
+        });
+    }
+}
+
+/// Makes jobs written active for a FETCH that went away available again, in their old place
+/// and with their attempt not counted. One that cannot be given back (the database is down)
+/// is released when its reservation runs out, as if its worker had died.
+pub(super) async fn give_back(db: &PgPool, jobs: &[Job]) {
+    match store::job::give_back(db, jobs).await {
+        Ok(n) => tracing::debug!(jobs = n, "gave back jobs handed to a FETCH that went away"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            jobs = jobs.len(),
+            "could not give back jobs handed to a FETCH that went away; their reservations will run out"
+        ),
     }
 }
 
@@ -217,38 +315,56 @@ impl Fetcher {
     /// FETCH: claims up to `count` jobs from the queues the request (or the worker's pool)
     /// names, spread by the effective strategy, waiting up to `wait` for work when none is
     /// available. Returns early (empty) on `shutdown`.
+    ///
+    /// A FETCH that waits parks on its queues ([`crate::waiters`]): it claims again when
+    /// woken, on its poll timer, or when a scheduled job comes due; or an enqueue hands it the
+    /// job it creates, written active for it, and it answers with that.
     pub(super) async fn fetch(
         &self,
         req: &FetchRequest,
         shutdown: &CancellationToken,
     ) -> Result<Vec<Job>> {
-        // Subscribe before the first attempt so a job enqueued in between still wakes us.
-        let mut wakeups = (!req.wait.is_zero()).then(|| self.notifier.subscribe());
+        let waiters = self.notifier.waiters();
         let deadline = Instant::now() + req.wait;
         let mut queues = req.queues.clone();
+        let mut route = None;
+        let mut place = None;
         loop {
-            let (jobs, route) = self.try_fetch(req).await?;
-            if let Some(route) = route {
-                queues = route.queue_names();
+            // Taken before the claim: a commit between the claim and parking is not missed.
+            let mark = waiters.mark();
+            let (jobs, routed) = self.try_fetch(req).await?;
+            if let Some(routed) = routed {
+                queues = routed.queue_names();
+                route = Some(routed);
             }
             let now = Instant::now();
             if !jobs.is_empty() || now >= deadline || shutdown.is_cancelled() {
                 return Ok(jobs);
             }
-            let Some(rx) = wakeups.as_mut() else {
-                return Ok(jobs);
+            let handoff = route.as_ref().and_then(|r| handoff_target(req, r));
+            let Some(parking) = waiters.park(place, &queues, mark, handoff) else {
+                continue;
             };
-            let poll_at = (now + self.settings.fetch_poll_interval).min(deadline);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return Ok(Vec::new()),
-                    () = tokio::time::sleep_until(poll_at) => break,
-                    wakeup = rx.recv() => match wakeup {
-                        Ok(w) if !w.take_for(&queues) => continue,
-                        // Relevant, lagged (missed some) or closed: poll now.
-                        _ => break,
-                    },
+            place = Some(parking.id);
+            let mut parked = ParkedFetch {
+                waiters,
+                db: &self.db,
+                parking: Some(parking),
+            };
+            let mut until = (now + self.settings.fetch_poll_interval).min(deadline);
+            if let Some(due) = waiters.next_due() {
+                until = until.min(due);
+            }
+            match parked.wait(until, shutdown).await {
+                Woke::Jobs(mut jobs) => {
+                    if let Some(route) = &route {
+                        self.started(&mut jobs, route);
+                    }
+                    return Ok(jobs);
                 }
+                Woke::Poll => {}
+                Woke::TimeUp if shutdown.is_cancelled() => return Ok(Vec::new()),
+                Woke::TimeUp => {}
             }
         }
     }
@@ -259,8 +375,9 @@ impl Fetcher {
     /// Due scheduled and retryable jobs become available through the promoter (every
     /// `OJS_PROMOTE_INTERVAL_MS`, with `enqueued_at` = their due time, so they keep their FIFO
     /// place) or here: a fetch that finds fewer jobs than it wants promotes its queues' due jobs
-    /// and claims again, so a job is never missed once due. A fetch that is served at once
-    /// costs one statement per queue asked.
+    /// and claims again, so a job is never missed once due. That promotion is skipped while
+    /// nothing can be due ([`crate::waiters::Waiters::may_be_due`]). A fetch that is served at
+    /// once costs one statement per queue asked.
     async fn try_fetch(&self, req: &FetchRequest) -> Result<(Vec<Job>, Option<Route>)> {
         let registered = match &req.worker_id {
             Some(worker) => self.record_seen(worker).await?,
@@ -305,13 +422,22 @@ impl Fetcher {
         let names = route.queue_names();
         let queues: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut jobs = self.claim_routed(req, &route, wanted, Vec::new()).await?;
-        if jobs.len() < wanted {
+        let waiters = self.notifier.waiters();
+        let may_be_due = waiters.may_be_due();
+        telemetry::fetch_promotion(jobs.len() < wanted && may_be_due);
+        if jobs.len() < wanted && may_be_due {
             // Claim again even when this promoted nothing: the promoter may have made the due
             // jobs available between the claim above and this promotion, and they are owed to
             // this FETCH as much as the ones promoted here.
             let promoted =
                 store::job::promote_due(&self.db, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
-            if promoted > 0 {
+            waiters.learned_next_due(match promoted.next_due_ms {
+                None => None,
+                // A full batch leaves more due: unknown, so the next FETCH promotes again.
+                Some(_) if promoted.jobs >= FETCH_PROMOTE_LIMIT => Some(Duration::ZERO),
+                Some(ms) => Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            });
+            if promoted.jobs > 0 {
                 // The promotion's notification reaches the claim floors only after the claim
                 // below has started: lower them now, or it starts past the jobs just promoted.
                 let floors = self.notifier.floors();
@@ -321,13 +447,18 @@ impl Fetcher {
             }
             jobs = self.claim_routed(req, &route, wanted, jobs).await?;
         }
-        // A claim returns rows in no particular order: by queue preference, then dispatch order.
-        let rank = |queue: &str| queues.iter().position(|q| *q == queue);
-        jobs.sort_by_cached_key(|job| (rank(&job.queue), job.dispatch_key()));
-        telemetry::jobs_started(&jobs);
-        telemetry::jobs_dispatched(&jobs, route.pool_name().unwrap_or(DEFAULT_POOL));
-        self.stats.record(&jobs, route.pool_name().unwrap_or(""));
+        self.started(&mut jobs, &route);
         Ok((jobs, Some(route)))
+    }
+
+    /// Orders the jobs a FETCH got (claims return rows in no particular order: by queue
+    /// preference, then dispatch order) and counts them as started.
+    fn started(&self, jobs: &mut [Job], route: &Route) {
+        let rank = |queue: &str| route.queues.iter().position(|(q, _)| q == queue);
+        jobs.sort_by_cached_key(|job| (rank(&job.queue), job.dispatch_key()));
+        telemetry::jobs_started(jobs);
+        telemetry::jobs_dispatched(jobs, route.pool_name().unwrap_or(DEFAULT_POOL));
+        self.stats.record(jobs, route.pool_name().unwrap_or(""));
     }
 
     /// Records a fetching worker as seen, at most every few seconds per worker, and returns

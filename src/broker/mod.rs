@@ -194,7 +194,15 @@ impl Broker {
 
     /// NACK of many jobs (ojsd's batch extension): each gets its own outcome, in order.
     pub async fn nack_many(&self, reqs: Vec<NackRequest>) -> Result<Vec<Result<Nacked>>> {
-        self.completer.nack_many(reqs).await
+        let nacked = self.completer.nack_many(reqs).await?;
+        if nacked
+            .iter()
+            .any(|n| n.as_ref().is_ok_and(|n| n.job.state == JobState::Retryable))
+        {
+            // A retry comes due: FETCHes promote again until they learn when.
+            self.announcer.notifier().waiters().forget_next_due();
+        }
+        Ok(nacked)
     }
 
     /// Why a single-job heartbeat for `id` was refused: the worker no longer holds it.

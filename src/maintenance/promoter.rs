@@ -46,7 +46,9 @@ impl Service for Promoter {
         self.context
             .batches("scheduler", |conn| {
                 Box::pin(async move {
-                    let promoted = store::job::promote_due(&mut *conn, None, now, size).await?;
+                    let promoted = store::job::promote_due(&mut *conn, None, now, size)
+                        .await?
+                        .jobs;
                     // Dead-lettered jobs of queues with a dead-letter queue move there.
                     let routed = store::dead_letter::route(&mut *conn, size).await?;
                     if !routed.is_empty() {

@@ -8,6 +8,7 @@ mod dead_letter;
 mod event_batches;
 mod events_api;
 mod fair_scheduling;
+mod handoff;
 mod harness;
 mod jobs_api;
 mod leadership;

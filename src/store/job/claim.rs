@@ -11,15 +11,15 @@ use crate::job::Job;
 /// its own queues so that a fetch issued after the due time never misses a job, whether or not
 /// the promoter has run; the promoter calls it for all queues. `enqueued_at` becomes the due
 /// time, which keeps FIFO order fair however late promotion runs. Queues that gained jobs are
-/// notified. `now` overrides the database clock (tests).
+/// notified, with how many jobs each gained. `now` overrides the database clock (tests).
 #[tracing::instrument(level = "debug", skip_all, fields(limit = limit))]
 pub async fn promote_due(
     db: impl PgExecutor<'_>,
     queues: Option<&[&str]>,
     now: Option<DateTime<Utc>>,
     limit: i64,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar!(
+) -> Result<Promoted, sqlx::Error> {
+    let row = sqlx::query!(
         r#"
         with due_scheduled as (
             select id, scheduled_at as due, state as prev
@@ -55,9 +55,14 @@ pub async fn promote_due(
               from promoted p
              order by (p.j).seq
         )
-        select coalesce(sum(s.jobs), 0)::int8 as "promoted!"
+        select coalesce(sum(s.jobs), 0)::int8 as "promoted!",
+               -- Of any queue, as of before this statement (so at most "now" when it promoted).
+               (extract(epoch from least(
+                    (select min(scheduled_at) from ojs_job where state = 'scheduled'),
+                    (select min(next_retry_at) from ojs_job where state = 'retryable'))
+                  - coalesce($3::timestamptz, now())) * 1000)::int8 as next_due_ms
           from (select (p.j).queue as queue, count(*) as jobs,
-                       count(pg_notify('ojs_job_available', (p.j).queue))
+                       pg_notify('ojs_job_available', format('%s - - - %s', (p.j).queue, count(*)))
                   from promoted p group by (p.j).queue) s
         "#,
         queues as Option<&[&str]>,
@@ -65,7 +70,21 @@ pub async fn promote_due(
         now,
     )
     .fetch_one(db)
-    .await
+    .await?;
+    Ok(Promoted {
+        jobs: row.promoted,
+        next_due_ms: row.next_due_ms,
+    })
+}
+
+/// What [`promote_due`] did, and what it saw waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Promoted {
+    /// Jobs made available.
+    pub jobs: i64,
+    /// Milliseconds until the earliest scheduled or retryable job of any queue was due, as of
+    /// before the promotion (zero or less: some were due); `None` when none was waiting.
+    pub next_due_ms: Option<i64>,
 }
 
 /// Parameters of [`claim`].

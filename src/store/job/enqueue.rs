@@ -9,19 +9,44 @@ use uuid::Uuid;
 use crate::job::envelope::NewJob;
 use crate::job::{Job, JobId};
 
+/// A waiting FETCH that a new job may be written `active` for (see [`insert_many`]).
+#[derive(Debug, Clone, Copy)]
+pub struct HandTo<'a> {
+    /// The fetching worker, recorded as the reservation owner.
+    pub worker_id: Option<&'a str>,
+    /// Reservation length requested by the FETCH (wins over the job's own).
+    pub visibility_timeout_ms: Option<i64>,
+    /// The worker's pool, recorded on the job.
+    pub pool: Option<&'a str>,
+}
+
+/// Which new jobs [`insert_many`] writes straight to a waiting FETCH.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Handoffs<'a> {
+    /// Per job (in order; shorter than the jobs, or empty: none for the rest).
+    pub to: &'a [Option<HandTo<'a>>],
+    /// Reservation length when neither the FETCH nor the job names one.
+    pub default_visibility_timeout_ms: i64,
+}
+
 /// Inserts `jobs` in one statement and returns them in input order, with how many queues the
 /// statement created.
 ///
 /// The initial state is decided with the database clock: `pending` when asked, `scheduled` when
-/// `scheduled_at` is in the future, else `available`. Nothing is notified here: the caller
-/// announces the queues that gained available jobs after the commit (see
-/// [`crate::notifier::Announcer`]), so concurrent inserts do not serialize on the notification
-/// queue's lock.
+/// `scheduled_at` is in the future, else `available` — or `active` for the FETCH that
+/// `handoffs` names for the job, exactly as that FETCH's claim would have made it (first
+/// attempt, reservation, execution deadline, `job.enqueued` then `job.started`), when its claim
+/// would have taken it: the queue is not paused or tenant-fair, the worker is not told to stop,
+/// and the job has not expired. Otherwise the job is `available` and the FETCH gets nothing
+/// from this statement. Nothing is notified here: the caller announces the queues that gained
+/// available jobs after the commit (see [`crate::notifier::Announcer`]), so concurrent inserts
+/// do not serialize on the notification queue's lock.
 #[tracing::instrument(level = "debug", skip_all, fields(jobs = jobs.len()))]
 pub async fn insert_many(
     db: impl PgExecutor<'_>,
     jobs: &[NewJob],
     strict_queues: bool,
+    handoffs: Handoffs<'_>,
 ) -> Result<(Vec<Job>, i64), sqlx::Error> {
     if jobs.is_empty() {
         return Ok((Vec::new(), 0));
@@ -86,6 +111,19 @@ pub async fn insert_many(
         pendings.push(job.pending);
         agings.push(job.priority_aging_ms);
     }
+    let handed: Vec<bool> = handoffs.to.iter().map(Option::is_some).collect();
+    let hand_workers: Vec<Option<&str>> = handoffs
+        .to
+        .iter()
+        .map(|h| h.and_then(|h| h.worker_id))
+        .collect();
+    let hand_visibility: Vec<Option<i64>> = handoffs
+        .to
+        .iter()
+        .map(|h| h.and_then(|h| h.visibility_timeout_ms))
+        .collect();
+    let hand_pools: Vec<Option<&str>> =
+        handoffs.to.iter().map(|h| h.and_then(|h| h.pool)).collect();
 
     let rows = sqlx::query!(
         r#"
@@ -95,13 +133,18 @@ pub async fn insert_many(
                           $7::int4[], $8::text[], $9::int8[], $10::int8[], $11::timestamptz[],
                           $12::int8[], $13::text[], $14::timestamptz[], $15::int8[], $16::text[],
                           $17::int4[], $18::int4[], $19::text[], $20::text[], $21::text[],
-                          $22::text[], $23::text[], $24::bool[], $25::int8[])
+                          $22::text[], $23::text[], $24::bool[], $25::int8[], $28::bool[],
+                          $29::text[], $30::int8[], $31::text[])
                    with ordinality
                 as t(id, type, queue, args, meta, priority, max_attempts, retry, timeout_ms,
                      visibility_timeout_ms, scheduled_abs, scheduled_rel_ms, scheduled_at_input,
                      expires_abs, expires_rel_ms, expires_at_input, enqueue_ttl_secs,
                      total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
-                     pending, priority_aging_ms, ord)
+                     pending, priority_aging_ms, handed, hand_worker, hand_visibility_ms,
+                     hand_pool, ord)
+             -- The hand-off columns are shorter when few or no jobs are handed off: unnest pads
+             -- them with nulls.
+             where id is not null
         ),
         -- A draining queue (being deleted) takes no new jobs: the statement aborts with
         -- SQLSTATE OJ001. No lock is taken: an enqueue that read the queue as active just
@@ -154,6 +197,16 @@ pub async fn insert_many(
             select i.*, r.scheduled_at, r.expires_at,
                    case when i.pending then 'pending'
                         when r.scheduled_at > now() then 'scheduled'
+                        -- Handed to a waiting FETCH when its claim would take the job now.
+                        when i.handed
+                             and (r.expires_at is null or r.expires_at > now())
+                             and not exists (select 1 from ojs_queue q
+                                              where q.name = i.queue and q.state = 'paused')
+                             and not exists (select 1 from ojs_fair_queue f where f.queue = i.queue)
+                             and not exists (select 1 from ojs_worker w
+                                              where w.id = i.hand_worker
+                                                and (w.directive <> '' or w.state <> 'running'))
+                             then 'active'
                         else 'available'
                    end::ojs_job_state as state
               from input i,
@@ -168,19 +221,30 @@ pub async fn insert_many(
                     visibility_timeout_ms, scheduled_at, scheduled_at_input, expires_at,
                     expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags, schema_uri,
                     unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
-                    total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair)
+                    total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair,
+                    attempt, started_at, worker_id, reservation_ms, visible_until, timeout_at,
+                    pool)
             select id, type, queue, args::json, meta::json, priority, state, max_attempts,
                    retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
                    expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
                    case when tags is not null
                         then array(select json_array_elements_text(tags::json)) end,
                    schema_uri, unique_policy::json, unique_key, extra::json,
-                   case when state = 'available' then now() end,
-                   now() + enqueue_ttl_secs * interval '1 second',
+                   case when state in ('available', 'active') then now() end,
+                   case when state <> 'active' then now() + enqueue_ttl_secs * interval '1 second' end,
                    now() + total_timeout_secs * interval '1 second',
                    priority_aging_ms,
                    queue in (select queue from capacity),
-                   queue in (select queue from ojs_fair_queue)
+                   queue in (select queue from ojs_fair_queue),
+                   -- What a claim writes (store::job::claim_shared).
+                   case when state = 'active' then 1 else 0 end,
+                   case when state = 'active' then now() end,
+                   case when state = 'active' then hand_worker end,
+                   case when state = 'active' then coalesce(hand_visibility_ms, visibility_timeout_ms, $32) end,
+                   case when state = 'active'
+                        then now() + coalesce(hand_visibility_ms, visibility_timeout_ms, $32) * interval '1 millisecond' end,
+                   case when state = 'active' then now() + timeout_ms * interval '1 millisecond' end,
+                   case when state = 'active' then hand_pool end
               from resolved
              where not exists (select 1 from refused) and not exists (select 1 from overflow)
              -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
@@ -201,27 +265,50 @@ pub async fn insert_many(
             returning 1
         ),
         -- One event row per queue, job type and event type (migration V10): the server
-        -- renders each job's event from it.
+        -- renders each job's event from it. A job handed to a FETCH was enqueued, then
+        -- started: its `job.started` rows (as a claim writes them) follow every enqueue row.
+        enqueued as (
+            select (i.job).id, (i.job).seq, i.queue, (i.job).type,
+                   case when i.state = 'active' then 'available' else i.state end as state,
+                   i.state as now_state, (i.job).worker_id, (i.job).attempt,
+                   coalesce(nullif((i.job).meta ->> 'trace_id', ''), nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                   case when i.state <> 'scheduled' then (i.job).priority end as priority,
+                   case when i.state <> 'scheduled' then (i.job).unique_key end as unique_key,
+                   (i.job).scheduled_at
+              from inserted i
+             -- Reading queue_events first writes a new queue's `queue.created` before the
+             -- events of its first jobs.
+             where i.state <> 'pending' and (select count(*) from queue_events) >= 0
+        ),
         events as (
-            insert into ojs_event (type, queue, job_type, to_state, job_ids, trace_ids,
-                                   priorities, unique_keys, scheduled_ats)
-            select case e.state when 'available' then 'job.enqueued' else 'job.scheduled' end,
-                   e.queue, e.type, e.state, array_agg(e.id order by e.seq),
-                   array_agg(e.trace_id order by e.seq), array_agg(e.priority order by e.seq),
-                   array_agg(e.unique_key order by e.seq), array_agg(e.scheduled_at order by e.seq)
-              from (select (i.job).id, (i.job).seq, i.queue, (i.job).type, i.state,
-                           coalesce(nullif((i.job).meta ->> 'trace_id', ''), nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')) as trace_id,
-                           case when i.state = 'available' then (i.job).priority end as priority,
-                           case when i.state = 'available' then (i.job).unique_key end as unique_key,
-                           (i.job).scheduled_at,
-                           (row_number() over (partition by i.queue, (i.job).type, i.state
-                                               order by (i.job).seq) - 1) / 16384 as block
-                      from inserted i
-                     -- Reading queue_events first writes a new queue's `queue.created` before
-                     -- the events of its first jobs.
-                     where i.state <> 'pending' and (select count(*) from queue_events) >= 0) e
-             group by e.queue, e.type, e.state, e.block
-             order by min(e.seq)
+            insert into ojs_event (type, queue, job_type, from_state, to_state, worker_id,
+                                   job_ids, trace_ids, priorities, unique_keys, scheduled_ats,
+                                   attempts)
+            select x.type, x.queue, x.job_type, x.from_state, x.to_state, x.worker_id, x.job_ids,
+                   x.trace_ids, x.priorities, x.unique_keys, x.scheduled_ats, x.attempts
+              from (select case e.state when 'available' then 'job.enqueued' else 'job.scheduled' end as type,
+                           e.queue, e.type as job_type, null::ojs_job_state as from_state,
+                           e.state as to_state, null::text as worker_id,
+                           array_agg(e.id order by e.seq) as job_ids,
+                           array_agg(e.trace_id order by e.seq) as trace_ids,
+                           array_agg(e.priority order by e.seq) as priorities,
+                           array_agg(e.unique_key order by e.seq) as unique_keys,
+                           array_agg(e.scheduled_at order by e.seq) as scheduled_ats,
+                           null::int4[] as attempts, 0 as phase, min(e.seq) as first
+                      from (select e.*, (row_number() over (partition by e.queue, e.type, e.state
+                                                            order by e.seq) - 1) / 16384 as block
+                              from enqueued e) e
+                     group by e.queue, e.type, e.state, e.block
+                    union all
+                    select 'job.started', e.queue, e.type, 'available'::ojs_job_state,
+                           'active'::ojs_job_state, e.worker_id, array_agg(e.id order by e.seq),
+                           array_agg(e.trace_id order by e.seq), null, null, null,
+                           array_agg(e.attempt order by e.seq), 1, min(e.seq)
+                      from (select e.*, (row_number() over (partition by e.queue, e.type, e.worker_id
+                                                            order by e.seq) - 1) / 16384 as block
+                              from enqueued e where e.now_state = 'active') e
+                     group by e.queue, e.type, e.worker_id, e.block) x
+             order by x.phase, x.first
         )
         select i.job as "job!: Job", (select count(*) from queue_events) as "queues_created!"
           from inserted i
@@ -253,6 +340,11 @@ pub async fn insert_many(
         &agings as &[Option<i64>],
         strict_queues,
         generation,
+        &handed,
+        &hand_workers as &[Option<&str>],
+        &hand_visibility as &[Option<i64>],
+        &hand_pools as &[Option<&str>],
+        handoffs.default_visibility_timeout_ms,
     )
     .fetch_all(db)
     .await?;

@@ -26,13 +26,15 @@ mod enqueue;
 mod retention;
 mod transition;
 
-pub use claim::{ClaimParams, ClaimShare, claim, claim_fair, claim_shared, promote_due};
+pub use claim::{ClaimParams, ClaimShare, Promoted, claim, claim_fair, claim_shared, promote_due};
 pub use deadline::{expire_due, lock_held_by, lock_overdue};
-pub use enqueue::{cancel_replaced, insert_many, replace_scheduled, unique_candidates};
+pub use enqueue::{
+    HandTo, Handoffs, cancel_replaced, insert_many, replace_scheduled, unique_candidates,
+};
 pub use retention::{PruneCutoffs, prune_finished};
 pub use transition::{
     CompleteParams, FailParams, Forget, PriorityChange, activate, cancel, complete_many, fail_many,
-    release_many, set_priority,
+    give_back, release_many, set_priority,
 };
 
 use sqlx::PgExecutor;

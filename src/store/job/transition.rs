@@ -249,9 +249,9 @@ pub async fn fail_many(
              order by (f.j).seq, e.ord
         ),
         notified as (
-            select count(pg_notify('ojs_job_available', q.queue)) as queues
-              from (select distinct (f.j).queue as queue from failed f
-                     where (f.j).state = 'available') q
+            select count(pg_notify('ojs_job_available', format('%s - - - %s', q.queue, q.jobs))) as queues
+              from (select (f.j).queue as queue, count(*) as jobs from failed f
+                     where (f.j).state = 'available' group by (f.j).queue) q
         )
         select f.j as "job!: Job"
           from failed f cross join notified
@@ -426,4 +426,47 @@ pub async fn set_priority(
         previous: r.previous,
         job: r.job,
     }))
+}
+
+/// Gives back jobs an enqueue wrote `active` for a FETCH that went away before it could answer:
+/// each becomes `available` again in its old place (`enqueued_at` is kept), its attempt not
+/// counted, with a `job.enqueued` event from `active`. Only a job still in that attempt
+/// (nobody acted on it since) is given back. Notifies the queues; returns how many.
+pub async fn give_back(db: impl PgExecutor<'_>, jobs: &[Job]) -> Result<i64, sqlx::Error> {
+    let ids: Vec<Uuid> = jobs.iter().map(|j| j.id.0).collect();
+    let attempts: Vec<i32> = jobs.iter().map(|j| j.attempt).collect();
+    sqlx::query_scalar!(
+        r#"
+        with moved as (
+            update ojs_job j
+               set state = 'available',
+                   attempt = j.attempt - 1,
+                   started_at = null,
+                   worker_id = null,
+                   reservation_ms = null,
+                   visible_until = null,
+                   timeout_at = null,
+                   pool = null,
+                   claim_deadline_at = j.created_at + j.enqueue_ttl_secs * interval '1 second'
+              from unnest($1::uuid[], $2::int4[]) as i(id, attempt)
+             where j.id = i.id and j.state = 'active' and j.attempt = i.attempt
+            returning j
+        ),
+        events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.enqueued', (m.j).id::text, (m.j).id, (m.j).queue, (m.j).type, 'active',
+                   (m.j).state, ojs_job_transition_data('active', m.j)
+              from moved m
+             order by (m.j).seq
+        )
+        select coalesce(sum(q.jobs), 0)::int8 as "given_back!"
+          from (select (m.j).queue, count(*) as jobs,
+                       pg_notify('ojs_job_available', format('%s - - - %s', (m.j).queue, count(*)))
+                  from moved m group by (m.j).queue) q
+        "#,
+        &ids,
+        &attempts,
+    )
+    .fetch_one(db)
+    .await
 }
