@@ -197,8 +197,10 @@ pub async fn insert_many(
             select i.*, r.scheduled_at, r.expires_at,
                    case when i.pending then 'pending'
                         when r.scheduled_at > now() then 'scheduled'
-                        -- Handed to a waiting FETCH when its claim would take the job now.
-                        when i.handed
+                        -- Handed to a waiting FETCH when its claim would take the job now
+                        -- (false, not null, for a job not handed off: so nothing after the
+                        -- first test is evaluated for it).
+                        when coalesce(i.handed, false)
                              and (r.expires_at is null or r.expires_at > now())
                              and not exists (select 1 from ojs_queue q
                                               where q.name = i.queue and q.state = 'paused')
@@ -267,19 +269,6 @@ pub async fn insert_many(
         -- One event row per queue, job type and event type (migration V10): the server
         -- renders each job's event from it. A job handed to a FETCH was enqueued, then
         -- started: its `job.started` rows (as a claim writes them) follow every enqueue row.
-        enqueued as (
-            select (i.job).id, (i.job).seq, i.queue, (i.job).type,
-                   case when i.state = 'active' then 'available' else i.state end as state,
-                   i.state as now_state, (i.job).worker_id, (i.job).attempt,
-                   coalesce(nullif((i.job).meta ->> 'trace_id', ''), nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')) as trace_id,
-                   case when i.state <> 'scheduled' then (i.job).priority end as priority,
-                   case when i.state <> 'scheduled' then (i.job).unique_key end as unique_key,
-                   (i.job).scheduled_at
-              from inserted i
-             -- Reading queue_events first writes a new queue's `queue.created` before the
-             -- events of its first jobs.
-             where i.state <> 'pending' and (select count(*) from queue_events) >= 0
-        ),
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, worker_id,
                                    job_ids, trace_ids, priorities, unique_keys, scheduled_ats,
@@ -295,18 +284,32 @@ pub async fn insert_many(
                            array_agg(e.unique_key order by e.seq) as unique_keys,
                            array_agg(e.scheduled_at order by e.seq) as scheduled_ats,
                            null::int4[] as attempts, 0 as phase, min(e.seq) as first
-                      from (select e.*, (row_number() over (partition by e.queue, e.type, e.state
-                                                            order by e.seq) - 1) / 16384 as block
-                              from enqueued e) e
+                      from (select (i.job).id, (i.job).seq, i.queue, (i.job).type,
+                                   case when i.state = 'active' then 'available' else i.state end as state,
+                                   coalesce(nullif((i.job).meta ->> 'trace_id', ''), nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                                   case when i.state <> 'scheduled' then (i.job).priority end as priority,
+                                   case when i.state <> 'scheduled' then (i.job).unique_key end as unique_key,
+                                   (i.job).scheduled_at,
+                                   (row_number() over (partition by i.queue, (i.job).type,
+                                                                    i.state = 'scheduled'
+                                                       order by (i.job).seq) - 1) / 16384 as block
+                              from inserted i
+                             -- Reading queue_events first writes a new queue's `queue.created`
+                             -- before the events of its first jobs.
+                             where i.state <> 'pending' and (select count(*) from queue_events) >= 0) e
                      group by e.queue, e.type, e.state, e.block
                     union all
                     select 'job.started', e.queue, e.type, 'available'::ojs_job_state,
                            'active'::ojs_job_state, e.worker_id, array_agg(e.id order by e.seq),
                            array_agg(e.trace_id order by e.seq), null, null, null,
                            array_agg(e.attempt order by e.seq), 1, min(e.seq)
-                      from (select e.*, (row_number() over (partition by e.queue, e.type, e.worker_id
-                                                            order by e.seq) - 1) / 16384 as block
-                              from enqueued e where e.now_state = 'active') e
+                      from (select (i.job).id, (i.job).seq, i.queue, (i.job).type,
+                                   (i.job).worker_id, (i.job).attempt,
+                                   coalesce(nullif((i.job).meta ->> 'trace_id', ''), nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                                   (row_number() over (partition by i.queue, (i.job).type, (i.job).worker_id
+                                                       order by (i.job).seq) - 1) / 16384 as block
+                              from inserted i
+                             where i.state = 'active') e
                      group by e.queue, e.type, e.worker_id, e.block) x
              order by x.phase, x.first
         )
