@@ -80,6 +80,8 @@ struct Inner {
     /// Stamps older than this were forgotten: any mark before it is stale.
     forgotten_before: u64,
     next_due: NextDue,
+    /// Bumped whenever the next due time is forgotten.
+    due_version: u64,
 }
 
 #[derive(Debug)]
@@ -193,8 +195,16 @@ impl Waiters {
             else {
                 break;
             };
-            if let Some(parked) = inner.remove(id) {
-                let _ = parked.tx.send(Delivery::Poll);
+            match inner.remove(id) {
+                Some(parked) => {
+                    let _ = parked.tx.send(Delivery::Poll);
+                }
+                // Not parked (cannot happen: lines hold parked FETCHes only); never loop on it.
+                None => {
+                    if let Some(line) = inner.lines.get_mut(queue) {
+                        line.remove(&id);
+                    }
+                }
             }
             woken += 1;
         }
@@ -216,18 +226,18 @@ impl Waiters {
             let _ = parked.tx.send(Delivery::Poll);
         }
         inner.next_due = NextDue::default();
+        inner.due_version += 1;
     }
 
-    /// Takes the longest-waiting FETCH parked on `queue` that accepts jobs written for it,
-    /// unless `skip` rules it out.
-    pub fn take(&self, queue: &str, skip: impl Fn(&HandoffTarget) -> bool) -> Option<Taken> {
+    /// Takes the longest-waiting FETCH parked on `queue` that accepts jobs written for it.
+    pub fn take(&self, queue: &str) -> Option<Taken> {
         let mut inner = self.lock();
-        let id = inner.lines.get(queue)?.iter().copied().find(|id| {
-            inner.parked[id]
-                .handoff
-                .as_deref()
-                .is_some_and(|target| !skip(target))
-        })?;
+        let id = inner
+            .lines
+            .get(queue)?
+            .iter()
+            .copied()
+            .find(|id| inner.parked.get(id).is_some_and(|p| p.handoff.is_some()))?;
         let parked = inner.remove(id)?;
         Some(Taken {
             target: parked
@@ -271,19 +281,30 @@ impl Waiters {
         }
     }
 
+    /// The version of what is known of the next due time, to take before asking the database.
+    pub fn due_version(&self) -> u64 {
+        self.lock().due_version
+    }
+
     /// Learned from the database: the next scheduled or retryable job is due in `due_in`
-    /// (`None`: none is waiting; zero or less: some may be due now).
-    pub fn learned_next_due(&self, due_in: Option<Duration>) {
+    /// (`None`: none is waiting; zero: some may be due now), as asked at `version` (ignored
+    /// when a job was scheduled here since: the answer may not include it).
+    pub fn learned_next_due(&self, version: u64, due_in: Option<Duration>) {
         let now = Instant::now();
-        self.lock().next_due = NextDue {
-            at: Some(due_in.map(|d| now + d)),
-            learned: Some(now),
-        };
+        let mut inner = self.lock();
+        if inner.due_version == version {
+            inner.next_due = NextDue {
+                at: Some(due_in.map(|d| now + d)),
+                learned: Some(now),
+            };
+        }
     }
 
     /// A job was made scheduled or retryable here: the next due time is no longer known.
     pub fn forget_next_due(&self) {
-        self.lock().next_due = NextDue::default();
+        let mut inner = self.lock();
+        inner.next_due = NextDue::default();
+        inner.due_version += 1;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -411,16 +432,11 @@ mod tests {
         let two = w
             .park(None, &queues(&["q"]), mark, Some(target("two")))
             .unwrap();
-        let skipped = w
-            .take("q", |t| t.worker_id.as_deref() == Some("one"))
-            .unwrap();
-        assert_eq!(skipped.target.worker_id.as_deref(), Some("two"));
-        let taken = w.take("q", |_| false).unwrap();
+        let taken = w.take("q").unwrap();
         assert_eq!(taken.target.worker_id.as_deref(), Some("one"));
-        assert!(
-            w.take("q", |_| false).is_none(),
-            "the plain FETCH takes no hand-off"
-        );
+        let second = w.take("q").unwrap();
+        assert_eq!(second.target.worker_id.as_deref(), Some("two"));
+        assert!(w.take("q").is_none(), "the plain FETCH takes no hand-off");
         assert!(!w.leave(one.id) && !w.leave(two.id));
         taken.deliver(Vec::new()).unwrap();
         assert!(woken(&mut one), "an empty delivery is a wake-up");
@@ -431,16 +447,21 @@ mod tests {
     fn the_next_due_time_is_trusted_for_a_while() {
         let w = Waiters::default();
         assert!(w.may_be_due(), "unknown counts as due");
-        w.learned_next_due(None);
+        w.learned_next_due(w.due_version(), None);
         assert!(!w.may_be_due());
-        w.learned_next_due(Some(Duration::from_secs(3600)));
+        w.learned_next_due(w.due_version(), Some(Duration::from_secs(3600)));
         assert!(!w.may_be_due());
         assert_eq!(w.next_due(), None, "beyond the trust, the timer decides");
-        w.learned_next_due(Some(Duration::from_millis(200)));
+        w.learned_next_due(w.due_version(), Some(Duration::from_millis(200)));
         assert!(w.next_due().is_some());
-        w.learned_next_due(Some(Duration::ZERO));
+        w.learned_next_due(w.due_version(), Some(Duration::ZERO));
         assert!(w.may_be_due());
         w.forget_next_due();
+        assert!(w.may_be_due());
+        // An answer asked for before a job was scheduled here is not taken.
+        let asked = w.due_version();
+        w.forget_next_due();
+        w.learned_next_due(asked, None);
         assert!(w.may_be_due());
     }
 }

@@ -629,7 +629,7 @@ impl PushWriter {
             {
                 continue;
             }
-            if let Some(taken) = self.waiters.take(&job.queue, |_| false) {
+            if let Some(taken) = self.waiters.take(&job.queue) {
                 handing.push(Handing {
                     taken,
                     queue: job.queue.clone(),

@@ -423,20 +423,25 @@ impl Fetcher {
         let queues: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut jobs = self.claim_routed(req, &route, wanted, Vec::new()).await?;
         let waiters = self.notifier.waiters();
-        let may_be_due = waiters.may_be_due();
-        telemetry::fetch_promotion(jobs.len() < wanted && may_be_due);
+        let (may_be_due, learning) = (waiters.may_be_due(), waiters.due_version());
+        if jobs.len() < wanted {
+            telemetry::fetch_promotion(may_be_due);
+        }
         if jobs.len() < wanted && may_be_due {
             // Claim again even when this promoted nothing: the promoter may have made the due
             // jobs available between the claim above and this promotion, and they are owed to
             // this FETCH as much as the ones promoted here.
             let promoted =
                 store::job::promote_due(&self.db, Some(&queues), None, FETCH_PROMOTE_LIMIT).await?;
-            waiters.learned_next_due(match promoted.next_due_ms {
-                None => None,
-                // A full batch leaves more due: unknown, so the next FETCH promotes again.
-                Some(_) if promoted.jobs >= FETCH_PROMOTE_LIMIT => Some(Duration::ZERO),
-                Some(ms) => Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-            });
+            waiters.learned_next_due(
+                learning,
+                match promoted.next_due_ms {
+                    None => None,
+                    // A full batch leaves more due: unknown, so the next FETCH promotes again.
+                    Some(_) if promoted.jobs >= FETCH_PROMOTE_LIMIT => Some(Duration::ZERO),
+                    Some(ms) => Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                },
+            );
             if promoted.jobs > 0 {
                 // The promotion's notification reaches the claim floors only after the claim
                 // below has started: lower them now, or it starts past the jobs just promoted.
