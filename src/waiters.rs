@@ -247,6 +247,16 @@ impl Waiters {
         })
     }
 
+    /// Whether a FETCH that accepts hand-offs is parked on `queue`: it claimed in vain, and no
+    /// job was made available there since (a wake would have taken it out of line).
+    pub fn handoff_parked(&self, queue: &str) -> bool {
+        let inner = self.lock();
+        inner.lines.get(queue).is_some_and(|line| {
+            line.iter()
+                .any(|id| inner.parked.get(id).is_some_and(|p| p.handoff.is_some()))
+        })
+    }
+
     /// Whether any FETCH is parked on `queue`.
     pub fn any_parked(&self, queue: &str) -> bool {
         self.lock()

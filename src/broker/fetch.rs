@@ -332,7 +332,7 @@ impl Fetcher {
         loop {
             // Taken before the claim: a commit between the claim and parking is not missed.
             let mark = waiters.mark();
-            let (jobs, routed) = self.try_fetch(req).await?;
+            let (jobs, routed) = self.try_fetch(req, place.is_none()).await?;
             if let Some(routed) = routed {
                 queues = routed.queue_names();
                 route = Some(routed);
@@ -378,7 +378,16 @@ impl Fetcher {
     /// and claims again, so a job is never missed once due. That promotion is skipped while
     /// nothing can be due ([`crate::waiters::Waiters::may_be_due`]). A fetch that is served at
     /// once costs one statement per queue asked.
-    async fn try_fetch(&self, req: &FetchRequest) -> Result<(Vec<Job>, Option<Route>)> {
+    ///
+    /// A long poll's first attempt claims nothing when FETCHes that would take hand-offs are
+    /// already parked on every one of its queues and nothing can be due: since they claimed in
+    /// vain, any job made available woke them (or went to them), so this FETCH goes straight
+    /// into line behind them. Later attempts (woken, or on the poll timer) always claim.
+    async fn try_fetch(
+        &self,
+        req: &FetchRequest,
+        first: bool,
+    ) -> Result<(Vec<Job>, Option<Route>)> {
         let registered = match &req.worker_id {
             Some(worker) => self.record_seen(worker).await?,
             None => FetchDefaults::default(),
@@ -421,8 +430,20 @@ impl Fetcher {
         }
         let names = route.queue_names();
         let queues: Vec<&str> = names.iter().map(String::as_str).collect();
-        let mut jobs = self.claim_routed(req, &route, wanted, Vec::new()).await?;
         let waiters = self.notifier.waiters();
+        if first
+            && !req.wait.is_zero()
+            && handoff_target(req, &route).is_some()
+            && !waiters.may_be_due()
+            && queues.iter().all(|queue| {
+                waiters.handoff_parked(queue)
+                    && !configs.of(queue).limits_dispatch()
+                    && !configs.is_tenant_fair(queue)
+            })
+        {
+            return Ok((Vec::new(), Some(route)));
+        }
+        let mut jobs = self.claim_routed(req, &route, wanted, Vec::new()).await?;
         let (may_be_due, learning) = (waiters.may_be_due(), waiters.due_version());
         if jobs.len() < wanted {
             telemetry::fetch_promotion(may_be_due);

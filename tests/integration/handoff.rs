@@ -122,6 +122,40 @@ async fn no_job_is_handed_to_a_worker_told_to_stop_or_on_a_paused_queue() {
     );
 }
 
+/// A long poll arriving behind a parked one goes straight into line; a job made available
+/// while the one ahead cannot take it (its worker was told to quiet) is still claimed, on the
+/// poll timer at the latest.
+#[tokio::test]
+async fn a_fetch_that_parks_without_claiming_still_gets_a_job_the_fetch_ahead_cannot_take() {
+    let app = TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 200).await;
+    app.post(
+        "/ojs/v1/workers/register",
+        json!({"worker_id": "quiet-one", "queues": ["relay"]}),
+    )
+    .await;
+    app.sql("update ojs_worker set directive = 'quiet' where id = 'quiet-one'")
+        .await;
+    let quiet = spawn_fetch(
+        &app.client,
+        &app.base,
+        &json!({"queues": ["relay"], "wait_ms": 3000, "worker_id": "quiet-one"}),
+    );
+    settle().await;
+    let id = app.push_id(job("relay.ping", "relay")).await;
+    assert_eq!(app.job(&id).await["state"], "available");
+    let started = std::time::Instant::now();
+    let fetched = app
+        .fetch(json!({"queues": ["relay"], "wait_ms": 3000, "worker_id": "w2"}))
+        .await;
+    assert_eq!(fetched.len(), 1);
+    assert_eq!(fetched[0]["id"], id.as_str());
+    assert!(started.elapsed() < Duration::from_millis(2500));
+    assert_eq!(
+        quiet.await.unwrap()["jobs"].as_array().map(Vec::len),
+        Some(0)
+    );
+}
+
 #[tokio::test]
 async fn a_job_for_a_fetch_whose_client_went_away_is_fetched_once_by_another() {
     let app = TestApp::spawn().await;
