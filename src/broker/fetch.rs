@@ -329,10 +329,12 @@ impl Fetcher {
         let mut queues = req.queues.clone();
         let mut route = None;
         let mut place = None;
+        let mut first = true;
         loop {
             // Taken before the claim: a commit between the claim and parking is not missed.
             let mark = waiters.mark();
-            let (jobs, routed) = self.try_fetch(req, place.is_none()).await?;
+            let (jobs, routed) = self.try_fetch(req, first).await?;
+            first = false;
             if let Some(routed) = routed {
                 queues = routed.queue_names();
                 route = Some(routed);
