@@ -248,22 +248,8 @@ async fn cancel_racing_ack_leaves_one_consistent_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_push_to_one_replica_wakes_a_long_poll_on_another() {
     let a = TestApp::spawn().await;
-    let config = ojsd::config::Config {
-        database_url: a.db.url(),
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        skip_migrations: true,
-        db_max_connections: 6,
-        db_min_connections: 1,
-        maintenance: false,
-        fetch_poll_interval_ms: 60_000,
-        ..ojsd::config::Config::default()
-    };
-    let b = ojsd::app::Application::build(&config).await.unwrap();
-    let b_url = format!("http://{}", b.local_addr().unwrap());
-    let (stop_b, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server_b = tokio::spawn(b.run_until_stopped(async move {
-        let _ = stopped.await;
-    }));
+    let b = a.spawn_replica(|c| c.fetch_poll_interval_ms = 60_000).await;
+    let b_url = b.base.clone();
     // Both replicas listening.
     for _ in 0..100 {
         let listeners: i64 = sqlx::query_scalar(
@@ -292,6 +278,5 @@ async fn a_push_to_one_replica_wakes_a_long_poll_on_another() {
         .unwrap();
     assert_eq!(fetched["jobs"][0]["id"], id.as_str());
 
-    let _ = stop_b.send(());
-    server_b.await.unwrap().unwrap();
+    b.stop().await;
 }

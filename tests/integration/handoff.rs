@@ -15,6 +15,25 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
+/// A worker registered on `relay` and told to quiet, long-polling it for `wait_ms` (parked
+/// when this returns).
+async fn quiet_worker_waiting(app: &TestApp, wait_ms: u64) -> tokio::task::JoinHandle<Value> {
+    app.post(
+        "/ojs/v1/workers/register",
+        json!({"worker_id": "quiet-one", "queues": ["relay"]}),
+    )
+    .await;
+    app.sql("update ojs_worker set directive = 'quiet' where id = 'quiet-one'")
+        .await;
+    let quiet = spawn_fetch(
+        &app.client,
+        &app.base,
+        &json!({"queues": ["relay"], "wait_ms": wait_ms, "worker_id": "quiet-one"}),
+    );
+    settle().await;
+    quiet
+}
+
 #[tokio::test]
 async fn a_job_pushed_while_a_fetch_waits_is_handed_to_it_as_a_claim_would_start_it() {
     let app = TestApp::spawn().await;
@@ -87,19 +106,7 @@ async fn a_job_pushed_while_a_fetch_waits_is_handed_to_it_as_a_claim_would_start
 #[tokio::test]
 async fn no_job_is_handed_to_a_worker_told_to_stop_or_on_a_paused_queue() {
     let app = TestApp::spawn().await;
-    app.post(
-        "/ojs/v1/workers/register",
-        json!({"worker_id": "quiet-one", "queues": ["relay"]}),
-    )
-    .await;
-    app.sql("update ojs_worker set directive = 'quiet' where id = 'quiet-one'")
-        .await;
-    let quiet = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["relay"], "wait_ms": 1000, "worker_id": "quiet-one"}),
-    );
-    settle().await;
+    let quiet = quiet_worker_waiting(&app, 1000).await;
     let id = app.push_id(job("relay.ping", "relay")).await;
     assert_eq!(app.job(&id).await["state"], "available");
     let answer = quiet.await.unwrap();
@@ -128,19 +135,7 @@ async fn no_job_is_handed_to_a_worker_told_to_stop_or_on_a_paused_queue() {
 #[tokio::test]
 async fn a_fetch_that_parks_without_claiming_still_gets_a_job_the_fetch_ahead_cannot_take() {
     let app = TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 200).await;
-    app.post(
-        "/ojs/v1/workers/register",
-        json!({"worker_id": "quiet-one", "queues": ["relay"]}),
-    )
-    .await;
-    app.sql("update ojs_worker set directive = 'quiet' where id = 'quiet-one'")
-        .await;
-    let quiet = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["relay"], "wait_ms": 3000, "worker_id": "quiet-one"}),
-    );
-    settle().await;
+    let quiet = quiet_worker_waiting(&app, 3000).await;
     let id = app.push_id(job("relay.ping", "relay")).await;
     assert_eq!(app.job(&id).await["state"], "available");
     let started = std::time::Instant::now();
@@ -258,21 +253,8 @@ async fn a_job_given_back_is_available_in_its_old_place_with_no_attempt_counted(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn across_two_replicas_every_job_is_delivered_exactly_once() {
     let a = TestApp::spawn().await;
-    let config = ojsd::config::Config {
-        database_url: a.db.url(),
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        skip_migrations: true,
-        db_max_connections: 10,
-        db_min_connections: 1,
-        maintenance: false,
-        ..ojsd::config::Config::default()
-    };
-    let b = ojsd::app::Application::build(&config).await.unwrap();
-    let b_url = format!("http://{}", b.local_addr().unwrap());
-    let (stop_b, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server_b = tokio::spawn(b.run_until_stopped(async move {
-        let _ = stopped.await;
-    }));
+    let b = a.spawn_replica(|c| c.db_max_connections = 10).await;
+    let b_url = b.base.clone();
 
     const JOBS: usize = 120;
     let delivered: Arc<Mutex<HashMap<String, Vec<String>>>> = Arc::default();
@@ -365,6 +347,5 @@ async fn across_two_replicas_every_job_is_delivered_exactly_once() {
     .unwrap();
     assert!(handed > 0, "some jobs were handed off");
 
-    let _ = stop_b.send(());
-    server_b.await.unwrap().unwrap();
+    b.stop().await;
 }

@@ -408,6 +408,22 @@ impl Resp {
     }
 }
 
+/// Another server on a [`TestApp`]'s database, in the same process (see
+/// [`TestApp::spawn_replica`]).
+pub struct InProcessReplica {
+    pub base: String,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<anyhow::Result<()>>,
+}
+
+impl InProcessReplica {
+    /// Stops the replica gracefully and asserts it ended cleanly.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.server.await.unwrap().unwrap();
+    }
+}
+
 /// The real server, on its own database and port.
 pub struct TestApp {
     pub db: TestDb,
@@ -455,6 +471,30 @@ impl TestApp {
             stop: Some(stop),
             server: Some(server),
         }
+    }
+
+    /// A second server in this process on the same database (another replica), with the
+    /// settings `configure` adjusts (no migrations, no maintenance, 6 connections by default).
+    pub async fn spawn_replica(&self, configure: impl FnOnce(&mut Config)) -> InProcessReplica {
+        let mut config = Config {
+            database_url: self.db.url(),
+            listen_addr: "127.0.0.1:0".parse().unwrap(),
+            skip_migrations: true,
+            db_max_connections: 6,
+            db_min_connections: 1,
+            maintenance: false,
+            ..Config::default()
+        };
+        configure(&mut config);
+        let app = Application::build(&config)
+            .await
+            .expect("build the replica");
+        let base = format!("http://{}", app.local_addr().expect("bound address"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        InProcessReplica { base, stop, server }
     }
 
     /// Stops the server gracefully and waits for it.
