@@ -34,6 +34,11 @@ impl Forget {
     pub fn none() -> Forget {
         Forget::default()
     }
+
+    /// Whether every queue keeps its completed jobs.
+    pub fn keeps_all(&self) -> bool {
+        !self.all && self.queues.is_empty()
+    }
 }
 
 /// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`; jobs
@@ -50,6 +55,11 @@ pub async fn complete_many(
     acks: &[CompleteParams<'_>],
     forget: &Forget,
 ) -> Result<Vec<Job>, sqlx::Error> {
+    if let ([ack], true) = (acks, forget.keeps_all()) {
+        return complete_one(db, ack)
+            .await
+            .map(|job| job.into_iter().collect());
+    }
     let ids: Vec<Uuid> = acks.iter().map(|a| a.id.0).collect();
     let workers: Vec<Option<&str>> = acks.iter().map(|a| a.worker_id).collect();
     let results: Vec<Option<&str>> = acks.iter().map(|a| a.result).collect();
@@ -149,6 +159,46 @@ pub async fn complete_many(
         jobs.push(job);
     }
     Ok(jobs)
+}
+
+/// [`complete_many`] for one job of a queue that keeps its completed jobs: the same change and
+/// event, in a statement a tenth the size. A single ACK is what every SDK sends, and at that
+/// size the cost of a statement is mostly setting up its plan (executor start, the row checks,
+/// the index predicates), which grows with the plan, not with the rows.
+async fn complete_one(
+    db: impl PgExecutor<'_>,
+    ack: &CompleteParams<'_>,
+) -> Result<Option<Job>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with moved as (
+            update ojs_job j
+               set state = 'completed', completed_at = now(), result = $3::text::json,
+                   error = null, visible_until = null, timeout_at = null
+             -- `state::text`: see complete_many.
+             where j.id = $1 and j.state::text = 'active'
+               and ($2::text is null or j.worker_id is null or j.worker_id = $2)
+            returning j
+        ),
+        events as (
+            insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,
+                                   trace_ids, attempts, durations_ms, results)
+            select 'job.completed', (m.j).queue, (m.j).type, 'active', 'completed',
+                   array[(m.j).id],
+                   array[coalesce(nullif((m.j).meta ->> 'trace_id', ''), nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), ''))],
+                   array[(m.j).attempt],
+                   array[round(extract(epoch from now() - (m.j).started_at) * 1000)::int8],
+                   array[case when octet_length($3::text) <= 65536 then $3::text::json end]
+              from moved m
+        )
+        select m.j as "job!: Job" from moved m
+        "#,
+        ack.id as JobId,
+        ack.worker_id,
+        ack.result,
+    )
+    .fetch_optional(db)
+    .await
 }
 
 /// One failed attempt for [`fail_many`].
