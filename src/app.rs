@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, Settings};
 use crate::config::{self, Config};
-use crate::db::{self, DbHealth, PoolSettings};
+use crate::db::{self, DbHealth, HotConnections, PoolSettings};
 use crate::events::EventTail;
 use crate::http::{self, AppState, HttpSettings, Services};
 use crate::job::envelope::Limits;
@@ -112,6 +112,7 @@ impl Application {
         let heartbeat_timeout = config.heartbeat_timeout();
         let broker = Broker::new(
             db.clone(),
+            HotConnections::new(db.clone(), health.clone()),
             Settings {
                 limits: Limits {
                     max_priority: config.max_priority,

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::GROUP_FLUSHERS;
 use super::configs::Configs;
 use super::group::GroupCommit;
+use crate::db::HotConnections;
 use crate::error::{Error, Result};
 use crate::job::failure::JobError;
 use crate::job::lifecycle::{self, FailTarget};
@@ -59,6 +60,8 @@ struct AckItem {
 #[derive(Debug)]
 pub(super) struct Completer {
     db: PgPool,
+    /// Where ACK and NACK statements run.
+    hot: HotConnections,
     /// ACK requests, written together.
     acks: GroupCommit<AckItem, Result<Option<Job>>>,
     /// Where an ACK learns whether its queue keeps completed jobs.
@@ -86,12 +89,18 @@ impl CompletedRetention {
 
 impl Completer {
     /// Starts the group-commit flushers of ACKs (within a Tokio runtime).
-    pub(super) fn new(db: PgPool, configs: Arc<Configs>, keep_completed: bool) -> Completer {
+    pub(super) fn new(
+        db: PgPool,
+        hot: HotConnections,
+        configs: Arc<Configs>,
+        keep_completed: bool,
+    ) -> Completer {
         let retention = CompletedRetention {
             configs,
             keep_by_default: keep_completed,
         };
         let group_db = db.clone();
+        let group_hot = hot.clone();
         let group_retention = retention.clone();
         // Patient flushers: an ACK statement costs mostly per statement, so the ACKs that
         // arrive during one are written by the next as one group (w2-sdk: 18% less Postgres
@@ -99,10 +108,16 @@ impl Completer {
         // is stuck for longer than ACK_PATIENCE.
         let acks =
             GroupCommit::spawn_patient(GROUP_FLUSHERS, ACK_GROUP_MAX, ACK_PATIENCE, move |acks| {
-                flush_acks(group_db.clone(), group_retention.clone(), acks)
+                flush_acks(
+                    group_db.clone(),
+                    group_hot.clone(),
+                    group_retention.clone(),
+                    acks,
+                )
             });
         Completer {
             db,
+            hot,
             acks,
             retention,
         }
@@ -147,7 +162,7 @@ impl Completer {
             })
             .collect();
         let forget = self.retention.forget(&self.db).await?;
-        let completed = complete_group(&self.db, &params, &forget).await?;
+        let completed = complete_group(&self.hot, &params, &forget).await?;
         let mut out = Vec::with_capacity(acks.len());
         for ((id, _), job) in acks.iter().zip(completed) {
             out.push(match job {
@@ -196,11 +211,10 @@ impl Completer {
         let mut failed: HashMap<Uuid, Job> = if failures.is_empty() {
             HashMap::new()
         } else {
-            store::job::fail_many(&self.db, &failures, None)
-                .await?
-                .into_iter()
-                .map(|j| (j.id.0, j))
-                .collect()
+            let mut conn = self.hot.acquire().await?;
+            let failed = store::job::fail_many(&mut *conn, &failures, None).await;
+            conn.answered(&failed);
+            failed?.into_iter().map(|j| (j.id.0, j)).collect()
         };
         let mut out = Vec::with_capacity(reqs.len());
         for (req, plan) in reqs.iter().zip(plans) {
@@ -310,7 +324,7 @@ fn invalid_for_worker(job: &Job, operation: &'static str) -> Error {
 /// not an active job of that worker. A job named twice is completed by its first ACK only; the
 /// later ones get `None`, as they would have after the first committed.
 async fn complete_group(
-    db: &PgPool,
+    hot: &HotConnections,
     acks: &[CompleteParams<'_>],
     forget: &Forget,
 ) -> std::result::Result<Vec<Option<Job>>, sqlx::Error> {
@@ -322,11 +336,10 @@ async fn complete_group(
         .filter(|(_, first)| **first)
         .map(|(a, _)| *a)
         .collect();
-    let mut done: HashMap<Uuid, Job> = store::job::complete_many(db, &distinct, forget)
-        .await?
-        .into_iter()
-        .map(|j| (j.id.0, j))
-        .collect();
+    let mut conn = hot.acquire().await?;
+    let done = store::job::complete_many(&mut *conn, &distinct, forget).await;
+    conn.answered(&done);
+    let mut done: HashMap<Uuid, Job> = done?.into_iter().map(|j| (j.id.0, j)).collect();
     Ok(acks
         .iter()
         .zip(first)
@@ -338,6 +351,7 @@ async fn complete_group(
 /// is written alone, so each request gets the outcome it would have had by itself.
 async fn flush_acks(
     db: PgPool,
+    hot: HotConnections,
     retention: CompletedRetention,
     acks: Vec<AckItem>,
 ) -> Vec<Result<Option<Job>>> {
@@ -355,14 +369,14 @@ async fn flush_acks(
         tracing::debug!(error = %e, "queue configurations unavailable; keeping completed jobs");
         Forget::none()
     });
-    match complete_group(&db, &group, &forget).await {
+    match complete_group(&hot, &group, &forget).await {
         Ok(done) => done.into_iter().map(Ok).collect(),
         Err(e) if acks.len() == 1 => vec![Err(e.into())],
         Err(_) => {
             let mut out = Vec::with_capacity(acks.len());
             for ack in &group {
                 out.push(
-                    complete_group(&db, std::slice::from_ref(ack), &forget)
+                    complete_group(&hot, std::slice::from_ref(ack), &forget)
                         .await
                         .map(|mut done| done.pop().flatten())
                         .map_err(Error::from),

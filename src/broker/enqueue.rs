@@ -14,6 +14,7 @@ use super::configs::{Configs, Snapshot};
 use super::group::GroupCommit;
 use super::{GROUP_FLUSHERS, Settings};
 use crate::claim_floor::FloorKey;
+use crate::db::HotConnections;
 use crate::error::{Error, Result};
 use crate::job::envelope::{Limits, NewJob, Rejection};
 use crate::job::retry::RetryPolicy;
@@ -104,6 +105,7 @@ impl Enqueuer {
     /// Starts the group-commit flushers of single-job PUSHes (within a Tokio runtime).
     pub(super) fn new(
         db: PgPool,
+        hot: HotConnections,
         configs: Arc<Configs>,
         settings: &Settings,
         announcer: Announcer,
@@ -111,6 +113,7 @@ impl Enqueuer {
         let strict_queues = settings.strict_queues;
         let writer = Arc::new(PushWriter {
             db: db.clone(),
+            hot,
             strict_queues,
             configs: configs.clone(),
             waiters: announcer.notifier().waiters().clone(),
@@ -546,6 +549,8 @@ async fn insert_handing(
 /// queues where it can.
 struct PushWriter {
     db: PgPool,
+    /// Where the group's statement runs.
+    hot: HotConnections,
     strict_queues: bool,
     configs: Arc<Configs>,
     waiters: Arc<Waiters>,
@@ -580,7 +585,14 @@ impl PushWriter {
             to: if handing.is_empty() { &[] } else { &to },
             default_visibility_timeout_ms: self.default_visibility_timeout_ms,
         };
-        let written = insert_handing(&self.db, &jobs, self.strict_queues, handoffs).await;
+        let written = match self.hot.acquire().await {
+            Ok(mut conn) => {
+                let written = insert_handing(&mut *conn, &jobs, self.strict_queues, handoffs).await;
+                conn.answered(&written);
+                written
+            }
+            Err(e) => Err(e),
+        };
         let failed = match written {
             Ok(rows) if rows.len() == jobs.len() => {
                 self.deliver(handing, &rows).await;

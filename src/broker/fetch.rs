@@ -15,6 +15,7 @@ use super::dispatch_stats::DispatchStats;
 use super::group::GroupCommit;
 use super::{GROUP_FLUSHERS, Settings};
 use crate::claim_floor::{ClaimFloors, FloorKey};
+use crate::db::HotConnections;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::notifier::Notifier;
@@ -217,7 +218,7 @@ const CLAIM_PATIENCE: Duration = Duration::from_millis(20);
 /// statement fails, each of its claims is tried alone, so each gets the outcome it would have
 /// had by itself.
 async fn flush_claims(
-    db: PgPool,
+    hot: HotConnections,
     floors: Arc<ClaimFloors>,
     default_visibility_timeout_ms: i64,
     claims: Vec<SharedClaim>,
@@ -244,9 +245,21 @@ async fn flush_claims(
         let floor = floors.begin(queue);
         let from = floor.from;
         telemetry::claim_statements(1);
-        let claimed =
-            store::job::claim_shared(&db, queue, &shares, default_visibility_timeout_ms, from)
+        let claimed = match hot.acquire().await {
+            Ok(mut conn) => {
+                let claimed = store::job::claim_shared(
+                    &mut *conn,
+                    queue,
+                    &shares,
+                    default_visibility_timeout_ms,
+                    from,
+                )
                 .await;
+                conn.answered(&claimed);
+                claimed
+            }
+            Err(e) => Err(e),
+        };
         match &claimed {
             Ok(jobs) => floor.took(jobs.iter().map(|(_, job)| job)),
             Err(_) => floor.failed(),
@@ -264,15 +277,23 @@ async fn flush_claims(
                 // Alone, from the start: the failed statement reset the floor.
                 for &i in &members {
                     telemetry::claim_statements(1);
-                    out[i] = store::job::claim_shared(
-                        &db,
+                    let mut conn = match hot.acquire().await {
+                        Ok(conn) => conn,
+                        Err(e) => {
+                            out[i] = Err(e);
+                            continue;
+                        }
+                    };
+                    let alone = store::job::claim_shared(
+                        &mut *conn,
                         queue,
                         &[share(&claims[i])],
                         default_visibility_timeout_ms,
                         FloorKey::START,
                     )
-                    .await
-                    .map(|jobs| jobs.into_iter().map(|(_, job)| job).collect());
+                    .await;
+                    conn.answered(&alone);
+                    out[i] = alone.map(|jobs| jobs.into_iter().map(|(_, job)| job).collect());
                 }
             }
         }
@@ -283,11 +304,11 @@ async fn flush_claims(
 impl Fetcher {
     pub(super) fn new(
         db: PgPool,
+        hot: HotConnections,
         configs: Arc<Configs>,
         settings: Settings,
         notifier: Notifier,
     ) -> Fetcher {
-        let claim_db = db.clone();
         let floors = notifier.floors().clone();
         let default_visibility = settings.default_visibility_timeout_ms;
         // Patient flushers, as for ACKs: the FETCHes that arrive during a claim statement
@@ -296,9 +317,7 @@ impl Fetcher {
             GROUP_FLUSHERS,
             CLAIM_GROUP_MAX,
             CLAIM_PATIENCE,
-            move |claims| {
-                flush_claims(claim_db.clone(), floors.clone(), default_visibility, claims)
-            },
+            move |claims| flush_claims(hot.clone(), floors.clone(), default_visibility, claims),
         );
         Fetcher {
             db,

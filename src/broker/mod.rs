@@ -52,6 +52,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::db::HotConnections;
 use crate::error::{Error, Result};
 use crate::job::envelope::{Limits, NewJob};
 use crate::job::failure::JobError;
@@ -119,11 +120,23 @@ pub struct Cancelled {
 impl Broker {
     /// A broker on `db`. Starts the group-commit flushers, so it must be called within a Tokio
     /// runtime; `announcer`'s task must run for other replicas to hear of new jobs.
-    pub fn new(db: PgPool, settings: Settings, announcer: Announcer) -> Broker {
+    pub fn new(
+        db: PgPool,
+        hot: HotConnections,
+        settings: Settings,
+        announcer: Announcer,
+    ) -> Broker {
         let configs = Arc::new(Configs::default());
-        let enqueuer = Enqueuer::new(db.clone(), configs.clone(), &settings, announcer.clone());
+        let enqueuer = Enqueuer::new(
+            db.clone(),
+            hot.clone(),
+            configs.clone(),
+            &settings,
+            announcer.clone(),
+        );
         let fetcher = Fetcher::new(
             db.clone(),
+            hot.clone(),
             configs.clone(),
             settings.clone(),
             announcer.notifier().clone(),
@@ -133,6 +146,7 @@ impl Broker {
             fetcher: Arc::new(fetcher),
             completer: Arc::new(Completer::new(
                 db.clone(),
+                hot,
                 configs.clone(),
                 settings.keep_completed,
             )),

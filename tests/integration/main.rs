@@ -4,6 +4,7 @@ mod admin_api;
 mod batching;
 mod claim_floor;
 mod concurrency;
+mod db_connections;
 mod dead_letter;
 mod event_batches;
 mod events_api;

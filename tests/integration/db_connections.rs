@@ -1,0 +1,133 @@
+//! The connections the hot statements keep between statements (`ojsd::db::HotConnections`).
+
+use std::time::Duration;
+
+use ojsd::db::{DbHealth, HotConnection, HotConnections, PoolSettings};
+use sqlx::PgPool;
+
+use crate::harness::TestDb;
+
+/// The backend behind `conn`, asked with a statement whose outcome is recorded.
+async fn backend(conn: &mut HotConnection) -> Result<i32, sqlx::Error> {
+    let pid = sqlx::query_scalar::<_, i32>("select pg_backend_pid()")
+        .fetch_one(&mut **conn)
+        .await;
+    conn.answered(&pid);
+    pid
+}
+
+async fn pool(db: &TestDb, health: &DbHealth) -> PgPool {
+    ojsd::db::connect_pool(
+        db.options.clone(),
+        &PoolSettings {
+            max_connections: 4,
+            min_connections: 0,
+            acquire_timeout: Duration::from_secs(5),
+        },
+        health,
+    )
+    .await
+    .expect("pool")
+}
+
+#[tokio::test]
+async fn the_most_recently_used_connection_is_reused() {
+    let db = TestDb::new().await;
+    let health = DbHealth::default();
+    let hot = HotConnections::new(pool(&db, &health).await, health);
+    let mut first = hot.acquire().await.unwrap();
+    let mut second = hot.acquire().await.unwrap();
+    let first_pid = backend(&mut first).await.unwrap();
+    let second_pid = backend(&mut second).await.unwrap();
+    assert_ne!(first_pid, second_pid);
+    drop(first);
+    drop(second);
+    assert_eq!(hot.kept(), 2);
+    for _ in 0..3 {
+        let mut conn = hot.acquire().await.unwrap();
+        assert_eq!(backend(&mut conn).await.unwrap(), second_pid);
+    }
+    assert_eq!(hot.kept(), 2);
+}
+
+#[tokio::test]
+async fn a_connection_is_kept_only_after_its_statement_was_answered() {
+    let db = TestDb::new().await;
+    let health = DbHealth::default();
+    let hot = HotConnections::new(pool(&db, &health).await, health);
+
+    // Never asked anything: given back to the pool.
+    drop(hot.acquire().await.unwrap());
+    assert_eq!(hot.kept(), 0);
+
+    // Abandoned midway (its future dropped): given back to the pool, which waits it out.
+    let mut conn = hot.acquire().await.unwrap();
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(100),
+        sqlx::query("select pg_sleep(2)").execute(&mut *conn),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the statement should still be running");
+    drop(conn);
+    assert_eq!(hot.kept(), 0);
+
+    // A database error leaves the connection usable: kept.
+    let mut conn = hot.acquire().await.unwrap();
+    let failed = sqlx::query("select 1/0").execute(&mut *conn).await;
+    assert!(failed.is_err());
+    conn.answered(&failed);
+    let pid = {
+        let pid = backend(&mut conn).await.unwrap();
+        drop(conn);
+        pid
+    };
+    assert_eq!(hot.kept(), 1);
+
+    // A connection that broke under its statement is not kept.
+    sqlx::query("select pg_terminate_backend($1)")
+        .bind(pid)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut conn = hot.acquire().await.unwrap();
+    assert!(backend(&mut conn).await.is_err());
+    drop(conn);
+    assert_eq!(hot.kept(), 0);
+    let mut conn = hot.acquire().await.unwrap();
+    assert_ne!(backend(&mut conn).await.unwrap(), pid);
+}
+
+#[tokio::test]
+async fn connections_kept_from_before_an_outage_are_not_reused() {
+    let db = TestDb::new().await;
+    let health = DbHealth::default();
+    let hot = HotConnections::new(pool(&db, &health).await, health.clone());
+    let mut conn = hot.acquire().await.unwrap();
+    let before = backend(&mut conn).await.unwrap();
+    drop(conn);
+    assert_eq!(hot.kept(), 1);
+    health.report_lost();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let mut conn = hot.acquire().await.unwrap();
+    assert_ne!(backend(&mut conn).await.unwrap(), before);
+}
+
+#[tokio::test]
+async fn closing_the_pool_gives_the_kept_connections_back() {
+    let db = TestDb::new().await;
+    let health = DbHealth::default();
+    let pool = pool(&db, &health).await;
+    let hot = HotConnections::new(pool.clone(), health);
+    let mut first = hot.acquire().await.unwrap();
+    let mut second = hot.acquire().await.unwrap();
+    backend(&mut first).await.unwrap();
+    backend(&mut second).await.unwrap();
+    drop(first);
+    drop(second);
+    assert_eq!(hot.kept(), 2);
+    tokio::time::timeout(Duration::from_secs(5), pool.close())
+        .await
+        .expect("the pool closes although connections were kept");
+    assert_eq!(hot.kept(), 0);
+    assert!(hot.acquire().await.is_err());
+}
