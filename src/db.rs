@@ -199,7 +199,8 @@ pub async fn connect_pool(
     Ok(pool)
 }
 
-/// How many connections [`HotConnections`] keeps between statements.
+/// At most how many connections [`HotConnections`] keeps between statements; never more than a
+/// quarter of the pool, so the rest of the server always finds connections there.
 pub const HOT_CONNECTIONS: usize = 4;
 /// How long [`HotConnections`] uses a connection before giving it back to the pool (which then
 /// applies its lifetime and outage rules to it).
@@ -224,16 +225,20 @@ struct HotInner {
     health: DbHealth,
     /// Kept connections, the most recently used last, with when each was taken from the pool.
     idle: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
+    /// How many may be kept.
+    cap: usize,
 }
 
 impl HotConnections {
     /// Keeps connections of `pool`, watched by `health`. Must be called within a Tokio
     /// runtime: a task gives the kept connections back when the pool closes.
     pub fn new(pool: PgPool, health: DbHealth) -> HotConnections {
+        let cap = HOT_CONNECTIONS.min(pool.options().get_max_connections() as usize / 4);
         let inner = Arc::new(HotInner {
             pool,
             health,
-            idle: Mutex::new(Vec::with_capacity(HOT_CONNECTIONS)),
+            idle: Mutex::new(Vec::with_capacity(cap)),
+            cap,
         });
         let weak = Arc::downgrade(&inner);
         let closed = inner.pool.close_event();
@@ -325,11 +330,14 @@ impl std::ops::DerefMut for HotConnection {
 impl Drop for HotConnection {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
-        if !self.answered || self.home.pool.is_closed() {
+        let pool = &self.home.pool;
+        // A pool with every connection out may have others waiting: this one goes to them.
+        let exhausted = pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections();
+        if !self.answered || pool.is_closed() || exhausted {
             return;
         }
         let mut idle = self.home.idle.lock().expect("hot connections lock");
-        if idle.len() < HOT_CONNECTIONS {
+        if idle.len() < self.home.cap {
             idle.push((conn, self.taken));
             return;
         }

@@ -16,11 +16,12 @@ async fn backend(conn: &mut HotConnection) -> Result<i32, sqlx::Error> {
     pid
 }
 
-async fn pool(db: &TestDb, health: &DbHealth) -> PgPool {
+/// A pool of `max_connections` watched by `health`.
+async fn pool_of(db: &TestDb, health: &DbHealth, max_connections: u32) -> PgPool {
     ojsd::db::connect_pool(
         db.options.clone(),
         &PoolSettings {
-            max_connections: 4,
+            max_connections,
             min_connections: 0,
             acquire_timeout: Duration::from_secs(5),
         },
@@ -28,6 +29,11 @@ async fn pool(db: &TestDb, health: &DbHealth) -> PgPool {
     )
     .await
     .expect("pool")
+}
+
+/// A pool of 8: two connections may be kept.
+async fn pool(db: &TestDb, health: &DbHealth) -> PgPool {
+    pool_of(db, health, 8).await
 }
 
 #[tokio::test]
@@ -130,4 +136,36 @@ async fn closing_the_pool_gives_the_kept_connections_back() {
         .expect("the pool closes although connections were kept");
     assert_eq!(hot.kept(), 0);
     assert!(hot.acquire().await.is_err());
+}
+
+#[tokio::test]
+async fn a_pool_with_every_connection_out_gets_the_hot_one_back() {
+    let db = TestDb::new().await;
+    let health = DbHealth::default();
+    // A pool of 4 keeps at most one connection aside.
+    let pool = pool_of(&db, &health, 4).await;
+    let hot = HotConnections::new(pool.clone(), health);
+    let mut first = hot.acquire().await.unwrap();
+    let mut second = hot.acquire().await.unwrap();
+    backend(&mut first).await.unwrap();
+    backend(&mut second).await.unwrap();
+    drop(first);
+    drop(second);
+    assert_eq!(hot.kept(), 1);
+
+    // Every other connection of the pool is out: the kept one is all that is left, and a
+    // connection that comes back from a hot statement now goes to the pool.
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        others.push(pool.acquire().await.unwrap());
+    }
+    let mut conn = hot.acquire().await.unwrap();
+    backend(&mut conn).await.unwrap();
+    assert_eq!(hot.kept(), 0);
+    drop(conn);
+    assert_eq!(hot.kept(), 0);
+    tokio::time::timeout(Duration::from_secs(2), pool.acquire())
+        .await
+        .expect("the pool has a connection for others")
+        .unwrap();
 }
