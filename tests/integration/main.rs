@@ -6,6 +6,7 @@ mod claim_floor;
 mod concurrency;
 mod db_connections;
 mod dead_letter;
+mod enqueue_statements;
 mod event_batches;
 mod events_api;
 mod fair_scheduling;
