@@ -16,6 +16,27 @@ async fn backend(conn: &mut HotConnection) -> Result<i32, sqlx::Error> {
     pid
 }
 
+/// The backend of the next connection `hot` hands out, asked with one statement; the
+/// connection is put back (kept, if it answered) before this returns.
+async fn next_backend(hot: &HotConnections) -> Result<i32, sqlx::Error> {
+    let mut conn = hot.acquire().await.unwrap();
+    backend(&mut conn).await
+}
+
+/// Two connections at once, each asked one statement, then both put back (the second last):
+/// their backends.
+async fn two_at_once(hot: &HotConnections) -> (i32, i32) {
+    let mut first = hot.acquire().await.unwrap();
+    let mut second = hot.acquire().await.unwrap();
+    let pids = (
+        backend(&mut first).await.unwrap(),
+        backend(&mut second).await.unwrap(),
+    );
+    drop(first);
+    drop(second);
+    pids
+}
+
 /// A pool of `max_connections` watched by `health`.
 async fn pool_of(db: &TestDb, health: &DbHealth, max_connections: u32) -> PgPool {
     ojsd::db::connect_pool(
@@ -41,17 +62,11 @@ async fn the_most_recently_used_connection_is_reused() {
     let db = TestDb::new().await;
     let health = DbHealth::default();
     let hot = HotConnections::new(pool(&db, &health).await, health);
-    let mut first = hot.acquire().await.unwrap();
-    let mut second = hot.acquire().await.unwrap();
-    let first_pid = backend(&mut first).await.unwrap();
-    let second_pid = backend(&mut second).await.unwrap();
+    let (first_pid, second_pid) = two_at_once(&hot).await;
     assert_ne!(first_pid, second_pid);
-    drop(first);
-    drop(second);
     assert_eq!(hot.kept(), 2);
     for _ in 0..3 {
-        let mut conn = hot.acquire().await.unwrap();
-        assert_eq!(backend(&mut conn).await.unwrap(), second_pid);
+        assert_eq!(next_backend(&hot).await.unwrap(), second_pid);
     }
     assert_eq!(hot.kept(), 2);
 }
@@ -95,12 +110,9 @@ async fn a_connection_is_kept_only_after_its_statement_was_answered() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let mut conn = hot.acquire().await.unwrap();
-    assert!(backend(&mut conn).await.is_err());
-    drop(conn);
+    assert!(next_backend(&hot).await.is_err());
     assert_eq!(hot.kept(), 0);
-    let mut conn = hot.acquire().await.unwrap();
-    assert_ne!(backend(&mut conn).await.unwrap(), pid);
+    assert_ne!(next_backend(&hot).await.unwrap(), pid);
 }
 
 #[tokio::test]
@@ -108,14 +120,11 @@ async fn connections_kept_from_before_an_outage_are_not_reused() {
     let db = TestDb::new().await;
     let health = DbHealth::default();
     let hot = HotConnections::new(pool(&db, &health).await, health.clone());
-    let mut conn = hot.acquire().await.unwrap();
-    let before = backend(&mut conn).await.unwrap();
-    drop(conn);
+    let before = next_backend(&hot).await.unwrap();
     assert_eq!(hot.kept(), 1);
     health.report_lost();
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let mut conn = hot.acquire().await.unwrap();
-    assert_ne!(backend(&mut conn).await.unwrap(), before);
+    assert_ne!(next_backend(&hot).await.unwrap(), before);
 }
 
 #[tokio::test]
@@ -124,12 +133,7 @@ async fn closing_the_pool_gives_the_kept_connections_back() {
     let health = DbHealth::default();
     let pool = pool(&db, &health).await;
     let hot = HotConnections::new(pool.clone(), health);
-    let mut first = hot.acquire().await.unwrap();
-    let mut second = hot.acquire().await.unwrap();
-    backend(&mut first).await.unwrap();
-    backend(&mut second).await.unwrap();
-    drop(first);
-    drop(second);
+    two_at_once(&hot).await;
     assert_eq!(hot.kept(), 2);
     tokio::time::timeout(Duration::from_secs(5), pool.close())
         .await
@@ -145,12 +149,7 @@ async fn a_pool_with_every_connection_out_gets_the_hot_one_back() {
     // A pool of 4 keeps at most one connection aside.
     let pool = pool_of(&db, &health, 4).await;
     let hot = HotConnections::new(pool.clone(), health);
-    let mut first = hot.acquire().await.unwrap();
-    let mut second = hot.acquire().await.unwrap();
-    backend(&mut first).await.unwrap();
-    backend(&mut second).await.unwrap();
-    drop(first);
-    drop(second);
+    two_at_once(&hot).await;
     assert_eq!(hot.kept(), 1);
 
     // Every other connection of the pool is out: the kept one is all that is left, and a

@@ -15,6 +15,13 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
+/// A long poll with `body`, started in the background and parked when this returns.
+async fn parked(app: &TestApp, body: Value) -> tokio::task::JoinHandle<Value> {
+    let fetch = spawn_fetch(&app.client, &app.base, &body);
+    settle().await;
+    fetch
+}
+
 /// A worker registered on `relay` and told to quiet, long-polling it for `wait_ms` (parked
 /// when this returns).
 async fn quiet_worker_waiting(app: &TestApp, wait_ms: u64) -> tokio::task::JoinHandle<Value> {
@@ -25,25 +32,22 @@ async fn quiet_worker_waiting(app: &TestApp, wait_ms: u64) -> tokio::task::JoinH
     .await;
     app.sql("update ojs_worker set directive = 'quiet' where id = 'quiet-one'")
         .await;
-    let quiet = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["relay"], "wait_ms": wait_ms, "worker_id": "quiet-one"}),
-    );
-    settle().await;
-    quiet
+    parked(
+        app,
+        json!({"queues": ["relay"], "wait_ms": wait_ms, "worker_id": "quiet-one"}),
+    )
+    .await
 }
 
 #[tokio::test]
 async fn a_job_pushed_while_a_fetch_waits_is_handed_to_it_as_a_claim_would_start_it() {
     let app = TestApp::spawn().await;
-    let waiting = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["relay"], "count": 5, "wait_ms": 10000, "worker_id": "w1",
+    let waiting = parked(
+        &app,
+        json!({"queues": ["relay"], "count": 5, "wait_ms": 10000, "worker_id": "w1",
                 "visibility_timeout_ms": 45000}),
-    );
-    settle().await;
+    )
+    .await;
     let pushed = app
         .push(json!({"type": "relay.ping", "args": [1], "queue": "relay",
                      "meta": {"trace_id": "t-1"}}))
@@ -115,12 +119,11 @@ async fn no_job_is_handed_to_a_worker_told_to_stop_or_on_a_paused_queue() {
     app.post("/ojs/v1/queues/relay/pause", json!({}))
         .await
         .expect(200);
-    let waiting = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["relay"], "wait_ms": 1000, "worker_id": "w2"}),
-    );
-    settle().await;
+    let waiting = parked(
+        &app,
+        json!({"queues": ["relay"], "wait_ms": 1000, "worker_id": "w2"}),
+    )
+    .await;
     let paused = app.push_id(job("relay.ping", "relay")).await;
     assert_eq!(app.job(&paused).await["state"], "available");
     assert_eq!(
@@ -203,12 +206,11 @@ async fn a_job_for_a_fetch_whose_client_went_away_is_fetched_once_by_another() {
 #[tokio::test]
 async fn a_job_given_back_is_available_in_its_old_place_with_no_attempt_counted() {
     let app = TestApp::spawn().await;
-    let waiting = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["relay"], "wait_ms": 10000, "worker_id": "w1"}),
-    );
-    settle().await;
+    let waiting = parked(
+        &app,
+        json!({"queues": ["relay"], "wait_ms": 10000, "worker_id": "w1"}),
+    )
+    .await;
     let handed = app.push_id(job("relay.ping", "relay")).await;
     assert_eq!(waiting.await.unwrap()["jobs"][0]["id"], handed.as_str());
     let later = app.push_id(job("relay.ping", "relay")).await;
