@@ -144,31 +144,18 @@ CREATE TABLE public.ojs_job (
     fair_key double precision,
     CONSTRAINT ojs_job_active_has_reservation CHECK (((state <> 'active'::public.ojs_job_state) OR ((attempt >= 1) AND (started_at IS NOT NULL) AND (visible_until IS NOT NULL) AND (reservation_ms IS NOT NULL)))),
     CONSTRAINT ojs_job_active_has_timeout CHECK (((state <> 'active'::public.ojs_job_state) OR (timeout_at IS NOT NULL))),
-    CONSTRAINT ojs_job_args_is_array CHECK ((json_typeof(args) = 'array'::text)),
     CONSTRAINT ojs_job_attempt_non_negative CHECK ((attempt >= 0)),
     CONSTRAINT ojs_job_available_has_enqueued_at CHECK (((state <> 'available'::public.ojs_job_state) OR (enqueued_at IS NOT NULL))),
     CONSTRAINT ojs_job_cancelled_has_cancelled_at CHECK (((state <> 'cancelled'::public.ojs_job_state) OR (cancelled_at IS NOT NULL))),
     CONSTRAINT ojs_job_completed_has_completed_at CHECK (((state <> 'completed'::public.ojs_job_state) OR (completed_at IS NOT NULL))),
     CONSTRAINT ojs_job_dead_letter_is_discarded CHECK (((dead_lettered_at IS NULL) OR (state = 'discarded'::public.ojs_job_state))),
     CONSTRAINT ojs_job_discarded_has_timestamps CHECK (((state <> 'discarded'::public.ojs_job_state) OR ((discarded_at IS NOT NULL) AND (completed_at IS NOT NULL)))),
-    CONSTRAINT ojs_job_enqueue_ttl_positive CHECK (((enqueue_ttl_secs IS NULL) OR (enqueue_ttl_secs > 0))),
     CONSTRAINT ojs_job_errors_is_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT ojs_job_expires_at_input_has_value CHECK (((expires_at_input IS NULL) OR (expires_at IS NOT NULL))),
-    CONSTRAINT ojs_job_extra_is_object CHECK ((json_typeof(extra) = 'object'::text)),
-    CONSTRAINT ojs_job_max_attempts_non_negative CHECK ((max_attempts >= 0)),
-    CONSTRAINT ojs_job_meta_is_object CHECK ((json_typeof(meta) = 'object'::text)),
-    CONSTRAINT ojs_job_priority_aging_positive CHECK (((priority_aging_ms IS NULL) OR (priority_aging_ms > 0))),
-    CONSTRAINT ojs_job_priority_non_negative CHECK ((priority >= 0)),
-    CONSTRAINT ojs_job_queue_format CHECK ((((char_length(queue) >= 1) AND (char_length(queue) <= 128)) AND (queue ~ '^[a-z0-9][a-z0-9.-]*$'::text))),
-    CONSTRAINT ojs_job_retry_is_object CHECK ((json_typeof(retry) = 'object'::text)),
     CONSTRAINT ojs_job_retryable_has_next_retry_at CHECK (((state <> 'retryable'::public.ojs_job_state) OR (next_retry_at IS NOT NULL))),
     CONSTRAINT ojs_job_scheduled_at_input_has_value CHECK (((scheduled_at_input IS NULL) OR (scheduled_at IS NOT NULL))),
     CONSTRAINT ojs_job_scheduled_has_scheduled_at CHECK (((state <> 'scheduled'::public.ojs_job_state) OR (scheduled_at IS NOT NULL))),
-    CONSTRAINT ojs_job_timeout_positive CHECK ((timeout_ms > 0)),
-    CONSTRAINT ojs_job_total_timeout_positive CHECK (((total_timeout_secs IS NULL) OR (total_timeout_secs > 0))),
-    CONSTRAINT ojs_job_type_format CHECK ((((char_length(type) >= 1) AND (char_length(type) <= 255)) AND (type ~ '^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$'::text))),
-    CONSTRAINT ojs_job_unique_key_has_policy CHECK (((unique_key IS NULL) = (unique_policy IS NULL))),
-    CONSTRAINT ojs_job_visibility_timeout_positive CHECK (((visibility_timeout_ms IS NULL) OR (visibility_timeout_ms > 0)))
+    CONSTRAINT ojs_job_unique_key_has_policy CHECK (((unique_key IS NULL) = (unique_policy IS NULL)))
 );
 
 --
@@ -582,6 +569,15 @@ CREATE FUNCTION public.ojs_job_capacity_move() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 begin
+    -- The trigger's WHEN only filters; this is the condition.
+    if ((old.capacity_tracked
+         and old.state not in ('completed', 'cancelled', 'discarded')
+         and new.state in ('completed', 'cancelled', 'discarded'))
+        or (old.state in ('completed', 'cancelled', 'discarded')
+            and new.state not in ('completed', 'cancelled', 'discarded'))
+        or old.queue is distinct from new.queue) is not true then
+        return new;
+    end if;
     if old.capacity_tracked and old.state not in ('completed', 'cancelled', 'discarded') then
         update ojs_queue_capacity
            set jobs = jobs - 1, bytes = bytes - ojs_job_size(old.args, old.meta)
@@ -601,7 +597,7 @@ $$;
 -- Name: FUNCTION ojs_job_capacity_move(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ojs_job_capacity_move() IS 'Trigger function of ojs_job_capacity_move. Subtracts a counted job from its queue''s ojs_queue_capacity row when it leaves the unfinished states or the queue, adds it to its new queue''s row when it enters them or another queue and that queue is bounded; capacity_tracked then says whether it was added.';
+COMMENT ON FUNCTION public.ojs_job_capacity_move() IS 'Trigger function of ojs_job_capacity_move. When an update takes a counted job out of the unfinished states, takes a finished job back into them, or moves a job to another queue: subtracts a counted unfinished job from its old queue''s ojs_queue_capacity row and adds an unfinished job to its new queue''s row when that queue is bounded; capacity_tracked then says whether it was added. Returns early otherwise (the trigger''s WHEN is a cheaper, wider filter).';
 
 --
 -- Name: ojs_job_event_base(uuid, text, text, public.ojs_job_state, json); Type: FUNCTION; Schema: public; Owner: -
@@ -769,6 +765,11 @@ declare
     v double precision;
     last double precision;
 begin
+    -- The update trigger's WHEN only filters; an available job that stays in its queue keeps
+    -- its tag.
+    if tg_op = 'UPDATE' and old.state = 'available' and old.queue = new.queue then
+        return new;
+    end if;
     select * into fair from ojs_fair_queue f where f.queue = new.queue;
     if not found then
         new.tenant_fair := false;
@@ -798,7 +799,7 @@ $$;
 -- Name: FUNCTION ojs_job_fair_tag(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ojs_job_fair_tag() IS 'Trigger function of ojs_job_fair_tag_insert and ojs_job_fair_tag_update. For a job that becomes available in a tenant-fair queue, sets tenant (meta.tenant_id, empty for none) and fair_key = max(smallest fair_key among the available jobs of its queue and priority, largest fair_key of its tenant among them) + 1 / weight. In a queue that is not tenant-fair it clears tenant_fair, tenant and fair_key.';
+COMMENT ON FUNCTION public.ojs_job_fair_tag() IS 'Trigger function of ojs_job_fair_tag_insert and ojs_job_fair_tag_update. For a job that becomes available in a tenant-fair queue (inserted available, or updated into available or into another queue while available), sets tenant (meta.tenant_id, empty for none) and fair_key = max(smallest fair_key among the available jobs of its queue and priority, largest fair_key of its tenant among them) + 1 / weight. In a queue that is not tenant-fair it clears tenant_fair, tenant and fair_key.';
 
 --
 -- Name: ojs_job_size(json, json); Type: FUNCTION; Schema: public; Owner: -
@@ -2694,13 +2695,13 @@ COMMENT ON TRIGGER ojs_job_capacity_delete ON public.ojs_job IS 'Runs ojs_job_ca
 -- Name: ojs_job ojs_job_capacity_move; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER ojs_job_capacity_move BEFORE UPDATE OF state, queue ON public.ojs_job FOR EACH ROW WHEN (((old.capacity_tracked AND (old.state <> ALL (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])) AND (new.state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state]))) OR ((old.state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])) AND (new.state <> ALL (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state]))) OR (old.queue IS DISTINCT FROM new.queue))) EXECUTE FUNCTION public.ojs_job_capacity_move();
+CREATE TRIGGER ojs_job_capacity_move BEFORE UPDATE OF state, queue ON public.ojs_job FOR EACH ROW WHEN ((old.capacity_tracked OR (old.state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])) OR (old.queue <> new.queue))) EXECUTE FUNCTION public.ojs_job_capacity_move();
 
 --
 -- Name: TRIGGER ojs_job_capacity_move ON ojs_job; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TRIGGER ojs_job_capacity_move ON public.ojs_job IS 'Runs ojs_job_capacity_move() when an update of state or queue takes a job into or out of the unfinished states, or to another queue, so ojs_queue_capacity stays exact.';
+COMMENT ON TRIGGER ojs_job_capacity_move ON public.ojs_job IS 'Runs ojs_job_capacity_move() for an update of state or queue of a counted job, a finished job or a job changing queue (the function checks the exact condition), so ojs_queue_capacity stays exact.';
 
 --
 -- Name: ojs_job ojs_job_fair_tag_insert; Type: TRIGGER; Schema: public; Owner: -
@@ -2718,13 +2719,13 @@ COMMENT ON TRIGGER ojs_job_fair_tag_insert ON public.ojs_job IS 'Runs ojs_job_fa
 -- Name: ojs_job ojs_job_fair_tag_update; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER ojs_job_fair_tag_update BEFORE UPDATE OF state, queue ON public.ojs_job FOR EACH ROW WHEN ((new.tenant_fair AND (new.state = 'available'::public.ojs_job_state) AND ((old.state <> 'available'::public.ojs_job_state) OR (old.queue <> new.queue)))) EXECUTE FUNCTION public.ojs_job_fair_tag();
+CREATE TRIGGER ojs_job_fair_tag_update BEFORE UPDATE OF state, queue ON public.ojs_job FOR EACH ROW WHEN ((new.tenant_fair AND (new.state = 'available'::public.ojs_job_state))) EXECUTE FUNCTION public.ojs_job_fair_tag();
 
 --
 -- Name: TRIGGER ojs_job_fair_tag_update ON ojs_job; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TRIGGER ojs_job_fair_tag_update ON public.ojs_job IS 'Runs ojs_job_fair_tag() when a tenant_fair job becomes available (promotion, activation, release, manual retry) or moves to another queue while available.';
+COMMENT ON TRIGGER ojs_job_fair_tag_update ON public.ojs_job IS 'Runs ojs_job_fair_tag() for an update of state or queue that leaves a tenant_fair job available; the function acts when the job became available (promotion, activation, release, manual retry) or moved to another queue while available.';
 
 --
 -- Name: ojs_worker ojs_worker_events_after; Type: TRIGGER; Schema: public; Owner: -

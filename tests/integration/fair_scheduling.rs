@@ -1428,3 +1428,51 @@ async fn dispatches_through_a_pool_are_counted_in_metrics() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn a_job_available_again_in_a_tenant_fair_queue_takes_a_new_place_behind_its_tenant() {
+    let app = TestApp::spawn().await;
+    let api = Api::of(&app);
+    put_pool(
+        &api,
+        "requeued",
+        json!({"queues": ["tr"], "tenant_fairness": {"enabled": true}}),
+        201,
+    )
+    .await;
+    let first = enqueue(&api, tenant_jobs("tr", "A", 1, None))
+        .await
+        .remove(0);
+    let claimed = api
+        .fetch(json!({"queues": ["tr"], "count": 1, "worker_id": "w"}))
+        .await;
+    assert_eq!(claimed[0]["id"], first);
+    let later = enqueue(&api, tenant_jobs("tr", "A", 2, None)).await;
+    api.post(
+        "/ojs/v1/workers/nack",
+        &json!({"job_id": first, "worker_id": "w", "requeue": true}),
+    )
+    .await
+    .expect(200);
+
+    let tag = |id: String| {
+        let pool = app.pool().clone();
+        async move {
+            sqlx::query_as::<_, (bool, Option<String>, Option<f64>)>(
+                "select tenant_fair, tenant, fair_key from ojs_job where id = $1::uuid",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (fair, tenant, requeued_key) = tag(first).await;
+    let (_, _, last_key) = tag(later[1].clone()).await;
+    assert!(fair, "still tenant-fair");
+    assert_eq!(tenant.as_deref(), Some("A"));
+    assert!(
+        requeued_key > last_key,
+        "the requeued job was tagged again behind its tenant's newer jobs: {requeued_key:?} vs {last_key:?}"
+    );
+}

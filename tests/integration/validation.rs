@@ -98,6 +98,19 @@ async fn envelope_field_errors_are_400_invalid_request_naming_the_field() {
             json!({"type": "a.b", "args": [], "enqueue_ttl": 0}),
             "$.enqueue_ttl",
         ),
+        // The database no longer restates these checks (migration V11): this is their guard.
+        (
+            json!({"type": "a.b", "args": [], "total_timeout": 0}),
+            "$.total_timeout",
+        ),
+        (
+            json!({"type": "a.b", "args": [], "timeout_ms": -5}),
+            "$.timeout_ms",
+        ),
+        (
+            json!({"type": "a.b", "args": [], "options": {"visibility_timeout_ms": -1}}),
+            "$.options.visibility_timeout_ms",
+        ),
     ];
     for (body, field) in cases {
         let resp = app.post("/ojs/v1/jobs", body.clone()).await;
