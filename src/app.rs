@@ -256,6 +256,7 @@ impl Application {
         tracing::info!(
             addr = %listener.local_addr()?,
             instance_id = %state.settings().instance_id,
+            worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
             "ojsd listening"
         );
         let mut background = Background::default();

@@ -92,6 +92,12 @@ pub struct Config {
     #[arg(long, env = "OJS_LISTEN_ADDR", default_value = DEFAULT_LISTEN_ADDR)]
     pub listen_addr: SocketAddr,
 
+    /// Threads that run requests and database work. Default: one less than the cores this
+    /// process may use, at least 1 (the database usually shares the host); `TOKIO_WORKER_THREADS`
+    /// is honoured when this is not set.
+    #[arg(long, env = "OJS_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
+
     /// Most database connections this process opens.
     #[arg(long, env = "OJS_DB_MAX_CONNECTIONS", default_value_t = DEFAULT_DB_MAX_CONNECTIONS)]
     pub db_max_connections: u32,
@@ -282,6 +288,7 @@ impl Default for Config {
         Config {
             database_url: DEFAULT_DATABASE_URL.to_owned(),
             listen_addr: DEFAULT_LISTEN_ADDR.parse().expect("valid default address"),
+            worker_threads: None,
             db_max_connections: DEFAULT_DB_MAX_CONNECTIONS,
             db_min_connections: DEFAULT_DB_MIN_CONNECTIONS,
             db_acquire_timeout_ms: DEFAULT_DB_ACQUIRE_TIMEOUT_MS,
@@ -328,6 +335,17 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The runtime's worker threads: `OJS_WORKER_THREADS`, else `TOKIO_WORKER_THREADS`, else
+    /// one less than the cores this process may use (at least 1).
+    pub fn runtime_worker_threads(&self) -> anyhow::Result<usize> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        worker_threads(
+            self.worker_threads,
+            std::env::var("TOKIO_WORKER_THREADS").ok().as_deref(),
+            cores,
+        )
+    }
+
     /// Checks the settings against each other and against ojsd's floors: a maximum priority of
     /// at least 255 (as the [OJS priority levels] require), envelopes of at least 1 MiB and
     /// batches of at least 1,000 jobs.
@@ -450,6 +468,28 @@ impl Config {
     }
 }
 
+/// See [`Config::runtime_worker_threads`]. One less than the cores by default: on the small
+/// hosts where ojsd shares the machine with PostgreSQL, a second busy runtime thread mostly
+/// wakes up for nothing, and PostgreSQL needs the core more (it spends 2–3× ojsd's CPU per job).
+fn worker_threads(
+    configured: Option<usize>,
+    tokio_env: Option<&str>,
+    cores: usize,
+) -> anyhow::Result<usize> {
+    let threads = match (configured, tokio_env) {
+        (Some(n), _) => n,
+        (None, Some(text)) => text
+            .trim()
+            .parse()
+            .with_context(|| format!("TOKIO_WORKER_THREADS must be a number, not {text:?}"))?,
+        (None, None) => cores.saturating_sub(1).max(1),
+    };
+    if threads == 0 {
+        bail!("OJS_WORKER_THREADS (or TOKIO_WORKER_THREADS) must be at least 1");
+    }
+    Ok(threads)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::{Args, Command, FromArgMatches};
@@ -476,5 +516,17 @@ mod tests {
         Config::default()
             .validate()
             .expect("the defaults are valid");
+    }
+
+    #[test]
+    fn worker_threads_leave_a_core_to_the_database_unless_told() {
+        assert_eq!(worker_threads(None, None, 1).unwrap(), 1);
+        assert_eq!(worker_threads(None, None, 2).unwrap(), 1);
+        assert_eq!(worker_threads(None, None, 8).unwrap(), 7);
+        assert_eq!(worker_threads(None, Some("3"), 2).unwrap(), 3);
+        assert_eq!(worker_threads(Some(4), Some("3"), 2).unwrap(), 4);
+        assert!(worker_threads(Some(0), None, 8).is_err());
+        assert!(worker_threads(None, Some("0"), 8).is_err());
+        assert!(worker_threads(None, Some("many"), 8).is_err());
     }
 }

@@ -26,9 +26,16 @@ enum Command {
     Migrate,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.config.runtime_worker_threads()?)
+        .enable_all()
+        .build()?
+        .block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     ojsd::telemetry::init(cli.config.log_format);
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
