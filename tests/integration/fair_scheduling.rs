@@ -1455,24 +1455,21 @@ async fn a_job_available_again_in_a_tenant_fair_queue_takes_a_new_place_behind_i
     .await
     .expect(200);
 
-    let tag = |id: String| {
-        let pool = app.pool().clone();
-        async move {
-            sqlx::query_as::<_, (bool, Option<String>, Option<f64>)>(
-                "select tenant_fair, tenant, fair_key from ojs_job where id = $1::uuid",
-            )
-            .bind(id)
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-        }
-    };
-    let (fair, tenant, requeued_key) = tag(first).await;
-    let (_, _, last_key) = tag(later[1].clone()).await;
+    let (fair, tenant, requeued_key) = fair_tag(&app, &first).await;
+    let (_, _, last_key) = fair_tag(&app, &later[1]).await;
     assert!(fair, "still tenant-fair");
     assert_eq!(tenant.as_deref(), Some("A"));
     assert!(
         requeued_key > last_key,
         "the requeued job was tagged again behind its tenant's newer jobs: {requeued_key:?} vs {last_key:?}"
     );
+}
+
+/// `tenant_fair`, `tenant` and `fair_key` of job `id`.
+async fn fair_tag(app: &TestApp, id: &str) -> (bool, Option<String>, Option<f64>) {
+    sqlx::query_as("select tenant_fair, tenant, fair_key from ojs_job where id = $1::uuid")
+        .bind(id)
+        .fetch_one(app.pool())
+        .await
+        .unwrap()
 }
