@@ -256,10 +256,12 @@ async fn sync_fair_queues(tx: &mut sqlx::PgConnection) -> Result<()> {
     Ok(())
 }
 
-/// The wire form of a pool, with its usage.
+/// The wire form of a pool, with its usage. `id` repeats the name and `workers` the count of
+/// active members, the fields the OJS admin UI reads.
 pub fn pool_json(view: &PoolView) -> Value {
     let p = &view.stored.pool;
     json!({
+        "id": p.name,
         "name": p.name,
         "queues": p.queues,
         "concurrency": p.concurrency,
@@ -269,6 +271,7 @@ pub fn pool_json(view: &PoolView) -> Value {
         "starvation_prevention": p.starvation_json(),
         "tenant_fairness": p.tenant_fairness_json(),
         "active_workers": view.usage.active_workers,
+        "workers": view.usage.active_workers,
         "active_jobs": view.usage.active_jobs,
         "created_at": crate::timestamp::format(view.stored.created_at),
         "updated_at": crate::timestamp::format(view.stored.updated_at),

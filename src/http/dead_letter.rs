@@ -197,7 +197,8 @@ fn under_override(rejection: Rejection) -> Rejection {
 }
 
 /// `POST /ojs/v1/dead-letter/{id}/retry`: back to `available` with a fresh history; an optional
-/// `{"override": {...}}` replaces queue, meta, retry, priority or args.
+/// `{"override": {...}}` replaces queue, meta, retry, priority or args. The job comes back
+/// wrapped and bare, as for `GET /ojs/v1/jobs/{id}`.
 pub(super) async fn retry_one(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -211,7 +212,7 @@ pub(super) async fn retry_one(
         },
     };
     let job = state.broker().retry_dead_letter(id, &with).await?;
-    Ok(ok(JobBody { job: job.wire() }).into_response())
+    Ok(ok(job.wire().wrapped_and_bare()).into_response())
 }
 
 pub(super) fn require_confirm(fields: &Fields<'_>) -> Result<(), ApiError> {

@@ -36,6 +36,11 @@ struct JobBody<'a> {
     job: WireJob<'a>,
 }
 
+/// Wrapped and bare at once ([`WireJob::wrapped_and_bare`]).
+fn wrapped_and_bare(job: WireJob<'_>) -> Response {
+    ok(job.wrapped_and_bare()).into_response()
+}
+
 /// Validates one envelope; `index` is its position in a batch.
 fn parse_envelope(
     state: &AppState,
@@ -237,28 +242,28 @@ async fn push_batch(
     ))
 }
 
-/// `GET /ojs/v1/jobs/{id}`.
+/// `GET /ojs/v1/jobs/{id}`: `{"job": ...}` with the attributes also beside `job`.
 async fn info(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
     let job = state.broker().info(id).await?;
-    Ok(ok(JobBody { job: job.wire() }).into_response())
+    Ok(wrapped_and_bare(job.wire()))
 }
 
-/// `DELETE /ojs/v1/jobs/{id}`: cancel (idempotent for an already cancelled job).
+/// `DELETE /ojs/v1/jobs/{id}`: cancel (idempotent for an already cancelled job); the job
+/// wrapped and bare, as for GET.
 pub(super) async fn cancel(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
     let cancelled = state.broker().cancel(id).await?;
-    Ok(ok(JobBody {
-        job: cancelled
+    Ok(wrapped_and_bare(
+        cancelled
             .job
             .wire()
             .with_previous_state(cancelled.previous_state),
-    })
-    .into_response())
+    ))
 }
 
 /// `PATCH /ojs/v1/jobs/{id}` with `{"priority": n}` ([OJS priority update]): changes the

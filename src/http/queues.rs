@@ -409,7 +409,9 @@ pub fn queue_path(name: &str) -> Result<(), ApiError> {
 }
 
 /// `GET /ojs/v1/queues/{name}/priority-stats` ([OJS priority statistics]): available jobs per
-/// stored priority, most urgent first, only the priorities that have jobs.
+/// stored priority, most urgent first, only the priorities that have jobs: as the
+/// `counts_by_priority` object of the priority extension and as the `distribution` list
+/// (`{priority, count}`) the OJS admin UI reads.
 ///
 /// [OJS priority statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#103-priority-statistics
 async fn priority_stats(
@@ -420,13 +422,23 @@ async fn priority_stats(
     let counts = state.broker().priority_stats(&name).await?;
 
     #[derive(Serialize)]
+    struct Bucket {
+        priority: i32,
+        count: i64,
+    }
+    #[derive(Serialize)]
     struct PriorityStats {
         queue: String,
         counts_by_priority: ByPriority,
+        distribution: Vec<Bucket>,
         total: i64,
     }
     Ok(ok(PriorityStats {
         total: counts.iter().map(|(_, n)| n).sum(),
+        distribution: counts
+            .iter()
+            .map(|&(priority, count)| Bucket { priority, count })
+            .collect(),
         counts_by_priority: ByPriority(counts),
         queue: name,
     })

@@ -99,8 +99,9 @@ pub struct WireWorker<'a> {
     pid: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pool: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    queues: Option<&'a [String]>,
+    /// The worker's queues, else its pool's; `[]` when neither names any (always present: the
+    /// admin UI reads it unguarded).
+    queues: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     concurrency: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -133,7 +134,7 @@ impl<'a> WireWorker<'a> {
             hostname: w.hostname.as_deref(),
             pid: w.pid,
             pool: w.pool.as_deref(),
-            queues: w.queues.as_deref(),
+            queues: w.queues.as_deref().unwrap_or_default(),
             concurrency: w.concurrency,
             labels: w.labels.as_ref().map(|l| &*l.0),
             strategy: w.strategy.as_deref(),

@@ -1,7 +1,7 @@
 //! The OJS JSON form of a stored job ([OJS JSON format]).
 //!
 //! Attributes are written in a fixed order, then the job's unknown attributes in the order the
-//! client sent them. Attributes without a value are omitted. Client JSON (`args`, `meta`,
+//! client sent them. Attributes without a value are omitted, except `errors`, which is `[]`. Client JSON (`args`, `meta`,
 //! `result`, unknown attributes) is copied byte for byte, so two reads of an unchanged job are
 //! byte-identical.
 //!
@@ -18,11 +18,18 @@ use crate::timestamp;
 pub const SPEC_VERSION: &str = "1.0.0-rc.1";
 
 /// A job ready to be serialized, plus response-only fields.
+#[derive(Clone, Copy)]
 pub struct WireJob<'a> {
     job: &'a Job,
     previous_state: Option<JobState>,
     deduplicated: bool,
+    admin_detail: bool,
 }
+
+/// A job answered both ways at once: wrapped as `{"job": {...}}`, as the OJS HTTP binding
+/// requires, and with the same attributes beside `job` for clients that read a bare job (the
+/// official Rust SDK's GET, cancel and dead-letter retry).
+pub struct WrappedAndBare<'a>(WireJob<'a>);
 
 impl Job {
     /// The job's OJS JSON form.
@@ -31,11 +38,12 @@ impl Job {
             job: self,
             previous_state: None,
             deduplicated: false,
+            admin_detail: false,
         }
     }
 }
 
-impl WireJob<'_> {
+impl<'a> WireJob<'a> {
     /// Adds the response-only `previous_state` (CANCEL, ACTIVATE).
     pub fn with_previous_state(mut self, state: JobState) -> Self {
         self.previous_state = Some(state);
@@ -46,6 +54,27 @@ impl WireJob<'_> {
     pub fn deduplicated(mut self, yes: bool) -> Self {
         self.deduplicated = yes;
         self
+    }
+
+    /// Adds what the OJS admin UI's job detail reads: `retry_policy` (the `retry` object again)
+    /// and `metadata`, the lifecycle timestamps the job has.
+    pub fn with_admin_detail(mut self) -> Self {
+        self.admin_detail = true;
+        self
+    }
+
+    /// The job as `{"job": {...}}` with its attributes also beside `job`.
+    pub fn wrapped_and_bare(self) -> WrappedAndBare<'a> {
+        WrappedAndBare(self)
+    }
+}
+
+impl Serialize for WrappedAndBare<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("job", &self.0)?;
+        self.0.write_attributes(&mut map)?;
+        map.end()
     }
 }
 
@@ -61,8 +90,16 @@ fn compact_raw(raw: &RawValue) -> Box<RawValue> {
 
 impl Serialize for WireJob<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let j = self.job;
         let mut map = serializer.serialize_map(None)?;
+        self.write_attributes(&mut map)?;
+        map.end()
+    }
+}
+
+impl WireJob<'_> {
+    /// Writes the job's attributes into an open JSON object.
+    fn write_attributes<M: SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        let j = self.job;
         let ts = |t: chrono::DateTime<chrono::Utc>| timestamp::format(t);
 
         map.serialize_entry("specversion", SPEC_VERSION)?;
@@ -163,18 +200,46 @@ impl Serialize for WireJob<'_> {
         if let Some(error) = &j.error {
             map.serialize_entry("error", &compact_raw(&error.0))?;
         }
-        if j.errors.0.get() != "[]" {
-            map.serialize_entry("errors", &compact_raw(&j.errors.0))?;
-        }
+        // Always present, `[]` before any failure: clients (the admin UI among them) read its
+        // length without a guard.
+        map.serialize_entry("errors", &compact_raw(&j.errors.0))?;
         if let Some(key) = &j.unique_key {
             map.serialize_entry("unique_key", key)?;
         }
         if self.deduplicated {
             map.serialize_entry("deduplicated", &true)?;
         }
+        if self.admin_detail {
+            map.serialize_entry("retry_policy", &j.retry.0)?;
+            map.serialize_entry("metadata", &Metadata(j))?;
+        }
         if let Ok(extra) = Object::from_raw(&j.extra.0) {
             for (key, value) in extra.iter() {
                 map.serialize_entry(key, value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The lifecycle timestamps a job has, as one object.
+struct Metadata<'a>(&'a Job);
+
+impl Serialize for Metadata<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let j = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("created_at", &timestamp::format(j.created_at))?;
+        for (key, at) in [
+            ("enqueued_at", j.enqueued_at),
+            ("scheduled_at", j.scheduled_at),
+            ("started_at", j.started_at),
+            ("completed_at", j.completed_at),
+            ("cancelled_at", j.cancelled_at),
+            ("discarded_at", j.discarded_at),
+        ] {
+            if let Some(at) = at {
+                map.serialize_entry(key, &timestamp::format(at))?;
             }
         }
         map.end()

@@ -276,6 +276,7 @@ pub struct WorkerRecord {
     pub directive: WorkerDirective,
     pub hostname: Option<String>,
     pub pid: Option<i32>,
+    /// The queues it registered with, else its pool's.
     pub queues: Option<Vec<String>>,
     pub concurrency: Option<i32>,
     pub labels: Option<RawJson>,
@@ -360,8 +361,9 @@ pub async fn list(
         r#"
         select w.id, s.stale as "stale!",
                ojs_worker_effective_state(w.directive, w.state, s.stale) as "effective_state!",
-               w.state, w.directive, w.hostname, w.pid, w.queues, w.concurrency,
-               w.labels as "labels: RawJson", w.pool, w.strategy, w.weights as "weights: RawJson",
+               w.state, w.directive, w.hostname, w.pid,
+               coalesce(w.queues, (select p.queues from ojs_pool p where p.name = w.pool)) as queues,
+               w.concurrency, w.labels as "labels: RawJson", w.pool, w.strategy, w.weights as "weights: RawJson",
                w.started_at, w.registered_at, w.last_heartbeat_at, w.last_seen_at,
                array(select j.id from ojs_job j
                       where j.worker_id = w.id and j.state = 'active'

@@ -477,7 +477,10 @@ async fn a_job_is_shown_bare_cancelled_and_retried() {
         .await
         .expect(200)
         .json;
-    assert_eq!(shown, app.job(&id).await, "the job object, not wrapped");
+    let mut bare = shown.clone();
+    let fields = bare.as_object_mut().unwrap();
+    assert!(fields.remove("metadata").is_some() && fields.remove("retry_policy").is_some());
+    assert_eq!(bare, app.job(&id).await, "the job object, not wrapped");
     app.get("/ojs/v1/admin/jobs/019539a4-0000-7000-8000-000000000000")
         .await
         .expect_error(404, "not_found");
@@ -534,7 +537,7 @@ async fn a_job_is_shown_bare_cancelled_and_retried() {
         .json;
     assert_eq!(retried["job"]["state"], "available");
     assert_eq!(retried["job"]["attempt"], 0);
-    assert!(retried["job"].get("errors").is_none());
+    assert_eq!(retried["job"]["errors"], json!([]));
     let events = app.job_event_types(&discarded).await;
     assert_eq!(events.last().map(String::as_str), Some("job.enqueued"));
     assert!(!events.contains(&"dead_letter.retried".to_owned()));

@@ -121,7 +121,7 @@ async fn a_retried_dead_letter_starts_over() {
     let job = &resp.json["job"];
     assert_eq!(job["state"], "available");
     assert_eq!(job["attempt"], 0);
-    assert!(job.get("errors").is_none() && job.get("error").is_none());
+    assert!(job["errors"] == json!([]) && job.get("error").is_none());
     assert!(job.get("dead_lettered_at").is_none() && job.get("discarded_at").is_none());
     assert!(job.get("completed_at").is_none());
     assert!(job["re_enqueued_at"].is_string());

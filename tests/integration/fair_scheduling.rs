@@ -355,13 +355,13 @@ async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_eve
     );
     assert_eq!(
         shown,
-        json!({"name": "zeta", "queues": ["z"], "concurrency": null, "strategy": "round-robin",
+        json!({"id": "zeta", "name": "zeta", "queues": ["z"], "concurrency": null, "strategy": "round-robin",
                "weights": {}, "isolated": false,
                "starvation_prevention": {"enabled": false, "rotation_interval": "PT30S",
                                          "min_dispatch_ratio": 0.05},
                "tenant_fairness": {"enabled": false, "strategy": "fair-share", "weights": {},
                                    "default_weight": 1},
-               "active_workers": 0, "active_jobs": 0})
+               "active_workers": 0, "workers": 0, "active_jobs": 0})
     );
     assert_eq!(
         api.get(&format!("{POOLS}/zeta")).await.expect(200).json["pool"],
@@ -444,7 +444,11 @@ async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_eve
     for item in items {
         assert_eq!(item["active_workers"], 0, "{item}");
         assert_eq!(item["active_jobs"], 0, "{item}");
+        // The OJS admin UI's fields.
+        assert_eq!(item["id"], item["name"], "{item}");
+        assert_eq!(item["workers"], 0, "{item}");
     }
+    assert_eq!(list["pools"], list["items"], "{list}");
     assert_eq!(list["pagination"]["total"], 3, "{list}");
 
     // A member and the job it holds are counted.
@@ -458,6 +462,7 @@ async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_eve
     let listed = api.get(POOLS).await.expect(200).json["items"][0].clone();
     assert_eq!(listed["name"], "alpha");
     assert_eq!(listed["active_workers"], 1, "{listed}");
+    assert_eq!(listed["workers"], 1, "{listed}");
     assert_eq!(listed["active_jobs"], 1, "{listed}");
 
     // A body naming another pool is refused and changes nothing.
@@ -918,6 +923,12 @@ async fn a_queue_with_work_and_no_dispatch_for_the_rotation_interval_is_reported
             .is_some_and(|q| q.contains(&json!("cold"))),
         "{stats}"
     );
+    let cold = stats["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "cold");
+    assert!(cold.is_some_and(|q| q["starved"] == true), "{stats}");
     let metrics = api.get("/metrics").await.expect(200).text;
     assert!(
         metrics.lines().any(|l| {
@@ -1307,7 +1318,7 @@ async fn scheduling_stats_count_dispatches_ratios_waits_and_active_jobs() {
     put_pool(
         &api,
         "st",
-        json!({"queues": ["sa", "sb"], "strategy": "strict", "concurrency": 50}),
+        json!({"queues": ["sa", "sb"], "strategy": "strict", "concurrency": 50, "weights": {"sb": 3}}),
         201,
     )
     .await;
@@ -1342,9 +1353,14 @@ async fn scheduling_stats_count_dispatches_ratios_waits_and_active_jobs() {
             .unwrap_or_else(|| panic!("{name} missing: {stats}"))
             .clone()
     };
-    for (name, count, ratio, active) in [("sa", 30, 0.75, 5), ("sb", 10, 0.25, 10)] {
+    // The OJS admin UI's fields beside the extension's.
+    assert_eq!(stats["strategy"], "strict", "{stats}");
+    for (name, count, ratio, active, weight) in [("sa", 30, 0.75, 5, 1), ("sb", 10, 0.25, 10, 3)] {
         let q = queue(name);
         assert_eq!(q["dispatch_count_1m"], count, "{q}");
+        assert_eq!(q["dispatched"], count, "{q}");
+        assert_eq!(q["starved"], false, "{q}");
+        assert_eq!(q["weight"], weight, "{q}");
         assert!(
             q["dispatch_ratio_1m"]
                 .as_f64()

@@ -39,14 +39,8 @@ async fn push_returns_201_with_the_complete_envelope_and_location() {
     assert_eq!(j["timeout_ms"], 1_800_000);
     assert_eq!(j["retry"]["initial_interval"], "PT1S");
     assert_eq!(j["created_at"], j["enqueued_at"]);
-    for absent in [
-        "started_at",
-        "completed_at",
-        "error",
-        "errors",
-        "result",
-        "worker_id",
-    ] {
+    assert_eq!(j["errors"], json!([]), "always present: {j}");
+    for absent in ["started_at", "completed_at", "error", "result", "worker_id"] {
         assert!(j.get(absent).is_none(), "{absent} must be absent: {j}");
     }
     // Server timestamps: UTC, milliseconds, Z.

@@ -3,6 +3,7 @@
 mod admin_api;
 mod batching;
 mod claim_floor;
+mod client_shapes;
 mod concurrency;
 mod db_connections;
 mod dead_letter;

@@ -577,7 +577,7 @@ async fn priority_stats_count_available_jobs_per_priority() {
     // Numeric order (10 after 2), only non-empty buckets, scheduled jobs not counted.
     assert_eq!(
         resp.text,
-        r#"{"queue":"stats","counts_by_priority":{"0":1,"2":2,"10":3},"total":6}"#
+        r#"{"queue":"stats","counts_by_priority":{"0":1,"2":2,"10":3},"distribution":[{"priority":0,"count":1},{"priority":2,"count":2},{"priority":10,"count":3}],"total":6}"#
     );
     app.fetch_one("stats", "w").await;
     let resp = app

@@ -157,7 +157,8 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 }
 
 /// `GET /ojs/v1/admin/jobs/{id}`: the job object itself, not wrapped in `{"job": ...}` as on
-/// the data plane ([OJS admin job detail]).
+/// the data plane ([OJS admin job detail]), plus the `metadata` and `retry_policy` the OJS
+/// admin UI reads.
 ///
 /// [OJS admin job detail]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#72-get-job-detail
 async fn show(
@@ -165,7 +166,7 @@ async fn show(
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
     let job = state.broker().info(id).await?;
-    Ok(ok(job.wire()).into_response())
+    Ok(ok(job.wire().with_admin_detail()).into_response())
 }
 
 /// `POST /ojs/v1/admin/jobs/{id}/retry`: a discarded job (dead-lettered or not) back to

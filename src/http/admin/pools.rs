@@ -36,7 +36,8 @@ fn pool_path(name: &str) -> Result<(), ApiError> {
     check_queue_name("path.name", name)
 }
 
-/// `GET /ojs/v1/admin/pools`: pools by name, with live members and active jobs.
+/// `GET /ojs/v1/admin/pools`: pools by name, with live members and active jobs, as `items` (with
+/// `pagination`) and again as `pools`, the key the OJS admin UI reads.
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
     let pools = state.broker().pools().await?;
@@ -47,7 +48,10 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         .take(usize::try_from(page.limit).unwrap_or(usize::MAX))
         .map(pool_json)
         .collect();
-    Ok(ok(json!({"items": items, "pagination": page.describe(total)})).into_response())
+    Ok(
+        ok(json!({"items": items, "pools": items, "pagination": page.describe(total)}))
+            .into_response(),
+    )
 }
 
 /// `GET /ojs/v1/admin/pools/{name}`.
@@ -95,11 +99,22 @@ async fn remove(
 
 /// `GET /ojs/v1/admin/scheduling/stats`: dispatches per queue over the last minute, over all
 /// replicas, as `queues` and `window` ([OJS scheduling statistics]); `stats` adds the totals,
-/// starved queues and pools, because the conformance suite reads that object.
+/// starved queues and pools, because the conformance suite reads that object. For the OJS admin
+/// UI, `strategy` is the server's default fetch strategy and each queue also carries
+/// `dispatched`, `starved` and the `weight` its pool gives it (1 when unnamed, absent outside
+/// pools).
 ///
 /// [OJS scheduling statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#102-scheduling-statistics
 async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.broker().scheduling_stats().await?;
+    let weight = |queue: &str| {
+        stats
+            .pools
+            .iter()
+            .map(|view| &view.stored.pool)
+            .find(|p| p.queues.iter().any(|q| q == queue))
+            .map(|p| p.weights.get(queue).copied().unwrap_or(1))
+    };
     let window = duration::format_iso(STATS_WINDOW_SECS as u64 * 1_000);
     let queues: Vec<Value> = stats
         .queues
@@ -111,6 +126,9 @@ async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
                 "dispatch_ratio_1m": (q.ratio * 10_000.0).round() / 10_000.0,
                 "avg_wait_ms": q.avg_wait_ms,
                 "active_jobs": q.active,
+                "dispatched": q.dispatched,
+                "starved": stats.starved.contains(&q.queue),
+                "weight": weight(&q.queue),
             })
         })
         .collect();
@@ -129,7 +147,9 @@ async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
             })
         })
         .collect();
+    let strategy = state.broker().settings().fetch_strategy.unwrap_or_default();
     Ok(ok(json!({
+        "strategy": strategy.as_str(),
         "queues": queues,
         "window": window,
         "stats": {

@@ -1,0 +1,147 @@
+//! Response shapes the official OJS clients read: the admin UI (`openjobspec/ojs-admin-ui`)
+//! and the SDKs. Each test names the client field it protects; the OJS binding's own shape is
+//! asserted beside it, because both must hold.
+
+use serde_json::{Value, json};
+
+use crate::harness::TestApp;
+
+/// The job attributes of a wrapped-and-bare body: `job`, and the same attributes beside it.
+fn assert_wrapped_and_bare(body: &Value) {
+    let job = body["job"].as_object().expect("a wrapped job");
+    let mut bare = body.as_object().unwrap().clone();
+    bare.remove("job");
+    assert_eq!(&bare, job, "the attributes beside `job` are the job's");
+}
+
+/// The Rust SDK reads a bare job from GET and DELETE `/jobs/{id}` and from a dead-letter retry;
+/// the binding (and every other SDK) reads `{"job": ...}`.
+#[tokio::test]
+async fn job_reads_cancels_and_dead_letter_retries_answer_wrapped_and_bare() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [1], "queue": "shape"}))
+        .await;
+    let got = app
+        .get(&format!("/ojs/v1/jobs/{id}"))
+        .await
+        .expect(200)
+        .json;
+    assert_wrapped_and_bare(&got);
+    assert_eq!(got["id"], id.as_str());
+    assert_eq!(got["type"], "a.b");
+
+    let cancelled = app
+        .delete(&format!("/ojs/v1/jobs/{id}"))
+        .await
+        .expect(200)
+        .json;
+    assert_wrapped_and_bare(&cancelled);
+    assert_eq!(cancelled["state"], "cancelled");
+    assert_eq!(cancelled["previous_state"], "available");
+
+    let dead = app
+        .push_id(
+            json!({"type": "a.b", "args": [], "queue": "shape-dl", "retry": {"max_attempts": 1}}),
+        )
+        .await;
+    app.fetch_one("shape-dl", "w").await;
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": dead, "error": {"message": "boom"}}),
+    )
+    .await
+    .expect(200);
+    let retried = app
+        .post(&format!("/ojs/v1/dead-letter/{dead}/retry"), json!({}))
+        .await
+        .expect(200)
+        .json;
+    assert_wrapped_and_bare(&retried);
+    assert_eq!(retried["state"], "available");
+}
+
+/// The admin UI's job detail reads `errors.length`, `metadata` (lifecycle timestamps) and
+/// `retry_policy`.
+#[tokio::test]
+async fn the_admin_job_detail_has_errors_metadata_and_retry_policy() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(
+            json!({"type": "a.b", "args": [], "queue": "detail", "retry": {"max_attempts": 2}}),
+        )
+        .await;
+    let fresh = app
+        .get(&format!("/ojs/v1/admin/jobs/{id}"))
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(fresh["errors"], json!([]), "{fresh}");
+    assert_eq!(fresh["retry_policy"], fresh["retry"], "{fresh}");
+    assert_eq!(fresh["retry_policy"]["max_attempts"], 2, "{fresh}");
+    let metadata = fresh["metadata"].as_object().expect("metadata");
+    assert_eq!(metadata["created_at"], fresh["created_at"]);
+    assert_eq!(metadata["enqueued_at"], fresh["enqueued_at"]);
+    assert!(metadata.get("started_at").is_none(), "{fresh}");
+
+    app.fetch_one("detail", "w").await;
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "error": {"message": "boom", "type": "Flaky"}}),
+    )
+    .await
+    .expect(200);
+    let failed = app
+        .get(&format!("/ojs/v1/admin/jobs/{id}"))
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(
+        failed["errors"].as_array().map(Vec::len),
+        Some(1),
+        "{failed}"
+    );
+    assert!(failed["metadata"]["started_at"].is_string(), "{failed}");
+
+    // The data plane carries `errors` too, but not the admin additions.
+    let plain = app.job(&id).await;
+    assert_eq!(plain["errors"], failed["errors"]);
+    assert!(plain.get("metadata").is_none() && plain.get("retry_policy").is_none());
+}
+
+/// The admin UI joins `queues` of every worker; a worker registered without queues shows its
+/// pool's, or none.
+#[tokio::test]
+async fn every_worker_lists_its_queues() {
+    let app = TestApp::spawn().await;
+    app.send(
+        reqwest::Method::PUT,
+        "/ojs/v1/admin/pools/crew",
+        Some(br#"{"queues": ["crew-a", "crew-b"]}"#.to_vec()),
+        &[("content-type", "application/json")],
+    )
+    .await
+    .expect(201);
+    for body in [
+        json!({"worker_id": "own", "queues": ["mine"]}),
+        json!({"worker_id": "member", "pool": "crew"}),
+        json!({"worker_id": "bare"}),
+    ] {
+        app.post("/ojs/v1/workers/register", body).await.expect(201);
+    }
+    let listed = app.get("/ojs/v1/admin/workers").await.expect(200).json;
+    let queues = |id: &str| {
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing: {listed}"))["queues"]
+            .clone()
+    };
+    assert_eq!(queues("own"), json!(["mine"]));
+    assert_eq!(queues("member"), json!(["crew-a", "crew-b"]));
+    assert_eq!(queues("bare"), json!([]));
+    let one = app.get("/ojs/v1/admin/workers/bare").await.expect(200).json;
+    assert_eq!(one["queues"], json!([]), "{one}");
+}
