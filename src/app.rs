@@ -200,6 +200,8 @@ impl Application {
                 shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
                 dead_letter_retention: config.retention_discarded.0,
                 instance_id: instance_id.clone(),
+                plain_json: config.response_content_type
+                    == crate::config::ResponseContentType::Json,
             },
             Services {
                 events: events.clone(),

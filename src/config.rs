@@ -80,6 +80,19 @@ pub enum LogFormat {
     Json,
 }
 
+/// The `Content-Type` of JSON responses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ResponseContentType {
+    /// `application/openjobspec+json`, as the OJS HTTP binding requires.
+    #[default]
+    #[value(name = "application/openjobspec+json")]
+    Openjobspec,
+    /// `application/json`, for clients that only read responses labelled so (the official
+    /// Python SDK).
+    #[value(name = "application/json")]
+    Json,
+}
+
 /// ojsd's settings. Log verbosity is set with `RUST_LOG` (default `info`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
@@ -181,6 +194,17 @@ pub struct Config {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish (seconds).
     #[arg(long, env = "OJS_SHUTDOWN_TIMEOUT_SECS", default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS)]
     pub shutdown_timeout_secs: u64,
+
+    /// `Content-Type` of JSON responses: `application/openjobspec+json` (the OJS HTTP binding)
+    /// or `application/json`, for deployments whose clients accept only that (the official
+    /// Python SDK ignores every other response body).
+    #[arg(
+        long,
+        env = "OJS_RESPONSE_CONTENT_TYPE",
+        value_enum,
+        default_value = "application/openjobspec+json"
+    )]
+    pub response_content_type: ResponseContentType,
 
     /// Log format.
     #[arg(long, env = "OJS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -308,6 +332,7 @@ impl Default for Config {
             fetch_poll_interval_ms: DEFAULT_FETCH_POLL_INTERVAL_MS,
             request_timeout_secs: DEFAULT_REQUEST_TIMEOUT_SECS,
             shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+            response_content_type: ResponseContentType::Openjobspec,
             log_format: LogFormat::Text,
             allow_hyphenated_types: None,
             instance_id: None,
@@ -516,6 +541,25 @@ mod tests {
         Config::default()
             .validate()
             .expect("the defaults are valid");
+    }
+
+    #[test]
+    fn the_response_content_type_is_named_by_its_media_type() {
+        let parse = |value: &str| {
+            let command = Config::augment_args(Command::new("ojsd"))
+                .mut_args(|arg| arg.env(None::<&'static str>));
+            command
+                .try_get_matches_from(["ojsd", "--response-content-type", value])
+                .ok()
+                .and_then(|m| Config::from_arg_matches(&m).ok())
+                .map(|c| c.response_content_type)
+        };
+        assert_eq!(parse("application/json"), Some(ResponseContentType::Json));
+        assert_eq!(
+            parse("application/openjobspec+json"),
+            Some(ResponseContentType::Openjobspec)
+        );
+        assert_eq!(parse("text/plain"), None);
     }
 
     #[test]

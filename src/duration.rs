@@ -3,8 +3,8 @@
 //! Accepted input (millisecond precision):
 //! * ISO 8601 `P[nW][nD][T[nH][nM][n[.f]S]]`, e.g. `PT1S`, `PT0.5S`, `P1DT2H`, `P2W`. Years and
 //!   months are rejected because their length is ambiguous.
-//! * The short form `<number><unit>` with units `ms`, `s`, `m`, `h`, concatenated: `1s`,
-//!   `300s`, `1h30m`, `500ms`, `1.5s`.
+//! * The short form `<number><unit>` with units `ms`, `s`, `m`, `h`, `d`, concatenated: `1s`,
+//!   `300s`, `1h30m`, `500ms`, `1.5s`, `7d` (a day is 24 hours, as in ISO `P1D`).
 //!
 //! Output is always ISO 8601 (`PT1S`, `PT5M`, `PT0.5S`, `P7D`).
 //!
@@ -149,9 +149,10 @@ fn parse_short(s: &str) -> Result<u64, String> {
             "s" => 1_000,
             "m" => 60_000,
             "h" => 3_600_000,
+            "d" => 86_400_000,
             other => {
                 return Err(format!(
-                    "unknown unit {other:?} (use ms, s, m or h, or an ISO 8601 duration such as PT5M)"
+                    "unknown unit {other:?} (use ms, s, m, h or d, or an ISO 8601 duration such as PT5M)"
                 ));
             }
         };
@@ -259,6 +260,9 @@ mod tests {
         assert_eq!(parse_ms("500ms"), Ok(500));
         assert_eq!(parse_ms("1.5s"), Ok(1_500));
         assert_eq!(parse_ms("2m10s"), Ok(130_000));
+        assert_eq!(parse_ms("7d"), Ok(7 * 86_400_000));
+        assert_eq!(parse_ms("1d12h"), Ok(129_600_000));
+        assert_eq!(parse_ms("7d"), parse_ms("P7D"));
     }
 
     #[test]
@@ -284,6 +288,8 @@ mod tests {
             "P1DT",
             "99999999999999999999s",
             "2000000h",
+            "1d1d",
+            "40000d",
         ] {
             assert!(parse_ms(bad).is_err(), "{bad:?} should be rejected");
         }

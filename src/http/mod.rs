@@ -1,7 +1,8 @@
 //! The [OJS HTTP binding]: routes, shared state and the request middleware.
 //!
 //! Every response carries `OJS-Version: 1.0` and `X-Request-Id`; every JSON body (errors
-//! included) is `application/openjobspec+json`. Handlers are thin: parse the request, call one
+//! included) is `application/openjobspec+json`, or `application/json` when
+//! `OJS_RESPONSE_CONTENT_TYPE` says so. Handlers are thin: parse the request, call one
 //! [`Broker`] operation, render the result.
 //!
 //! [OJS HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md
@@ -72,6 +73,8 @@ pub struct HttpSettings {
     pub dead_letter_retention: Duration,
     /// This process's instance id.
     pub instance_id: String,
+    /// Label JSON responses `application/json` instead of [`OJS_JSON`].
+    pub plain_json: bool,
 }
 
 /// Process-wide services the handlers use besides the broker.
@@ -310,6 +313,16 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
         OJS_VERSION_HEADER.clone(),
         HeaderValue::from_static(OJS_VERSION),
     );
+    if state.settings().plain_json
+        && headers
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|t| t == OJS_JSON)
+    {
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
     response
 }
 

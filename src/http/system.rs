@@ -41,6 +41,36 @@ async fn metrics(State(state): State<AppState>) -> Response {
 async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
     let s = state.settings();
     let limits = state.broker().settings().limits;
+    let details = json!({
+        "official": [
+            {"name": "priority", "uri": "urn:ojs:ext:priority", "version": "1.0.0-rc.1"},
+            {"name": "queue-config", "uri": "urn:ojs:ext:queue-config", "version": "1.0.0-rc.1"},
+            {"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0-rc.1"},
+            {"name": "dead-letter", "uri": "urn:ojs:ext:dead-letter", "version": "1.0.0-rc.1"},
+            {"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0-rc.1"},
+            {"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0-rc.1"},
+            {"name": "timeouts", "uri": "urn:ojs:ext:timeouts", "version": "1.0.0-rc.1"},
+        ],
+        // ojsd's own extensions (not part of OJS).
+        "experimental": [
+            {
+                "name": "batch-ack",
+                "uri": "urn:ojsd:ext:batch-ack",
+                "version": "0.1.0",
+                "description": "ACK or NACK many jobs in one request and one commit; every item is answered as a single ACK/NACK would be.",
+                "endpoints": [
+                    "POST /ojs/v1/workers/ack/batch",
+                    "POST /ojs/v1/workers/nack/batch",
+                ],
+            },
+        ],
+    });
+    let names: Vec<&str> = ["official", "experimental"]
+        .iter()
+        .filter_map(|group| details[group].as_array())
+        .flatten()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
     ok(json!({
         "specversion": "1.0",
         "ojs_version": "1.0",
@@ -71,30 +101,10 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "events": true,
             "long_poll_fetch": true,
         },
-        "extensions": {
-            "official": [
-                {"name": "priority", "uri": "urn:ojs:ext:priority", "version": "1.0.0-rc.1"},
-                {"name": "queue-config", "uri": "urn:ojs:ext:queue-config", "version": "1.0.0-rc.1"},
-                {"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0-rc.1"},
-                {"name": "dead-letter", "uri": "urn:ojs:ext:dead-letter", "version": "1.0.0-rc.1"},
-                {"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0-rc.1"},
-                {"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0-rc.1"},
-                {"name": "timeouts", "uri": "urn:ojs:ext:timeouts", "version": "1.0.0-rc.1"},
-            ],
-            // ojsd's own extensions (not part of OJS).
-            "experimental": [
-                {
-                    "name": "batch-ack",
-                    "uri": "urn:ojsd:ext:batch-ack",
-                    "version": "0.1.0",
-                    "description": "ACK or NACK many jobs in one request and one commit; every item is answered as a single ACK/NACK would be.",
-                    "endpoints": [
-                        "POST /ojs/v1/workers/ack/batch",
-                        "POST /ojs/v1/workers/nack/batch",
-                    ],
-                },
-            ],
-        },
+        // The binding's form: the names alone, which the Rust and Go SDKs parse as strings. The
+        // same extensions with their URIs, versions and endpoints are in `extension_details`.
+        "extensions": names,
+        "extension_details": details,
         "schema_validation": false,
         "unique_job_strength": "strong",
         "priority": {

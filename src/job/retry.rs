@@ -116,6 +116,8 @@ const KNOWN_KEYS: &[&str] = &[
     "initial_interval",
     "backoff_coefficient",
     "max_interval",
+    "initial_interval_ms",
+    "max_interval_ms",
     "jitter",
     "non_retryable_errors",
     "on_exhaustion",
@@ -306,31 +308,44 @@ impl RetryPolicy {
     }
 }
 
-/// The positive duration `name` of `obj`, if given; a bad one is recorded in `violations`.
-fn positive_interval(
+/// The positive duration `name` of `obj`, if given, as a duration string (`name`) or as whole
+/// milliseconds (`name_ms`, the spelling of the OJS HTTP binding's examples and of the Go and
+/// Java SDKs); both may be given only if they agree. A bad one is recorded in `violations`.
+pub(super) fn positive_interval(
     obj: &Object<'_>,
     name: &str,
     field: &dyn Fn(&str) -> String,
     violations: &mut Vec<Violation>,
 ) -> Option<u64> {
-    let v = obj.get(name)?;
-    match parse_interval(v) {
-        Ok(ms) if ms > 0 => Some(ms),
-        Ok(_) => {
-            violations.push(Violation::new(
-                field(name),
-                format!("{name} must be greater than zero"),
-            ));
-            None
-        }
-        Err(e) => {
-            violations.push(Violation::new(
-                field(name),
-                format!("{name} is not a valid duration: {e}"),
-            ));
-            None
+    let ms_name = format!("{name}_ms");
+    let text = obj.get(name).map(|v| (name, parse_interval(v)));
+    let millis = obj.get(&ms_name).map(|v| {
+        let ms = json::as_integer(v)
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| "expected a whole number of milliseconds".to_owned());
+        (ms_name.as_str(), ms)
+    });
+    let mut found = None;
+    for (key, parsed) in [text, millis].into_iter().flatten() {
+        match parsed {
+            Ok(ms) if ms > 0 && found.is_none_or(|(_, first)| first == ms) => {
+                found = Some((key, ms));
+            }
+            Ok(ms) if ms > 0 => violations.push(Violation::new(
+                field(key),
+                format!("{key} disagrees with {}", found.map_or("", |(k, _)| k)),
+            )),
+            Ok(_) => violations.push(Violation::new(
+                field(key),
+                format!("{key} must be greater than zero"),
+            )),
+            Err(e) => violations.push(Violation::new(
+                field(key),
+                format!("{key} is not a valid duration: {e}"),
+            )),
         }
     }
+    found.map(|(_, ms)| ms)
 }
 
 /// A duration given as an ISO 8601 / short-form string.

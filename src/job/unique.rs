@@ -15,7 +15,6 @@ use unicode_normalization::UnicodeNormalization;
 
 use super::JobState;
 use super::envelope::Violation;
-use crate::duration;
 use crate::json::{self, Kind, Object};
 
 /// What to do when an enqueue finds a duplicate.
@@ -141,22 +140,8 @@ impl UniquePolicy {
                 "unique.meta_keys must list at least one key when meta is a unique dimension",
             ));
         }
-        if let Some(raw) = obj.get("period") {
-            match json::decode::<String>(raw)
-                .map_err(|_| "expected a duration string".to_owned())
-                .and_then(|s| duration::parse_ms(&s))
-            {
-                Ok(ms) if ms > 0 => policy.period_ms = Some(ms),
-                Ok(_) => v.push(Violation::new(
-                    field("period"),
-                    "unique.period must be greater than zero",
-                )),
-                Err(e) => v.push(Violation::new(
-                    field("period"),
-                    format!("unique.period is not a valid duration: {e}"),
-                )),
-            }
-        }
+        // `period` as a duration string, or `period_ms` (Go and Java SDKs).
+        policy.period_ms = super::retry::positive_interval(&obj, "period", &field, &mut v);
         if let Some(states) = string_list("states", &mut v) {
             let parsed: Option<Vec<JobState>> = states.iter().map(|s| JobState::parse(s)).collect();
             match parsed {

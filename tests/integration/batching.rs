@@ -28,7 +28,9 @@ async fn claimed(app: &TestApp, queue: &str, worker: &str, n: usize) -> Vec<Stri
 async fn the_manifest_lists_the_batch_ack_extension() {
     let app = TestApp::spawn().await;
     let manifest = app.get("/ojs/manifest").await.expect(200).json;
-    let ext = manifest["extensions"]["experimental"]
+    let names = manifest["extensions"].as_array().unwrap();
+    assert!(names.contains(&json!("batch-ack")), "{names:?}");
+    let ext = manifest["extension_details"]["experimental"]
         .as_array()
         .unwrap()
         .iter()

@@ -25,6 +25,46 @@ async fn manifest_describes_the_server() {
     );
     // Byte-identical on every read.
     assert_eq!(app.get("/ojs/manifest").await.text, resp.text);
+    // `extensions` is the binding's list of names (the Rust and Go SDKs parse it so); the
+    // structured form is in `extension_details`.
+    let names = m["extensions"].as_array().expect("a list");
+    assert!(names.iter().all(serde_json::Value::is_string), "{names:?}");
+    let detailed: Vec<&serde_json::Value> = ["official", "experimental"]
+        .iter()
+        .flat_map(|g| m["extension_details"][g].as_array().unwrap())
+        .map(|e| &e["name"])
+        .collect();
+    assert_eq!(names.iter().collect::<Vec<_>>(), detailed);
+    assert!(names.contains(&json!("priority")));
+}
+
+/// For deployments with the official Python SDK, which reads only bodies labelled
+/// `application/json`: every JSON response, errors included, is labelled so.
+#[tokio::test]
+async fn json_responses_can_be_labelled_application_json() {
+    let app = TestApp::spawn_with(|c| {
+        c.response_content_type = ojsd::config::ResponseContentType::Json;
+    })
+    .await;
+    let pushed = app.post("/ojs/v1/jobs", job("a.b", "q")).await.expect(201);
+    assert_eq!(pushed.header("content-type"), Some("application/json"));
+    let id = pushed.json["job"]["id"].as_str().unwrap().to_owned();
+    for path in [format!("/ojs/v1/jobs/{id}"), "/ojs/manifest".to_owned()] {
+        let resp = app.get(&path).await.expect(200);
+        assert_eq!(
+            resp.header("content-type"),
+            Some("application/json"),
+            "{path}"
+        );
+    }
+    let missing = app
+        .get("/ojs/v1/jobs/00000000-0000-7000-8000-000000000000")
+        .await
+        .expect(404);
+    assert_eq!(missing.json["error"]["code"], "not_found");
+    assert_eq!(missing.header("content-type"), Some("application/json"));
+    let metrics = app.get("/metrics").await.expect(200);
+    assert_eq!(metrics.header("content-type"), Some("text/plain"));
 }
 
 #[tokio::test]

@@ -94,17 +94,28 @@ async fn replace_except_schedule_updates_a_scheduled_job_in_place() {
 #[tokio::test]
 async fn period_and_states_limit_what_counts_as_a_duplicate() {
     let app = TestApp::spawn().await;
-    let policy = json!({"period": "PT1M"});
-    let first = app.push(unique_job(json!([]), policy.clone())).await;
-    let id = first["id"].as_str().unwrap();
-    app.post("/ojs/v1/jobs", unique_job(json!([]), policy.clone()))
-        .await
-        .expect_error(409, "duplicate");
-    app.sql(&format!(
-        "update ojs_job set created_at = now() - interval '2 minutes' where id = '{id}'"
-    ))
-    .await;
-    app.push(unique_job(json!([]), policy)).await;
+    // `period_ms` is the Go and Java SDKs' spelling of `period`.
+    for (args, policy) in [
+        (
+            json!([1]),
+            json!({"keys": ["type", "args"], "period": "PT1M"}),
+        ),
+        (
+            json!([2]),
+            json!({"keys": ["type", "args"], "period_ms": 60_000}),
+        ),
+    ] {
+        let first = app.push(unique_job(args.clone(), policy.clone())).await;
+        let id = first["id"].as_str().unwrap();
+        app.post("/ojs/v1/jobs", unique_job(args.clone(), policy.clone()))
+            .await
+            .expect_error(409, "duplicate");
+        app.sql(&format!(
+            "update ojs_job set created_at = now() - interval '2 minutes' where id = '{id}'"
+        ))
+        .await;
+        app.push(unique_job(args, policy)).await;
+    }
 
     // A completed job does not block by default, but does when its state is listed.
     let done = app

@@ -263,6 +263,73 @@ async fn retry_policy_accepts_both_duration_spellings_and_echoes_iso() {
     assert_eq!(j["retry"]["on_exhaustion"], "dead_letter");
 }
 
+/// The Go and Java SDKs (and the HTTP binding's own example) send intervals as `*_ms` integers;
+/// they are applied, not kept as unknown attributes.
+#[tokio::test]
+async fn retry_intervals_in_milliseconds_are_applied() {
+    let app = TestApp::spawn().await;
+    let j = app
+        .push(json!({"type": "a.b", "args": [], "queue": "ms",
+                     "retry": {"max_attempts": 3, "initial_interval_ms": 2000,
+                               "max_interval_ms": 60000, "jitter": false}}))
+        .await;
+    assert_eq!(j["retry"]["initial_interval"], "PT2S", "{j}");
+    assert_eq!(j["retry"]["max_interval"], "PT1M", "{j}");
+    assert!(j["retry"].get("initial_interval_ms").is_none(), "{j}");
+    app.fetch_one("ms", "w").await;
+    let nacked = app
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": j["id"], "error": {"code": "boom", "message": "x"}}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(
+        nacked.json["job"]["retry_delay_ms"], 2000,
+        "{}",
+        nacked.text
+    );
+
+    // Both spellings may be given when they agree; anything else is named.
+    let j = app
+        .push(json!({"type": "a.b", "args": [],
+                     "retry": {"initial_interval": "PT3S", "initial_interval_ms": 3000}}))
+        .await;
+    assert_eq!(j["retry"]["initial_interval"], "PT3S");
+    for (retry, field) in [
+        (
+            json!({"initial_interval": "PT3S", "initial_interval_ms": 4000}),
+            "$.retry.initial_interval_ms",
+        ),
+        (
+            json!({"initial_interval_ms": 0}),
+            "$.retry.initial_interval_ms",
+        ),
+        (
+            json!({"initial_interval_ms": -5}),
+            "$.retry.initial_interval_ms",
+        ),
+        (
+            json!({"initial_interval_ms": "1s"}),
+            "$.retry.initial_interval_ms",
+        ),
+        (json!({"max_interval_ms": 1.5}), "$.retry.max_interval_ms"),
+        (
+            json!({"initial_interval_ms": 5000, "max_interval_ms": 1000}),
+            "$.retry.max_interval",
+        ),
+    ] {
+        let resp = app
+            .post(
+                "/ojs/v1/jobs",
+                json!({"type": "a.b", "args": [], "retry": retry}),
+            )
+            .await
+            .expect_error(422, "validation_error");
+        assert!(resp.text.contains(field), "{retry}: {}", resp.text);
+    }
+}
+
 #[tokio::test]
 async fn features_not_offered_are_refused_with_422_unsupported() {
     let app = TestApp::spawn().await;
