@@ -94,7 +94,19 @@ pub async fn locate(pool: &PgPool, key: EventKey) -> Result<Option<Position>, sq
 }
 
 /// The OJS event envelope of a stored event.
-pub struct WireEvent<'a>(pub &'a EventRow);
+pub struct WireEvent<'a>(pub &'a EventRow, pub bool);
+
+impl<'a> WireEvent<'a> {
+    /// The envelope.
+    pub fn of(e: &'a EventRow) -> WireEvent<'a> {
+        WireEvent(e, false)
+    }
+
+    /// The envelope plus `timestamp`, the OJS admin UI's name for `time`.
+    pub fn with_timestamp(e: &'a EventRow) -> WireEvent<'a> {
+        WireEvent(e, true)
+    }
+}
 
 impl Serialize for WireEvent<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -110,6 +122,9 @@ impl Serialize for WireEvent<'_> {
         }
         map.serialize_entry("datacontenttype", "application/json")?;
         map.serialize_entry("data", &e.data.0)?;
+        if self.1 {
+            map.serialize_entry("timestamp", &timestamp::format(e.time))?;
+        }
         map.end()
     }
 }

@@ -19,6 +19,17 @@ impl Broker {
         Ok(store::event::list(&self.db, filter, after, limit).await?)
     }
 
+    /// A page of events newest first, and how many match in all
+    /// ([`store::event::page_newest_first`]).
+    pub async fn events_page(
+        &self,
+        filter: &EventFilter,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<EventRow>, i64)> {
+        Ok(store::event::page_newest_first(&self.db, filter, offset, limit).await?)
+    }
+
     /// The position of the newest deliverable event (`None`: there is none): a stream that
     /// starts after it sees exactly the events that become deliverable from now on.
     pub async fn event_head(&self) -> Result<Option<Position>> {

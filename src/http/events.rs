@@ -21,7 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::error::ApiError;
 use super::extract::JobIdPath;
-use super::query::QueryParams;
+use super::query::{ADMIN, Page, Pagination, QueryParams};
 use super::{AppState, ok};
 use crate::broker::{EventFilter, EventRow, Position};
 use crate::events::{EventKey, WireEvent};
@@ -55,14 +55,23 @@ fn type_filter(filter: &mut EventFilter, types: Option<Vec<String>>) {
 }
 
 /// `GET /ojs/v1/events?after=&types=&queues=&job_types=&job_id=&limit=`: events in delivery
-/// order after the cursor (from the oldest retained one without it).
+/// order after the cursor (from the oldest retained one without it). With `page` or
+/// `per_page` (and no `after`), the paged form instead ([`newest_first`]).
 async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let mut filter = EventFilter {
         queues: query.list("queues").or_else(|| query.list("queue")),
         job_types: query.list("job_types"),
         ..EventFilter::default()
     };
-    type_filter(&mut filter, query.list("types"));
+    type_filter(
+        &mut filter,
+        query.list("types").or_else(|| query.list("type")),
+    );
+    if query.get("after").is_none()
+        && (query.get("page").is_some() || query.get("per_page").is_some())
+    {
+        return newest_first(&state, &filter, &query).await;
+    }
     if let Some(id) = query.get("job_id") {
         let job_id: crate::job::JobId = id.parse().map_err(|_| {
             ApiError::invalid_field("query.job_id", format!("'job_id' is not a job id: {id:?}"))
@@ -108,8 +117,41 @@ async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     }
     Ok(ok(PollBody {
         cursor: events.last().map(|e| EventKey::of(e).to_id()),
-        events: events.iter().map(WireEvent).collect(),
+        events: events.iter().map(WireEvent::of).collect(),
         has_more,
+    })
+    .into_response())
+}
+
+/// The paged form of `GET /ojs/v1/events` that the OJS admin UI reads: newest first,
+/// `page`/`per_page` (or `offset`/`limit`), filtered by `type`/`types`, `queue`/`queues` and
+/// `job_types`, as `{items, pagination}`. Each item is the event envelope plus `timestamp`
+/// (its `time` again).
+async fn newest_first(
+    state: &AppState,
+    filter: &EventFilter,
+    query: &QueryParams,
+) -> Result<Response, ApiError> {
+    if filter.job_id.is_some() || query.get("job_id").is_some() {
+        return Err(ApiError::invalid_field(
+            "query.job_id",
+            "'job_id' is served by the cursor form (without page/per_page) and the job's own stream",
+        ));
+    }
+    let page = Page::from_query(query, ADMIN)?;
+    let (events, total) = state
+        .broker()
+        .events_page(filter, page.offset, page.limit)
+        .await?;
+
+    #[derive(Serialize)]
+    struct PagedBody<'a> {
+        items: Vec<WireEvent<'a>>,
+        pagination: Pagination,
+    }
+    Ok(ok(PagedBody {
+        items: events.iter().map(WireEvent::with_timestamp).collect(),
+        pagination: page.describe(total),
     })
     .into_response())
 }

@@ -450,6 +450,115 @@ pub async fn list(
     Ok(events)
 }
 
+/// A page of deliverable events matching `filter` (its `job_id` is not used), newest first:
+/// the `limit` events after the newest `offset`, and how many match in all. For the admin
+/// UI's event list; it counts every retained match, so it is not for hot paths.
+pub async fn page_newest_first(
+    db: &sqlx::PgPool,
+    filter: &EventFilter,
+    offset: i64,
+    limit: i64,
+) -> Result<(Vec<EventRow>, i64), sqlx::Error> {
+    let (types, prefixes) = filter.type_arrays();
+    // One snapshot for both statements, so the rows found first are the rows read second.
+    let mut tx = db.begin().await?;
+    sqlx::query!("set transaction isolation level repeatable read, read only")
+        .execute(&mut *tx)
+        .await?;
+    // The page's rows are a run in (xid desc, seq desc) order: counting each row's events
+    // (a batch row holds several, V10) finds its first and last row, and how many newer events
+    // precede the first.
+    let bounds = sqlx::query!(
+        r#"
+        with counted as (
+            select xid, seq, n,
+                   (sum(n) over (order by xid desc, seq desc))::int8 - n as newer,
+                   (sum(n) over ())::int8 as total
+              from (select xid, seq, coalesce(cardinality(job_ids), 1)::int8 as n
+                      from ojs_event
+                     where xid < pg_snapshot_xmin(pg_current_snapshot())
+                       and ($1::text[] is null or type = any($1::text[]) or type like any($2::text[]))
+                       and ($3::text[] is null or queue = any($3::text[]))
+                       and ($4::text[] is null or job_type = any($4::text[]))) e
+        )
+        select coalesce((select max(total) from counted), 0)::int8 as "total!",
+               first.xid::text as first_xid, first.seq as "first_seq?", first.newer as "first_newer?",
+               last.xid::text as last_xid, last.seq as "last_seq?"
+          from (select 1) one
+          left join lateral (select xid, seq, newer from counted
+                              where newer + n > $5::int8 and newer < $5::int8 + $6::int8
+                              order by xid desc, seq desc limit 1) first on true
+          left join lateral (select xid, seq from counted
+                              where newer + n > $5::int8 and newer < $5::int8 + $6::int8
+                              order by xid, seq limit 1) last on true
+        "#,
+        types.as_deref(),
+        prefixes.as_deref(),
+        filter.queues.as_deref(),
+        filter.job_types.as_deref(),
+        offset,
+        limit,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let total = bounds.total;
+    let (Some(first_xid), Some(first_seq), Some(first_newer), Some(last_xid), Some(last_seq)) = (
+        bounds.first_xid,
+        bounds.first_seq,
+        bounds.first_newer,
+        bounds.last_xid,
+        bounds.last_seq,
+    ) else {
+        return Ok((Vec::new(), total));
+    };
+    let rows = sqlx::query_as!(
+        Raw,
+        r#"
+        select xid::text::int8 as "xid!", seq, type, source, time, subject, job_id, queue,
+               job_type, from_state as "from_state: JobState", to_state as "to_state: JobState",
+               data as "data!: Json<Box<serde_json::value::RawValue>>",
+               job_ids, trace_ids as "trace_ids: Vec<Option<String>>",
+               attempts as "attempts: Vec<Option<i32>>",
+               priorities as "priorities: Vec<Option<i32>>",
+               unique_keys as "unique_keys: Vec<Option<String>>",
+               scheduled_ats as "scheduled_ats: Vec<Option<DateTime<Utc>>>",
+               durations_ms as "durations_ms: Vec<Option<i64>>",
+               results::text[] as "results: Vec<Option<String>>", worker_id
+          from ojs_event
+         where (xid, seq) >= ($1::text::xid8, $2::int8)
+           and (xid, seq) <= ($3::text::xid8, $4::int8)
+           and ($5::text[] is null or type = any($5::text[]) or type like any($6::text[]))
+           and ($7::text[] is null or queue = any($7::text[]))
+           and ($8::text[] is null or job_type = any($8::text[]))
+         order by xid desc, seq desc
+        "#,
+        last_xid,
+        last_seq,
+        first_xid,
+        first_seq,
+        types.as_deref(),
+        prefixes.as_deref(),
+        filter.queues.as_deref(),
+        filter.job_types.as_deref(),
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let mut events = Vec::new();
+    for row in rows {
+        let start = events.len();
+        row.expand(&mut events);
+        events[start..].reverse();
+    }
+    let skip = usize::try_from(offset - first_newer).unwrap_or(0);
+    let events = events
+        .into_iter()
+        .skip(skip)
+        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        .collect();
+    Ok((events, total))
+}
+
 /// Pruner: deletes up to `limit` of the oldest rows, those written before `cutoff` or whose
 /// events are all beyond the newest `max_count` events. Returns how many rows were deleted.
 pub async fn prune(

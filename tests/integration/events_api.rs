@@ -518,3 +518,82 @@ async fn hot_path_event_payloads_match_the_transition_function() {
         .expect(200);
     newest_matches(&app, second, "job.completed").await;
 }
+
+/// The admin UI's paged form: `page`/`per_page` give the newest events first as
+/// `{items, pagination}`, each with `timestamp`; pages cut through batch rows (one row holds a
+/// batch enqueue's events) exactly where the cursor form would.
+#[tokio::test]
+async fn events_page_newest_first_with_page_and_per_page() {
+    let app = TestApp::spawn().await;
+    app.push(job("one.first", "paged")).await;
+    app.post(
+        "/ojs/v1/jobs/batch",
+        json!({"jobs": (0..5).map(|i| json!({"type": "batch.job", "args": [i], "queue": "paged"})).collect::<Vec<_>>()}),
+    )
+    .await
+    .expect(201);
+    app.push(job("one.last", "paged")).await;
+    // Oldest first, as the cursor form delivers them: queue.created, then 7 enqueues.
+    let all = poll(&app, "queues=paged", 8).await["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(all.len(), 8, "{all:?}");
+    let newest_first: Vec<&Value> = all.iter().rev().collect();
+
+    let mut seen = Vec::new();
+    for page in 1..=3 {
+        let body = app
+            .get(&format!(
+                "/ojs/v1/events?queue=paged&page={page}&per_page=3"
+            ))
+            .await
+            .expect(200)
+            .json;
+        assert_eq!(body["pagination"]["total"], 8, "{body}");
+        assert_eq!(body["pagination"]["page"], page, "{body}");
+        assert_eq!(body["pagination"]["per_page"], 3, "{body}");
+        for item in body["items"].as_array().unwrap() {
+            assert_eq!(item["timestamp"], item["time"], "{item}");
+            assert!(item["data"].is_object(), "{item}");
+            seen.push(item["id"].clone());
+        }
+    }
+    let expected: Vec<Value> = newest_first.iter().map(|e| e["id"].clone()).collect();
+    assert_eq!(
+        seen, expected,
+        "pages, in order, are the events newest first"
+    );
+
+    // `type` filters; a page past the end is empty but still counted.
+    let batch = app
+        .get("/ojs/v1/events?queue=paged&type=job.enqueued&page=1&per_page=50")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(batch["pagination"]["total"], 7, "{batch}");
+    let empty = app
+        .get("/ojs/v1/events?queue=paged&type=job.completed&page=1&per_page=50")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(empty["items"], json!([]));
+    assert_eq!(empty["pagination"]["total"], 0);
+    let past = app
+        .get("/ojs/v1/events?queue=paged&page=9&per_page=3")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(past["items"], json!([]));
+    assert_eq!(past["pagination"]["total"], 8);
+
+    // The cursor form is unchanged when neither page nor per_page is given.
+    let cursor = app.get("/ojs/v1/events?queue=paged").await.expect(200).json;
+    assert!(cursor.get("items").is_none() && cursor["events"].is_array());
+    app.get("/ojs/v1/events?page=0")
+        .await
+        .expect_error(400, "invalid_request");
+    app.get("/ojs/v1/events?page=1&job_id=x")
+        .await
+        .expect_error(400, "invalid_request");
+}
