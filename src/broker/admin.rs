@@ -38,6 +38,8 @@ pub struct AdminQueueDetail {
     pub config: std::sync::Arc<crate::queue_config::QueueConfig>,
     /// When the job that has waited longest became available.
     pub oldest_available_at: Option<DateTime<Utc>>,
+    /// The jobs counted against `max_size` (bounded queues only).
+    pub depth: Option<i64>,
 }
 
 /// A bulk action on jobs ([OJS bulk operations]).
@@ -123,10 +125,18 @@ impl Broker {
             .ok_or_else(|| Error::QueueNotFound(name.to_owned()))?;
         let config = self.configs.current(&self.db).await?.of(name).clone();
         let oldest_available_at = store::admin::oldest_available_at(&self.db, name).await?;
+        let depth = match config.max_size {
+            Some(_) => store::queue::capacity(&self.db, name)
+                .await?
+                .map(|(jobs, _)| jobs)
+                .or(Some(0)),
+            None => None,
+        };
         Ok(AdminQueueDetail {
             queue,
             config,
             oldest_available_at,
+            depth,
         })
     }
 

@@ -271,7 +271,7 @@ pub(super) async fn cancel(
 /// Other members of the body are ignored.
 ///
 /// [OJS priority update]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#81-priority-update
-async fn change_priority(
+pub(super) async fn change_priority(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     body: JsonBody,

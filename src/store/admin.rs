@@ -260,6 +260,7 @@ pub struct JobSummary {
     pub max_attempts: i32,
     pub created_at: DateTime<Utc>,
     pub enqueued_at: Option<DateTime<Utc>>,
+    pub scheduled_at: Option<DateTime<Utc>>,
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
 }
@@ -281,8 +282,8 @@ pub async fn list_jobs(
         JobSummary,
         r#"
         select j.id as "id: JobId", j.type, j.queue, j.state as "state: JobState", j.priority,
-               j.attempt, j.max_attempts, j.created_at, j.enqueued_at, j.started_at,
-               j.completed_at
+               j.attempt, j.max_attempts, j.created_at, j.enqueued_at, j.scheduled_at,
+               j.started_at, j.completed_at
           from ojs_job j
          where ($1::text is null or j.queue = $1)
            and ($2::text[] is null or j.state = any($2::text[]::ojs_job_state[]))

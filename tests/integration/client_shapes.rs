@@ -145,3 +145,79 @@ async fn every_worker_lists_its_queues() {
     let one = app.get("/ojs/v1/admin/workers/bare").await.expect(200).json;
     assert_eq!(one["queues"], json!([]), "{one}");
 }
+
+/// The admin UI changes priority with `PATCH /ojs/v1/admin/jobs/{id}` and lists scheduled jobs
+/// by `scheduled_at`.
+#[tokio::test]
+async fn admin_jobs_take_a_priority_patch_and_list_scheduled_at() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": "later", "scheduled_at": "+1h"}))
+        .await;
+    let patched = app
+        .send(
+            reqwest::Method::PATCH,
+            &format!("/ojs/v1/admin/jobs/{id}"),
+            Some(br#"{"priority": 0}"#.to_vec()),
+            &[("content-type", "application/json")],
+        )
+        .await
+        .expect(200);
+    assert_eq!(patched.json["previous_priority"], 2, "{}", patched.text);
+    assert_eq!(app.job(&id).await["priority"], 0);
+    let refused = app
+        .send(
+            reqwest::Method::PATCH,
+            &format!("/ojs/v1/admin/jobs/{id}"),
+            Some(br#"{"priority": -1}"#.to_vec()),
+            &[("content-type", "application/json")],
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert_eq!(app.job(&id).await["priority"], 0);
+
+    let listed = app
+        .get("/ojs/v1/admin/jobs?state=scheduled&sort=scheduled_at&order=asc")
+        .await
+        .expect(200)
+        .json;
+    let item = &listed["items"][0];
+    assert_eq!(item["id"], id.as_str());
+    assert_eq!(item["scheduled_at"], app.job(&id).await["scheduled_at"]);
+}
+
+/// The queue detail's `backpressure` reports bound, depth and state for the admin UI.
+#[tokio::test]
+async fn a_bounded_queue_reports_its_backpressure_state() {
+    let app = TestApp::spawn().await;
+    app.post(
+        "/ojs/v1/queues",
+        json!({"name": "tight", "config": {"max_size": 4, "warning_threshold": 0.5}}),
+    )
+    .await
+    .expect(201);
+    let pressure = |body: &Value| body["configuration"]["backpressure"].clone();
+    let detail = app.get("/ojs/v1/admin/queues/tight").await.expect(200).json;
+    let bp = pressure(&detail);
+    assert_eq!(bp["enabled"], true, "{bp}");
+    assert_eq!(bp["threshold"], 4);
+    assert_eq!(bp["current_depth"], 0);
+    assert_eq!(bp["state"], "normal");
+    for expected in ["normal", "warning", "warning", "critical"] {
+        app.push(json!({"type": "a.b", "args": [], "queue": "tight"}))
+            .await;
+        let bp = pressure(&app.get("/ojs/v1/admin/queues/tight").await.expect(200).json);
+        assert_eq!(bp["state"], expected, "{bp}");
+    }
+    assert_eq!(
+        pressure(&app.get("/ojs/v1/admin/queues/tight").await.json)["current_depth"],
+        4
+    );
+
+    app.push(json!({"type": "a.b", "args": [], "queue": "open"}))
+        .await;
+    let open = pressure(&app.get("/ojs/v1/admin/queues/open").await.expect(200).json);
+    assert_eq!(open["enabled"], false, "{open}");
+    assert_eq!(open["state"], "normal");
+    assert!(open["current_depth"].is_null() && open["threshold"].is_null());
+}

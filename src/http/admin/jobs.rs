@@ -27,7 +27,11 @@ use crate::timestamp;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/ojs/v1/admin/jobs", get(list))
-        .route("/ojs/v1/admin/jobs/{id}", get(show))
+        // PATCH is the data plane's priority change, where the OJS admin UI sends it.
+        .route(
+            "/ojs/v1/admin/jobs/{id}",
+            get(show).patch(jobs::change_priority),
+        )
         .route("/ojs/v1/admin/jobs/{id}/cancel", post(jobs::cancel))
         .route("/ojs/v1/admin/jobs/{id}/retry", post(retry))
         .route("/ojs/v1/admin/jobs/bulk/{action}", post(bulk))
@@ -89,6 +93,8 @@ struct Item<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     enqueued_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    scheduled_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     started_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     completed_at: Option<String>,
@@ -106,6 +112,7 @@ impl<'a> Item<'a> {
             max_attempts: j.max_attempts,
             created_at: timestamp::format(j.created_at),
             enqueued_at: j.enqueued_at.map(timestamp::format),
+            scheduled_at: j.scheduled_at.map(timestamp::format),
             started_at: j.started_at.map(timestamp::format),
             completed_at: j.completed_at.map(timestamp::format),
         }

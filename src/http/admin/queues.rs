@@ -91,7 +91,10 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 }
 
 /// `GET /ojs/v1/admin/queues/{name}`: a listed queue plus its configuration and when its
-/// longest-waiting job became available (omitted while none waits).
+/// longest-waiting job became available (omitted while none waits). The configuration's
+/// `backpressure` also reports, for the OJS admin UI, whether the queue is bounded
+/// (`enabled`), its bound (`threshold`), its `current_depth` and `state`: `normal`, `warning`
+/// from `warning_threshold` of the bound, `critical` at the bound.
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -107,9 +110,29 @@ async fn show(
         #[serde(skip_serializing_if = "Option::is_none")]
         oldest_available_at: Option<String>,
     }
+    let mut configuration = detail.config.to_json();
+    if let Some(pressure) = configuration
+        .get_mut("backpressure")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        let bound = detail.config.max_size;
+        let state = match (bound, detail.depth) {
+            (Some(bound), Some(depth)) if depth >= bound => "critical",
+            (Some(bound), Some(depth))
+                if depth as f64 >= detail.config.warning_threshold * bound as f64 =>
+            {
+                "warning"
+            }
+            _ => "normal",
+        };
+        pressure.insert("enabled".to_owned(), bound.is_some().into());
+        pressure.insert("threshold".to_owned(), bound.into());
+        pressure.insert("current_depth".to_owned(), detail.depth.into());
+        pressure.insert("state".to_owned(), state.into());
+    }
     Ok(ok(Shown {
         item: Item::of(&detail.queue),
-        configuration: detail.config.to_json(),
+        configuration,
         oldest_available_at: detail.oldest_available_at.map(timestamp::format),
     })
     .into_response())
