@@ -42,6 +42,18 @@ pub struct AdminQueueDetail {
     pub depth: Option<i64>,
 }
 
+/// A rate-limited queue's limit and use.
+#[derive(Debug, Clone)]
+pub struct RateLimitUsage {
+    pub queue: String,
+    pub limit: i64,
+    pub period_ms: u64,
+    /// Jobs started within the last period.
+    pub started: i64,
+    /// Available jobs.
+    pub waiting: i64,
+}
+
 /// A bulk action on jobs ([OJS bulk operations]).
 ///
 /// [OJS bulk operations]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#8-bulk-operations
@@ -99,6 +111,65 @@ pub struct BulkOutcome {
 }
 
 impl Broker {
+    /// Jobs enqueued, completed and discarded per bucket ([`store::admin::history`]).
+    pub async fn history(
+        &self,
+        since: DateTime<Utc>,
+        bucket_ms: i64,
+        queue: Option<&str>,
+    ) -> Result<Vec<(i64, i64, i64, i64)>> {
+        Ok(store::admin::history(&self.db, since, bucket_ms, queue).await?)
+    }
+
+    /// The rate-limited queues by name, a page at a time (with how many there are): each
+    /// queue's limit, the jobs it started within the limit's period, and its available jobs.
+    pub async fn rate_limits(&self, limit: i64, offset: i64) -> Result<(Vec<RateLimitUsage>, i64)> {
+        let (queues, _) = store::queue::list(&self.db, None, i64::MAX, 0).await?;
+        let configs = self.configs.current(&self.db).await?;
+        let limited: Vec<(String, crate::queue_config::RateLimit)> = queues
+            .into_iter()
+            .filter_map(|q| configs.of(&q.name).rate_limit.map(|r| (q.name, r)))
+            .collect();
+        let total = limited.len() as i64;
+        let mut page = Vec::new();
+        for (queue, rate) in limited
+            .into_iter()
+            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        {
+            let period_ms = i64::try_from(rate.period_ms).unwrap_or(i64::MAX);
+            let (started, waiting) = store::queue::rate_usage(
+                &self.db,
+                &queue,
+                &store::queue::rate_key(&queue),
+                period_ms,
+            )
+            .await?;
+            page.push(RateLimitUsage {
+                queue,
+                limit: rate.limit,
+                period_ms: rate.period_ms,
+                started,
+                waiting,
+            });
+        }
+        Ok((page, total))
+    }
+
+    /// Jobs holding unique keys, a page at a time, and how many there are.
+    pub async fn unique_holders(
+        &self,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(Vec<store::admin::UniqueHolder>, i64)> {
+        Ok(store::admin::unique_holders(&self.db, limit, offset).await?)
+    }
+
+    /// Queue and worker counts for the health report.
+    pub async fn health_counts(&self) -> Result<store::admin::HealthCounts> {
+        Ok(store::admin::health_counts(&self.db, self.settings.heartbeat_timeout).await?)
+    }
+
     /// Queue, worker and job counts, and the throughput of the last [`RECENT_WINDOW`].
     pub async fn overview(&self) -> Result<Overview> {
         Ok(

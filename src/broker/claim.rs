@@ -137,7 +137,7 @@ impl Fetcher {
         let mut rate = None;
         if config.limits_dispatch() {
             let queue = params.queue;
-            let rate_key = format!("queue:{queue}");
+            let rate_key = store::queue::rate_key(queue);
             let period_ms = config
                 .rate_limit
                 .map_or(0, |r| i64::try_from(r.period_ms).unwrap_or(i64::MAX));

@@ -30,7 +30,9 @@ mod queues;
 mod unique;
 mod workers;
 
-pub use admin::{AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW};
+pub use admin::{
+    AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW, RateLimitUsage,
+};
 pub use complete::{NackRequest, Nacked};
 pub use configs::Snapshot as QueueConfigs;
 pub use enqueue::{Pressure, PushContext, PushOutcome, PushResult, Pushed};

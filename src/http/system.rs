@@ -91,7 +91,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
             "delayed_jobs": true,
             "job_ttl": true,
             "priority_queues": true,
-            "rate_limiting": false,
+            "rate_limiting": true,
             "schema_validation": false,
             "unique_jobs": true,
             "workflows": false,
@@ -145,13 +145,16 @@ fn with_retry_after(mut response: Response) -> Response {
     response
 }
 
-/// Liveness plus backend status: 200 `ok`/`degraded`, or 503 `unhealthy`.
+/// Liveness plus backend status: 200 `ok`/`degraded`, or 503 `unhealthy`. While the database
+/// answers, `queues` (`total`, `paused`) and `workers` (`total`, `active`, `stale`) too, as the
+/// OJS admin UI shows them; they are left out if counting fails.
 async fn health(State(state): State<AppState>) -> Response {
     let uptime = state.uptime().as_secs();
     match probe(&state).await {
         Ok(latency) => {
             let degraded = latency > DEGRADED_LATENCY || !state.accepting();
-            ok(json!({
+            let counts = state.broker().health_counts().await.ok();
+            let mut body = json!({
                 "status": if degraded { "degraded" } else { "ok" },
                 "version": super::OJS_VERSION,
                 "uptime_seconds": uptime,
@@ -164,8 +167,16 @@ async fn health(State(state): State<AppState>) -> Response {
                     "id": state.settings().instance_id,
                     "leader": state.is_leader(),
                 },
-            }))
-            .into_response()
+            });
+            if let Some(c) = counts {
+                body["queues"] = json!({"total": c.queues, "paused": c.paused_queues});
+                body["workers"] = json!({
+                    "total": c.workers,
+                    "active": c.workers - c.stale_workers,
+                    "stale": c.stale_workers,
+                });
+            }
+            ok(body).into_response()
         }
         Err(error) => {
             tracing::warn!(%error, "health probe failed");

@@ -67,6 +67,134 @@ pub struct Overview {
     pub discarded_recently: i64,
 }
 
+/// A job holding a unique key: one with a key, in a state its policy counts (the policy's
+/// `states`, else the default five unfinished states).
+#[derive(Debug, Clone)]
+pub struct UniqueHolder {
+    pub id: JobId,
+    pub unique_key: String,
+    pub r#type: String,
+    pub queue: String,
+    pub state: JobState,
+    pub created_at: DateTime<Utc>,
+    pub unique_policy: crate::job::RawJson,
+}
+
+/// Jobs holding unique keys, by key (newest first within a key), a page at a time; and how many
+/// there are. A policy's `period` is not applied here: the caller reports when it ends.
+pub async fn unique_holders(
+    db: impl PgExecutor<'_> + Copy,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<UniqueHolder>, i64), sqlx::Error> {
+    let items = sqlx::query_as!(
+        UniqueHolder,
+        r#"
+        select j.id as "id: JobId", j.unique_key as "unique_key!", j.type, j.queue,
+               j.state as "state: JobState", j.created_at,
+               j.unique_policy as "unique_policy!: crate::job::RawJson"
+          from ojs_job j
+         where j.unique_key is not null
+           and j.state::text = any(coalesce(
+                   (select array_agg(s) from json_array_elements_text(
+                        case when json_typeof(j.unique_policy -> 'states') = 'array'
+                             then j.unique_policy -> 'states' end) s),
+                   array['available', 'active', 'scheduled', 'retryable', 'pending']))
+         order by j.unique_key, j.created_at desc, j.id
+         limit $1 offset $2
+        "#,
+        limit,
+        offset,
+    )
+    .fetch_all(db)
+    .await?;
+    let total = sqlx::query_scalar!(
+        r#"
+        select count(*) as "total!"
+          from ojs_job j
+         where j.unique_key is not null
+           and j.state::text = any(coalesce(
+                   (select array_agg(s) from json_array_elements_text(
+                        case when json_typeof(j.unique_policy -> 'states') = 'array'
+                             then j.unique_policy -> 'states' end) s),
+                   array['available', 'active', 'scheduled', 'retryable', 'pending']))
+        "#
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((items, total))
+}
+
+/// Jobs enqueued, completed and discarded per `bucket_ms` since `since` (of `queue`, or all),
+/// counted from the retained lifecycle events: `(bucket start in Unix ms, enqueued, completed,
+/// discarded)`, only buckets with any. Reads every event since `since`; for the dashboard,
+/// not for hot paths.
+pub async fn history(
+    db: impl PgExecutor<'_>,
+    since: DateTime<Utc>,
+    bucket_ms: i64,
+    queue: Option<&str>,
+) -> Result<Vec<(i64, i64, i64, i64)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select (floor(extract(epoch from time) * 1000 / $2::int8) * $2::int8)::int8 as "bucket!",
+               coalesce(sum(n) filter (where type = 'job.enqueued'), 0)::int8 as "enqueued!",
+               coalesce(sum(n) filter (where type = 'job.completed'), 0)::int8 as "completed!",
+               coalesce(sum(n) filter (where type = 'job.discarded'), 0)::int8 as "discarded!"
+          from (select time, type, coalesce(cardinality(job_ids), 1)::int8 as n
+                  from ojs_event
+                 where time >= $1
+                   and type in ('job.enqueued', 'job.completed', 'job.discarded')
+                   and ($3::text is null or queue = $3)) e
+         group by 1
+         order by 1
+        "#,
+        since,
+        bucket_ms,
+        queue,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.bucket, r.enqueued, r.completed, r.discarded))
+        .collect())
+}
+
+/// Queues (`_default` aside) and paused queues; workers and stale workers (as in
+/// [`overview`]). Small tables only: the health probe reports them.
+pub async fn health_counts(
+    db: impl PgExecutor<'_>,
+    stale_after: Duration,
+) -> Result<HealthCounts, sqlx::Error> {
+    sqlx::query_as!(
+        HealthCounts,
+        r#"
+        select (select count(*) from ojs_queue where name <> '_default') as "queues!",
+               (select count(*) from ojs_queue where name <> '_default' and state = 'paused')
+                   as "paused_queues!",
+               (select count(*) from ojs_worker) as "workers!",
+               (select count(*)
+                  from ojs_worker w
+                 where w.stale_at is not null
+                    or coalesce(w.last_heartbeat_at < now() - $1::int8 * interval '1 millisecond',
+                                false)) as "stale_workers!"
+        "#,
+        millis(stale_after),
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// What [`health_counts`] counts.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthCounts {
+    pub queues: i64,
+    pub paused_queues: i64,
+    pub workers: i64,
+    pub stale_workers: i64,
+}
+
 /// Queue, worker and job counts, and how many jobs completed and were discarded within
 /// `window`. A worker without a heartbeat for `stale_after` counts as gone, as it does in the
 /// worker listing (even before the detector has run).

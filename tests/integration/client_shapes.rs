@@ -221,3 +221,182 @@ async fn a_bounded_queue_reports_its_backpressure_state() {
     assert_eq!(open["state"], "normal");
     assert!(open["current_depth"].is_null() && open["threshold"].is_null());
 }
+
+/// The dashboard's throughput chart: per-period counts, every period present, oldest first.
+#[tokio::test]
+async fn stats_history_counts_enqueued_processed_and_failed_per_period() {
+    let app = TestApp::spawn().await;
+    for i in 0..3 {
+        app.push(
+            json!({"type": "a.b", "args": [i], "queue": "hist", "retry": {"max_attempts": 1}}),
+        )
+        .await;
+    }
+    let done = app.fetch_one("hist", "w").await;
+    app.post("/ojs/v1/workers/ack", json!({"job_id": done["id"]}))
+        .await
+        .expect(200);
+    let failed = app.fetch_one("hist", "w").await;
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": failed["id"], "error": {"message": "boom"}}),
+    )
+    .await
+    .expect(200);
+    app.push(json!({"type": "a.b", "args": [], "queue": "elsewhere"}))
+        .await;
+
+    let sum = |body: &Value, key: &str| -> i64 {
+        body["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[key].as_i64().unwrap())
+            .sum()
+    };
+    // Events are readable once no older transaction is running; wait for the last one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let body = loop {
+        let body = app
+            .get("/ojs/v1/admin/stats/history?period=1m&queue=hist")
+            .await
+            .expect(200)
+            .json;
+        if sum(&body, "failed") == 1 || std::time::Instant::now() > deadline {
+            break body;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(body["period"], "PT1M");
+    let points = body["data"].as_array().unwrap();
+    assert_eq!(points.len(), 12, "{body}");
+    let times: Vec<chrono::DateTime<chrono::Utc>> = points
+        .iter()
+        .map(|p| p["timestamp"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        times.windows(2).all(|w| (w[1] - w[0]).num_seconds() == 60),
+        "{body}"
+    );
+    assert_eq!(sum(&body, "enqueued"), 3, "{body}");
+    assert_eq!(sum(&body, "processed"), 1, "{body}");
+    assert_eq!(sum(&body, "failed"), 1, "{body}");
+    let all = app
+        .get("/ojs/v1/admin/stats/history?period=1m")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(sum(&all, "enqueued"), 4, "{all}");
+
+    let since = app
+        .get("/ojs/v1/admin/stats/history?period=1h&since=2020-01-01T00:00:00Z")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(since["data"].as_array().unwrap().len(), 1_440, "capped");
+    for bad in [
+        "period=0s",
+        "period=2d",
+        "period=soon",
+        "queue=Bad%20Name",
+        "since=yesterday",
+    ] {
+        app.get(&format!("/ojs/v1/admin/stats/history?{bad}"))
+            .await
+            .expect_error(400, "invalid_request");
+    }
+}
+
+/// The admin UI's unique-jobs page: the jobs that hold a unique key, with when it ends.
+#[tokio::test]
+async fn unique_jobs_lists_the_holders_of_unique_keys() {
+    let app = TestApp::spawn().await;
+    let timed = app
+        .push_id(json!({"type": "u.timed", "args": [], "queue": "uq",
+                        "unique": {"period": "PT1H"}}))
+        .await;
+    let plain = app
+        .push_id(json!({"type": "u.plain", "args": [], "queue": "uq", "unique": {}}))
+        .await;
+    let kept = app
+        .push_id(json!({"type": "u.kept", "args": [], "queue": "uq-done",
+                        "unique": {"states": ["completed"]}}))
+        .await;
+    app.push(json!({"type": "u.none", "args": [], "queue": "uq"}))
+        .await;
+    // A completed job holds no key unless its policy counts completed jobs.
+    let done = app
+        .push_id(json!({"type": "u.done", "args": [], "queue": "uq-done2", "unique": {}}))
+        .await;
+    for (queue, id) in [("uq-done", &kept), ("uq-done2", &done)] {
+        let j = app.fetch_one(queue, "w").await;
+        assert_eq!(j["id"], id.as_str());
+        app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
+            .await
+            .expect(200);
+    }
+
+    let body = app
+        .get("/ojs/v1/unique-jobs?page=1&per_page=25")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(body["pagination"]["total"], 3, "{body}");
+    let items = body["items"].as_array().unwrap();
+    let item = |id: &str| {
+        items
+            .iter()
+            .find(|i| i["job_id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing: {body}"))
+            .clone()
+    };
+    let t = item(&timed);
+    let job = app.job(&timed).await;
+    assert_eq!(t["key"], job["unique_key"]);
+    assert_eq!(t["type"], "u.timed");
+    assert_eq!(t["queue"], "uq");
+    assert_eq!(t["state"], "available");
+    let created: chrono::DateTime<chrono::Utc> =
+        job["created_at"].as_str().unwrap().parse().unwrap();
+    let until: chrono::DateTime<chrono::Utc> = t["locked_until"].as_str().unwrap().parse().unwrap();
+    assert_eq!((until - created).num_seconds(), 3600);
+    assert!(item(&plain).get("locked_until").is_none());
+    assert_eq!(item(&kept)["state"], "completed");
+}
+
+/// The manifest claims rate limiting (per-queue limits exist) and the admin UI's rate-limits
+/// page lists each limited queue with its use.
+#[tokio::test]
+async fn rate_limited_queues_are_listed_with_their_use() {
+    let app = TestApp::spawn().await;
+    let manifest = app.get("/ojs/manifest").await.expect(200).json;
+    assert_eq!(manifest["capabilities"]["rate_limiting"], true);
+    app.post(
+        "/ojs/v1/queues",
+        json!({"name": "throttled", "config": {"rate_limit": {"limit": 2, "period": "1m"}}}),
+    )
+    .await
+    .expect(201);
+    for i in 0..3 {
+        app.push(json!({"type": "a.b", "args": [i], "queue": "throttled"}))
+            .await;
+    }
+    app.push(json!({"type": "a.b", "args": [], "queue": "free"}))
+        .await;
+    let got = app
+        .fetch(json!({"queues": ["throttled"], "count": 3, "worker_id": "w"}))
+        .await;
+    assert_eq!(got.len(), 2, "the limit holds");
+
+    let body = app
+        .get("/ojs/v1/rate-limits?page=1&per_page=25")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(body["pagination"]["total"], 1, "{body}");
+    assert_eq!(
+        body["items"][0],
+        json!({"key": "throttled", "queue": "throttled", "limit": 2, "period": "PT1M",
+               "active": 2, "waiting": 1})
+    );
+}

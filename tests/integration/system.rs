@@ -70,11 +70,32 @@ async fn json_responses_can_be_labelled_application_json() {
 #[tokio::test]
 async fn health_and_readiness() {
     let app = TestApp::spawn().await;
+    app.push(job("a.b", "h-one")).await;
+    app.push(job("a.b", "h-two")).await;
+    app.post("/ojs/v1/queues/h-two/pause", json!({}))
+        .await
+        .expect(200);
+    app.post("/ojs/v1/workers/register", json!({"worker_id": "h-w"}))
+        .await
+        .expect(201);
     for path in ["/ojs/v1/health", "/health"] {
         let resp = app.get(path).await.expect(200);
         assert_eq!(resp.json["status"], "ok");
         assert_eq!(resp.json["backend"]["type"], "postgres");
         assert_eq!(resp.json["backend"]["status"], "ok");
+        // The admin UI's blocks.
+        assert_eq!(
+            resp.json["queues"],
+            json!({"total": 2, "paused": 1}),
+            "{}",
+            resp.text
+        );
+        assert_eq!(
+            resp.json["workers"],
+            json!({"total": 1, "active": 1, "stale": 0}),
+            "{}",
+            resp.text
+        );
     }
     for path in ["/ojs/v1/ready", "/ready"] {
         assert_eq!(app.get(path).await.expect(200).json["status"], "ready");

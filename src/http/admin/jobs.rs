@@ -1,5 +1,6 @@
 //! `/ojs/v1/admin/jobs` ([OJS job inspection], [bulk operations]): job listings with filters
-//! and order, a job in full, cancel, retry of discarded jobs, and bulk actions.
+//! and order, a job in full, cancel, retry of discarded jobs, and bulk actions; and the
+//! holders of unique keys (`/ojs/v1/unique-jobs`).
 //!
 //! [OJS job inspection]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#7-job-inspection-and-search
 //! [bulk operations]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#8-bulk-operations
@@ -20,6 +21,7 @@ use super::super::{AppState, jobs, ok};
 use crate::broker::BulkAction;
 use crate::broker::{JobFilter, JobSort, JobSummary, RetryOverride};
 use crate::job::JobState;
+use crate::job::unique::UniquePolicy;
 use crate::job::wire::WireJob;
 use crate::json::Object;
 use crate::timestamp;
@@ -35,6 +37,59 @@ pub fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/jobs/{id}/cancel", post(jobs::cancel))
         .route("/ojs/v1/admin/jobs/{id}/retry", post(retry))
         .route("/ojs/v1/admin/jobs/bulk/{action}", post(bulk))
+        .route("/ojs/v1/unique-jobs", get(unique_jobs))
+}
+
+/// `GET /ojs/v1/unique-jobs`: the jobs holding unique keys (a key, in a state their policy
+/// counts), by key, a page at a time, as the OJS admin UI lists them. `locked_until` is when
+/// the policy's `period` ends (absent without one); past it, the key no longer blocks.
+async fn unique_jobs(
+    State(state): State<AppState>,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    let page = Page::from_query(&query, ADMIN)?;
+    let (holders, total) = state
+        .broker()
+        .unique_holders(page.limit, page.offset)
+        .await?;
+
+    #[derive(Serialize)]
+    struct Holder<'a> {
+        key: &'a str,
+        job_id: String,
+        r#type: &'a str,
+        queue: &'a str,
+        state: JobState,
+        created_at: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        locked_until: Option<String>,
+    }
+    #[derive(Serialize)]
+    struct ListBody<'a> {
+        items: Vec<Holder<'a>>,
+        pagination: Pagination,
+    }
+    let items = holders
+        .iter()
+        .map(|h| Holder {
+            key: &h.unique_key,
+            job_id: h.id.to_string(),
+            r#type: &h.r#type,
+            queue: &h.queue,
+            state: h.state,
+            created_at: timestamp::format(h.created_at),
+            locked_until: UniquePolicy::parse(&h.unique_policy.0, "$.unique")
+                .ok()
+                .and_then(|p| p.period_ms)
+                .and_then(|ms| i64::try_from(ms).ok())
+                .map(|ms| timestamp::format(h.created_at + chrono::Duration::milliseconds(ms))),
+        })
+        .collect();
+    Ok(ok(ListBody {
+        items,
+        pagination: page.describe(total),
+    })
+    .into_response())
 }
 
 /// A `type` filter: exact (`email.send`) or a prefix (`email.*`, `email*`).

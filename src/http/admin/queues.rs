@@ -1,6 +1,7 @@
 //! `/ojs/v1/admin/queues` ([OJS admin queue management]): queues with their counts, recent
-//! throughput and latency, and the purge of a queue's jobs. Pause and resume live with the
-//! other queue routes (`http::queues`).
+//! throughput and latency, and the purge of a queue's jobs; and the rate-limited queues
+//! (`/ojs/v1/rate-limits`). Pause and resume live with the other queue routes
+//! (`http::queues`).
 //!
 //! [OJS admin queue management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#6-queue-management
 
@@ -28,6 +29,34 @@ pub fn router() -> Router<AppState> {
         .route("/ojs/v1/admin/queues", get(list))
         .route("/ojs/v1/admin/queues/{name}", get(show))
         .route("/ojs/v1/admin/queues/{name}/jobs", delete(purge))
+        .route("/ojs/v1/rate-limits", get(rate_limits))
+}
+
+/// `GET /ojs/v1/rate-limits`: the queues whose configuration sets a `rate_limit` (their own or
+/// `_default`'s), by name, a page at a time, as the OJS admin UI lists them: `key` (and
+/// `queue`) the queue, `limit` jobs per `period`, `active` the jobs started within the last
+/// period, `waiting` its available jobs. Limits are changed through the queue's configuration;
+/// the UI's per-key overrides are not offered.
+async fn rate_limits(
+    State(state): State<AppState>,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    let page = Page::from_query(&query, ADMIN)?;
+    let (limits, total) = state.broker().rate_limits(page.limit, page.offset).await?;
+    let items: Vec<serde_json::Value> = limits
+        .iter()
+        .map(|r| {
+            json!({
+                "key": r.queue,
+                "queue": r.queue,
+                "limit": r.limit,
+                "period": crate::duration::format_iso(r.period_ms),
+                "active": r.started,
+                "waiting": r.waiting,
+            })
+        })
+        .collect();
+    Ok(ok(json!({"items": items, "pagination": page.describe(total)})).into_response())
 }
 
 /// Percentiles of the execution time of the jobs completed in the recent window, in whole

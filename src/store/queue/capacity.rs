@@ -133,6 +133,35 @@ pub async fn dispatch_usage(
     Ok((r.active, r.started, r.now))
 }
 
+/// The key a queue's job starts are recorded under in `ojs_rate_window`.
+pub fn rate_key(queue: &str) -> String {
+    format!("queue:{queue}")
+}
+
+/// For a rate-limited queue: the job starts recorded under `rate_key` within the last
+/// `period_ms`, and its available jobs.
+pub async fn rate_usage(
+    db: impl PgExecutor<'_>,
+    queue: &str,
+    rate_key: &str,
+    period_ms: i64,
+) -> Result<(i64, i64), sqlx::Error> {
+    let r = sqlx::query!(
+        r#"
+        select (select coalesce(sum(jobs), 0) from ojs_rate_window
+                 where key = $2 and started_at > clock_timestamp() - $3 * interval '1 millisecond')::int8
+                   as "started!",
+               (select count(*) from ojs_job where queue = $1 and state = 'available') as "waiting!"
+        "#,
+        queue,
+        rate_key,
+        period_ms as f64,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((r.started, r.waiting))
+}
+
 /// Records `jobs` starts under `rate_key` at `at`, and forgets starts older than `period_ms`.
 pub async fn record_starts(
     db: &mut sqlx::PgConnection,

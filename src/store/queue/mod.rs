@@ -16,7 +16,9 @@ mod capacity;
 mod config;
 mod deletion;
 
-pub use capacity::{capacity, depth_gauges, dispatch_usage, drop_oldest, record_starts};
+pub use capacity::{
+    capacity, depth_gauges, dispatch_usage, drop_oldest, rate_key, rate_usage, record_starts,
+};
 pub use config::{
     Bounds, all_layers, bump_generation, config_generation, config_layers, default_layer,
     lock_config, set_bounds, write_config,
