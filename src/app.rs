@@ -202,6 +202,7 @@ impl Application {
                 instance_id: instance_id.clone(),
                 plain_json: config.response_content_type
                     == crate::config::ResponseContentType::Json,
+                admin_ui_dir: config.admin_ui_dir.clone(),
             },
             Services {
                 events: events.clone(),

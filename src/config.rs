@@ -217,6 +217,11 @@ pub struct Config {
     #[arg(long, env = "OJS_ALLOW_HYPHENATED_TYPES", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_hyphenated_types: Option<bool>,
 
+    /// A built OJS admin UI (`openjobspec/ojs-admin-ui`, `npm run build:app` → `dist-app`) to
+    /// serve at `/ojs/admin/`, on the API's own origin as the UI expects. Unset: not served.
+    #[arg(long, env = "OJS_ADMIN_UI_DIR")]
+    pub admin_ui_dir: Option<std::path::PathBuf>,
+
     /// This process's identity among the replicas (leader id, event source). Default:
     /// `<hostname>-<pid>-<random>`, new at every start.
     #[arg(long, env = "OJS_INSTANCE_ID")]
@@ -335,6 +340,7 @@ impl Default for Config {
             response_content_type: ResponseContentType::Openjobspec,
             log_format: LogFormat::Text,
             allow_hyphenated_types: None,
+            admin_ui_dir: None,
             instance_id: None,
             service_name: DEFAULT_SERVICE_NAME.to_owned(),
             maintenance: true,

@@ -11,6 +11,7 @@ pub mod error;
 pub mod extract;
 
 mod admin;
+mod admin_ui;
 mod dead_letter;
 mod events;
 mod jobs;
@@ -75,6 +76,8 @@ pub struct HttpSettings {
     pub instance_id: String,
     /// Label JSON responses `application/json` instead of [`OJS_JSON`].
     pub plain_json: bool,
+    /// A built admin UI served at `/ojs/admin/`.
+    pub admin_ui_dir: Option<std::path::PathBuf>,
 }
 
 /// Process-wide services the handlers use besides the broker.
@@ -175,6 +178,7 @@ pub fn router(state: AppState) -> Router {
         .merge(events::router())
         .merge(queues::router())
         .merge(admin::router(state.settings().test_hooks))
+        .merge(admin_ui::router(state.settings().admin_ui_dir.is_some()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(on_panic))
@@ -337,7 +341,7 @@ fn needs_database(path: &str) -> bool {
     !matches!(
         path,
         "/health" | "/ready" | "/metrics" | "/ojs/v1/health" | "/ojs/v1/ready" | "/ojs/manifest"
-    )
+    ) && !admin_ui::serves(path)
 }
 
 /// A JSON response with the OJS media type.

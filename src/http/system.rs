@@ -24,6 +24,13 @@ pub fn router() -> Router<AppState> {
         .route("/ojs/v1/ready", get(ready))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
+        .route("/ojs/v1/middleware", get(middleware))
+}
+
+/// `GET /ojs/v1/middleware`: the server-side middleware chains the OJS admin UI lists. ojsd
+/// runs none: enqueue and execution middleware belong to the SDKs, in the client's process.
+async fn middleware() -> Ojs<serde_json::Value> {
+    ok(json!({"enqueue": [], "execution": []}))
 }
 
 /// Prometheus text exposition. The content type is exactly `text/plain`, without the usual

@@ -212,3 +212,60 @@ async fn shutdown_ends_long_polls_and_stops_cleanly() {
         "the in-flight long poll was answered"
     );
 }
+
+/// A built admin UI is served at `/ojs/admin/` when configured, as a single-page app.
+#[tokio::test]
+async fn a_configured_admin_ui_is_served_under_ojs_admin() {
+    let dir = std::env::temp_dir().join(format!("ojsd-ui-test-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(dir.join("assets")).unwrap();
+    std::fs::write(dir.join("index.html"), "<!doctype html><title>ui</title>").unwrap();
+    std::fs::write(dir.join("assets/index-1.js"), "console.log(1)").unwrap();
+    let ui = dir.clone();
+    let app = TestApp::spawn_with(move |c| c.admin_ui_dir = Some(ui)).await;
+
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = no_redirects
+        .get(format!("{}/ojs/admin", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(base.status(), 308);
+    assert_eq!(base.headers()["location"], "/ojs/admin/");
+    for page in ["/ojs/admin/", "/ojs/admin/jobs", "/ojs/admin/dead-letter"] {
+        let resp = app.get(page).await.expect(200);
+        assert_eq!(resp.text, "<!doctype html><title>ui</title>", "{page}");
+        assert_eq!(
+            resp.header("content-type"),
+            Some("text/html; charset=utf-8")
+        );
+    }
+    for asset in [
+        "/ojs/admin/assets/index-1.js",
+        "/ojs/admin/workflows/assets/index-1.js",
+    ] {
+        let resp = app.get(asset).await.expect(200);
+        assert_eq!(resp.text, "console.log(1)", "{asset}");
+        assert_eq!(
+            resp.header("content-type"),
+            Some("text/javascript; charset=utf-8")
+        );
+    }
+    app.get("/ojs/admin/assets/missing.js")
+        .await
+        .expect_error(404, "not_found");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let plain = TestApp::spawn().await;
+    plain
+        .get("/ojs/admin/")
+        .await
+        .expect_error(404, "not_found");
+    // The settings page's middleware list: none run in the server.
+    assert_eq!(
+        plain.get("/ojs/v1/middleware").await.expect(200).json,
+        json!({"enqueue": [], "execution": []})
+    );
+}
