@@ -1564,6 +1564,69 @@ COMMENT ON COLUMN public.ojs_job_overdue.visible_until IS 'The reservation deadl
 COMMENT ON COLUMN public.ojs_job_overdue.overdue_by IS 'How long ago the deadline passed.';
 
 --
+-- Name: ojs_job_progress; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job_progress (
+    job_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    worker_id text,
+    progress double precision NOT NULL,
+    message text,
+    data jsonb,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_job_progress_in_range CHECK (((progress >= (0)::double precision) AND (progress <= (1)::double precision)))
+);
+
+--
+-- Name: TABLE ojs_job_progress; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job_progress IS 'The latest progress report of each job, for the attempt that made it (OJS progress: PUT /ojs/v1/jobs/{id}/progress, POST /ojs/v1/workers/progress). Rows of jobs that no longer exist are pruned.';
+
+--
+-- Name: COLUMN ojs_job_progress.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_progress.job_id IS 'The job (ojs_job.id; no foreign key, see the table comment).';
+
+--
+-- Name: COLUMN ojs_job_progress.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_progress.attempt IS 'The attempt that reported: a report of an earlier attempt is not the current attempt''s progress.';
+
+--
+-- Name: COLUMN ojs_job_progress.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_progress.worker_id IS 'The worker that reported, when it said.';
+
+--
+-- Name: COLUMN ojs_job_progress.progress; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_progress.progress IS 'Fraction done, 0 to 1 (reports outside are clamped; percentages are divided by 100).';
+
+--
+-- Name: COLUMN ojs_job_progress.message; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_progress.message IS 'What the worker said it is doing, if anything.';
+
+--
+-- Name: COLUMN ojs_job_progress.data; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_progress.data IS 'Structured detail the worker attached (a JSON object), if any.';
+
+--
+-- Name: COLUMN ojs_job_progress.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_progress.updated_at IS 'When the latest report arrived.';
+
+--
 -- Name: ojs_job_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -2506,6 +2569,13 @@ ALTER TABLE ONLY public.ojs_fair_queue
 
 ALTER TABLE ONLY public.ojs_job
     ADD CONSTRAINT ojs_job_pkey PRIMARY KEY (id);
+
+--
+-- Name: ojs_job_progress ojs_job_progress_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job_progress
+    ADD CONSTRAINT ojs_job_progress_pkey PRIMARY KEY (job_id);
 
 --
 -- Name: ojs_leader ojs_leader_pkey; Type: CONSTRAINT; Schema: public; Owner: -

@@ -15,6 +15,7 @@ mod admin_ui;
 mod dead_letter;
 mod events;
 mod jobs;
+mod progress;
 pub mod query;
 mod queues;
 mod system;
@@ -174,6 +175,7 @@ pub fn router(state: AppState) -> Router {
         .merge(system::router())
         .merge(jobs::router(state.settings()))
         .merge(workers::router())
+        .merge(progress::router())
         .merge(dead_letter::router())
         .merge(events::router())
         .merge(queues::router())

@@ -1,4 +1,5 @@
-//! The pruner: retention of finished jobs, events and stale workers.
+//! The pruner: retention of finished jobs, events and stale workers, and the progress reports
+//! of jobs that are gone.
 
 use std::time::Duration;
 
@@ -69,6 +70,7 @@ impl Pruner {
                             store::event::prune(conn, cutoff, max, size).await?
                         }
                         Target::Workers(cutoff) => store::worker::prune(conn, cutoff, size).await?,
+                        Target::Progress => store::progress::prune(conn, size).await?,
                     };
                     Ok((deleted as u64, deleted >= size))
                 })
@@ -88,6 +90,8 @@ enum Target {
     Events(DateTime<Utc>, i64),
     /// Workers stale (or only seen fetching) since before the cutoff.
     Workers(DateTime<Utc>),
+    /// Progress reports of jobs that no longer exist.
+    Progress,
 }
 
 /// The retention fields of the queue configuration layers ([OJS retention] and [dead-letter]
@@ -217,6 +221,7 @@ impl Service for Pruner {
         }
         targets.push(Target::Events(since(now, c.events), c.max_events));
         targets.push(Target::Workers(since(now, c.stale_workers)));
+        targets.push(Target::Progress);
         let mut pass = Pass::default();
         for target in targets {
             let done = self.prune(target).await?;

@@ -12,6 +12,7 @@ pub mod job;
 pub mod leader;
 pub mod locks;
 pub mod pool;
+pub mod progress;
 pub mod queue;
 pub mod refusal;
 pub mod worker;

@@ -18,6 +18,7 @@ mod leadership;
 mod maintenance;
 mod priority;
 mod processes;
+mod progress;
 mod queue_config;
 mod queues;
 mod replicas;

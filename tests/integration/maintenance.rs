@@ -704,3 +704,31 @@ async fn exhausted_jobs_are_re_enqueued_to_the_dead_letter_queue_with_their_erro
     .unwrap();
     assert_eq!(data["dead_lettered_from"], "payments");
 }
+
+#[tokio::test]
+async fn the_pruner_removes_progress_reports_of_jobs_that_are_gone() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": "prg-gone"}))
+        .await;
+    app.fetch_one("prg-gone", "w").await;
+    app.post(
+        "/ojs/v1/workers/progress",
+        json!({"job_id": id, "progress": 0.2}),
+    )
+    .await
+    .expect(200);
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from ojs_job_progress")
+            .fetch_one(app.pool())
+            .await
+            .unwrap()
+    };
+    let pruner = Pruner::new(app.maintenance(), pruner_config());
+    run_later(&app, &pruner, Duration::ZERO).await;
+    assert_eq!(count().await, 1, "the job still runs");
+    app.sql(&format!("delete from ojs_job where id = '{id}'"))
+        .await;
+    run_later(&app, &pruner, Duration::ZERO).await;
+    assert_eq!(count().await, 0);
+}

@@ -1,0 +1,173 @@
+//! Job progress ([OJS progress]): a worker reports how far it is with a job it holds,
+//! `PUT /ojs/v1/jobs/{id}/progress` or `POST /ojs/v1/workers/progress` (the official SDKs'
+//! path, the job in the body); anyone reads it with `GET /ojs/v1/jobs/{id}/progress`.
+//!
+//! A report gives `progress` as a fraction (0 to 1) or `percentage` (0 to 100); values outside
+//! the range are clamped, not refused. Only an `active` job takes reports, and when the report
+//! names its `worker_id`, only from the worker that holds the job.
+//!
+//! [OJS progress]: https://github.com/openjobspec/spec/blob/main/spec/ojs-progress.md
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::error::ApiError;
+use super::extract::{Fields, JobIdPath, JsonBody};
+use super::{AppState, ok};
+use crate::broker::{Progress, ProgressReport};
+use crate::job::{JobId, JobState};
+use crate::json::{self, Kind};
+use crate::timestamp;
+
+/// Longest `message`, in characters.
+const MAX_MESSAGE_CHARS: usize = 1_000;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ojs/v1/jobs/{id}/progress", get(show).put(report_for_path))
+        .route("/ojs/v1/workers/progress", post(report_for_body))
+}
+
+/// A number field, if given.
+fn number(fields: &Fields<'_>, key: &str) -> Result<Option<f64>, ApiError> {
+    let Some(raw) = fields.raw(key) else {
+        return Ok(None);
+    };
+    json::decode::<f64>(raw)
+        .ok()
+        .filter(|n| n.is_finite())
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::invalid_field(
+                &format!("$.{key}"),
+                format!(
+                    "'{key}' must be a number, got {}",
+                    Kind::of(raw).article_name()
+                ),
+            )
+        })
+}
+
+/// A report as a request body gives it.
+struct Parsed<'a> {
+    worker_id: Option<String>,
+    /// Clamped to 0..=1.
+    progress: f64,
+    message: Option<String>,
+    data: Option<&'a RawValue>,
+}
+
+/// The report in a request body.
+fn parse_report<'a>(fields: &Fields<'a>) -> Result<Parsed<'a>, ApiError> {
+    let progress = match (number(fields, "progress")?, number(fields, "percentage")?) {
+        (Some(fraction), _) => fraction,
+        (None, Some(percent)) => percent / 100.0,
+        (None, None) => {
+            return Err(ApiError::invalid_field(
+                "$.progress",
+                "'progress' (0 to 1) or 'percentage' (0 to 100) is required",
+            ));
+        }
+    };
+    let message = fields.string("message")?;
+    if message
+        .as_ref()
+        .is_some_and(|m| m.chars().count() > MAX_MESSAGE_CHARS)
+    {
+        return Err(ApiError::invalid_field(
+            "$.message",
+            format!("'message' must be at most {MAX_MESSAGE_CHARS} characters"),
+        ));
+    }
+    let data = fields.raw("data");
+    if let Some(raw) = data
+        && Kind::of(raw) != Kind::Object
+    {
+        return Err(ApiError::invalid_field(
+            "$.data",
+            format!(
+                "'data' must be an object, got {}",
+                Kind::of(raw).article_name()
+            ),
+        ));
+    }
+    Ok(Parsed {
+        worker_id: fields.worker_id("worker_id")?,
+        progress: progress.clamp(0.0, 1.0),
+        message,
+        data,
+    })
+}
+
+async fn record(state: &AppState, id: JobId, fields: &Fields<'_>) -> Result<Response, ApiError> {
+    let parsed = parse_report(fields)?;
+    let report = ProgressReport {
+        worker_id: parsed.worker_id.as_deref(),
+        progress: parsed.progress,
+        message: parsed.message.as_deref(),
+        data: parsed.data,
+    };
+    let saved = state.broker().report_progress(id, &report).await?;
+    Ok(ok(Body::of(&saved)).into_response())
+}
+
+/// `PUT /ojs/v1/jobs/{id}/progress`.
+async fn report_for_path(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    record(&state, id, &fields).await
+}
+
+/// `POST /ojs/v1/workers/progress` with `job_id` in the body.
+async fn report_for_body(
+    State(state): State<AppState>,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let id = fields.job_id("job_id")?;
+    record(&state, id, &fields).await
+}
+
+/// `GET /ojs/v1/jobs/{id}/progress`: the current attempt's latest report (`progress` 0 before
+/// any, 1 once the job completed).
+async fn show(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Response, ApiError> {
+    let progress = state.broker().progress(id).await?;
+    Ok(ok(Body::of(&progress)).into_response())
+}
+
+/// The progress object of every response.
+#[derive(Serialize)]
+struct Body<'a> {
+    job_id: String,
+    state: JobState,
+    progress: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    updated_at: Option<String>,
+}
+
+impl<'a> Body<'a> {
+    fn of(p: &'a Progress) -> Body<'a> {
+        Body {
+            job_id: p.job_id.to_string(),
+            state: p.state,
+            progress: p.progress,
+            message: p.message.as_deref(),
+            data: p.data.as_ref().map(|d| &*d.0),
+            updated_at: p.updated_at.map(timestamp::format),
+        }
+    }
+}
