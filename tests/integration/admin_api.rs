@@ -200,13 +200,19 @@ async fn queues_are_listed_with_counts_throughput_and_latency() {
     assert_eq!(one["name"], "alpha");
     assert_eq!(one["counts"], alpha["counts"]);
     assert_eq!(one["latency_ms"], alpha["latency_ms"]);
-    // The resolved configuration, the same object the queue API shows.
+    // The resolved configuration, the same object the queue API shows, its `backpressure`
+    // adding the live state.
     let config = app
         .get("/ojs/v1/queues/alpha/config")
         .await
         .expect(200)
         .json;
-    assert_eq!(one["configuration"], config["config"]);
+    let mut shown = one["configuration"].clone();
+    let pressure = shown["backpressure"].as_object_mut().unwrap();
+    for live in ["enabled", "threshold", "current_depth", "state"] {
+        assert!(pressure.remove(live).is_some(), "{live}: {one}");
+    }
+    assert_eq!(shown, config["config"]);
     assert_eq!(one["configuration"]["overflow_policy"], "reject");
     let waiting = app
         .get("/ojs/v1/admin/jobs?queue=alpha&state=available")
