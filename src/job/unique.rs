@@ -53,6 +53,9 @@ pub struct UniquePolicy {
     pub upgrade_priority: bool,
 }
 
+/// The dimensions a policy's `keys` may name.
+const DIMENSIONS: [&str; 4] = ["type", "queue", "args", "meta"];
+
 const DEFAULT_STATES: [JobState; 5] = [
     JobState::Available,
     JobState::Active,
@@ -100,28 +103,40 @@ impl UniquePolicy {
             on_conflict: OnConflict::Reject,
             upgrade_priority: false,
         };
-        if let Some(keys) = string_list("keys", &mut v) {
-            for key in &keys {
+        let dimensions = |keys: &[String],
+                          policy: &mut UniquePolicy,
+                          v: &mut Vec<Violation>,
+                          name: &str| {
+            for key in keys {
                 match key.as_str() {
                     "type" => {}
                     "queue" => policy.by_queue = true,
                     "args" => policy.by_args = true,
                     "meta" => policy.by_meta = true,
                     other => v.push(Violation::new(
-                        field("keys"),
+                        field(name),
                         format!(
-                            "unique.keys may contain type, queue, args and meta, not {other:?}"
+                            "unique.{name} may contain type, queue, args and meta, not {other:?}"
                         ),
                     )),
                 }
             }
+        };
+        if let Some(keys) = string_list("keys", &mut v) {
+            dimensions(&keys, &mut policy, &mut v, "keys");
         }
         // `key`, the spelling of the OJS JSON format's unique policy object: names of fields
-        // inside args objects, as `args_keys`.
+        // inside args objects, as `args_keys` (so the Go and Java SDKs send it).
         // https://github.com/openjobspec/spec/blob/main/spec/ojs-json-format.md#35-unique-policy-object
+        // The Python SDK sends its dimensions there instead (`["type", "queue", "args"]` by
+        // default): a `key` made only of dimension names is read as `keys`.
         if let Some(key) = string_list("key", &mut v) {
-            policy.by_args = true;
-            policy.args_keys = Some(key);
+            if !key.is_empty() && key.iter().all(|k| DIMENSIONS.contains(&k.as_str())) {
+                dimensions(&key, &mut policy, &mut v, "key");
+            } else {
+                policy.by_args = true;
+                policy.args_keys = Some(key);
+            }
         }
         if let Some(args_keys) = string_list("args_keys", &mut v) {
             policy.by_args = true;
@@ -284,6 +299,26 @@ mod tests {
         assert_eq!(p.on_conflict, OnConflict::Reject);
         assert_eq!(p.states, DEFAULT_STATES);
         assert_eq!(p.period_ms, None);
+    }
+
+    #[test]
+    fn key_names_args_fields_unless_it_lists_only_dimensions() {
+        // Go and Java: fields inside args objects.
+        let fields = parse(r#"{"key":["user_id"]}"#).unwrap();
+        assert!(fields.by_args && !fields.by_queue);
+        assert_eq!(fields.args_keys, Some(vec!["user_id".to_owned()]));
+        // Python: the dimensions, as `keys`.
+        let dims = parse(r#"{"key":["type","queue","args"]}"#).unwrap();
+        assert!(dims.by_args && dims.by_queue && !dims.by_meta);
+        assert_eq!(dims.args_keys, None);
+        assert_eq!(
+            key(r#"{"key":["type","queue","args"]}"#, "t", "q", "[1]", "{}"),
+            key(r#"{"keys":["type","queue","args"]}"#, "t", "q", "[1]", "{}")
+        );
+        assert!(
+            parse(r#"{"key":["type","meta"]}"#).is_err(),
+            "meta needs meta_keys"
+        );
     }
 
     #[test]
