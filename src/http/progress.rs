@@ -1,6 +1,8 @@
 //! Job progress ([OJS progress]): a worker reports how far it is with a job it holds,
 //! `PUT /ojs/v1/jobs/{id}/progress` or `POST /ojs/v1/workers/progress` (the official SDKs'
-//! path, the job in the body); anyone reads it with `GET /ojs/v1/jobs/{id}/progress`.
+//! path, the job in the body); anyone reads it with `GET /ojs/v1/jobs/{id}/progress`, or
+//! follows it with the SSE stream `GET /ojs/v1/jobs/{id}/progress/stream` (unnamed events,
+//! each the progress object; the stream ends once the job is finished).
 //!
 //! A report gives `progress` as a fraction (0 to 1) or `percentage` (0 to 100); values outside
 //! the range are clamped, not refused. Only an `active` job takes reports, and when the report
@@ -8,12 +10,19 @@
 //!
 //! [OJS progress]: https://github.com/openjobspec/spec/blob/main/spec/ojs-progress.md
 
+use std::convert::Infallible;
+use std::time::Duration;
+
 use axum::Router;
 use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
 use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
 
 use super::error::ApiError;
 use super::extract::{Fields, JobIdPath, JsonBody};
@@ -25,10 +34,16 @@ use crate::timestamp;
 
 /// Longest `message`, in characters.
 const MAX_MESSAGE_CHARS: usize = 1_000;
+/// How often a progress stream looks for a new report.
+const STREAM_POLL: Duration = Duration::from_secs(1);
+/// SSE `retry:` and keep-alive period of a progress stream.
+const STREAM_RETRY: Duration = Duration::from_secs(3);
+const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/ojs/v1/jobs/{id}/progress", get(show).put(report_for_path))
+        .route("/ojs/v1/jobs/{id}/progress/stream", get(stream))
         .route("/ojs/v1/workers/progress", post(report_for_body))
 }
 
@@ -143,6 +158,62 @@ async fn show(
 ) -> Result<Response, ApiError> {
     let progress = state.broker().progress(id).await?;
     Ok(ok(Body::of(&progress)).into_response())
+}
+
+/// `GET /ojs/v1/jobs/{id}/progress/stream`: the progress now, then each new report, until the
+/// job is finished (its final progress is the last event), the client leaves or the server
+/// shuts down.
+async fn stream(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+) -> Result<Response, ApiError> {
+    let first = state.broker().progress(id).await?;
+    let (tx, rx) = mpsc::channel::<Event>(16);
+    tokio::spawn(follow(state, first, tx));
+    let events = tokio_stream::once(Event::default().retry(STREAM_RETRY))
+        .chain(ReceiverStream::new(rx))
+        .map(Ok::<_, Infallible>);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE))
+        .into_response())
+}
+
+/// Sends `last`, then polls for changes until the job is finished or nobody listens.
+async fn follow(state: AppState, mut last: Progress, tx: mpsc::Sender<Event>) {
+    let event = |p: &Progress| {
+        Event::default().data(serde_json::to_string(&Body::of(p)).unwrap_or_default())
+    };
+    if tx.send(event(&last)).await.is_err() || last.state.is_terminal() {
+        return;
+    }
+    let shutdown = state.shutdown().clone();
+    let mut tick = tokio::time::interval(STREAM_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tx.closed() => return,
+            _ = tick.tick() => {}
+        }
+        let now = match state.broker().progress(last.job_id).await {
+            Ok(now) => now,
+            Err(crate::error::Error::JobNotFound(_)) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "progress stream stopped");
+                return;
+            }
+        };
+        if now.updated_at != last.updated_at || now.state != last.state {
+            if tx.send(event(&now)).await.is_err() {
+                return;
+            }
+            last = now;
+        }
+        if last.state.is_terminal() {
+            return;
+        }
+    }
 }
 
 /// The progress object of every response.

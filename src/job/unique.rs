@@ -103,12 +103,10 @@ impl UniquePolicy {
             on_conflict: OnConflict::Reject,
             upgrade_priority: false,
         };
-        let dimensions = |keys: &[String],
-                          policy: &mut UniquePolicy,
-                          v: &mut Vec<Violation>,
-                          name: &str| {
-            for key in keys {
-                match key.as_str() {
+        let dimensions =
+            |keys: &[String], policy: &mut UniquePolicy, v: &mut Vec<Violation>, name: &str| {
+                for key in keys {
+                    match key.as_str() {
                     "type" => {}
                     "queue" => policy.by_queue = true,
                     "args" => policy.by_args = true,
@@ -120,8 +118,8 @@ impl UniquePolicy {
                         ),
                     )),
                 }
-            }
-        };
+                }
+            };
         if let Some(keys) = string_list("keys", &mut v) {
             dimensions(&keys, &mut policy, &mut v, "keys");
         }

@@ -162,3 +162,76 @@ async fn bad_progress_reports_are_refused_and_change_nothing() {
     assert_eq!(read["progress"], 0.5);
     assert_eq!(read["message"], "half");
 }
+
+/// `data:` of every event of an SSE text.
+fn sse_data(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect()
+}
+
+/// Reads the stream until `n` data events arrived or it ends (10 s at most).
+async fn read_events(resp: &mut reqwest::Response, text: &mut String, n: usize) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sse_data(text).len() < n && std::time::Instant::now() < deadline {
+        match tokio::time::timeout(std::time::Duration::from_millis(500), resp.chunk()).await {
+            Ok(Ok(Some(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            Ok(Ok(None)) | Ok(Err(_)) => return false,
+            Err(_) => {}
+        }
+    }
+    true
+}
+
+/// The admin UI follows a running job's progress over SSE: the progress now, each report,
+/// and the final state, after which the stream ends.
+#[tokio::test]
+async fn progress_streams_until_the_job_finishes() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": "prg-sse"}))
+        .await;
+    app.fetch_one("prg-sse", "w").await;
+    let client = reqwest::Client::new();
+    let mut resp = client
+        .get(format!("{}/ojs/v1/jobs/{id}/progress/stream", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    assert!(read_events(&mut resp, &mut text, 1).await);
+    assert_eq!(sse_data(&text)[0]["progress"], 0.0);
+
+    put(&app, &id, json!({"progress": 0.4, "message": "going"}))
+        .await
+        .expect(200);
+    assert!(read_events(&mut resp, &mut text, 2).await);
+    let second = &sse_data(&text)[1];
+    assert_eq!(second["progress"], 0.4, "{text}");
+    assert_eq!(second["message"], "going");
+
+    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
+        .await
+        .expect(200);
+    assert!(read_events(&mut resp, &mut text, 3).await);
+    let last = &sse_data(&text)[2];
+    assert_eq!(last["state"], "completed", "{text}");
+    assert_eq!(last["progress"], 1.0);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            match resp.chunk().await {
+                Ok(Some(_)) => continue,
+                _ => return,
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream ends with the job");
+
+    app.get("/ojs/v1/jobs/019539a4-0000-7000-8000-000000000000/progress/stream")
+        .await
+        .expect_error(404, "not_found");
+}
