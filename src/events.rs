@@ -94,23 +94,33 @@ pub async fn locate(pool: &PgPool, key: EventKey) -> Result<Option<Position>, sq
 }
 
 /// The OJS event envelope of a stored event.
-pub struct WireEvent<'a>(pub &'a EventRow, pub bool);
+pub struct WireEvent<'a> {
+    row: &'a EventRow,
+    /// Also write `timestamp`.
+    timestamp: bool,
+}
 
 impl<'a> WireEvent<'a> {
     /// The envelope.
     pub fn of(e: &'a EventRow) -> WireEvent<'a> {
-        WireEvent(e, false)
+        WireEvent {
+            row: e,
+            timestamp: false,
+        }
     }
 
     /// The envelope plus `timestamp`, the OJS admin UI's name for `time`.
     pub fn with_timestamp(e: &'a EventRow) -> WireEvent<'a> {
-        WireEvent(e, true)
+        WireEvent {
+            row: e,
+            timestamp: true,
+        }
     }
 }
 
 impl Serialize for WireEvent<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let e = self.0;
+        let e = self.row;
         let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("specversion", EVENT_SPEC_VERSION)?;
         map.serialize_entry("id", &EventKey::of(e).to_id())?;
@@ -122,7 +132,7 @@ impl Serialize for WireEvent<'_> {
         }
         map.serialize_entry("datacontenttype", "application/json")?;
         map.serialize_entry("data", &e.data.0)?;
-        if self.1 {
+        if self.timestamp {
             map.serialize_entry("timestamp", &timestamp::format(e.time))?;
         }
         map.end()

@@ -42,6 +42,17 @@ pub struct AdminQueueDetail {
     pub depth: Option<i64>,
 }
 
+/// Queue and worker counts for the health report.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthCounts {
+    /// Queues (`_default` aside).
+    pub queues: i64,
+    pub paused_queues: i64,
+    pub workers: i64,
+    /// Workers stale as the worker listing counts them.
+    pub stale_workers: i64,
+}
+
 /// A rate-limited queue's limit and use.
 #[derive(Debug, Clone)]
 pub struct RateLimitUsage {
@@ -166,8 +177,16 @@ impl Broker {
     }
 
     /// Queue and worker counts for the health report.
-    pub async fn health_counts(&self) -> Result<store::admin::HealthCounts> {
-        Ok(store::admin::health_counts(&self.db, self.settings.heartbeat_timeout).await?)
+    pub async fn health_counts(&self) -> Result<HealthCounts> {
+        let (queues, paused_queues) = store::admin::queue_counts(&self.db).await?;
+        let (workers, .., stale_workers) =
+            store::worker::summary(&self.db, self.settings.heartbeat_timeout).await?;
+        Ok(HealthCounts {
+            queues,
+            paused_queues,
+            workers,
+            stale_workers,
+        })
     }
 
     /// Queue, worker and job counts, and the throughput of the last [`RECENT_WINDOW`].

@@ -161,38 +161,18 @@ pub async fn history(
         .collect())
 }
 
-/// Queues (`_default` aside) and paused queues; workers and stale workers (as in
-/// [`overview`]). Small tables only: the health probe reports them.
-pub async fn health_counts(
-    db: impl PgExecutor<'_>,
-    stale_after: Duration,
-) -> Result<HealthCounts, sqlx::Error> {
-    sqlx::query_as!(
-        HealthCounts,
+/// Queues (`_default` aside) and how many of them are paused.
+pub async fn queue_counts(db: impl PgExecutor<'_>) -> Result<(i64, i64), sqlx::Error> {
+    let r = sqlx::query!(
         r#"
-        select (select count(*) from ojs_queue where name <> '_default') as "queues!",
-               (select count(*) from ojs_queue where name <> '_default' and state = 'paused')
-                   as "paused_queues!",
-               (select count(*) from ojs_worker) as "workers!",
-               (select count(*)
-                  from ojs_worker w
-                 where w.stale_at is not null
-                    or coalesce(w.last_heartbeat_at < now() - $1::int8 * interval '1 millisecond',
-                                false)) as "stale_workers!"
-        "#,
-        millis(stale_after),
+        select count(*) as "total!", count(*) filter (where state = 'paused') as "paused!"
+          from ojs_queue
+         where name <> '_default'
+        "#
     )
     .fetch_one(db)
-    .await
-}
-
-/// What [`health_counts`] counts.
-#[derive(Debug, Clone, Copy)]
-pub struct HealthCounts {
-    pub queues: i64,
-    pub paused_queues: i64,
-    pub workers: i64,
-    pub stale_workers: i64,
+    .await?;
+    Ok((r.total, r.paused))
 }
 
 /// Queue, worker and job counts, and how many jobs completed and were discarded within
