@@ -487,15 +487,31 @@ impl Fetcher {
             if promoted.jobs > 0 {
                 // The promotion's notification reaches the claim floors only after the claim
                 // below has started: lower them now, or it starts past the jobs just promoted.
-                let floors = self.notifier.floors();
-                for queue in &queues {
-                    floors.lower(queue, FloorKey::START);
-                }
+                self.lower_floors(&queues);
             }
             jobs = self.claim_routed(req, &route, wanted, jobs).await?;
+            // Something was due before the promotion yet it promoted less than its limit: the
+            // rest was locked by another promotion (the promoter's, another FETCH's) still
+            // committing. Wait for it, then claim what it made available.
+            if jobs.len() < wanted
+                && promoted.jobs < FETCH_PROMOTE_LIMIT
+                && promoted.next_due_ms.is_some_and(|ms| ms <= 0)
+            {
+                store::job::await_due_locks(&self.db, &queues).await?;
+                self.lower_floors(&queues);
+                jobs = self.claim_routed(req, &route, wanted, jobs).await?;
+            }
         }
         self.started(&mut jobs, &route);
         Ok((jobs, Some(route)))
+    }
+
+    /// Starts the next claims of `queues` from the beginning of their dispatch order.
+    fn lower_floors(&self, queues: &[&str]) {
+        let floors = self.notifier.floors();
+        for queue in queues {
+            floors.lower(queue, FloorKey::START);
+        }
     }
 
     /// Orders the jobs a FETCH got (claims return rows in no particular order: by queue

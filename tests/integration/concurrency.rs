@@ -280,3 +280,46 @@ async fn a_push_to_one_replica_wakes_a_long_poll_on_another() {
 
     b.stop().await;
 }
+
+/// A FETCH issued after a retry is due gets it even while another transaction (the promoter)
+/// is promoting it: the FETCH's own promotion skips the locked row, so it waits for that
+/// promotion to commit and claims again, instead of answering empty while the job turns
+/// available a moment later.
+#[tokio::test]
+async fn a_fetch_waits_for_a_promotion_in_flight_instead_of_missing_its_job() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": "inflight",
+                        "retry": {"max_attempts": 3, "initial_interval": "PT1S", "jitter": false}}))
+        .await;
+    app.fetch_one("inflight", "w").await;
+    app.post(
+        "/ojs/v1/workers/nack",
+        json!({"job_id": id, "error": {"message": "boom"}}),
+    )
+    .await
+    .expect(200);
+    app.sql(&format!(
+        "update ojs_job set next_retry_at = now() - interval '1 second' where id = '{id}'"
+    ))
+    .await;
+    // The promoter's statement, not yet committed.
+    let mut promoter = app.pool().begin().await.unwrap();
+    sqlx::query(&format!(
+        "update ojs_job set state = 'available', enqueued_at = next_retry_at, next_retry_at = null
+          where id = '{id}'"
+    ))
+    .execute(&mut *promoter)
+    .await
+    .unwrap();
+    let fetch = spawn_fetch(
+        &reqwest::Client::new(),
+        &app.base,
+        &json!({"queues": ["inflight"], "count": 1, "worker_id": "w"}),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    promoter.commit().await.unwrap();
+    let got = fetch.await.unwrap();
+    assert_eq!(got["jobs"][0]["id"], id.as_str(), "{got}");
+    assert_eq!(got["jobs"][0]["attempt"], 2, "{got}");
+}

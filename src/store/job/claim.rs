@@ -6,6 +6,29 @@ use sqlx::PgExecutor;
 use crate::claim_floor::FloorKey;
 use crate::job::Job;
 
+/// Waits until no other transaction holds a due `scheduled` or `retryable` job of `queues`
+/// locked, and returns how many such jobs are left unpromoted. [`promote_due`] skips the rows
+/// another promotion has locked; a FETCH that claims right after it would miss those jobs,
+/// available a moment later, so it waits here for that promotion to commit before claiming
+/// again. Promotions never wait on this statement (they skip locked rows).
+pub async fn await_due_locks(db: impl PgExecutor<'_>, queues: &[&str]) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select count(*) as "due!"
+          from (select 1
+                  from ojs_job
+                 where queue = any($1::text[])
+                   and ((state = 'scheduled' and scheduled_at <= now())
+                        or (state = 'retryable' and next_retry_at <= now()))
+                 limit 1000
+                   for share) due
+        "#,
+        queues as &[&str],
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// Moves due `scheduled` and `retryable` jobs to `available` (at most `limit` of each, earliest
 /// due first): those of `queues`, or of every queue when `queues` is `None`. FETCH calls it for
 /// its own queues so that a fetch issued after the due time never misses a job, whether or not
