@@ -2,16 +2,20 @@
 //!
 //! [OJS dead-letter HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-dead-letter.md#10-http-binding
 
-use axum::Router;
+use std::collections::BTreeMap;
+
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde::Serialize;
-use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{Fields, JobIdPath, OptionalJsonBody};
-use super::query::{DATA_PLANE, Page, Pagination, QueryParams};
+use super::jobs::{JobIdParam, WrappedJob};
+use super::openapi;
+use super::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
 use super::{AppState, ok};
 use crate::broker::{DeadLetterFilter, RetryOverride};
 use crate::duration;
@@ -21,13 +25,182 @@ use crate::job::wire::WireJob;
 use crate::json::{self, Object};
 use crate::timestamp;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/dead-letter", get(list).delete(purge))
-        .route("/ojs/v1/dead-letter/stats", get(stats))
-        .route("/ojs/v1/dead-letter/retry", post(retry_all))
-        .route("/ojs/v1/dead-letter/{id}", get(show).delete(remove))
-        .route("/ojs/v1/dead-letter/{id}/retry", post(retry_one))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, purge))
+        .routes(routes!(stats))
+        .routes(routes!(retry_all))
+        .routes(routes!(show, remove))
+        .routes(routes!(retry_one))
+}
+
+/// The filters of a dead-letter listing.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `filter_from_query`
+pub(crate) struct DeadLetterFilterQuery {
+    /// Only jobs of this queue.
+    queue: Option<String>,
+    /// Only jobs of this type; a trailing `*` matches a prefix (`email.*`).
+    r#type: Option<String>,
+    /// Only jobs whose last error has this type.
+    error_type: Option<String>,
+    /// RFC 3339: only jobs dead-lettered at or after this.
+    #[param(format = DateTime)]
+    since: Option<String>,
+    /// RFC 3339: only jobs dead-lettered before this.
+    #[param(format = DateTime)]
+    until: Option<String>,
+}
+
+/// A page of dead-lettered jobs, newest first.
+#[derive(Serialize, ToSchema)]
+#[schema(as = DeadLetterList)]
+struct ListBody<'a> {
+    #[schema(value_type = Vec<openapi::Job>)]
+    jobs: Vec<WireJob<'a>>,
+    pagination: Pagination,
+}
+
+/// Counts of the dead-letter queue. (Members in name order, as `json!` wrote them.)
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DeadLetterStats {
+    /// Jobs by their last error's type.
+    by_error_type: BTreeMap<String, i64>,
+    /// Jobs by queue.
+    by_queue: BTreeMap<String, i64>,
+    /// When the newest job was dead-lettered; `null` when there is none.
+    #[schema(required = true)]
+    newest_at: Option<String>,
+    /// When the oldest job was dead-lettered; `null` when there is none.
+    #[schema(required = true)]
+    oldest_at: Option<String>,
+    retention: DeadLetterRetention,
+    total: i64,
+}
+
+/// How long dead letters are kept.
+#[derive(Serialize, ToSchema)]
+struct DeadLetterRetention {
+    /// ISO 8601 duration.
+    max_age: String,
+    /// Always `null`: no bound on the count.
+    #[schema(required = true)]
+    max_count: Option<i64>,
+}
+
+/// `POST /ojs/v1/dead-letter/{id}/retry`: an optional override of the retried job.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `retry_one`
+pub(crate) struct DeadLetterRetryRequest {
+    /// Fields of the retried job to replace, validated as on enqueue.
+    #[serde(rename = "override")]
+    #[schema(nullable = false)]
+    override_: Option<DeadLetterOverride>,
+}
+
+/// What a retry may replace (nothing else may be given).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `parse_override`
+struct DeadLetterOverride {
+    queue: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    meta: Option<serde_json::Value>,
+    #[schema(value_type = Option<crate::http::openapi::RetryPolicy>)]
+    retry: Option<serde_json::Value>,
+    #[schema(minimum = 0)]
+    priority: Option<i32>,
+    /// The job's arguments.
+    args: Option<Vec<serde_json::Value>>,
+}
+
+/// `POST /ojs/v1/dead-letter/retry`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `retry_all`
+pub(crate) struct DeadLetterBulkRetryRequest {
+    /// Must be `true`.
+    confirm: bool,
+    /// Which jobs to retry (all when left out).
+    #[schema(nullable = false)]
+    filter: Option<DeadLetterBodyFilter>,
+}
+
+/// The filter of a bulk dead-letter retry.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `retry_all`
+struct DeadLetterBodyFilter {
+    #[schema(nullable = false)]
+    queue: Option<String>,
+    /// A trailing `*` matches a prefix (`email.*`).
+    #[schema(nullable = false)]
+    r#type: Option<String>,
+    #[schema(nullable = false)]
+    error_type: Option<String>,
+    /// RFC 3339.
+    #[schema(nullable = false, format = DateTime)]
+    since: Option<String>,
+    /// RFC 3339.
+    #[schema(nullable = false, format = DateTime)]
+    until: Option<String>,
+}
+
+/// What a bulk retry did. (Members in name order, as `json!` wrote them.)
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DeadLetterBulkRetry {
+    /// Always `retry`.
+    action: &'static str,
+    /// Always empty.
+    #[schema(value_type = Vec<Object>, max_items = 0)]
+    errors: [serde_json::Value; 0],
+    failed: usize,
+    matched: usize,
+    /// The same as `succeeded`.
+    retried: usize,
+    succeeded: usize,
+}
+
+/// `DELETE /ojs/v1/dead-letter/{id}`. (Members in name order, as `json!` wrote them.)
+#[derive(Serialize, ToSchema)]
+#[schema(as = DeadLetterDeleted)]
+struct Removed {
+    /// Always `true`.
+    deleted: bool,
+    job_id: String,
+}
+
+/// The query of a purge (the body's members win).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `purge`
+pub(crate) struct PurgeQuery {
+    /// Must be `true` unless the body gives `confirm`.
+    confirm: Option<bool>,
+    /// RFC 3339: only jobs dead-lettered before this.
+    #[param(format = DateTime)]
+    older_than: Option<String>,
+    /// Only jobs of this queue.
+    queue: Option<String>,
+}
+
+/// The options of a purge, in the body or the query string (the body winning).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `purge`
+pub(crate) struct DeadLetterPurgeRequest {
+    /// Must be `true` (here, or in the query when left out here).
+    #[schema(nullable = false)]
+    confirm: Option<bool>,
+    /// RFC 3339: only jobs dead-lettered before this.
+    #[schema(nullable = false, format = DateTime)]
+    older_than: Option<String>,
+    /// Only jobs of this queue.
+    #[schema(nullable = false)]
+    queue: Option<String>,
+}
+
+/// What a purge did.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DeadLetterPurged {
+    purged_count: i64,
 }
 
 /// Splits a `type` filter into exact (`email.send`) or prefix (`email.*`, `email*`).
@@ -74,6 +247,17 @@ pub(super) fn body_timestamp(
 }
 
 /// `GET /ojs/v1/dead-letter`: newest first, with `queue`, `type`, `error_type`, `since`, `until`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/dead-letter",
+    tag = "dead-letter",
+    summary = "List dead-lettered jobs",
+    params(DeadLetterFilterQuery, PageParams),
+    responses(
+        (status = 200, description = "Newest first.", body = ListBody<'_>),
+        (status = 400, description = "A query parameter is invalid."),
+    )
+)]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, DATA_PLANE)?;
     let filter = filter_from_query(&query)?;
@@ -81,12 +265,6 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         .broker()
         .dead_letters(&filter, page.limit, page.offset)
         .await?;
-
-    #[derive(Serialize)]
-    struct ListBody<'a> {
-        jobs: Vec<WireJob<'a>>,
-        pagination: Pagination,
-    }
     Ok(ok(ListBody {
         jobs: jobs.iter().map(|j| j.wire()).collect(),
         pagination: page.describe(total),
@@ -95,30 +273,27 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 }
 
 /// `GET /ojs/v1/dead-letter/stats`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/dead-letter/stats",
+    tag = "dead-letter",
+    summary = "Dead-letter statistics",
+    responses((status = 200, body = DeadLetterStats))
+)]
 pub(super) async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.broker().dead_letter_stats().await?;
-    let by_queue: serde_json::Map<String, serde_json::Value> = stats
-        .by_queue
-        .into_iter()
-        .map(|(q, n)| (q, json!(n)))
-        .collect();
-    let by_error_type: serde_json::Map<String, serde_json::Value> = stats
-        .by_error_type
-        .into_iter()
-        .map(|(t, n)| (t, json!(n)))
-        .collect();
     let retention = state.settings().dead_letter_retention;
-    Ok(ok(json!({
-        "total": stats.total,
-        "by_queue": by_queue,
-        "by_error_type": by_error_type,
-        "oldest_at": stats.oldest_at.map(timestamp::format),
-        "newest_at": stats.newest_at.map(timestamp::format),
-        "retention": {
-            "max_age": duration::format_iso(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX)),
-            "max_count": null,
+    Ok(ok(DeadLetterStats {
+        by_error_type: stats.by_error_type.into_iter().collect(),
+        by_queue: stats.by_queue.into_iter().collect(),
+        newest_at: stats.newest_at.map(timestamp::format),
+        oldest_at: stats.oldest_at.map(timestamp::format),
+        retention: DeadLetterRetention {
+            max_age: duration::format_iso(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX)),
+            max_count: None,
         },
-    }))
+        total: stats.total,
+    })
     .into_response())
 }
 
@@ -128,6 +303,18 @@ struct JobBody<'a> {
 }
 
 /// `GET /ojs/v1/dead-letter/{id}`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/dead-letter/{id}",
+    tag = "dead-letter",
+    summary = "Read a dead-lettered job",
+    params(JobIdParam),
+    responses(
+        (status = 200, body = openapi::JobBody),
+        (status = 400, description = "The id is not a job id."),
+        (status = 404, description = "No such job in the dead-letter queue."),
+    )
+)]
 async fn show(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -199,6 +386,22 @@ fn under_override(rejection: Rejection) -> Rejection {
 /// `POST /ojs/v1/dead-letter/{id}/retry`: back to `available` with a fresh history; an optional
 /// `{"override": {...}}` replaces queue, meta, retry, priority or args. The job comes back
 /// wrapped and bare, as for `GET /ojs/v1/jobs/{id}`.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/dead-letter/{id}/retry",
+    tag = "dead-letter",
+    summary = "Retry a dead-lettered job",
+    params(JobIdParam),
+    request_body(
+        content = Option<DeadLetterRetryRequest>,
+        description = "An optional override; the body may be omitted."
+    ),
+    responses(
+        (status = 200, description = "The job, `available` again.", body = WrappedJob),
+        (status = 400, description = "The override is invalid."),
+        (status = 404, description = "No such job in the dead-letter queue."),
+    )
+)]
 pub(super) async fn retry_one(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -227,6 +430,17 @@ pub(super) fn require_confirm(fields: &Fields<'_>) -> Result<(), ApiError> {
 
 /// `POST /ojs/v1/dead-letter/retry`: retries every dead-lettered job matching `filter`
 /// (`confirm: true` required).
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/dead-letter/retry",
+    tag = "dead-letter",
+    summary = "Retry dead-lettered jobs in bulk",
+    request_body = DeadLetterBulkRetryRequest,
+    responses(
+        (status = 200, body = DeadLetterBulkRetry),
+        (status = 400, description = "`confirm: true` is missing or the filter is invalid."),
+    )
+)]
 pub(super) async fn retry_all(
     State(state): State<AppState>,
     OptionalJsonBody(body): OptionalJsonBody,
@@ -249,28 +463,59 @@ pub(super) async fn retry_all(
         type_filter(f.string("type")?, &mut filter);
     }
     let result = state.broker().retry_dead_letters(&filter).await?;
-    Ok(ok(json!({
-        "action": "retry",
-        "matched": result.matched,
-        "succeeded": result.retried,
-        "failed": result.matched - result.retried,
-        "retried": result.retried,
-        "errors": [],
-    }))
+    Ok(ok(DeadLetterBulkRetry {
+        action: "retry",
+        errors: [],
+        failed: result.matched - result.retried,
+        matched: result.matched,
+        retried: result.retried,
+        succeeded: result.retried,
+    })
     .into_response())
 }
 
 /// `DELETE /ojs/v1/dead-letter/{id}`: deletes the job for good.
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/dead-letter/{id}",
+    tag = "dead-letter",
+    summary = "Delete a dead-lettered job",
+    params(JobIdParam),
+    responses(
+        (status = 200, description = "Deleted for good.", body = Removed),
+        (status = 400, description = "The id is not a job id."),
+        (status = 404, description = "No such job in the dead-letter queue."),
+    )
+)]
 async fn remove(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
     state.broker().delete_dead_letter(id).await?;
-    Ok(ok(json!({"deleted": true, "job_id": id.to_string()})).into_response())
+    Ok(ok(Removed {
+        deleted: true,
+        job_id: id.to_string(),
+    })
+    .into_response())
 }
 
 /// `DELETE /ojs/v1/dead-letter`: purges dead-lettered jobs (`confirm: true` required; options in
 /// the body or the query string, the body winning).
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/dead-letter",
+    tag = "dead-letter",
+    summary = "Purge dead-lettered jobs",
+    params(PurgeQuery),
+    request_body(
+        content = Option<DeadLetterPurgeRequest>,
+        description = "The options; may be omitted when the query string gives them."
+    ),
+    responses(
+        (status = 200, body = DeadLetterPurged),
+        (status = 400, description = "`confirm: true` is missing or an option is invalid."),
+    )
+)]
 pub(super) async fn purge(
     State(state): State<AppState>,
     query: QueryParams,
@@ -303,5 +548,8 @@ pub(super) async fn purge(
         .broker()
         .purge_dead_letters(older_than, queue.as_deref())
         .await?;
-    Ok(ok(json!({"purged_count": purged})).into_response())
+    Ok(ok(DeadLetterPurged {
+        purged_count: purged,
+    })
+    .into_response())
 }

@@ -7,20 +7,21 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::ApiError;
 use super::extract::JobIdPath;
+use super::jobs::JobIdParam;
 use super::query::{ADMIN, Page, Pagination, QueryParams};
 use super::{AppState, ok};
 use crate::broker::{EventFilter, EventRow, Position};
@@ -37,11 +38,149 @@ const REPLAY_BATCH: i64 = 500;
 const SSE_RETRY: Duration = Duration::from_millis(3_000);
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/events", get(poll))
-        .route("/ojs/v1/jobs/{id}/events", get(job_stream))
-        .route("/ojs/v1/queues/{name}/events", get(queue_stream))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(poll))
+        .routes(routes!(job_stream))
+        .routes(routes!(queue_stream))
+}
+
+/// The query of `GET /ojs/v1/events`. Without `page`/`per_page` (or with `after`) it is the
+/// cursor form; with `page` or `per_page` and no `after`, the paged newest-first form. Lists
+/// are comma-separated; an empty value counts as absent.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `poll` and `newest_first`
+struct PollQuery {
+    /// Cursor form: the id (`evt_...`) of the last event seen; events after it are returned.
+    /// Without it, from the oldest retained event. An id no longer retained is a 400
+    /// (`details.reason: cursor_expired`).
+    after: Option<String>,
+    /// Event types, comma-separated; `prefix.*` matches a prefix (e.g. `job.*`).
+    types: Option<String>,
+    /// The same as `types` (used when `types` is absent).
+    r#type: Option<String>,
+    /// Queues, comma-separated.
+    queues: Option<String>,
+    /// The same as `queues` (used when `queues` is absent).
+    queue: Option<String>,
+    /// Job types, comma-separated.
+    job_types: Option<String>,
+    /// Cursor form only: one job's events (a job id; a malformed id is a 400). Refused (400)
+    /// in the paged form.
+    job_id: Option<String>,
+    /// Cursor form: most events returned, default 100, clamped to 1..=1000. Paged form: the
+    /// page size when `per_page` is absent, default 20, clamped to 1..=100.
+    #[param(minimum = 0)]
+    limit: Option<i64>,
+    /// Paged form: the page, from 1.
+    #[param(minimum = 1)]
+    page: Option<i64>,
+    /// Paged form: the page size, default 20, clamped to 1..=100.
+    #[param(minimum = 0)]
+    per_page: Option<i64>,
+    /// Paged form: items skipped, when neither `cursor` nor `page` is given.
+    #[param(minimum = 0)]
+    offset: Option<i64>,
+    /// Paged form: a `pagination.next_cursor` of an earlier page (wins over `page` and
+    /// `offset`).
+    cursor: Option<String>,
+}
+
+/// An OJS event envelope (CloudEvents-style).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // a schema: the server writes this with `WireEvent`
+struct EventEnvelope {
+    /// Always `1.0`.
+    specversion: String,
+    /// `evt_<uuidv7>`; usable as `after`.
+    id: String,
+    /// E.g. `job.completed`, `job.heartbeat`.
+    r#type: String,
+    /// Who wrote the event.
+    source: String,
+    /// RFC 3339.
+    time: String,
+    /// What the event is about, when it names something.
+    subject: Option<String>,
+    /// Always `application/json`.
+    datacontenttype: String,
+    /// The event's payload.
+    #[schema(value_type = Object)]
+    data: serde_json::Value,
+}
+
+/// An event envelope of the paged form: the envelope plus `timestamp` (its `time` again).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // a schema: the server writes this with `WireEvent::with_timestamp`
+struct TimestampedEventEnvelope {
+    #[serde(flatten)]
+    envelope: EventEnvelope,
+    /// The same as `time`.
+    timestamp: String,
+}
+
+/// The cursor form's body: events in delivery order.
+#[derive(Serialize, ToSchema)]
+#[schema(as = EventPollBody)]
+struct PollBody<'a> {
+    #[schema(value_type = Vec<EventEnvelope>)]
+    events: Vec<WireEvent<'a>>,
+    /// The id of the last event returned (absent when none is): the next `after`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cursor: Option<String>,
+    /// Whether more events follow the last one returned.
+    has_more: bool,
+}
+
+/// The paged form's body: newest first.
+#[derive(Serialize, ToSchema)]
+#[schema(as = EventPageBody)]
+struct PagedBody<'a> {
+    #[schema(value_type = Vec<TimestampedEventEnvelope>)]
+    items: Vec<WireEvent<'a>>,
+    pagination: Pagination,
+}
+
+/// The body of `GET /ojs/v1/events`: the cursor form or the paged form.
+#[derive(ToSchema)]
+#[schema(as = EventList)]
+#[serde(untagged)]
+#[allow(dead_code)] // documentation: the two bodies `poll` writes
+enum EventList<'a> {
+    Poll(PollBody<'a>),
+    Page(PagedBody<'a>),
+}
+
+/// The queue name of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `queue_stream`
+struct QueueNameParam {
+    /// The queue's name: 1-128 lowercase letters, digits, `-` and `.`, starting with a letter
+    /// or digit.
+    name: String,
+}
+
+/// The query of an event stream.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `stream`
+struct StreamQuery {
+    /// SSE event types to send, comma-separated (`job.state_changed`, `job.heartbeat`,
+    /// `system.gap`, `server.shutdown`); all when absent.
+    event_types: Option<String>,
+}
+
+/// The headers of an event stream.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // documentation: read by `stream` and `job_stream`
+struct StreamHeaders {
+    /// Resume after this event id (`evt_...`); an id no longer retained (or not one this
+    /// server issued) starts with a `system.gap` event. Without it, only new events.
+    #[param(rename = "Last-Event-ID")]
+    last_event_id: Option<String>,
 }
 
 /// `types` as exact names and `prefix.*` prefixes.
@@ -57,6 +196,21 @@ fn type_filter(filter: &mut EventFilter, types: Option<Vec<String>>) {
 /// `GET /ojs/v1/events?after=&types=&queues=&job_types=&job_id=&limit=`: events in delivery
 /// order after the cursor (from the oldest retained one without it). With `page` or
 /// `per_page` (and no `after`), the paged form instead ([`newest_first`]).
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/events",
+    operation_id = "poll_events",
+    tag = "events",
+    summary = "Poll the event log",
+    params(PollQuery),
+    responses(
+        (status = 200, description = "The cursor form (`{events, cursor, has_more}`), or with \
+            `page`/`per_page` and no `after` the paged newest-first form (`{items, pagination}`).",
+            body = EventList<'static>),
+        (status = 400, description = "A malformed parameter, an `after` no longer retained, or \
+            `job_id` in the paged form."),
+    )
+)]
 async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let mut filter = EventFilter {
         queues: query.list("queues").or_else(|| query.list("queue")),
@@ -107,14 +261,6 @@ async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         .await?;
     let has_more = events.len() as i64 > limit;
     events.truncate(limit as usize);
-
-    #[derive(Serialize)]
-    struct PollBody<'a> {
-        events: Vec<WireEvent<'a>>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        cursor: Option<String>,
-        has_more: bool,
-    }
     Ok(ok(PollBody {
         cursor: events.last().map(|e| EventKey::of(e).to_id()),
         events: events.iter().map(WireEvent::of).collect(),
@@ -143,12 +289,6 @@ async fn newest_first(
         .broker()
         .events_page(filter, page.offset, page.limit)
         .await?;
-
-    #[derive(Serialize)]
-    struct PagedBody<'a> {
-        items: Vec<WireEvent<'a>>,
-        pagination: Pagination,
-    }
     Ok(ok(PagedBody {
         items: events.iter().map(WireEvent::with_timestamp).collect(),
         pagination: page.describe(total),
@@ -395,6 +535,25 @@ fn stream(
 
 /// `GET /ojs/v1/jobs/{id}/events`: the job's state changes and heartbeats. For a finished job:
 /// its current state, then the stream ends.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}/events",
+    operation_id = "stream_job_events",
+    tag = "events",
+    summary = "Stream a job's events (SSE)",
+    params(JobIdParam, StreamQuery, StreamHeaders),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "Server-sent events, after a first `retry: 3000`; `: heartbeat` \
+            comments keep the connection alive. `job.state_changed` (`{job_id, queue, type, \
+            from, to, timestamp}`) and `job.heartbeat` (`{job_id, worker_id, timestamp}`) carry \
+            the event id as `id:`; `system.gap` (`{channel, gap_start, gap_end, \
+            estimated_missed_count}`) and `server.shutdown` (`{reason, grace_period_ms}`) have \
+            none. The stream ends after the job's terminal state; for a job already finished \
+            (and no `Last-Event-ID`) it is just that state (`from: null`)."),
+        (status = 404, description = "No such job."),
+    )
+)]
 async fn job_stream(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -425,6 +584,25 @@ async fn job_stream(
 }
 
 /// `GET /ojs/v1/queues/{name}/events`: state changes and heartbeats of the queue's jobs.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{name}/events",
+    operation_id = "stream_queue_events",
+    tag = "events",
+    summary = "Stream a queue's events (SSE)",
+    params(QueueNameParam, StreamQuery, StreamHeaders),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "Server-sent events of the queue's jobs, after a first \
+            `retry: 3000`; `: heartbeat` comments keep the connection alive. \
+            `job.state_changed` (`{job_id, queue, type, from, to, timestamp}`) and \
+            `job.heartbeat` (`{job_id, worker_id, timestamp}`) carry the event id as `id:`; \
+            `system.gap` (`{channel, gap_start, gap_end, estimated_missed_count}`) and \
+            `server.shutdown` (`{reason, grace_period_ms}`) have none."),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
 async fn queue_stream(
     State(state): State<AppState>,
     Path(name): Path<String>,

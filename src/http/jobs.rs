@@ -1,34 +1,97 @@
 //! `/ojs/v1/jobs`: PUSH (single and batch), INFO, CANCEL, ACTIVATE and priority changes.
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Extension, Router};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::error::ApiError;
 use super::extract::{BodyLimit, JobIdPath, JsonBody};
+use super::openapi;
 use super::{AppState, HttpSettings, Ojs, ok};
 use crate::broker::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 use crate::error::Error;
 use crate::job::envelope::{self, NewJob};
 use crate::job::wire::WireJob;
 use crate::json::{Kind, Object};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-pub fn router(settings: &HttpSettings) -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/jobs", post(push))
-        .route(
-            "/ojs/v1/jobs/batch",
-            post(push_batch).layer(Extension(BodyLimit(settings.max_batch_bytes))),
-        )
-        .route(
-            "/ojs/v1/jobs/{id}",
-            get(info).delete(cancel).patch(change_priority),
-        )
-        .route("/ojs/v1/jobs/{id}/activate", post(activate))
+pub fn router(settings: &HttpSettings) -> OpenApiRouter<AppState> {
+    let (schemas, paths, batch) = routes!(push_batch);
+    let batch = batch.layer(Extension(BodyLimit(settings.max_batch_bytes)));
+    OpenApiRouter::new()
+        .routes(routes!(push))
+        .routes((schemas, paths, batch))
+        .routes(routes!(info, cancel, change_priority))
+        .routes(routes!(activate))
+}
+
+/// Headers a PUSH may carry.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // documentation: read by `push_context`
+struct PushHeaders {
+    /// Who is enqueueing (checked against a queue's `producers`).
+    #[param(rename = "OJS-Producer")]
+    producer: Option<String>,
+    /// Seconds (0–30) to wait for room when a `block` queue is full.
+    #[param(rename = "OJS-Block-Timeout", maximum = 30)]
+    block_timeout: Option<u32>,
+}
+
+/// The job id of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `JobIdPath`
+pub(super) struct JobIdParam {
+    /// The job's UUIDv7.
+    id: String,
+}
+
+/// `{"jobs": [...]}`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct BatchRequest {
+    #[schema(min_items = 1)]
+    jobs: Vec<openapi::Enqueue>,
+}
+
+/// `{"jobs": [...], "count": n}`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct BatchResponse {
+    jobs: Vec<openapi::Job>,
+    count: usize,
+}
+
+/// `{"priority": n}`; other members are ignored.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub(super) struct PriorityRequest {
+    priority: openapi::PrioritySchema,
+}
+
+/// The changed job, with its old and new priority.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub(super) struct PriorityResponse {
+    id: String,
+    priority: i32,
+    previous_priority: i32,
+    job: openapi::Job,
+}
+
+/// A job wrapped as `{"job": ...}` with the same attributes also beside `job`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub(super) struct WrappedJob {
+    job: openapi::Job,
+    #[serde(flatten)]
+    bare: openapi::Job,
 }
 
 #[derive(Serialize)]
@@ -64,6 +127,22 @@ fn parse_envelope(
 }
 
 /// `POST /ojs/v1/jobs`: 201 with the new job, or 200 with the existing one (unique policy).
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/jobs",
+    tag = "jobs",
+    summary = "Enqueue a job",
+    params(PushHeaders),
+    request_body = openapi::Enqueue,
+    responses(
+        (status = 201, description = "Created; `Location` names the job.", body = openapi::JobBody),
+        (status = 200, description = "A unique policy returned the existing job (`deduplicated: true`).", body = openapi::JobBody),
+        (status = 400, description = "The envelope is invalid."),
+        (status = 409, description = "A unique policy refused a duplicate."),
+        (status = 413, description = "The envelope is too large."),
+        (status = 429, description = "The queue is full."),
+    )
+)]
 async fn push(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -174,6 +253,21 @@ fn created(id: &str, body: impl Serialize) -> Response {
 }
 
 /// `POST /ojs/v1/jobs/batch`: all jobs or none, in request order.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/jobs/batch",
+    tag = "jobs",
+    summary = "Enqueue jobs atomically",
+    params(PushHeaders),
+    request_body = BatchRequest,
+    responses(
+        (status = 201, description = "Every job, in request order.", body = BatchResponse),
+        (status = 400, description = "An envelope is invalid (`details.index` says which)."),
+        (status = 409, description = "A unique policy refused a duplicate."),
+        (status = 413, description = "The batch is too large."),
+        (status = 429, description = "A queue is full."),
+    )
+)]
 async fn push_batch(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -243,6 +337,17 @@ async fn push_batch(
 }
 
 /// `GET /ojs/v1/jobs/{id}`: `{"job": ...}` with the attributes also beside `job`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}",
+    tag = "jobs",
+    summary = "Read a job",
+    params(JobIdParam),
+    responses(
+        (status = 200, body = WrappedJob),
+        (status = 404, description = "No such job."),
+    )
+)]
 async fn info(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -253,6 +358,18 @@ async fn info(
 
 /// `DELETE /ojs/v1/jobs/{id}`: cancel (idempotent for an already cancelled job); the job
 /// wrapped and bare, as for GET.
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/jobs/{id}",
+    tag = "jobs",
+    summary = "Cancel a job",
+    params(JobIdParam),
+    responses(
+        (status = 200, description = "Cancelled (or already cancelled); `previous_state` says from what.", body = WrappedJob),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job already finished."),
+    )
+)]
 pub(super) async fn cancel(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -271,6 +388,20 @@ pub(super) async fn cancel(
 /// Other members of the body are ignored.
 ///
 /// [OJS priority update]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#81-priority-update
+#[utoipa::path(
+    patch,
+    path = "/ojs/v1/jobs/{id}",
+    tag = "jobs",
+    summary = "Change a waiting job's priority",
+    params(JobIdParam),
+    request_body = PriorityRequest,
+    responses(
+        (status = 200, body = PriorityResponse),
+        (status = 400, description = "The priority is missing or out of range."),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job is no longer waiting."),
+    )
+)]
 pub(super) async fn change_priority(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -308,6 +439,18 @@ pub(super) async fn change_priority(
 }
 
 /// `POST /ojs/v1/jobs/{id}/activate`: pending → available. The body, if any, is ignored.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/jobs/{id}/activate",
+    tag = "jobs",
+    summary = "Activate a pending job",
+    params(JobIdParam),
+    responses(
+        (status = 200, body = openapi::JobBody),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job is not pending."),
+    )
+)]
 async fn activate(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,

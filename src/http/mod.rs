@@ -15,6 +15,7 @@ mod admin_ui;
 mod dead_letter;
 mod events;
 mod jobs;
+pub mod openapi;
 mod progress;
 pub mod query;
 mod queues;
@@ -33,6 +34,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::broker::Broker;
 use crate::db::DbHealth;
@@ -169,18 +171,24 @@ impl AppState {
     }
 }
 
-/// The whole HTTP API.
-pub fn router(state: AppState) -> Router {
-    Router::new()
+/// Every route of the HTTP API, each with its OpenAPI operation.
+pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .merge(system::router())
-        .merge(jobs::router(state.settings()))
+        .merge(jobs::router(settings))
         .merge(workers::router())
         .merge(progress::router())
         .merge(dead_letter::router())
         .merge(events::router())
         .merge(queues::router())
-        .merge(admin::router(state.settings().test_hooks))
-        .merge(admin_ui::router(state.settings().admin_ui_dir.is_some()))
+        .merge(admin::router(settings.test_hooks))
+        .merge(admin_ui::router(settings.admin_ui_dir.is_some()).into())
+}
+
+/// The whole HTTP API, with `GET /ojs/openapi.json` describing it.
+pub fn router(state: AppState) -> Router {
+    let (routes, _) = openapi::serve(api(state.settings()));
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(on_panic))
@@ -342,7 +350,13 @@ fn db_unavailable() -> Response {
 fn needs_database(path: &str) -> bool {
     !matches!(
         path,
-        "/health" | "/ready" | "/metrics" | "/ojs/v1/health" | "/ojs/v1/ready" | "/ojs/manifest"
+        "/health"
+            | "/ready"
+            | "/metrics"
+            | "/ojs/v1/health"
+            | "/ojs/v1/ready"
+            | "/ojs/manifest"
+            | "/ojs/openapi.json"
     ) && !admin_ui::serves(path)
 }
 

@@ -13,19 +13,20 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::error::ApiError;
 use super::extract::{Fields, JobIdPath, JsonBody};
+use super::jobs::JobIdParam;
 use super::{AppState, ok};
 use crate::broker::{Progress, ProgressReport};
 use crate::job::{JobId, JobState};
@@ -40,11 +41,44 @@ const STREAM_POLL: Duration = Duration::from_secs(1);
 const STREAM_RETRY: Duration = Duration::from_secs(3);
 const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/jobs/{id}/progress", get(show).put(report_for_path))
-        .route("/ojs/v1/jobs/{id}/progress/stream", get(stream))
-        .route("/ojs/v1/workers/progress", post(report_for_body))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(show, report_for_path))
+        .routes(routes!(stream))
+        .routes(routes!(report_for_body))
+}
+
+/// A progress report. Give `progress` (a fraction) or `percentage`; when both are given,
+/// `progress` wins. Out-of-range values are clamped, not refused. Other members are ignored.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `parse_report`
+struct ProgressReportRequest {
+    /// 0 to 1 (clamped). Required unless `percentage` is given.
+    progress: Option<f64>,
+    /// 0 to 100 (clamped); used when `progress` is absent.
+    percentage: Option<f64>,
+    /// At most 1000 characters.
+    #[schema(max_length = 1000)]
+    message: Option<String>,
+    /// Anything the worker wants to attach.
+    #[schema(value_type = Option<Object>)]
+    data: Option<serde_json::Value>,
+    /// The reporting worker: when given, it must be the worker holding the job (1-255
+    /// characters without control characters).
+    #[schema(min_length = 1, max_length = 255)]
+    worker_id: Option<String>,
+}
+
+/// A progress report naming its job. Give `progress` (a fraction) or `percentage`; when both
+/// are given, `progress` wins. Out-of-range values are clamped, not refused. Other members are
+/// ignored.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `report_for_body`
+struct WorkerProgressRequest {
+    /// The job's id (a UUIDv7).
+    job_id: String,
+    #[serde(flatten)]
+    report: ProgressReportRequest,
 }
 
 /// A number field, if given.
@@ -131,6 +165,21 @@ async fn record(state: &AppState, id: JobId, fields: &Fields<'_>) -> Result<Resp
 }
 
 /// `PUT /ojs/v1/jobs/{id}/progress`.
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/jobs/{id}/progress",
+    operation_id = "report_job_progress",
+    tag = "jobs",
+    summary = "Report an active job's progress",
+    params(JobIdParam),
+    request_body = ProgressReportRequest,
+    responses(
+        (status = 200, description = "The recorded progress.", body = Body<'static>),
+        (status = 400, description = "The report is invalid."),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job is not active, or another worker holds it."),
+    )
+)]
 async fn report_for_path(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -141,6 +190,20 @@ async fn report_for_path(
 }
 
 /// `POST /ojs/v1/workers/progress` with `job_id` in the body.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/progress",
+    operation_id = "report_worker_progress",
+    tag = "workers",
+    summary = "Report an active job's progress (job in the body)",
+    request_body = WorkerProgressRequest,
+    responses(
+        (status = 200, description = "The recorded progress.", body = Body<'static>),
+        (status = 400, description = "The report is invalid or `job_id` is missing or malformed."),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job is not active, or another worker holds it."),
+    )
+)]
 async fn report_for_body(
     State(state): State<AppState>,
     body: JsonBody,
@@ -152,6 +215,18 @@ async fn report_for_body(
 
 /// `GET /ojs/v1/jobs/{id}/progress`: the current attempt's latest report (`progress` 0 before
 /// any, 1 once the job completed).
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}/progress",
+    operation_id = "get_job_progress",
+    tag = "jobs",
+    summary = "Read a job's progress",
+    params(JobIdParam),
+    responses(
+        (status = 200, body = Body<'static>),
+        (status = 404, description = "No such job."),
+    )
+)]
 async fn show(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -163,6 +238,22 @@ async fn show(
 /// `GET /ojs/v1/jobs/{id}/progress/stream`: the progress now, then each new report, until the
 /// job is finished (its final progress is the last event), the client leaves or the server
 /// shuts down.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}/progress/stream",
+    operation_id = "stream_job_progress",
+    tag = "jobs",
+    summary = "Follow a job's progress (SSE)",
+    params(JobIdParam),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "Server-sent events, after a first `retry: 3000`: unnamed events \
+            whose data is the progress object (`JobProgress`), the current one first, then each \
+            change; empty comments keep the connection alive. The stream ends after the job's \
+            final progress once it is finished."),
+        (status = 404, description = "No such job."),
+    )
+)]
 async fn stream(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -216,16 +307,21 @@ async fn follow(state: AppState, mut last: Progress, tx: mpsc::Sender<Event>) {
     }
 }
 
-/// The progress object of every response.
-#[derive(Serialize)]
+/// A job's progress: the current attempt's latest report.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobProgress)]
 struct Body<'a> {
     job_id: String,
+    #[schema(value_type = crate::http::openapi::JobState)]
     state: JobState,
+    /// 0 to 1: 0 before any report, 1 once the job completed.
     progress: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     data: Option<&'a RawValue>,
+    /// RFC 3339: when the report was made; absent before any.
     #[serde(skip_serializing_if = "Option::is_none")]
     updated_at: Option<String>,
 }

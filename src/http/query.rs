@@ -186,8 +186,31 @@ impl Page {
     }
 }
 
+/// The page of a listing (documentation; [`Page::from_query`] reads it): `cursor` wins over
+/// `page`/`per_page`, which win over `offset`/`limit`. An empty value counts as absent.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct PageParams {
+    /// Items per page: by default 50 (at most 200) on `/ojs/v1` lists, 20 (at most 100) on
+    /// `/ojs/v1/admin` lists; larger values are lowered to the maximum, 0 is raised to 1.
+    #[param(minimum = 0)]
+    limit: Option<i64>,
+    /// The same as `limit`, which it overrides.
+    #[param(minimum = 0)]
+    per_page: Option<i64>,
+    /// Items to skip (default 0).
+    #[param(minimum = 0)]
+    offset: Option<i64>,
+    /// The page, from 1, of `per_page` items; overrides `offset`.
+    #[param(minimum = 1)]
+    page: Option<i64>,
+    /// The `pagination.next_cursor` of an earlier answer; overrides `page` and `offset`.
+    cursor: Option<String>,
+}
+
 /// `pagination` of every list response.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Pagination {
     pub total: i64,
     pub limit: i64,

@@ -5,18 +5,24 @@
 //! [OJS queue endpoints]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#11-queue-endpoints
 //! [queue management endpoints]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#91-queue-management-endpoints
 
-use axum::Router;
+use std::borrow::Cow;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use chrono::Utc;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
+use utoipa::openapi::schema::{AnyOfBuilder, Schema};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{JsonBody, OptionalJsonBody};
-use super::query::{DATA_PLANE, Page, Pagination, QueryParams};
+use super::openapi::DurationSchema;
+use super::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
 use super::{AppState, Ojs, ok};
 use crate::broker::{DeleteStrategy, Queue, QueueConfigs, QueueStats};
 use crate::broker::{QueueCounts, QueueState};
@@ -24,38 +30,302 @@ use crate::job::is_valid_queue;
 use crate::queue_config::DEFAULT_QUEUE;
 use crate::timestamp;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/queues", get(list).post(create))
-        .route("/ojs/v1/queues/{name}", get(show).delete(delete_queue))
-        .route("/ojs/v1/queues/{name}/stats", get(stats))
-        .route("/ojs/v1/queues/{name}/pause", post(pause))
-        .route("/ojs/v1/queues/{name}/resume", post(resume))
-        .route("/ojs/v1/admin/queues/{name}/pause", post(pause))
-        .route("/ojs/v1/admin/queues/{name}/resume", post(resume))
-        .route("/ojs/v1/queues/{name}/priority-stats", get(priority_stats))
-        .route(
-            "/ojs/v1/queues/{name}/config",
-            get(show_config).put(put_config),
-        )
-        .route(
-            "/ojs/v1/admin/queues/{name}/config",
-            get(show_config).put(put_config),
-        )
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(show, delete_queue))
+        .routes(routes!(stats))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
+        .routes(routes!(admin_pause))
+        .routes(routes!(admin_resume))
+        .routes(routes!(priority_stats))
+        .routes(routes!(show_config, put_config))
+        .routes(routes!(admin_show_config, admin_put_config))
+}
+
+/// The queue name of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `queue_path`
+struct QueueNameParam {
+    /// 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or digit.
+    #[param(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    name: String,
+}
+
+/// The queue name of a configuration path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `config_path`
+struct ConfigQueueNameParam {
+    /// A queue name, or `_default` for the configuration every queue inherits.
+    #[param(pattern = r"^(_default|[a-z0-9][a-z0-9.-]{0,127})$", max_length = 128)]
+    name: String,
+}
+
+/// The filter of `GET /ojs/v1/queues`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `list`
+struct QueueListQuery {
+    /// Only queues in this state.
+    #[param(inline)]
+    state: Option<QueueStateSchema>,
+}
+
+/// The query of `DELETE /ojs/v1/queues/{name}` (the body's members win).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `delete_queue`
+struct QueueDeleteQuery {
+    /// What to do with the queue's waiting jobs; required here or in the body.
+    #[param(inline)]
+    strategy: Option<DeleteStrategySchema>,
+    /// With `move`: the queue that receives the jobs.
+    target_queue: Option<String>,
+}
+
+/// A queue's lifecycle state.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueueState)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documentation: the server writes `broker::QueueState`
+enum QueueStateSchema {
+    Active,
+    Paused,
+    Draining,
+}
+
+/// What a queue deletion does with the queue's waiting jobs.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueueDeleteStrategy)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documentation: read by `delete_queue`
+enum DeleteStrategySchema {
+    /// Refuse when jobs remain.
+    Reject,
+    /// Discard them.
+    Discard,
+    /// Move them to `target_queue`.
+    Move,
+}
+
+/// `POST /ojs/v1/queues`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `create`
+struct QueueCreateRequest {
+    /// 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or digit.
+    #[schema(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    name: String,
+    /// The queue's own configuration, as for `PUT /ojs/v1/queues/{name}/config`.
+    #[schema(nullable = false)]
+    config: Option<QueueConfigUpdate>,
+}
+
+/// A configuration `PUT` (or the `config` of a new queue): the fields to set; `null` resets a
+/// field to the inherited value, and the members of `retention`, `default_retry` and
+/// `rate_limit` merge one by one with those already set.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `queue_config::apply_patch`
+struct QueueConfigUpdate {
+    /// Most jobs waiting in the queue.
+    #[schema(minimum = 1)]
+    max_size: Option<i64>,
+    /// Most bytes of waiting job envelopes.
+    #[schema(minimum = 1)]
+    max_size_bytes: Option<i64>,
+    /// What an enqueue past the bound does (`drop-oldest` is accepted for `drop_oldest`).
+    #[schema(inline)]
+    overflow_policy: Option<OverflowPolicyInput>,
+    /// Fraction of the bound from which responses carry the pressure headers.
+    #[schema(minimum = 0, maximum = 1)]
+    warning_threshold: Option<f64>,
+    /// Most jobs of the queue active at once.
+    #[schema(minimum = 0)]
+    concurrency: Option<i64>,
+    /// `{"limit": N, "period": "PT1M"}` (`period` may also be `second`, `minute`, `hour` or
+    /// `day`); also accepted as `{"rate": {"limit", "period"}}`, `{"rate": N, "period"}` or
+    /// `{"max_per_second": N}`.
+    #[schema(value_type = Option<Object>)]
+    rate_limit: Option<serde_json::Value>,
+    /// Integer seconds (at least 1) or an ISO 8601 duration of at least a second.
+    visibility_timeout: Option<DurationSchema>,
+    /// Integer seconds (at least 1) or an ISO 8601 duration of at least a second.
+    default_timeout: Option<DurationSchema>,
+    /// Retry policy fields jobs of the queue get when they set none of their own.
+    #[schema(value_type = Option<Object>)]
+    default_retry: Option<serde_json::Value>,
+    /// How long terminal jobs are kept.
+    retention: Option<QueueRetentionUpdate>,
+    /// The queue that receives the queue's dead letters (not the queue itself).
+    #[schema(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    dead_letter_queue: Option<String>,
+    #[schema(minimum = 1)]
+    dead_letter_max_size: Option<i64>,
+    /// ISO 8601 duration.
+    dead_letter_ttl: Option<String>,
+    /// Job type patterns the queue accepts (`*` matches any run of characters).
+    #[schema(min_items = 1)]
+    allowed_job_types: Option<Vec<String>>,
+    /// Producer patterns the queue accepts (`OJS-Producer`; `*` accepts any).
+    #[schema(min_items = 1)]
+    producers: Option<Vec<String>>,
+    /// Alias of `max_size` (`max_depth`, 0 meaning unlimited), `max_size_bytes`,
+    /// `overflow_policy` (`strategy`) and `warning_threshold`; the plain fields win.
+    #[schema(nullable = false)]
+    backpressure: Option<QueueBackpressureUpdate>,
+}
+
+/// An overflow policy as a request may name it.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+enum OverflowPolicyInput {
+    #[serde(rename = "reject")]
+    Reject,
+    #[serde(rename = "drop_oldest")]
+    DropOldest,
+    #[serde(rename = "drop-oldest")]
+    DropOldestDash,
+    #[serde(rename = "block")]
+    Block,
+}
+
+/// Retention of terminal jobs: ISO 8601 durations, `null` to reset one.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueRetentionUpdate {
+    completed: Option<String>,
+    discarded: Option<String>,
+    cancelled: Option<String>,
+}
+
+/// The backpressure alias of a configuration update.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueBackpressureUpdate {
+    /// `max_size`; 0 means unlimited.
+    #[schema(minimum = 0)]
+    max_depth: Option<i64>,
+    #[schema(minimum = 1)]
+    max_size_bytes: Option<i64>,
+    /// `overflow_policy`.
+    #[schema(inline)]
+    strategy: Option<OverflowPolicyInput>,
+    #[schema(minimum = 0, maximum = 1)]
+    warning_threshold: Option<f64>,
+}
+
+/// A queue's resolved configuration (its own values over `_default` over the system
+/// defaults): every field, `null` for none or unlimited.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: the server writes `QueueConfig::to_json`
+pub(super) struct ResolvedQueueConfig {
+    #[schema(required = true)]
+    max_size: Option<i64>,
+    #[schema(required = true)]
+    max_size_bytes: Option<i64>,
+    #[schema(inline)]
+    overflow_policy: OverflowPolicyName,
+    warning_threshold: f64,
+    #[schema(required = true)]
+    concurrency: Option<i64>,
+    #[schema(required = true)]
+    rate_limit: Option<QueueRateLimit>,
+    /// Seconds; `null`: the server's default.
+    #[schema(required = true)]
+    visibility_timeout: Option<i64>,
+    /// Seconds; `null`: the server's default.
+    #[schema(required = true)]
+    default_timeout: Option<i64>,
+    /// The effective default retry policy.
+    default_retry: QueueDefaultRetry,
+    retention: QueueRetention,
+    #[schema(required = true)]
+    dead_letter_queue: Option<String>,
+    #[schema(required = true)]
+    dead_letter_max_size: Option<i64>,
+    /// ISO 8601 duration.
+    dead_letter_ttl: String,
+    allowed_job_types: Vec<String>,
+    producers: Vec<String>,
+    backpressure: QueueBackpressure,
+}
+
+/// An overflow policy as the server writes it.
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum OverflowPolicyName {
+    Reject,
+    DropOldest,
+    Block,
+}
+
+/// At most `limit` job starts in any window of `period`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueRateLimit {
+    limit: i64,
+    /// ISO 8601 duration.
+    period: String,
+}
+
+/// A queue's effective default retry policy (durations ISO 8601), with any other members
+/// `default_retry` set.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: the server writes `RetryPolicy::to_json`
+struct QueueDefaultRetry {
+    max_attempts: i32,
+    initial_interval: String,
+    backoff_coefficient: f64,
+    max_interval: String,
+    jitter: bool,
+    non_retryable_errors: Vec<String>,
+    /// `discard` or `dead_letter`.
+    on_exhaustion: String,
+    backoff_strategy: String,
+}
+
+/// How long terminal jobs are kept (ISO 8601 durations).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueRetention {
+    completed: String,
+    discarded: String,
+    cancelled: String,
+}
+
+/// The backpressure fields again, under their alias names.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueBackpressure {
+    #[schema(required = true)]
+    max_depth: Option<i64>,
+    #[schema(required = true)]
+    max_size_bytes: Option<i64>,
+    #[schema(inline)]
+    strategy: OverflowPolicyName,
+    warning_threshold: f64,
 }
 
 /// The queue object ([OJS queue details]), with its resolved configuration.
 ///
 /// [OJS queue details]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#93-get-queue-details
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = Queue)]
 struct QueueBody<'a> {
     name: &'a str,
+    #[schema(value_type = QueueStateSchema)]
     state: QueueState,
     /// `state` again, for binding clients.
+    #[schema(value_type = QueueStateSchema)]
     status: QueueState,
     paused: bool,
+    /// While paused, when it was paused.
     #[serde(skip_serializing_if = "Option::is_none")]
     paused_at: Option<String>,
+    #[schema(value_type = ResolvedQueueConfig)]
     config: serde_json::Value,
     created_at: String,
     updated_at: String,
@@ -81,7 +351,8 @@ impl<'a> QueueBody<'a> {
 }
 
 /// Current counts by state (the `counts` of a listed queue).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueJobCounts)]
 struct Counts {
     available: i64,
     active: i64,
@@ -102,7 +373,35 @@ impl Counts {
     }
 }
 
+/// A listed queue: the queue object with its current counts.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ListedQueue)]
+struct Listed<'a> {
+    #[serde(flatten)]
+    queue: QueueBody<'a>,
+    counts: Counts,
+}
+
+/// A page of queues.
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueList)]
+struct ListBody<'a> {
+    queues: Vec<Listed<'a>>,
+    pagination: Pagination,
+}
+
 /// `GET /ojs/v1/queues?state=&limit=&offset=`: queues by name, with their current counts.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues",
+    tag = "queues",
+    summary = "List queues",
+    params(QueueListQuery, PageParams),
+    responses(
+        (status = 200, description = "Queues by name.", body = ListBody<'_>),
+        (status = 400, description = "A query parameter is invalid."),
+    )
+)]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, DATA_PLANE)?;
     let filter = match query.get("state") {
@@ -122,18 +421,6 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         .queues(filter, page.limit, page.offset)
         .await?;
     let configs = state.broker().queue_configs().await?;
-
-    #[derive(Serialize)]
-    struct Listed<'a> {
-        #[serde(flatten)]
-        queue: QueueBody<'a>,
-        counts: Counts,
-    }
-    #[derive(Serialize)]
-    struct ListBody<'a> {
-        queues: Vec<Listed<'a>>,
-        pagination: Pagination,
-    }
     Ok(ok(ListBody {
         queues: queues
             .iter()
@@ -148,6 +435,20 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 }
 
 /// `POST /ojs/v1/queues` with `{"name", "config"?}`: 201 with the queue, 409 if it exists.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/queues",
+    tag = "queues",
+    summary = "Create a queue",
+    request_body = QueueCreateRequest,
+    responses(
+        (status = 201, description = "Created; `Location` names the queue.", body = QueueBody<'_>,
+            headers(("Location" = String, description = "`/ojs/v1/queues/{name}`"))),
+        (status = 400, description = "The name or the configuration is invalid."),
+        (status = 409, description = "The queue exists."),
+        (status = 422, description = "`config.default_retry` is not a valid retry policy."),
+    )
+)]
 async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let name = fields.required_string("name")?;
@@ -169,7 +470,42 @@ async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Respons
     Ok(response)
 }
 
+/// Current counts of a shown queue (`depth`: jobs not yet finished).
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueDetailStats)]
+struct Stats {
+    depth: i64,
+    available: i64,
+    active: i64,
+    retryable: i64,
+    scheduled: i64,
+    pending: i64,
+    completed_today: i64,
+    failed_today: i64,
+}
+
+/// The queue object with its `stats`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueDetail)]
+struct Shown<'a> {
+    #[serde(flatten)]
+    queue: QueueBody<'a>,
+    stats: Stats,
+}
+
 /// `GET /ojs/v1/queues/{name}`: the queue with its `stats`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{name}",
+    tag = "queues",
+    summary = "Read a queue",
+    params(QueueNameParam),
+    responses(
+        (status = 200, body = Shown<'_>),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -177,24 +513,6 @@ async fn show(
     queue_path(&name)?;
     let QueueStats { queue, counts } = state.broker().queue_stats(&name).await?;
     let configs = state.broker().queue_configs().await?;
-
-    #[derive(Serialize)]
-    struct Stats {
-        depth: i64,
-        available: i64,
-        active: i64,
-        retryable: i64,
-        scheduled: i64,
-        pending: i64,
-        completed_today: i64,
-        failed_today: i64,
-    }
-    #[derive(Serialize)]
-    struct Shown<'a> {
-        #[serde(flatten)]
-        queue: QueueBody<'a>,
-        stats: Stats,
-    }
     Ok(ok(Shown {
         queue: QueueBody::of(&queue, &configs),
         stats: Stats {
@@ -215,6 +533,18 @@ async fn show(
 /// queue's retained jobs, and its last hour.
 ///
 /// [OJS queue statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#112-queue-statistics
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{name}/stats",
+    tag = "queues",
+    summary = "Queue statistics",
+    params(QueueNameParam),
+    responses(
+        (status = 200, body = QueueStatisticsDoc),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
 async fn stats(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -249,10 +579,143 @@ async fn stats(
     .into_response())
 }
 
+/// `GET /ojs/v1/queues/{name}/stats`: the counts twice (under `queue` and under `stats`, for
+/// different clients), with the queue's state and when they were computed.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueueStatistics)]
+#[allow(dead_code)] // documentation: `stats` writes this with `json!`
+struct QueueStatisticsDoc {
+    queue: QueueStatisticsCounts,
+    stats: QueueStatisticsDetail,
+    #[schema(inline)]
+    status: QueueStateSchema,
+    computed_at: String,
+}
+
+/// The `queue` of a queue's statistics: current counts of its retained jobs.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueStatisticsCounts {
+    name: String,
+    #[schema(inline)]
+    state: QueueStateSchema,
+    paused: bool,
+    /// Jobs not yet finished.
+    depth: i64,
+    available: i64,
+    active: i64,
+    scheduled: i64,
+    retryable: i64,
+    pending: i64,
+    completed: i64,
+    discarded: i64,
+    cancelled: i64,
+    dead_letter: i64,
+    /// The queue's bound; `null`: unbounded.
+    #[schema(required = true)]
+    max_size: Option<i64>,
+}
+
+/// The `stats` of a queue's statistics: current counts and the last hour.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueStatisticsDetail {
+    /// The queue's name.
+    queue: String,
+    depth: i64,
+    available: i64,
+    active: i64,
+    scheduled: i64,
+    retryable: i64,
+    pending: i64,
+    completed: i64,
+    discarded: i64,
+    cancelled: i64,
+    dead_letter: i64,
+    /// The queue's bound; `null`: unbounded.
+    #[schema(required = true)]
+    max_depth: Option<i64>,
+    completed_last_hour: i64,
+    failed_last_hour: i64,
+    /// Mean execution time of the jobs completed in the last hour; `null` when none.
+    #[schema(required = true)]
+    avg_duration_ms: Option<i64>,
+    /// Mean wait (available to started) of the jobs completed in the last hour.
+    #[schema(required = true)]
+    avg_wait_ms: Option<i64>,
+    /// Jobs completed in the last hour, per second.
+    throughput_per_second: f64,
+}
+
+/// The queue and its configuration: `{"config", "name"}`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = NamedQueueConfig)]
+struct ConfigBody<'a> {
+    #[schema(value_type = ResolvedQueueConfig)]
+    config: serde_json::Value,
+    name: &'a str,
+}
+
+/// What a queue deletion did.
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueDeleted)]
+struct Deleted<'a> {
+    /// Jobs discarded or moved.
+    jobs_affected: i64,
+    queue: &'a str,
+    /// `draining` while active jobs remain, then the queue goes.
+    #[schema(value_type = DeletionState)]
+    state: &'static str,
+    #[schema(inline, value_type = DeleteStrategySchema)]
+    strategy: &'static str,
+    /// With `move`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_queue: Option<String>,
+}
+
+/// The state of a deleted queue.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueueDeletionState)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documentation
+enum DeletionState {
+    Draining,
+    Deleted,
+}
+
+/// The options of a queue deletion, in the body or the query string (the body winning).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `delete_queue`
+struct QueueDeleteRequest {
+    /// What to do with the queue's waiting jobs; required here or in the query.
+    #[schema(inline, nullable = false)]
+    strategy: Option<DeleteStrategySchema>,
+    /// With `move`: the queue that receives the jobs (not the deleted one).
+    #[schema(nullable = false)]
+    target_queue: Option<String>,
+}
+
 /// `DELETE /ojs/v1/queues/{name}` with `strategy` (`reject`, `discard`, `move`) and, for
 /// `move`, `target_queue`, in the body or the query ([OJS delete queue]): 202.
 ///
 /// [OJS delete queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#94-delete-queue
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/queues/{name}",
+    tag = "queues",
+    summary = "Delete a queue",
+    params(QueueNameParam, QueueDeleteQuery),
+    request_body(
+        content = Option<QueueDeleteRequest>,
+        description = "The options; may be omitted when the query string gives them."
+    ),
+    responses(
+        (status = 202, description = "Deleted, or draining until its active jobs end.", body = Deleted<'_>),
+        (status = 400, description = "`strategy` or `target_queue` is missing or invalid."),
+        (status = 404, description = "No such queue."),
+        (status = 409, description = "Strategy `reject` and the queue still has jobs."),
+    )
+)]
 async fn delete_queue(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -296,19 +759,64 @@ async fn delete_queue(
         }
     };
     let deleted = state.broker().delete_queue(&name, &strategy).await?;
-    let mut body = serde_json::json!({
-        "queue": name,
-        "strategy": strategy.name(),
-        "jobs_affected": deleted.jobs_affected,
-        "state": if deleted.draining { "draining" } else { "deleted" },
-    });
-    if let DeleteStrategy::Move(target) = &strategy {
-        body["target_queue"] = serde_json::json!(target);
-    }
+    // Members in the order `json!` wrote them (by name).
+    let body = Deleted {
+        jobs_affected: deleted.jobs_affected,
+        queue: &name,
+        state: if deleted.draining {
+            "draining"
+        } else {
+            "deleted"
+        },
+        strategy: strategy.name(),
+        target_queue: match &strategy {
+            DeleteStrategy::Move(target) => Some(target.clone()),
+            _ => None,
+        },
+    };
     Ok(Ojs(StatusCode::ACCEPTED, body).into_response())
 }
 
+/// The queue after a pause or resume.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueuePauseResult)]
+#[allow(dead_code)] // documentation: `set_paused` writes this with `json!`
+struct PauseResultDoc {
+    name: String,
+    paused: bool,
+    /// After a pause: when the queue was paused.
+    paused_at: Option<String>,
+    /// After a resume: when the queue was resumed.
+    resumed_at: Option<String>,
+    queue: QueuePauseSummary,
+    #[schema(inline)]
+    state: QueueStateSchema,
+}
+
+/// The `queue` of a pause or resume.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueuePauseSummary {
+    name: String,
+    paused: bool,
+    #[schema(inline)]
+    state: QueueStateSchema,
+}
+
 /// `POST /ojs/v1/queues/{name}/pause`.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/queues/{name}/pause",
+    tag = "queues",
+    summary = "Pause a queue",
+    description = "Workers fetch nothing from a paused queue; enqueues still succeed. Creates \
+                   an unknown queue; idempotent. A body, if any, is ignored.",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "Paused.", body = PauseResultDoc),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
 async fn pause(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -317,11 +825,57 @@ async fn pause(
 }
 
 /// `POST /ojs/v1/queues/{name}/resume`.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/queues/{name}/resume",
+    tag = "queues",
+    summary = "Resume a queue",
+    description = "Creates an unknown queue; idempotent. A body, if any, is ignored.",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "Resumed.", body = PauseResultDoc),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
 async fn resume(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     set_paused(&state, &name, false).await
+}
+
+/// `POST /ojs/v1/admin/queues/{name}/pause`: [`pause`].
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/queues/{name}/pause",
+    tag = "admin",
+    summary = "Pause a queue",
+    description = "The same as `POST /ojs/v1/queues/{name}/pause`.",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "Paused.", body = PauseResultDoc),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
+async fn admin_pause(state: State<AppState>, name: Path<String>) -> Result<Response, ApiError> {
+    pause(state, name).await
+}
+
+/// `POST /ojs/v1/admin/queues/{name}/resume`: [`resume`].
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/queues/{name}/resume",
+    tag = "admin",
+    summary = "Resume a queue",
+    description = "The same as `POST /ojs/v1/queues/{name}/resume`.",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "Resumed.", body = PauseResultDoc),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
+async fn admin_resume(state: State<AppState>, name: Path<String>) -> Result<Response, ApiError> {
+    resume(state, name).await
 }
 
 /// Pause or resume ([OJS pause queue], [resume queue]): creates an unknown queue, idempotent.
@@ -357,17 +911,76 @@ fn config_path(name: &str) -> Result<(), ApiError> {
 
 /// `GET /ojs/v1/queues/{name}/config` (and `_default`, and the admin alias): the resolved
 /// configuration.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{name}/config",
+    tag = "queues",
+    summary = "Read a queue's configuration",
+    params(ConfigQueueNameParam),
+    responses(
+        (status = 200, description = "The resolved configuration.", body = ConfigBody<'_>),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
 async fn show_config(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     config_path(&name)?;
     let config = state.broker().queue_config(&name).await?;
-    Ok(ok(serde_json::json!({"name": name, "config": config.to_json()})).into_response())
+    Ok(ok(ConfigBody {
+        config: config.to_json(),
+        name: &name,
+    })
+    .into_response())
+}
+
+/// The 200 body of a configuration `PUT`: the queue object, or for `_default` the
+/// configuration with its name ([`ConfigBody`]). Both have `name` and `config`, so the
+/// schema is an `anyOf` (a `oneOf` would match a queue object twice).
+struct PutConfigResult;
+
+impl PartialSchema for PutConfigResult {
+    fn schema() -> RefOr<Schema> {
+        AnyOfBuilder::new()
+            .item(Ref::from_schema_name(QueueBody::name()))
+            .item(Ref::from_schema_name(ConfigBody::name()))
+            .description(Some(
+                "The queue object; for `_default`, `{\"config\", \"name\"}`.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for PutConfigResult {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("QueueConfigPutResult")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((QueueBody::name().into(), QueueBody::schema()));
+        QueueBody::schemas(schemas);
+        schemas.push((ConfigBody::name().into(), ConfigBody::schema()));
+        ConfigBody::schemas(schemas);
+    }
 }
 
 /// `PUT /ojs/v1/queues/{name}/config` (and `_default`, and the admin alias): merges the body
 /// into the queue's own configuration (creating an unknown queue); 200 with the queue object.
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/queues/{name}/config",
+    tag = "queues",
+    summary = "Change a queue's configuration",
+    params(ConfigQueueNameParam),
+    request_body = QueueConfigUpdate,
+    responses(
+        (status = 200, description = "The queue object (for `_default`, its configuration).", body = PutConfigResult),
+        (status = 400, description = "A field is unknown or invalid."),
+        (status = 422, description = "`default_retry` is not a valid retry policy."),
+    )
+)]
 async fn put_config(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -380,13 +993,59 @@ async fn put_config(
     let broker = state.broker();
     let config = broker.set_queue_config(&name, &value).await?;
     if name == DEFAULT_QUEUE {
-        return Ok(
-            ok(serde_json::json!({"name": name, "config": config.to_json()})).into_response(),
-        );
+        return Ok(ok(ConfigBody {
+            config: config.to_json(),
+            name: &name,
+        })
+        .into_response());
     }
     let queue = broker.queue(&name).await?;
     let configs = broker.queue_configs().await?;
     Ok(ok(QueueBody::of(&queue, &configs)).into_response())
+}
+
+/// `GET /ojs/v1/admin/queues/{name}/config`: [`show_config`].
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues/{name}/config",
+    tag = "admin",
+    summary = "Read a queue's configuration",
+    description = "The same as `GET /ojs/v1/queues/{name}/config`.",
+    params(ConfigQueueNameParam),
+    responses(
+        (status = 200, description = "The resolved configuration.", body = ConfigBody<'_>),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
+async fn admin_show_config(
+    state: State<AppState>,
+    name: Path<String>,
+) -> Result<Response, ApiError> {
+    show_config(state, name).await
+}
+
+/// `PUT /ojs/v1/admin/queues/{name}/config`: [`put_config`].
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/queues/{name}/config",
+    tag = "admin",
+    summary = "Change a queue's configuration",
+    description = "The same as `PUT /ojs/v1/queues/{name}/config`.",
+    params(ConfigQueueNameParam),
+    request_body = QueueConfigUpdate,
+    responses(
+        (status = 200, description = "The queue object (for `_default`, its configuration).", body = PutConfigResult),
+        (status = 400, description = "A field is unknown or invalid."),
+        (status = 422, description = "`default_retry` is not a valid retry policy."),
+    )
+)]
+async fn admin_put_config(
+    state: State<AppState>,
+    name: Path<String>,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    put_config(state, name, body).await
 }
 
 /// A queue name found at `field` of a request, validated.
@@ -414,25 +1073,23 @@ pub fn queue_path(name: &str) -> Result<(), ApiError> {
 /// (`{priority, count}`) the OJS admin UI reads.
 ///
 /// [OJS priority statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#103-priority-statistics
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{name}/priority-stats",
+    tag = "queues",
+    summary = "Available jobs by priority",
+    params(QueueNameParam),
+    responses(
+        (status = 200, body = PriorityStats),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
 async fn priority_stats(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
     let counts = state.broker().priority_stats(&name).await?;
-
-    #[derive(Serialize)]
-    struct Bucket {
-        priority: i32,
-        count: i64,
-    }
-    #[derive(Serialize)]
-    struct PriorityStats {
-        queue: String,
-        counts_by_priority: ByPriority,
-        distribution: Vec<Bucket>,
-        total: i64,
-    }
     Ok(ok(PriorityStats {
         total: counts.iter().map(|(_, n)| n).sum(),
         distribution: counts
@@ -443,6 +1100,28 @@ async fn priority_stats(
         queue: name,
     })
     .into_response())
+}
+
+/// Available jobs of one priority.
+#[derive(Serialize, ToSchema)]
+#[schema(as = PriorityBucket)]
+struct Bucket {
+    priority: i32,
+    count: i64,
+}
+
+/// A queue's available jobs by priority, most urgent first.
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueuePriorityStats)]
+struct PriorityStats {
+    queue: String,
+    /// Job counts keyed by priority (`{"0": 3, "2": 10}`), only the priorities that have jobs.
+    #[schema(value_type = std::collections::HashMap<String, i64>)]
+    counts_by_priority: ByPriority,
+    /// The same counts as a list.
+    distribution: Vec<Bucket>,
+    /// All available jobs.
+    total: i64,
 }
 
 /// Counts keyed by priority, written as a JSON object in the order given (numeric order; a

@@ -2,12 +2,13 @@
 
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde_json::json;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{AppState, Ojs, ok};
 
@@ -16,25 +17,121 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Database latency above which the server reports itself degraded.
 const DEGRADED_LATENCY: Duration = Duration::from_secs(1);
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/manifest", get(manifest))
-        .route("/ojs/v1/health", get(health))
-        .route("/health", get(health))
-        .route("/ojs/v1/ready", get(ready))
-        .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
-        .route("/ojs/v1/middleware", get(middleware))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(manifest))
+        .routes(routes!(health))
+        .routes(routes!(root_health))
+        .routes(routes!(ready))
+        .routes(routes!(root_ready))
+        .routes(routes!(metrics))
+        .routes(routes!(middleware))
+}
+
+/// `GET /ojs/manifest`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: the body is built in `manifest`
+struct Manifest {
+    specversion: String,
+    ojs_version: String,
+    #[schema(value_type = Object)]
+    implementation: serde_json::Value,
+    conformance_level: i32,
+    conformance_tier: String,
+    protocols: Vec<String>,
+    backend: String,
+    /// Feature name to whether it is served.
+    capabilities: std::collections::BTreeMap<String, bool>,
+    /// The names of the extensions served.
+    extensions: Vec<String>,
+    /// The same extensions with their URIs, versions and endpoints: `official` and
+    /// `experimental` lists.
+    #[schema(value_type = Object)]
+    extension_details: serde_json::Value,
+    schema_validation: bool,
+    unique_job_strength: String,
+    /// The priority model: `default`, `min`, `max`, `order`, strategies, aging.
+    #[schema(value_type = Object)]
+    priority: serde_json::Value,
+    /// Request limits: `max_envelope_bytes`, `max_batch_size`, `max_fetch_count`, `max_wait_ms`.
+    #[schema(value_type = Object)]
+    limits: serde_json::Value,
+    #[schema(value_type = Object)]
+    endpoints: serde_json::Value,
+}
+
+/// `GET /ojs/v1/health`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: the body is built in `health`
+struct Health {
+    /// `ok`, `degraded` (slow database, or shutting down) or `unhealthy`.
+    status: String,
+    version: String,
+    uptime_seconds: u64,
+    backend: HealthBackend,
+    /// This replica: `id` and whether it leads maintenance (absent when unhealthy).
+    #[schema(value_type = Option<Object>)]
+    instance: Option<serde_json::Value>,
+    /// `total` and `paused` (when the database could count them).
+    #[schema(value_type = Option<Object>)]
+    queues: Option<serde_json::Value>,
+    /// `total`, `active` and `stale` (when the database could count them).
+    #[schema(value_type = Option<Object>)]
+    workers: Option<serde_json::Value>,
+}
+
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct HealthBackend {
+    r#type: String,
+    /// `ok` or `unhealthy`.
+    status: String,
+    latency_ms: Option<u64>,
+    error: Option<String>,
+}
+
+/// `GET /ojs/v1/ready`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: the body is built in `ready`
+struct Readiness {
+    /// `ready` or `not_ready`.
+    status: String,
+    /// Why not: `shutting down` or `database unreachable`.
+    reason: Option<String>,
+}
+
+/// `GET /ojs/v1/middleware`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: the body is built in `middleware`
+struct Middleware {
+    #[schema(value_type = Vec<Object>)]
+    enqueue: Vec<serde_json::Value>,
+    #[schema(value_type = Vec<Object>)]
+    execution: Vec<serde_json::Value>,
 }
 
 /// `GET /ojs/v1/middleware`: the server-side middleware chains the OJS admin UI lists. ojsd
 /// runs none: enqueue and execution middleware belong to the SDKs, in the client's process.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/middleware",
+    tag = "system",
+    summary = "Server-side middleware chains (always empty)",
+    responses((status = 200, body = Middleware))
+)]
 async fn middleware() -> Ojs<serde_json::Value> {
     ok(json!({"enqueue": [], "execution": []}))
 }
 
 /// Prometheus text exposition. The content type is exactly `text/plain`, without the usual
 /// `version` parameter, because the conformance suite compares the header literally.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "system",
+    summary = "Prometheus metrics",
+    responses((status = 200, description = "The Prometheus text format.", body = String, content_type = "text/plain"))
+)]
 async fn metrics(State(state): State<AppState>) -> Response {
     state.broker().refresh_gauges().await;
     (
@@ -45,6 +142,13 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// What this server implements. Capabilities are listed only once they are complete.
+#[utoipa::path(
+    get,
+    path = "/ojs/manifest",
+    tag = "system",
+    summary = "What this server implements",
+    responses((status = 200, body = Manifest))
+)]
 async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
     let s = state.settings();
     let limits = state.broker().settings().limits;
@@ -155,6 +259,16 @@ fn with_retry_after(mut response: Response) -> Response {
 /// Liveness plus backend status: 200 `ok`/`degraded`, or 503 `unhealthy`. While the database
 /// answers, `queues` (`total`, `paused`) and `workers` (`total`, `active`, `stale`) too, as the
 /// OJS admin UI shows them; they are left out if counting fails.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/health",
+    tag = "system",
+    summary = "Liveness and backend status",
+    responses(
+        (status = 200, description = "`ok` or `degraded`.", body = Health),
+        (status = 503, description = "`unhealthy`: the database does not answer.", body = Health),
+    )
+)]
 async fn health(State(state): State<AppState>) -> Response {
     let uptime = state.uptime().as_secs();
     match probe(&state).await {
@@ -209,6 +323,16 @@ async fn health(State(state): State<AppState>) -> Response {
 
 /// Readiness: the database answers and the server is not shutting down. (Migrations are
 /// applied before the server starts listening.)
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/ready",
+    tag = "system",
+    summary = "Readiness",
+    responses(
+        (status = 200, body = Readiness),
+        (status = 503, description = "Not ready; `reason` says why.", body = Readiness),
+    )
+)]
 async fn ready(State(state): State<AppState>) -> Response {
     let reason = if !state.accepting() {
         Some("shutting down")
@@ -227,4 +351,34 @@ async fn ready(State(state): State<AppState>) -> Response {
             .into_response(),
         ),
     }
+}
+
+/// `GET /health`: the same as `/ojs/v1/health`.
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "system",
+    summary = "Liveness and backend status (alias of /ojs/v1/health)",
+    responses(
+        (status = 200, description = "`ok` or `degraded`.", body = Health),
+        (status = 503, description = "`unhealthy`: the database does not answer.", body = Health),
+    )
+)]
+async fn root_health(state: State<AppState>) -> Response {
+    health(state).await
+}
+
+/// `GET /ready`: the same as `/ojs/v1/ready`.
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "system",
+    summary = "Readiness (alias of /ojs/v1/ready)",
+    responses(
+        (status = 200, body = Readiness),
+        (status = 503, description = "Not ready; `reason` says why.", body = Readiness),
+    )
+)]
+async fn root_ready(state: State<AppState>) -> Response {
+    ready(state).await
 }

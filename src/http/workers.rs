@@ -2,19 +2,20 @@
 
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
 use serde::Serialize;
 use serde_json::value::RawValue;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Fields, JsonBody, WorkerIdPath};
 use super::queues::check_queue_name;
-use super::{AppState, Ojs, ok};
+use super::{AppState, Ojs, ok, openapi};
 use crate::broker::{
     FetchRequest, HeartbeatParams, MAX_WEIGHT, NackRequest, Nacked, Strategy, Weights,
     WorkerRecord, WorkerReport,
@@ -33,39 +34,212 @@ const MAX_RESULT_BYTES: usize = 1024 * 1024;
 /// Most queues one FETCH may name.
 const MAX_FETCH_QUEUES: usize = 100;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/workers/fetch", post(fetch))
-        .route("/ojs/v1/workers/ack", post(ack))
-        .route("/ojs/v1/workers/nack", post(nack))
-        .route("/ojs/v1/workers/ack/batch", post(ack_batch))
-        .route("/ojs/v1/workers/nack/batch", post(nack_batch))
-        .route("/ojs/v1/workers/heartbeat", post(heartbeat))
-        .route("/ojs/v1/workers/beat", post(heartbeat))
-        .route("/ojs/v1/workers/register", post(register))
-        .route("/ojs/v1/workers/{worker_id}", delete(deregister))
-        .route("/ojs/v1/workers/{worker_id}/health", get(worker_health))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(fetch))
+        .routes(routes!(ack))
+        .routes(routes!(nack))
+        .routes(routes!(ack_batch))
+        .routes(routes!(nack_batch))
+        .routes(routes!(heartbeat))
+        .routes(routes!(beat))
+        .routes(routes!(register))
+        .routes(routes!(deregister))
+        .routes(routes!(worker_health))
+}
+
+/// The worker id of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `WorkerIdPath`
+struct WorkerIdParam {
+    worker_id: String,
+}
+
+/// A FETCH.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `parse_fetch`
+struct FetchRequestSchema {
+    /// Queues to take from (1–100); a pool member may leave them out to use its pool's.
+    queues: Option<Vec<String>>,
+    /// Most jobs to claim (1 to the server's limit); default 1.
+    #[schema(minimum = 1)]
+    count: Option<u32>,
+    worker_id: Option<String>,
+    /// How long the claim lasts before the job is offered again; default the job's.
+    #[schema(minimum = 1)]
+    visibility_timeout_ms: Option<i64>,
+    /// Long poll: wait up to this long for a job when none is ready (capped by the server).
+    #[schema(minimum = 0)]
+    wait_ms: Option<i64>,
+    /// `strict`, `round-robin`, `weighted` or `least-loaded`.
+    strategy: Option<String>,
+    /// Queue name to weight (0–1000), for `weighted`.
+    #[schema(value_type = Option<std::collections::HashMap<String, u32>>)]
+    weights: Option<serde_json::Value>,
+}
+
+/// An ACK.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `ack`
+struct AckRequest {
+    job_id: String,
+    /// When given, must be the worker holding the job.
+    worker_id: Option<String>,
+    /// What the job produced (at most 1 MiB).
+    result: Option<serde_json::Value>,
+}
+
+/// A NACK.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `nack_request`
+struct NackRequestSchema {
+    job_id: String,
+    worker_id: Option<String>,
+    /// Required unless `requeue` is true.
+    error: Option<ErrorReport>,
+    /// Put the job back without spending an attempt.
+    requeue: Option<bool>,
+}
+
+/// A failed attempt's error as a worker reports it.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `JobError::parse_report`
+struct ErrorReport {
+    message: String,
+    code: Option<String>,
+    r#type: Option<String>,
+    retryable: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    details: Option<serde_json::Value>,
+    backtrace: Option<Vec<String>>,
+}
+
+/// A batch ACK.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `ack_batch`
+struct AckBatchRequest {
+    worker_id: Option<String>,
+    #[schema(min_items = 1)]
+    acks: Vec<AckBatchItem>,
+}
+
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct AckBatchItem {
+    job_id: String,
+    result: Option<serde_json::Value>,
+}
+
+/// A batch NACK.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `nack_batch`
+struct NackBatchRequest {
+    worker_id: Option<String>,
+    #[schema(min_items = 1)]
+    nacks: Vec<NackBatchItem>,
+}
+
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct NackBatchItem {
+    job_id: String,
+    error: Option<ErrorReport>,
+    requeue: Option<bool>,
+}
+
+/// What a worker may say about itself (registration and heartbeat).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `ReportFields::parse`
+struct WorkerReportSchema {
+    hostname: Option<String>,
+    pid: Option<i32>,
+    queues: Option<Vec<String>>,
+    #[schema(minimum = 0)]
+    concurrency: Option<i32>,
+    /// Any JSON, kept as sent.
+    #[schema(value_type = Option<serde_json::Value>)]
+    labels: Option<serde_json::Value>,
+    pool: Option<String>,
+    /// RFC 3339.
+    started_at: Option<String>,
+}
+
+/// A registration: the fields, or the same fields wrapped as `{"worker": {...}}`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `register`
+struct RegisterRequest {
+    worker: Option<RegisterFields>,
+    #[serde(flatten)]
+    fields: RegisterFields,
+}
+
+/// What a worker registers.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `register`
+struct RegisterFields {
+    /// Required (or `id`).
+    worker_id: Option<String>,
+    id: Option<String>,
+    /// `strict`, `round-robin`, `weighted` or `least-loaded`.
+    strategy: Option<String>,
+    #[schema(value_type = Option<std::collections::HashMap<String, u32>>)]
+    weights: Option<serde_json::Value>,
+    #[serde(flatten)]
+    report: WorkerReportSchema,
+}
+
+/// A heartbeat's `active_jobs`: the held job ids, or a count (which names none).
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum ActiveJobs {
+    Ids(Vec<String>),
+    Count(i64),
+}
+
+/// A heartbeat.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `heartbeat`
+struct HeartbeatRequest {
+    worker_id: String,
+    /// `running`, `quiet`, `terminate` or `drain`.
+    state: Option<String>,
+    /// True means `drain`.
+    shutdown: Option<bool>,
+    /// The job ids the worker holds (a number is accepted and names none).
+    active_jobs: Option<ActiveJobs>,
+    active_job_ids: Option<Vec<String>>,
+    /// A single held job: 409 when the worker no longer holds it.
+    job_id: Option<String>,
+    /// Extend held jobs' claims by this much.
+    #[schema(minimum = 1)]
+    visibility_timeout_ms: Option<i64>,
+    #[serde(flatten)]
+    report: WorkerReportSchema,
 }
 
 /// `GET /ojs/v1/workers/{worker_id}/health`: 200 while the worker is running, 503 when it is
 /// quiet, terminating, draining or stale (no heartbeat for the heartbeat timeout).
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/workers/{worker_id}/health",
+    tag = "workers",
+    summary = "A worker's liveness",
+    params(WorkerIdParam),
+    responses(
+        (status = 200, description = "Running.", body = WorkerHealth),
+        (status = 503, description = "Not running; the body says why.", body = WorkerHealth),
+        (status = 404, description = "No such worker."),
+    )
+)]
 async fn worker_health(
     State(state): State<AppState>,
     WorkerIdPath(worker_id): WorkerIdPath,
 ) -> Result<Response, ApiError> {
     let worker = state.broker().worker(&worker_id).await?;
-
-    #[derive(Serialize)]
-    struct HealthBody {
-        worker_id: String,
-        state: EffectiveState,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        last_heartbeat_at: Option<String>,
-        last_seen_at: String,
-        active_jobs: usize,
-    }
     let running = worker.effective_state == EffectiveState::Running;
-    let body = HealthBody {
+    let body = WorkerHealth {
         last_heartbeat_at: worker.last_heartbeat_at.map(timestamp::format),
         last_seen_at: timestamp::format(worker.last_seen_at),
         active_jobs: worker.active_job_ids.len(),
@@ -83,15 +257,35 @@ async fn worker_health(
     Ok(response)
 }
 
+/// `GET /ojs/v1/workers/{worker_id}/health`.
+#[derive(Serialize, ToSchema)]
+struct WorkerHealth {
+    worker_id: String,
+    /// `running`, `quiet`, `terminate`, `drain` or `stale`.
+    #[schema(value_type = String)]
+    state: EffectiveState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_heartbeat_at: Option<String>,
+    last_seen_at: String,
+    active_jobs: usize,
+}
+
 /// A worker as the API shows it (see [OJS list workers]).
 ///
 /// [OJS list workers]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#91-list-workers
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = Worker)]
 pub struct WireWorker<'a> {
     id: &'a str,
     worker_id: &'a str,
+    /// `running`, `quiet`, `terminate`, `drain`, or `stale` (no heartbeat for too long).
+    #[schema(value_type = String)]
     state: EffectiveState,
+    /// What the server asks of the worker: `quiet`, `terminate`, or `""` for nothing.
+    #[schema(value_type = String)]
     directive: WorkerDirective,
+    /// The state the worker last reported.
+    #[schema(value_type = String)]
     reported_state: WorkerState,
     #[serde(skip_serializing_if = "Option::is_none")]
     hostname: Option<&'a str>,
@@ -104,11 +298,14 @@ pub struct WireWorker<'a> {
     queues: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
     concurrency: Option<i32>,
+    /// As registered (any JSON).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
     labels: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     strategy: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     weights: Option<&'a RawValue>,
     active_jobs: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -250,6 +447,18 @@ impl ReportFields {
 
 /// `POST /ojs/v1/workers/register` (body optionally wrapped as `{"worker": {...}}`): 201 for a
 /// new worker id, 200 for a known one.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/register",
+    tag = "workers",
+    summary = "Register a worker",
+    request_body = RegisterRequest,
+    responses(
+        (status = 201, description = "A new worker id.", body = Registered<'_>),
+        (status = 200, description = "A known worker id, updated.", body = Registered<'_>),
+        (status = 400, description = "A field is invalid."),
+    )
+)]
 async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let outer = body.object()?;
     let fields = match outer.raw("worker") {
@@ -287,19 +496,7 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
     report.strategy = strategy;
     report.weights = weights;
     let registered = state.broker().register(&report).await?;
-
-    #[derive(Serialize)]
-    struct RegisterBody<'a> {
-        ok: bool,
-        worker_id: &'a str,
-        state: WorkerState,
-        directive: WorkerDirective,
-        server_time: String,
-        heartbeat_interval: u32,
-        heartbeat_timeout: u64,
-        visibility_timeout_default: i64,
-    }
-    let body = RegisterBody {
+    let body = Registered {
         ok: true,
         worker_id: &worker_id,
         state: required_state(registered.directive, WorkerState::Running),
@@ -317,26 +514,59 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
     Ok(Ojs(status, body).into_response())
 }
 
+/// The answer to a registration.
+#[derive(Serialize, ToSchema)]
+struct Registered<'a> {
+    ok: bool,
+    worker_id: &'a str,
+    /// The state the worker must be in: `running`, `quiet`, `terminate` or `drain`.
+    #[schema(value_type = String)]
+    state: WorkerState,
+    /// `quiet`, `terminate`, or `""`.
+    #[schema(value_type = String)]
+    directive: WorkerDirective,
+    server_time: String,
+    /// Seconds between heartbeats.
+    heartbeat_interval: u32,
+    /// Seconds without a heartbeat before the worker counts as stale.
+    heartbeat_timeout: u64,
+    /// Seconds a claim lasts by default.
+    visibility_timeout_default: i64,
+}
+
 /// `DELETE /ojs/v1/workers/{worker_id}`: deregisters; jobs it still holds are released with
 /// error `shutdown` (back to `available` while attempts remain).
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/workers/{worker_id}",
+    tag = "workers",
+    summary = "Deregister a worker",
+    params(WorkerIdParam),
+    responses(
+        (status = 200, body = Deregistered),
+        (status = 404, description = "No such worker."),
+    )
+)]
 async fn deregister(
     State(state): State<AppState>,
     WorkerIdPath(worker_id): WorkerIdPath,
 ) -> Result<Response, ApiError> {
     let released = state.broker().deregister(&worker_id).await?;
-
-    #[derive(Serialize)]
-    struct DeregisterBody {
-        deregistered: bool,
-        worker_id: String,
-        jobs_requeued: usize,
-    }
-    Ok(ok(DeregisterBody {
+    Ok(ok(Deregistered {
         deregistered: true,
         worker_id,
         jobs_requeued: released,
     })
     .into_response())
+}
+
+/// The answer to a deregistration.
+#[derive(Serialize, ToSchema)]
+struct Deregistered {
+    deregistered: bool,
+    worker_id: String,
+    /// Jobs the worker held, released.
+    jobs_requeued: usize,
 }
 
 fn positive_ms(fields: &Fields<'_>, key: &str) -> Result<Option<i64>, ApiError> {
@@ -440,25 +670,53 @@ fn parse_weights(raw: &RawValue) -> Result<Weights, ApiError> {
 }
 
 /// `POST /ojs/v1/workers/fetch`: `{"jobs": [...], "job": <first>}`; `{"jobs": []}` when idle.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/fetch",
+    tag = "workers",
+    summary = "Claim jobs",
+    request_body = FetchRequestSchema,
+    responses(
+        (status = 200, description = "The claimed jobs; `jobs` is empty when none was ready.", body = Fetched<'_>),
+        (status = 400, description = "A field is invalid."),
+    )
+)]
 async fn fetch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let request = parse_fetch(&state, &fields)?;
     let jobs = state.broker().fetch(&request, state.shutdown()).await?;
-
-    #[derive(Serialize)]
-    struct FetchBody<'a> {
-        jobs: Vec<WireJob<'a>>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        job: Option<WireJob<'a>>,
-    }
-    Ok(ok(FetchBody {
+    Ok(ok(Fetched {
         job: jobs.first().map(|j| j.wire()),
         jobs: jobs.iter().map(|j| j.wire()).collect(),
     })
     .into_response())
 }
 
+/// The answer to a FETCH.
+#[derive(Serialize, ToSchema)]
+struct Fetched<'a> {
+    #[schema(value_type = Vec<openapi::Job>)]
+    jobs: Vec<WireJob<'a>>,
+    /// The first of `jobs`, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<openapi::Job>)]
+    job: Option<WireJob<'a>>,
+}
+
 /// `POST /ojs/v1/workers/ack`: active → completed.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/ack",
+    tag = "workers",
+    summary = "Complete a job",
+    request_body = AckRequest,
+    responses(
+        (status = 200, body = Acked<'_>),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job is not active, or another worker holds it."),
+        (status = 413, description = "`result` is too large."),
+    )
+)]
 async fn ack(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let job_id = fields.job_id("job_id")?;
@@ -468,17 +726,7 @@ async fn ack(State(state): State<AppState>, body: JsonBody) -> Result<Response, 
         .broker()
         .ack(job_id, worker_id.as_deref(), result)
         .await?;
-
-    #[derive(Serialize)]
-    struct AckBody<'a> {
-        acknowledged: bool,
-        id: String,
-        job_id: String,
-        state: JobState,
-        completed_at: Option<String>,
-        job: WireJob<'a>,
-    }
-    Ok(ok(AckBody {
+    Ok(ok(Acked {
         acknowledged: true,
         id: job.id.to_string(),
         job_id: job.id.to_string(),
@@ -487,6 +735,19 @@ async fn ack(State(state): State<AppState>, body: JsonBody) -> Result<Response, 
         job: job.wire(),
     })
     .into_response())
+}
+
+/// The answer to an ACK.
+#[derive(Serialize, ToSchema)]
+struct Acked<'a> {
+    acknowledged: bool,
+    id: String,
+    job_id: String,
+    #[schema(value_type = openapi::JobState)]
+    state: JobState,
+    completed_at: Option<String>,
+    #[schema(value_type = openapi::Job)]
+    job: WireJob<'a>,
 }
 
 /// The ACK `result` of `fields`, within its size limit.
@@ -553,6 +814,18 @@ fn at(mut error: ApiError, prefix: &str) -> ApiError {
 }
 
 /// `POST /ojs/v1/workers/nack`: records the failure; the retry policy decides what follows.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/nack",
+    tag = "workers",
+    summary = "Fail a job's attempt",
+    request_body = NackRequestSchema,
+    responses(
+        (status = 200, body = NackBody<'_>),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job is not active, or another worker holds it."),
+    )
+)]
 async fn nack(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields.worker_id("worker_id")?;
@@ -561,10 +834,13 @@ async fn nack(State(state): State<AppState>, body: JsonBody) -> Result<Response,
     Ok(ok(NackBody::of(&nacked)).into_response())
 }
 
-#[derive(Serialize)]
+/// The answer to a NACK: the job's state after the failure.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Nacked)]
 struct NackBody<'a> {
     id: String,
     job_id: String,
+    #[schema(value_type = openapi::JobState)]
     state: JobState,
     attempt: i32,
     max_attempts: i32,
@@ -580,6 +856,7 @@ struct NackBody<'a> {
     completed_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dead_lettered: Option<bool>,
+    #[schema(value_type = openapi::Job)]
     job: WireJob<'a>,
 }
 
@@ -651,18 +928,21 @@ fn batch_items<'a>(
 }
 
 /// A failed item of a batch ACK/NACK: its job id and the error it would have had alone.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = BatchItemError)]
 struct ItemError {
     job_id: String,
     error: ItemErrorFields,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = BatchItemErrorFields)]
 struct ItemErrorFields {
     code: &'static str,
     message: String,
     retryable: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     details: Option<serde_json::Value>,
 }
 
@@ -685,6 +965,17 @@ impl ItemError {
 /// statement. `{"worker_id"?, "acks": [{"job_id", "result"?}, ...]}`; every item is answered
 /// in `results`, in order, with what a single ACK would have answered (its error included), so
 /// one stale job does not fail the others.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/ack/batch",
+    tag = "workers",
+    summary = "Complete many jobs",
+    request_body = AckBatchRequest,
+    responses(
+        (status = 200, description = "Each item's outcome, in request order.", body = AckedBatch),
+        (status = 400, description = "The request is invalid (no item was applied)."),
+    )
+)]
 async fn ack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields.worker_id("worker_id")?;
@@ -697,26 +988,14 @@ async fn ack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Resp
         acks.push((id, result));
     }
     let outcomes = state.broker().ack_many(worker_id.as_deref(), &acks).await?;
-
-    #[derive(Serialize)]
-    #[serde(untagged)]
-    enum Item {
-        Done {
-            job_id: String,
-            acknowledged: bool,
-            state: JobState,
-            completed_at: Option<String>,
-        },
-        Failed(ItemError),
-    }
     let (mut succeeded, mut failed) = (0, 0);
-    let results: Vec<Item> = acks
+    let results: Vec<AckItem> = acks
         .iter()
         .zip(outcomes)
         .map(|((id, _), outcome)| match outcome {
             Ok(job) => {
                 succeeded += 1;
-                Item::Done {
+                AckItem::Done {
                     job_id: job.id.to_string(),
                     acknowledged: true,
                     state: job.state,
@@ -725,21 +1004,56 @@ async fn ack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Resp
             }
             Err(e) => {
                 failed += 1;
-                Item::Failed(ItemError::new(*id, e))
+                AckItem::Failed(ItemError::new(*id, e))
             }
         })
         .collect();
-    Ok(ok(serde_json::json!({
-        "results": results,
-        "acknowledged": succeeded,
-        "failed": failed,
-    }))
+    Ok(ok(AckedBatch {
+        results,
+        acknowledged: succeeded,
+        failed,
+    })
     .into_response())
+}
+
+/// The answer to a batch ACK.
+#[derive(Serialize, ToSchema)]
+struct AckedBatch {
+    results: Vec<AckItem>,
+    /// Items completed.
+    acknowledged: usize,
+    /// Items refused (see their `error`).
+    failed: usize,
+}
+
+/// One item of a batch ACK: completed, or refused as a single ACK would have been.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+enum AckItem {
+    Done {
+        job_id: String,
+        acknowledged: bool,
+        #[schema(value_type = openapi::JobState)]
+        state: JobState,
+        completed_at: Option<String>,
+    },
+    Failed(ItemError),
 }
 
 /// `POST /ojs/v1/workers/nack/batch` (ojsd extension `batch-ack`): fails many attempts with one
 /// read and one write. `{"worker_id"?, "nacks": [{"job_id", "error"?, "requeue"?}, ...]}`;
 /// every item is answered in `results`, in order, with what a single NACK would have answered.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/nack/batch",
+    tag = "workers",
+    summary = "Fail many attempts",
+    request_body = NackBatchRequest,
+    responses(
+        (status = 200, description = "Each item's outcome, in request order.", body = NackedBatch<'_>),
+        (status = 400, description = "The request is invalid (no item was applied)."),
+    )
+)]
 async fn nack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields.worker_id("worker_id")?;
@@ -758,26 +1072,38 @@ async fn nack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Res
         .map(|(id, outcome)| outcome.map_err(|e| ItemError::new(id, e)))
         .collect();
 
-    #[derive(Serialize)]
-    #[serde(untagged)]
-    enum Item<'a> {
-        Done(NackBody<'a>),
-        Failed(&'a ItemError),
-    }
-    let results: Vec<Item<'_>> = outcomes
+    let results: Vec<NackItem<'_>> = outcomes
         .iter()
         .map(|outcome| match outcome {
-            Ok(nacked) => Item::Done(NackBody::of(nacked)),
-            Err(e) => Item::Failed(e),
+            Ok(nacked) => NackItem::Done(NackBody::of(nacked)),
+            Err(e) => NackItem::Failed(e),
         })
         .collect();
     let failed = outcomes.iter().filter(|o| o.is_err()).count();
-    Ok(ok(serde_json::json!({
-        "results": results,
-        "nacked": outcomes.len() - failed,
-        "failed": failed,
-    }))
+    Ok(ok(NackedBatch {
+        results,
+        nacked: outcomes.len() - failed,
+        failed,
+    })
     .into_response())
+}
+
+/// The answer to a batch NACK.
+#[derive(Serialize, ToSchema)]
+struct NackedBatch<'a> {
+    results: Vec<NackItem<'a>>,
+    /// Items whose failure was recorded.
+    nacked: usize,
+    /// Items refused (see their `error`).
+    failed: usize,
+}
+
+/// One item of a batch NACK: recorded, or refused as a single NACK would have been.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+enum NackItem<'a> {
+    Done(NackBody<'a>),
+    Failed(&'a ItemError),
 }
 
 /// Job ids from `active_jobs` (array of ids; an integer count is accepted and carries none),
@@ -820,6 +1146,18 @@ fn reported_jobs(fields: &Fields<'_>) -> Result<(Vec<Uuid>, Option<JobId>), ApiE
 /// With `active_jobs`/`active_job_ids` the answer lists which jobs were extended, which were
 /// cancelled and which the worker no longer holds. A heartbeat for a single `job_id` alone is
 /// answered 409 when the worker no longer holds that job.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/heartbeat",
+    tag = "workers",
+    summary = "Heartbeat",
+    request_body = HeartbeatRequest,
+    responses(
+        (status = 200, body = Heartbeat),
+        (status = 400, description = "A field is invalid."),
+        (status = 409, description = "A heartbeat for a single `job_id` the worker no longer holds."),
+    )
+)]
 async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields
@@ -856,19 +1194,7 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
     let required = required_state(outcome.directive, reported_state);
     let ids = |v: &[Uuid]| -> Vec<String> { v.iter().map(|id| JobId(*id).to_string()).collect() };
 
-    #[derive(Serialize)]
-    struct HeartbeatBody {
-        state: WorkerState,
-        directive: WorkerDirective,
-        acknowledged: bool,
-        worker_id: String,
-        jobs_extended: Vec<String>,
-        jobs_cancelled: Vec<String>,
-        jobs_lost: Vec<String>,
-        server_time: String,
-        heartbeat_interval: u32,
-    }
-    Ok(ok(HeartbeatBody {
+    Ok(ok(Heartbeat {
         state: required,
         directive: outcome.directive,
         acknowledged: true,
@@ -880,4 +1206,42 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
         heartbeat_interval: state.settings().heartbeat_interval_secs,
     })
     .into_response())
+}
+
+/// `POST /ojs/v1/workers/beat`: the same as `/heartbeat`.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workers/beat",
+    tag = "workers",
+    summary = "Heartbeat (alias of /ojs/v1/workers/heartbeat)",
+    request_body = HeartbeatRequest,
+    responses(
+        (status = 200, body = Heartbeat),
+        (status = 400, description = "A field is invalid."),
+        (status = 409, description = "A heartbeat for a single `job_id` the worker no longer holds."),
+    )
+)]
+async fn beat(state: State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    heartbeat(state, body).await
+}
+
+/// The answer to a heartbeat.
+#[derive(Serialize, ToSchema)]
+struct Heartbeat {
+    /// The state the worker must move to: `running`, `quiet`, `terminate` or `drain`.
+    #[schema(value_type = String)]
+    state: WorkerState,
+    /// `quiet`, `terminate`, or `""`.
+    #[schema(value_type = String)]
+    directive: WorkerDirective,
+    acknowledged: bool,
+    worker_id: String,
+    /// Held jobs whose claims were extended.
+    jobs_extended: Vec<String>,
+    /// Held jobs that were cancelled: stop working on them.
+    jobs_cancelled: Vec<String>,
+    /// Jobs the worker reported but no longer holds.
+    jobs_lost: Vec<String>,
+    server_time: String,
+    heartbeat_interval: u32,
 }

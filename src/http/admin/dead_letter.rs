@@ -4,30 +4,57 @@
 //!
 //! [OJS dead-letter management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#11-dead-letter-management
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
 use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::super::dead_letter::{filter_from_query, purge, retry_all, retry_one, stats};
+use super::super::dead_letter::{
+    self, DeadLetterBulkRetry, DeadLetterBulkRetryRequest, DeadLetterFilterQuery,
+    DeadLetterPurgeRequest, DeadLetterPurged, DeadLetterRetryRequest, DeadLetterStats, PurgeQuery,
+    filter_from_query,
+};
 use super::super::error::ApiError;
-use super::super::extract::JobIdPath;
-use super::super::query::{ADMIN, Page, Pagination, QueryParams};
+use super::super::extract::{JobIdPath, OptionalJsonBody};
+use super::super::jobs::{JobIdParam, WrappedJob};
+use super::super::openapi;
+use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use super::super::{AppState, ok};
 use crate::job::wire::WireJob;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/admin/dead-letter", get(list).delete(purge))
-        .route("/ojs/v1/admin/dead-letter/stats", get(stats))
-        .route("/ojs/v1/admin/dead-letter/retry", post(retry_all))
-        .route("/ojs/v1/admin/dead-letter/{id}", delete(remove))
-        .route("/ojs/v1/admin/dead-letter/{id}/retry", post(retry_one))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, purge))
+        .routes(routes!(stats))
+        .routes(routes!(retry_all))
+        .routes(routes!(remove))
+        .routes(routes!(retry_one))
+}
+
+/// A page of dead-lettered jobs, newest first, under `items`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = AdminDeadLetterList)]
+struct ListBody<'a> {
+    #[schema(value_type = Vec<openapi::Job>)]
+    items: Vec<WireJob<'a>>,
+    pagination: Pagination,
 }
 
 /// `GET /ojs/v1/admin/dead-letter`: as `GET /ojs/v1/dead-letter`, listed under `items`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/dead-letter",
+    tag = "admin",
+    summary = "List dead-lettered jobs",
+    params(DeadLetterFilterQuery, PageParams),
+    responses(
+        (status = 200, description = "Newest first.", body = ListBody<'_>),
+        (status = 400, description = "A query parameter is invalid."),
+    )
+)]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
     let filter = filter_from_query(&query)?;
@@ -35,12 +62,6 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         .broker()
         .dead_letters(&filter, page.limit, page.offset)
         .await?;
-
-    #[derive(Serialize)]
-    struct ListBody<'a> {
-        items: Vec<WireJob<'a>>,
-        pagination: Pagination,
-    }
     Ok(ok(ListBody {
         items: jobs.iter().map(|j| j.wire()).collect(),
         pagination: page.describe(total),
@@ -49,10 +70,103 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 }
 
 /// `DELETE /ojs/v1/admin/dead-letter/{id}`: deletes the job for good; 204.
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/dead-letter/{id}",
+    tag = "admin",
+    summary = "Delete a dead-lettered job",
+    params(JobIdParam),
+    responses(
+        (status = 204, description = "Deleted for good; no body."),
+        (status = 400, description = "The id is not a job id."),
+        (status = 404, description = "No such job in the dead-letter queue."),
+    )
+)]
 async fn remove(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
     state.broker().delete_dead_letter(id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE /ojs/v1/admin/dead-letter`: [`dead_letter::purge`].
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/dead-letter",
+    tag = "admin",
+    summary = "Purge dead-lettered jobs",
+    description = "The same as `DELETE /ojs/v1/dead-letter`.",
+    params(PurgeQuery),
+    request_body(
+        content = Option<DeadLetterPurgeRequest>,
+        description = "The options; may be omitted when the query string gives them."
+    ),
+    responses(
+        (status = 200, body = DeadLetterPurged),
+        (status = 400, description = "`confirm: true` is missing or an option is invalid."),
+    )
+)]
+async fn purge(
+    state: State<AppState>,
+    query: QueryParams,
+    body: OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    dead_letter::purge(state, query, body).await
+}
+
+/// `GET /ojs/v1/admin/dead-letter/stats`: [`dead_letter::stats`].
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/dead-letter/stats",
+    tag = "admin",
+    summary = "Dead-letter statistics",
+    description = "The same as `GET /ojs/v1/dead-letter/stats`.",
+    responses((status = 200, body = DeadLetterStats))
+)]
+async fn stats(state: State<AppState>) -> Result<Response, ApiError> {
+    dead_letter::stats(state).await
+}
+
+/// `POST /ojs/v1/admin/dead-letter/retry`: [`dead_letter::retry_all`].
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/dead-letter/retry",
+    tag = "admin",
+    summary = "Retry dead-lettered jobs in bulk",
+    description = "The same as `POST /ojs/v1/dead-letter/retry`.",
+    request_body = DeadLetterBulkRetryRequest,
+    responses(
+        (status = 200, body = DeadLetterBulkRetry),
+        (status = 400, description = "`confirm: true` is missing or the filter is invalid."),
+    )
+)]
+async fn retry_all(state: State<AppState>, body: OptionalJsonBody) -> Result<Response, ApiError> {
+    dead_letter::retry_all(state, body).await
+}
+
+/// `POST /ojs/v1/admin/dead-letter/{id}/retry`: [`dead_letter::retry_one`].
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/dead-letter/{id}/retry",
+    tag = "admin",
+    summary = "Retry a dead-lettered job",
+    description = "The same as `POST /ojs/v1/dead-letter/{id}/retry`.",
+    params(JobIdParam),
+    request_body(
+        content = Option<DeadLetterRetryRequest>,
+        description = "An optional override; the body may be omitted."
+    ),
+    responses(
+        (status = 200, description = "The job, `available` again.", body = WrappedJob),
+        (status = 400, description = "The override is invalid."),
+        (status = 404, description = "No such job in the dead-letter queue."),
+    )
+)]
+async fn retry_one(
+    state: State<AppState>,
+    id: JobIdPath,
+    body: OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    dead_letter::retry_one(state, id, body).await
 }

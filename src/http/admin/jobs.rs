@@ -5,19 +5,19 @@
 //! [OJS job inspection]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#7-job-inspection-and-search
 //! [bulk operations]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#8-bulk-operations
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use serde::Serialize;
-use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::super::dead_letter::{body_timestamp, parse_override, require_confirm};
 use super::super::error::ApiError;
-use super::super::extract::{Fields, JobIdPath, OptionalJsonBody};
-use super::super::query::{ADMIN, Page, Pagination, QueryParams};
+use super::super::extract::{Fields, JobIdPath, JsonBody, OptionalJsonBody};
+use super::super::jobs::{JobIdParam, PriorityResponse, WrappedJob};
+use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use super::super::queues::check_queue_name;
-use super::super::{AppState, jobs, ok};
+use super::super::{AppState, jobs, ok, openapi};
 use crate::broker::BulkAction;
 use crate::broker::{JobFilter, JobSort, JobSummary, RetryOverride};
 use crate::job::JobState;
@@ -26,23 +26,59 @@ use crate::job::wire::WireJob;
 use crate::json::Object;
 use crate::timestamp;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/admin/jobs", get(list))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
         // PATCH is the data plane's priority change, where the OJS admin UI sends it.
-        .route(
-            "/ojs/v1/admin/jobs/{id}",
-            get(show).patch(jobs::change_priority),
-        )
-        .route("/ojs/v1/admin/jobs/{id}/cancel", post(jobs::cancel))
-        .route("/ojs/v1/admin/jobs/{id}/retry", post(retry))
-        .route("/ojs/v1/admin/jobs/bulk/{action}", post(bulk))
-        .route("/ojs/v1/unique-jobs", get(unique_jobs))
+        .routes(routes!(show, change_priority))
+        .routes(routes!(cancel))
+        .routes(routes!(retry))
+        .routes(routes!(bulk))
+        .routes(routes!(unique_jobs))
+}
+
+/// A job holding a unique key.
+#[derive(Serialize, ToSchema)]
+#[schema(as = UniqueKeyHolder)]
+struct Holder<'a> {
+    key: &'a str,
+    job_id: String,
+    r#type: &'a str,
+    queue: &'a str,
+    #[schema(value_type = crate::http::openapi::JobState)]
+    state: JobState,
+    created_at: String,
+    /// When the policy's `period` ends; absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    locked_until: Option<String>,
+}
+
+/// A page of unique-key holders.
+#[derive(Serialize, ToSchema)]
+#[schema(as = UniqueKeyHolderList)]
+struct HolderList<'a> {
+    items: Vec<Holder<'a>>,
+    pagination: Pagination,
 }
 
 /// `GET /ojs/v1/unique-jobs`: the jobs holding unique keys (a key, in a state their policy
 /// counts), by key, a page at a time, as the OJS admin UI lists them. `locked_until` is when
 /// the policy's `period` ends (absent without one); past it, the key no longer blocks.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/unique-jobs",
+    tag = "admin",
+    operation_id = "admin_list_unique_jobs",
+    summary = "List the holders of unique keys",
+    description = "The jobs holding unique keys (a key, in a state their policy counts), by key. \
+                   `locked_until` is when the policy's `period` ends (absent without one); past \
+                   it, the key no longer blocks.",
+    params(PageParams),
+    responses(
+        (status = 200, body = HolderList<'_>),
+        (status = 400, description = "A page parameter is invalid."),
+    )
+)]
 async fn unique_jobs(
     State(state): State<AppState>,
     query: QueryParams,
@@ -52,23 +88,6 @@ async fn unique_jobs(
         .broker()
         .unique_holders(page.limit, page.offset)
         .await?;
-
-    #[derive(Serialize)]
-    struct Holder<'a> {
-        key: &'a str,
-        job_id: String,
-        r#type: &'a str,
-        queue: &'a str,
-        state: JobState,
-        created_at: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        locked_until: Option<String>,
-    }
-    #[derive(Serialize)]
-    struct ListBody<'a> {
-        items: Vec<Holder<'a>>,
-        pagination: Pagination,
-    }
     let items = holders
         .iter()
         .map(|h| Holder {
@@ -85,7 +104,7 @@ async fn unique_jobs(
                 .map(|ms| timestamp::format(h.created_at + chrono::Duration::milliseconds(ms))),
         })
         .collect();
-    Ok(ok(ListBody {
+    Ok(ok(HolderList {
         items,
         pagination: page.describe(total),
     })
@@ -135,11 +154,13 @@ fn filter_from_query(q: &QueryParams) -> Result<JobFilter, ApiError> {
 }
 
 /// One job of a listing.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = AdminJobSummary)]
 struct Item<'a> {
     id: String,
     r#type: &'a str,
     queue: &'a str,
+    #[schema(value_type = crate::http::openapi::JobState)]
     state: JobState,
     priority: i32,
     attempt: i32,
@@ -174,9 +195,54 @@ impl<'a> Item<'a> {
     }
 }
 
+/// The filter and order of a job listing.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `filter_from_query` and `list`
+struct ListParams {
+    /// Only this queue's jobs.
+    queue: Option<String>,
+    /// Comma-separated job states.
+    state: Option<String>,
+    /// A job type, exact (`email.send`) or a prefix (`email.*`, `email*`).
+    r#type: Option<String>,
+    /// Only jobs whose last error has this code.
+    error_type: Option<String>,
+    /// RFC 3339 timestamp with a zone: created at or after.
+    since: Option<String>,
+    /// RFC 3339 timestamp with a zone: created at or before.
+    until: Option<String>,
+    /// Default `created_at`.
+    #[param(pattern = "^(created_at|scheduled_at|priority)$")]
+    sort: Option<String>,
+    /// Default `desc`.
+    #[param(pattern = "^(asc|desc)$")]
+    order: Option<String>,
+}
+
+/// A page of jobs.
+#[derive(Serialize, ToSchema)]
+#[schema(as = AdminJobList)]
+struct ListBody<'a> {
+    items: Vec<Item<'a>>,
+    pagination: Pagination,
+}
+
 /// `GET /ojs/v1/admin/jobs`: jobs filtered by `queue`, `state` (comma-separated), `type`,
 /// `error_type`, `since`/`until` (creation time), ordered by `sort` (`created_at`,
 /// `scheduled_at`, `priority`) and `order` (`desc` by default), a page at a time.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/jobs",
+    tag = "admin",
+    operation_id = "admin_list_jobs",
+    summary = "List jobs",
+    params(PageParams, ListParams),
+    responses(
+        (status = 200, description = "Matching jobs, a page at a time.", body = ListBody<'_>),
+        (status = 400, description = "A parameter is invalid."),
+    )
+)]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
     let filter = filter_from_query(&query)?;
@@ -205,12 +271,6 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         .broker()
         .admin_jobs(&filter, sort, ascending, page.limit, page.offset)
         .await?;
-
-    #[derive(Serialize)]
-    struct ListBody<'a> {
-        items: Vec<Item<'a>>,
-        pagination: Pagination,
-    }
     Ok(ok(ListBody {
         items: jobs.iter().map(Item::of).collect(),
         pagination: page.describe(total),
@@ -223,6 +283,20 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 /// admin UI reads.
 ///
 /// [OJS admin job detail]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#72-get-job-detail
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/jobs/{id}",
+    tag = "admin",
+    operation_id = "admin_get_job",
+    summary = "Read a job in full",
+    description = "The job object itself (not wrapped in `{\"job\": ...}`), with `metadata` and \
+                   `retry_policy`.",
+    params(JobIdParam),
+    responses(
+        (status = 200, body = openapi::Job),
+        (status = 404, description = "No such job."),
+    )
+)]
 async fn show(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -238,6 +312,23 @@ async fn show(
 ///
 /// [OJS job lifecycle]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#6-job-lifecycle-state-machine
 /// [OJS admin retry]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#74-retry-job
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/jobs/{id}/retry",
+    tag = "admin",
+    operation_id = "admin_retry_job",
+    summary = "Retry a discarded job",
+    description = "A discarded job (dead-lettered or not) back to `available` with a fresh \
+                   history, with the values of `override`, if any.",
+    params(JobIdParam),
+    request_body(content = Option<RetryRequest>, description = "May be omitted."),
+    responses(
+        (status = 200, body = openapi::JobBody),
+        (status = 400, description = "The override is invalid."),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job is not discarded."),
+    )
+)]
 async fn retry(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
@@ -257,6 +348,78 @@ async fn retry(
         job: WireJob<'a>,
     }
     Ok(ok(JobBody { job: job.wire() }).into_response())
+}
+
+/// The body of a manual retry.
+#[derive(ToSchema)]
+#[schema(as = AdminRetryRequest)]
+#[allow(dead_code)] // a schema: read by `retry`
+struct RetryRequest {
+    /// New values for the retried job.
+    r#override: Option<RetryOverrideSchema>,
+}
+
+/// Values a retried job takes instead of its own; each is checked as on enqueue.
+#[derive(ToSchema)]
+#[schema(as = AdminRetryOverride)]
+#[allow(dead_code)] // a schema: read by `parse_override`
+struct RetryOverrideSchema {
+    queue: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    meta: Option<serde_json::Value>,
+    #[schema(value_type = Option<crate::http::openapi::RetryPolicy>)]
+    retry: Option<serde_json::Value>,
+    /// As `priority` of a priority change.
+    #[schema(value_type = Option<crate::http::openapi::PrioritySchema>)]
+    priority: Option<serde_json::Value>,
+    #[schema(value_type = Option<Vec<serde_json::Value>>)]
+    args: Option<Vec<serde_json::Value>>,
+}
+
+/// `PATCH /ojs/v1/admin/jobs/{id}`: the data plane's priority change
+/// (`PATCH /ojs/v1/jobs/{id}`), where the OJS admin UI sends it.
+#[utoipa::path(
+    patch,
+    path = "/ojs/v1/admin/jobs/{id}",
+    tag = "admin",
+    operation_id = "admin_change_job_priority",
+    summary = "Change a waiting job's priority",
+    description = "As `PATCH /ojs/v1/jobs/{id}`.",
+    params(JobIdParam),
+    request_body = super::super::jobs::PriorityRequest,
+    responses(
+        (status = 200, body = PriorityResponse),
+        (status = 400, description = "The priority is missing or out of range."),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job is no longer waiting."),
+    )
+)]
+async fn change_priority(
+    state: State<AppState>,
+    id: JobIdPath,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    jobs::change_priority(state, id, body).await
+}
+
+/// `POST /ojs/v1/admin/jobs/{id}/cancel`: the data plane's cancel (`DELETE /ojs/v1/jobs/{id}`).
+/// The body, if any, is ignored.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/jobs/{id}/cancel",
+    tag = "admin",
+    operation_id = "admin_cancel_job",
+    summary = "Cancel a job",
+    description = "As `DELETE /ojs/v1/jobs/{id}`. A body, if any, is ignored.",
+    params(JobIdParam),
+    responses(
+        (status = 200, description = "Cancelled (or already cancelled); `previous_state` says from what.", body = WrappedJob),
+        (status = 404, description = "No such job."),
+        (status = 409, description = "The job already finished."),
+    )
+)]
+async fn cancel(state: State<AppState>, id: JobIdPath) -> Result<Response, ApiError> {
+    jobs::cancel(state, id).await
 }
 
 /// The members a bulk filter may have; any other is refused rather than ignored, since a
@@ -310,6 +473,23 @@ fn bulk_filter(fields: &Fields<'_>) -> Result<JobFilter, ApiError> {
 /// `POST /ojs/v1/admin/jobs/bulk/{retry|cancel|delete}` with `{"filter": {...}, "confirm":
 /// true}`: retries discarded jobs, cancels unfinished ones or deletes finished ones, among
 /// those the filter matches.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/jobs/bulk/{action}",
+    tag = "admin",
+    operation_id = "admin_bulk_jobs",
+    summary = "Retry, cancel or delete jobs in bulk",
+    description = "`retry` retries discarded jobs, `cancel` cancels unfinished ones, `delete` \
+                   deletes finished ones, among those `filter` matches. The answer has the count \
+                   of the action's own name (`retried`, `cancelled` or `deleted`).",
+    params(BulkParams),
+    request_body = BulkRequest,
+    responses(
+        (status = 200, body = BulkResult<'_>),
+        (status = 400, description = "Not confirmed, or the filter is invalid or selects no state the action applies to."),
+        (status = 404, description = "An action other than `retry`, `cancel` or `delete`."),
+    )
+)]
 async fn bulk(
     State(state): State<AppState>,
     Path(action): Path<String>,
@@ -331,18 +511,102 @@ async fn bulk(
         BulkAction::Cancel => "cancelled",
         BulkAction::Delete => "deleted",
     };
-    let errors: Vec<serde_json::Value> = outcome
-        .errors
-        .iter()
-        .map(|(id, error)| json!({"job_id": id.to_string(), "error": error}))
-        .collect();
-    let mut response = json!({
-        "action": action.as_str(),
-        "matched": outcome.matched,
-        "succeeded": outcome.succeeded,
-        "failed": outcome.errors.len(),
-        "errors": errors,
-    });
-    response[counter] = json!(outcome.succeeded);
-    Ok(ok(response).into_response())
+    let count = |name: &str| (counter == name).then_some(outcome.succeeded);
+    Ok(ok(BulkResult {
+        action: action.as_str(),
+        cancelled: count("cancelled"),
+        deleted: count("deleted"),
+        errors: outcome
+            .errors
+            .iter()
+            .map(|(id, error)| BulkError {
+                error,
+                job_id: id.to_string(),
+            })
+            .collect(),
+        failed: outcome.errors.len(),
+        matched: outcome.matched,
+        retried: count("retried"),
+        succeeded: outcome.succeeded,
+    })
+    .into_response())
+}
+
+/// The action of a bulk request.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `bulk`
+struct BulkParams {
+    /// `retry`, `cancel` or `delete` (any other is not a route: 404).
+    #[param(pattern = "^(retry|cancel|delete)$")]
+    action: String,
+}
+
+/// `{"confirm": true, "filter": {...}}`.
+#[derive(ToSchema)]
+#[schema(as = BulkRequest)]
+#[allow(dead_code)] // a schema: read by `bulk`
+struct BulkRequest {
+    /// Must be `true`.
+    confirm: bool,
+    /// Which jobs (default: every job in a state the action applies to).
+    filter: Option<BulkFilterSchema>,
+}
+
+/// The jobs a bulk action applies to (among those in a state it applies to). No other
+/// member is accepted.
+#[derive(ToSchema)]
+#[schema(as = BulkFilter)]
+#[allow(dead_code)] // a schema: read by `bulk_filter`
+struct BulkFilterSchema {
+    queue: Option<String>,
+    /// A job state or an array of job states.
+    state: Option<BulkStatesSchema>,
+    /// A job type, exact (`email.send`) or a prefix (`email.*`, `email*`).
+    r#type: Option<String>,
+    /// RFC 3339 timestamp with a zone: created at or after.
+    since: Option<String>,
+    /// RFC 3339 timestamp with a zone: created at or before.
+    until: Option<String>,
+    /// Only jobs whose last error has this code.
+    error_type: Option<String>,
+}
+
+/// One job state or several.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = BulkFilterStates)]
+#[serde(untagged)]
+#[allow(dead_code)] // a schema
+enum BulkStatesSchema {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// What a bulk action did. Exactly one of `retried`, `cancelled` and `deleted` is present,
+/// for the action, equal to `succeeded`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = BulkResult)]
+struct BulkResult<'a> {
+    /// `retry`, `cancel` or `delete`.
+    action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cancelled: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deleted: Option<usize>,
+    /// Why each of the `failed` jobs was skipped (it changed meanwhile).
+    errors: Vec<BulkError<'a>>,
+    failed: usize,
+    /// Jobs that matched the filter in a state the action applies to.
+    matched: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retried: Option<usize>,
+    succeeded: usize,
+}
+
+/// A job a bulk action skipped.
+#[derive(Serialize, ToSchema)]
+#[schema(as = BulkError)]
+struct BulkError<'a> {
+    error: &'a str,
+    job_id: String,
 }

@@ -3,30 +3,212 @@
 //!
 //! [OJS fair-scheduling HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#10-http-binding
 
-use axum::Router;
+use std::collections::BTreeMap;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use serde::Serialize;
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::super::error::ApiError;
 use super::super::extract::JsonBody;
-use super::super::query::{ADMIN, Page, QueryParams};
+use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use super::super::queues::check_queue_name;
 use super::super::{AppState, Ojs, ok};
 use crate::broker::pools::{STATS_WINDOW_SECS, pool_json};
 use crate::duration;
 use crate::pool::WorkerPool;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/admin/pools", get(list))
-        .route(
-            "/ojs/v1/admin/pools/{name}",
-            get(show).put(put).delete(remove),
-        )
-        .route("/ojs/v1/admin/scheduling/stats", get(stats))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(show, put, remove))
+        .routes(routes!(stats))
+}
+
+/// The pool name of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `pool_path`
+struct PoolNameParam {
+    /// The pool: 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or
+    /// digit (any other name is refused with 400).
+    name: String,
+}
+
+/// A worker pool with its usage, as `pool_json` writes it.
+#[derive(ToSchema)]
+#[schema(as = WorkerPool)]
+#[allow(dead_code)] // a schema: the server writes `pool_json`
+struct PoolSchema {
+    /// The same as `name`.
+    id: String,
+    name: String,
+    /// In order of preference.
+    queues: Vec<String>,
+    /// Most active jobs across all members; `null`: no limit.
+    concurrency: Option<i32>,
+    /// `strict`, `weighted`, `round-robin` or `least-loaded`.
+    strategy: String,
+    /// Queue weights; a queue not named weighs 1.
+    weights: BTreeMap<String, u32>,
+    isolated: bool,
+    starvation_prevention: StarvationSchema,
+    tenant_fairness: TenantFairnessSchema,
+    /// Live members.
+    active_workers: i64,
+    /// The same as `active_workers`.
+    workers: i64,
+    active_jobs: i64,
+    created_at: String,
+    updated_at: String,
+}
+
+/// Starvation prevention settings of a pool.
+#[derive(ToSchema)]
+#[schema(as = PoolStarvationPrevention)]
+#[allow(dead_code)] // a schema
+struct StarvationSchema {
+    enabled: bool,
+    /// ISO 8601 duration.
+    rotation_interval: String,
+    min_dispatch_ratio: f64,
+}
+
+/// Per-tenant fairness settings of a pool.
+#[derive(ToSchema)]
+#[schema(as = PoolTenantFairness)]
+#[allow(dead_code)] // a schema
+struct TenantFairnessSchema {
+    enabled: bool,
+    /// Always `fair-share`.
+    strategy: String,
+    /// Tenant weights keyed `tenant:<id>`.
+    weights: BTreeMap<String, u32>,
+    default_weight: u32,
+}
+
+/// A page of pools, as `items` and again as `pools`.
+#[derive(ToSchema)]
+#[schema(as = WorkerPoolList)]
+#[allow(dead_code)] // a schema
+struct PoolList {
+    items: Vec<PoolSchema>,
+    /// The same as `items`.
+    pools: Vec<PoolSchema>,
+    pagination: Pagination,
+}
+
+/// `{"pool": {...}}`.
+#[derive(ToSchema)]
+#[schema(as = WorkerPoolBody)]
+#[allow(dead_code)] // a schema
+struct PoolBody {
+    pool: PoolSchema,
+}
+
+/// A pool to create or replace. Every member but `queues` may be `null` (the default). The
+/// read-only members of a pool as answered (`active_workers`, `active_jobs`, `created_at`,
+/// `updated_at`) are accepted and ignored; any other member is refused.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = WorkerPoolRequest)]
+#[allow(dead_code)] // a schema: read by `WorkerPool::parse`
+struct PoolRequest {
+    /// The pool of the path, if given.
+    name: Option<String>,
+    /// 1 to 100 queues (each once, not `_default`): names in order of preference, or an object
+    /// of name to `{"weight": n}` (or `null`), which also sets `weights`.
+    #[schema(schema_with = pool_queues_schema)]
+    queues: Value,
+    /// Most active jobs across all members; `null` or absent: no limit.
+    #[schema(minimum = 0)]
+    concurrency: Option<i32>,
+    /// Default `round-robin`.
+    #[schema(pattern = "^(strict|weighted|round-robin|least-loaded)$")]
+    strategy: Option<String>,
+    /// Weights (1 to 1,000,000) of queues of `queues`.
+    #[schema(value_type = Option<BTreeMap<String, u32>>)]
+    weights: Option<BTreeMap<String, u32>>,
+    isolated: Option<bool>,
+    starvation_prevention: Option<StarvationRequest>,
+    tenant_fairness: Option<TenantFairnessRequest>,
+    /// Ignored.
+    active_workers: Option<Value>,
+    /// Ignored.
+    active_jobs: Option<Value>,
+    /// Ignored.
+    created_at: Option<Value>,
+    /// Ignored.
+    updated_at: Option<Value>,
+}
+
+/// The `queues` of a pool to set, inline: names, or an object of name to `{"weight": n}`.
+fn pool_queues_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{
+        ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+    };
+    let names = ArrayBuilder::new()
+        .items(ObjectBuilder::new().schema_type(Type::String))
+        .min_items(Some(1))
+        .max_items(Some(crate::pool::MAX_QUEUES));
+    let weight = ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
+        .minimum(Some(1))
+        .maximum(Some(crate::scheduling::MAX_WEIGHT))
+        .description(Some("1 to 1,000,000; default 1."));
+    let spec = ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .property("weight", weight);
+    let weighted = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(spec))
+        .min_properties(Some(1))
+        .max_properties(Some(crate::pool::MAX_QUEUES));
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(names)
+            .item(weighted)
+            .description(Some(
+                "1 to 100 queues (each once, not `_default`): names in order of preference, or \
+                 an object of name to `{\"weight\": n}` (or `null`), which also sets `weights`.",
+            ))
+            .build(),
+    )
+}
+
+/// Starvation prevention settings to set; omitted members keep their defaults.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = PoolStarvationPreventionRequest)]
+#[allow(dead_code)] // a schema
+struct StarvationRequest {
+    /// Default `false`.
+    enabled: Option<bool>,
+    /// A duration of at least 100 ms (`PT30S`); default `PT30S`.
+    rotation_interval: Option<String>,
+    /// 0 to 1, and at most 1 over all the pool's queues; default 0.05.
+    #[schema(minimum = 0, maximum = 1)]
+    min_dispatch_ratio: Option<f64>,
+}
+
+/// Per-tenant fairness settings to set.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = PoolTenantFairnessRequest)]
+#[allow(dead_code)] // a schema
+struct TenantFairnessRequest {
+    /// Default `false`.
+    enabled: Option<bool>,
+    /// Only `fair-share`.
+    #[schema(pattern = "^fair-share$")]
+    strategy: Option<String>,
+    /// Weights (1 to 1,000,000) by tenant, keyed `tenant:<id>` or `<id>`.
+    #[schema(value_type = Option<BTreeMap<String, u32>>)]
+    weights: Option<BTreeMap<String, u32>>,
+    /// 1 to 1,000,000; default 1.
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    default_weight: Option<u32>,
 }
 
 /// Pool names follow the [queue-name pattern].
@@ -38,6 +220,18 @@ fn pool_path(name: &str) -> Result<(), ApiError> {
 
 /// `GET /ojs/v1/admin/pools`: pools by name, with live members and active jobs, as `items` (with
 /// `pagination`) and again as `pools`, the key the OJS admin UI reads.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/pools",
+    tag = "admin",
+    operation_id = "admin_list_pools",
+    summary = "List worker pools",
+    params(PageParams),
+    responses(
+        (status = 200, description = "Pools by name, as `items` and again as `pools`.", body = PoolList),
+        (status = 400, description = "A page parameter is invalid."),
+    )
+)]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
     let pools = state.broker().pools().await?;
@@ -55,6 +249,19 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 }
 
 /// `GET /ojs/v1/admin/pools/{name}`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/pools/{name}",
+    tag = "admin",
+    operation_id = "admin_get_pool",
+    summary = "Read a worker pool",
+    params(PoolNameParam),
+    responses(
+        (status = 200, body = PoolBody),
+        (status = 400, description = "The pool name is invalid."),
+        (status = 404, description = "No such pool."),
+    )
+)]
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -65,6 +272,20 @@ async fn show(
 }
 
 /// `PUT /ojs/v1/admin/pools/{name}`: creates (201) or replaces (200) a pool.
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/pools/{name}",
+    tag = "admin",
+    operation_id = "admin_put_pool",
+    summary = "Create or replace a worker pool",
+    params(PoolNameParam),
+    request_body = PoolRequest,
+    responses(
+        (status = 200, description = "Replaced.", body = PoolBody),
+        (status = 201, description = "Created; `Location` names the pool.", body = PoolBody),
+        (status = 400, description = "The pool is invalid."),
+    )
+)]
 async fn put(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -87,14 +308,97 @@ async fn put(
     Ok(response)
 }
 
+/// A deleted pool.
+#[derive(Serialize, ToSchema)]
+#[schema(as = WorkerPoolDeleted)]
+struct Deleted {
+    /// Always `true`.
+    deleted: bool,
+    name: String,
+}
+
 /// `DELETE /ojs/v1/admin/pools/{name}`.
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/pools/{name}",
+    tag = "admin",
+    operation_id = "admin_delete_pool",
+    summary = "Delete a worker pool",
+    params(PoolNameParam),
+    responses(
+        (status = 200, body = Deleted),
+        (status = 400, description = "The pool name is invalid."),
+        (status = 404, description = "No such pool."),
+    )
+)]
 async fn remove(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     pool_path(&name)?;
     state.broker().delete_pool(&name).await?;
-    Ok(ok(json!({"deleted": true, "name": name})).into_response())
+    Ok(ok(Deleted {
+        deleted: true,
+        name,
+    })
+    .into_response())
+}
+
+/// The scheduling statistics (written with `json!`).
+#[derive(ToSchema)]
+#[schema(as = SchedulingStats)]
+#[allow(dead_code)] // a schema
+struct SchedulingStatsSchema {
+    /// Queues with dispatches in the window.
+    queues: Vec<SchedulingQueueSchema>,
+    stats: SchedulingTotalsSchema,
+    /// The server's default fetch strategy: `strict`, `weighted`, `round-robin` or
+    /// `least-loaded`.
+    strategy: String,
+    /// The window, as an ISO 8601 duration (`PT1M`).
+    window: String,
+}
+
+/// One queue of the scheduling statistics.
+#[derive(ToSchema)]
+#[schema(as = SchedulingQueue)]
+#[allow(dead_code)] // a schema
+struct SchedulingQueueSchema {
+    name: String,
+    dispatch_count_1m: i64,
+    /// Of all dispatches in the window, to 4 decimals.
+    dispatch_ratio_1m: f64,
+    avg_wait_ms: i64,
+    active_jobs: i64,
+    /// The same as `dispatch_count_1m`.
+    dispatched: i64,
+    starved: bool,
+    /// The weight its pool gives it (1 when unnamed); `null` outside pools.
+    weight: Option<u32>,
+}
+
+/// Totals, starved queues and pools of the scheduling statistics.
+#[derive(ToSchema)]
+#[schema(as = SchedulingTotals)]
+#[allow(dead_code)] // a schema
+struct SchedulingTotalsSchema {
+    total_dispatch_count_1m: i64,
+    queues_starved: Vec<String>,
+    pools: Vec<SchedulingPoolSchema>,
+}
+
+/// One pool of the scheduling statistics.
+#[derive(ToSchema)]
+#[schema(as = SchedulingPool)]
+#[allow(dead_code)] // a schema
+struct SchedulingPoolSchema {
+    name: String,
+    strategy: String,
+    concurrency: Option<i32>,
+    active_jobs: i64,
+    active_workers: i64,
+    /// Active jobs over `concurrency`; `null` without one.
+    utilization: Option<f64>,
 }
 
 /// `GET /ojs/v1/admin/scheduling/stats`: dispatches per queue over the last minute, over all
@@ -105,6 +409,15 @@ async fn remove(
 /// pools).
 ///
 /// [OJS scheduling statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-fair-scheduling.md#102-scheduling-statistics
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/scheduling/stats",
+    tag = "admin",
+    operation_id = "admin_scheduling_stats",
+    summary = "Scheduling statistics",
+    description = "Dispatches per queue over the last minute, over all replicas.",
+    responses((status = 200, body = SchedulingStatsSchema))
+)]
 async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.broker().scheduling_stats().await?;
     let weight = |queue: &str| {

@@ -5,31 +5,77 @@
 //!
 //! [OJS admin queue management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#6-queue-management
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
 use serde::Serialize;
 use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::super::dead_letter::body_timestamp;
 use super::super::error::ApiError;
 use super::super::extract::OptionalJsonBody;
-use super::super::query::{ADMIN, Page, Pagination, QueryParams};
+use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use super::super::queues::queue_path;
 use super::super::{AppState, ok};
-use super::stats::Throughput;
+use super::stats::{JobCountsSchema, Throughput};
 use crate::broker::AdminQueue;
 use crate::broker::{QueueState, StateCounts};
 use crate::job::JobState;
 use crate::timestamp;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/admin/queues", get(list))
-        .route("/ojs/v1/admin/queues/{name}", get(show))
-        .route("/ojs/v1/admin/queues/{name}/jobs", delete(purge))
-        .route("/ojs/v1/rate-limits", get(rate_limits))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(show))
+        .routes(routes!(purge))
+        .routes(routes!(rate_limits))
+}
+
+/// The queue name of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `queue_path`
+struct QueueNameParam {
+    /// The queue: 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or
+    /// digit (any other name is refused with 400).
+    name: String,
+}
+
+/// `lowercase` [`QueueState`] names, inline.
+fn queue_state_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(["active", "paused", "draining"]))
+        .build()
+}
+
+/// A rate-limited queue's limit and use (written with `json!`).
+#[derive(ToSchema)]
+#[schema(as = RateLimitUsage)]
+#[allow(dead_code)] // a schema
+struct RateLimitUsageSchema {
+    /// Jobs started within the last `period`.
+    active: i64,
+    /// The queue.
+    key: String,
+    /// Jobs per `period`.
+    limit: i64,
+    /// ISO 8601 duration.
+    period: String,
+    /// The queue.
+    queue: String,
+    /// Available jobs.
+    waiting: i64,
+}
+
+/// A page of rate-limited queues.
+#[derive(ToSchema)]
+#[schema(as = RateLimitList)]
+#[allow(dead_code)] // a schema
+struct RateLimitList {
+    items: Vec<RateLimitUsageSchema>,
+    pagination: Pagination,
 }
 
 /// `GET /ojs/v1/rate-limits`: the queues whose configuration sets a `rate_limit` (their own or
@@ -37,6 +83,21 @@ pub fn router() -> Router<AppState> {
 /// `queue`) the queue, `limit` jobs per `period`, `active` the jobs started within the last
 /// period, `waiting` its available jobs. Limits are changed through the queue's configuration;
 /// the UI's per-key overrides are not offered.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/rate-limits",
+    tag = "admin",
+    operation_id = "admin_list_rate_limits",
+    summary = "List rate-limited queues",
+    description = "The queues whose configuration sets a `rate_limit` (their own or \
+                   `_default`'s), by name: `limit` jobs per `period`, `active` the jobs started \
+                   within the last period, `waiting` the available jobs.",
+    params(PageParams),
+    responses(
+        (status = 200, body = RateLimitList),
+        (status = 400, description = "A page parameter is invalid."),
+    )
+)]
 async fn rate_limits(
     State(state): State<AppState>,
     query: QueryParams,
@@ -61,7 +122,8 @@ async fn rate_limits(
 
 /// Percentiles of the execution time of the jobs completed in the recent window, in whole
 /// milliseconds; omitted when none completed.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueLatency)]
 struct Latency {
     #[serde(skip_serializing_if = "Option::is_none")]
     p50: Option<i64>,
@@ -72,12 +134,17 @@ struct Latency {
 }
 
 /// One queue of the admin listing.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = AdminQueue)]
 struct Item<'a> {
     name: &'a str,
+    #[schema(schema_with = queue_state_schema)]
     state: QueueState,
     paused: bool,
+    /// Jobs by state.
+    #[schema(value_type = JobCountsSchema)]
     counts: StateCounts,
+    /// The last five minutes.
     throughput: Throughput,
     latency_ms: Latency,
     created_at: String,
@@ -102,16 +169,30 @@ impl<'a> Item<'a> {
     }
 }
 
+/// A page of queues.
+#[derive(Serialize, ToSchema)]
+#[schema(as = AdminQueueList)]
+struct ListBody<'a> {
+    items: Vec<Item<'a>>,
+    pagination: Pagination,
+}
+
 /// `GET /ojs/v1/admin/queues`: queues by name, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues",
+    tag = "admin",
+    operation_id = "admin_list_queues",
+    summary = "List queues",
+    params(PageParams),
+    responses(
+        (status = 200, description = "Queues by name, a page at a time.", body = ListBody<'_>),
+        (status = 400, description = "A page parameter is invalid."),
+    )
+)]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
     let (queues, total) = state.broker().admin_queues(page.limit, page.offset).await?;
-
-    #[derive(Serialize)]
-    struct ListBody<'a> {
-        items: Vec<Item<'a>>,
-        pagination: Pagination,
-    }
     Ok(ok(ListBody {
         items: queues.iter().map(Item::of).collect(),
         pagination: page.describe(total),
@@ -124,21 +205,25 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 /// `backpressure` also reports, for the OJS admin UI, whether the queue is bounded
 /// (`enabled`), its bound (`threshold`), its `current_depth` and `state`: `normal`, `warning`
 /// from `warning_threshold` of the bound, `critical` at the bound.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues/{name}",
+    tag = "admin",
+    operation_id = "admin_get_queue",
+    summary = "Read a queue",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "The queue as listed, with its configuration.", body = Shown<'_>),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
     let detail = state.broker().admin_queue(&name).await?;
-
-    #[derive(Serialize)]
-    struct Shown<'a> {
-        #[serde(flatten)]
-        item: Item<'a>,
-        configuration: serde_json::Value,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        oldest_available_at: Option<String>,
-    }
     let mut configuration = detail.config.to_json();
     if let Some(pressure) = configuration
         .get_mut("backpressure")
@@ -165,6 +250,92 @@ async fn show(
         oldest_available_at: detail.oldest_available_at.map(timestamp::format),
     })
     .into_response())
+}
+
+/// One queue in detail.
+#[derive(Serialize, ToSchema)]
+#[schema(as = AdminQueueDetail)]
+struct Shown<'a> {
+    #[serde(flatten)]
+    item: Item<'a>,
+    /// The resolved configuration.
+    #[schema(value_type = QueueConfigurationSchema)]
+    configuration: serde_json::Value,
+    /// When the job that has waited longest became available; absent while none waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    oldest_available_at: Option<String>,
+}
+
+/// A queue's resolved configuration (`QueueConfig::to_json`) with the live backpressure
+/// fields.
+#[derive(ToSchema)]
+#[schema(as = AdminQueueConfiguration)]
+#[allow(dead_code)] // a schema: the server writes `QueueConfig::to_json`
+struct QueueConfigurationSchema {
+    max_size: Option<i64>,
+    max_size_bytes: Option<i64>,
+    /// `reject`, `drop_oldest` or `block`.
+    overflow_policy: String,
+    warning_threshold: f64,
+    concurrency: Option<i64>,
+    rate_limit: Option<QueueRateLimitSchema>,
+    /// Seconds.
+    visibility_timeout: Option<i64>,
+    /// Seconds.
+    default_timeout: Option<i64>,
+    /// The effective default retry policy.
+    #[schema(value_type = crate::http::openapi::RetryPolicy)]
+    default_retry: serde_json::Value,
+    retention: QueueRetentionSchema,
+    dead_letter_queue: Option<String>,
+    dead_letter_max_size: Option<i64>,
+    /// ISO 8601 duration.
+    dead_letter_ttl: String,
+    allowed_job_types: Vec<String>,
+    producers: Vec<String>,
+    backpressure: QueueBackpressureSchema,
+}
+
+/// `limit` jobs per `period`.
+#[derive(ToSchema)]
+#[schema(as = AdminQueueRateLimit)]
+#[allow(dead_code)] // a schema
+struct QueueRateLimitSchema {
+    limit: i64,
+    /// ISO 8601 duration.
+    period: String,
+}
+
+/// How long finished jobs are kept, as ISO 8601 durations.
+#[derive(ToSchema)]
+#[schema(as = AdminQueueRetention)]
+#[allow(dead_code)] // a schema
+struct QueueRetentionSchema {
+    completed: String,
+    discarded: String,
+    cancelled: String,
+}
+
+/// The queue's bound and how full it is.
+#[derive(ToSchema)]
+#[schema(as = AdminQueueBackpressure)]
+#[allow(dead_code)] // a schema
+struct QueueBackpressureSchema {
+    /// The bound (`max_size`).
+    max_depth: Option<i64>,
+    max_size_bytes: Option<i64>,
+    /// The overflow policy: `reject`, `drop_oldest` or `block`.
+    strategy: String,
+    warning_threshold: f64,
+    /// Whether the queue is bounded.
+    enabled: bool,
+    /// The bound.
+    threshold: Option<i64>,
+    /// The jobs counted against the bound (bounded queues only).
+    current_depth: Option<i64>,
+    /// `normal`, `warning` (from `warning_threshold` of the bound) or `critical` (at the bound).
+    #[schema(pattern = "^(normal|warning|critical)$")]
+    state: String,
 }
 
 /// The states a purge may name: all but `active` (a worker holds those jobs).
@@ -211,9 +382,63 @@ fn purge_states(names: Option<Vec<String>>, field: &str) -> Result<Vec<JobState>
     Ok(states)
 }
 
+/// The options of a purge in the query string.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `purge`
+struct PurgeParams {
+    /// Must be `true` unless the body says `"confirm": true`.
+    confirm: Option<bool>,
+    /// Comma-separated job states, not `active` (default: every other state).
+    states: Option<String>,
+    /// RFC 3339 timestamp with a zone: only jobs created before it.
+    older_than: Option<String>,
+}
+
+/// The options of a purge in the body (each wins over the query string's).
+#[derive(ToSchema)]
+#[schema(as = QueuePurgeRequest)]
+#[allow(dead_code)] // a schema
+struct PurgeRequest {
+    /// Must be `true` (here or in the query string).
+    confirm: Option<bool>,
+    /// Job states, not `active` (default: every other state).
+    #[schema(min_items = 1)]
+    states: Option<Vec<String>>,
+    /// RFC 3339 timestamp with a zone: only jobs created before it.
+    older_than: Option<String>,
+}
+
+/// What a purge deleted.
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueuePurged)]
+struct Purged {
+    /// Jobs deleted.
+    purged_count: i64,
+    /// The states purged.
+    states: Vec<&'static str>,
+}
+
 /// `DELETE /ojs/v1/admin/queues/{name}/jobs`: deletes the queue's jobs in `states` (all but
 /// `active`; every such state when absent) created before `older_than`, for good. Options in
 /// the body or the query string, the body winning; `confirm: true` required.
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/admin/queues/{name}/jobs",
+    tag = "admin",
+    operation_id = "admin_purge_queue",
+    summary = "Delete a queue's jobs",
+    description = "Deletes, for good, the queue's jobs in `states` (never `active`; every other \
+                   state when absent) created before `older_than`. The options come in the body \
+                   or the query string, the body winning; `confirm: true` is required.",
+    params(QueueNameParam, PurgeParams),
+    request_body(content = Option<PurgeRequest>, description = "The options; may be omitted (then the query string gives them)."),
+    responses(
+        (status = 200, body = Purged),
+        (status = 400, description = "Not confirmed, or an option is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
 async fn purge(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -248,6 +473,9 @@ async fn purge(
         .broker()
         .purge_queue(&name, &states, older_than)
         .await?;
-    let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
-    Ok(ok(json!({"purged_count": purged, "states": names})).into_response())
+    Ok(ok(Purged {
+        purged_count: purged,
+        states: states.iter().map(|s| s.as_str()).collect(),
+    })
+    .into_response())
 }

@@ -3,11 +3,11 @@
 //!
 //! [OJS aggregate statistics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#101-aggregate-statistics
 
-use axum::Router;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use serde::Serialize;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::super::error::ApiError;
 use super::super::query::QueryParams;
@@ -16,10 +16,26 @@ use super::super::{AppState, ok};
 use crate::broker::RECENT_WINDOW;
 use crate::broker::StateCounts;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ojs/v1/admin/stats", get(stats))
-        .route("/ojs/v1/admin/stats/history", get(history))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(stats))
+        .routes(routes!(history))
+}
+
+/// Jobs by state (the schema of `StateCounts`, which the admin API serializes as `jobs` and
+/// `counts`).
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = JobCounts)]
+#[allow(dead_code)] // a schema: the server writes `StateCounts`
+pub(super) struct JobCountsSchema {
+    available: i64,
+    active: i64,
+    scheduled: i64,
+    pending: i64,
+    retryable: i64,
+    completed: i64,
+    discarded: i64,
+    cancelled: i64,
 }
 
 /// Buckets a history answers at most.
@@ -32,6 +48,21 @@ const DEFAULT_HISTORY_BUCKETS: i64 = 12;
 /// 1d, default 5m), from `since` (default: the last 12 periods; at most 1,440 periods back)
 /// to now, oldest first, every period present. Counted from the retained lifecycle events, so
 /// the history reaches back as far as event retention does.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/stats/history",
+    tag = "admin",
+    operation_id = "admin_stats_history",
+    summary = "Throughput over time",
+    description = "Jobs enqueued, `processed` (completed) and `failed` (discarded) per `period`, \
+                   from `since` to now, oldest first, every period present. Counted from the \
+                   retained lifecycle events.",
+    params(HistoryParams),
+    responses(
+        (status = 200, body = History),
+        (status = 400, description = "A parameter is invalid."),
+    )
+)]
 async fn history(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let period_text = query.get("period").unwrap_or("5m").to_owned();
     let bucket_ms = crate::duration::parse_ms(&period_text)
@@ -60,13 +91,6 @@ async fn history(State(state): State<AppState>, query: QueryParams) -> Result<Re
     let since = chrono::DateTime::from_timestamp_millis(first).unwrap_or_default();
     let counted = state.broker().history(since, bucket_ms, queue).await?;
 
-    #[derive(Serialize)]
-    struct Point {
-        timestamp: String,
-        processed: i64,
-        failed: i64,
-        enqueued: i64,
-    }
     let mut counted = counted.into_iter().peekable();
     let mut data = Vec::new();
     let mut bucket = first;
@@ -93,25 +117,74 @@ async fn history(State(state): State<AppState>, query: QueryParams) -> Result<Re
         bucket += bucket_ms;
     }
 
-    #[derive(Serialize)]
-    struct Body {
-        period: String,
-        data: Vec<Point>,
-    }
-    Ok(ok(Body {
+    Ok(ok(History {
         period: crate::duration::format_iso(bucket_ms as u64),
         data,
     })
     .into_response())
 }
 
+/// The query of a stats history.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `history`
+struct HistoryParams {
+    /// The bucket size: a duration from 1s to 1d (`5m`, `1h`, `PT30S`...); default `5m`.
+    period: Option<String>,
+    /// RFC 3339 timestamp with a zone: the first bucket (at most 1,440 periods back); default
+    /// the last 12 periods.
+    since: Option<String>,
+    /// Only this queue's jobs.
+    queue: Option<String>,
+}
+
+/// One bucket of a history.
+#[derive(Serialize, ToSchema)]
+#[schema(as = StatsHistoryPoint)]
+struct Point {
+    /// The start of the bucket.
+    timestamp: String,
+    /// Jobs completed.
+    processed: i64,
+    /// Jobs discarded.
+    failed: i64,
+    /// Jobs enqueued.
+    enqueued: i64,
+}
+
+/// Counts per period, oldest first.
+#[derive(Serialize, ToSchema)]
+#[schema(as = StatsHistory)]
+struct History {
+    /// The bucket size, as an ISO 8601 duration.
+    period: String,
+    data: Vec<Point>,
+}
+
 /// Jobs finished per minute over the recent window.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
+#[schema(as = RecentThroughput)]
 pub(super) struct Throughput {
     /// Completed.
     processed_per_minute: f64,
     /// Discarded.
     failed_per_minute: f64,
+}
+
+/// The whole server at a glance.
+#[derive(Serialize, ToSchema)]
+#[schema(as = AdminStats)]
+struct Stats {
+    /// Queues that exist.
+    queues: i64,
+    /// Workers that are not stale.
+    workers: i64,
+    #[schema(value_type = JobCountsSchema)]
+    jobs: StateCounts,
+    /// The last five minutes.
+    throughput: Throughput,
+    /// Since this process started.
+    uptime_seconds: u64,
 }
 
 impl Throughput {
@@ -127,18 +200,17 @@ impl Throughput {
 
 /// `GET /ojs/v1/admin/stats`: queues, live workers, jobs by state, the throughput of the last
 /// five minutes, and how long this process has been up.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/stats",
+    tag = "admin",
+    operation_id = "admin_stats",
+    summary = "Server statistics",
+    responses((status = 200, body = Stats))
+)]
 async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let overview = state.broker().overview().await?;
-
-    #[derive(Serialize)]
-    struct Body {
-        queues: i64,
-        workers: i64,
-        jobs: StateCounts,
-        throughput: Throughput,
-        uptime_seconds: u64,
-    }
-    Ok(ok(Body {
+    Ok(ok(Stats {
         queues: overview.queues,
         workers: overview.workers,
         jobs: overview.jobs,

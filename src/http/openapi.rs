@@ -1,0 +1,580 @@
+//! The OpenAPI 3.1 document of the HTTP API, served at `GET /ojs/openapi.json`.
+//!
+//! The document is not written by hand: every route is registered through
+//! [`utoipa_axum::routes!`] from its handler's `#[utoipa::path]` annotation, so the router and
+//! the document come out of the same list. `finish` adds what every operation shares (the
+//! OJS media types, the error body on every failure status). The schemas of bodies the server
+//! writes with its own serializers (a job, an error) are declared here; the integration suite
+//! validates every request it makes and every response it gets against the document, so a
+//! schema that drifts from the code fails the tests.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::{Content, OpenApi, RefOr, ResponseBuilder};
+use utoipa::{OpenApi as _, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::{AppState, OJS_JSON};
+
+/// Media types a JSON request body may be sent as.
+const REQUEST_TYPES: [&str; 2] = ["application/json", OJS_JSON];
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "ojsd",
+        description = "An Open Job Spec job server on PostgreSQL: the OJS HTTP binding (jobs, \
+                       workers, queues, dead letters, events) and its admin API.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0")
+    ),
+    components(schemas(ErrorBody, Job, JobError, RetryPolicy, UniquePolicy, JobState, PrioritySchema)),
+    tags(
+        (name = "system", description = "Manifest, health, readiness and metrics."),
+        (name = "jobs", description = "Enqueue, read, cancel and reprioritise jobs."),
+        (name = "workers", description = "The worker protocol: fetch, ack, nack, heartbeat."),
+        (name = "queues", description = "Queues, their statistics and configuration."),
+        (name = "dead-letter", description = "Jobs that failed for good."),
+        (name = "events", description = "The job event log and its streams."),
+        (name = "admin", description = "Operator endpoints."),
+    )
+)]
+struct Base;
+
+/// The serialized document, shared with the handler that serves it.
+#[derive(Clone)]
+struct Document(Arc<[u8]>);
+
+/// Routes `GET /ojs/openapi.json` and completes `api`'s document; returns the router with the
+/// document attached, and the document.
+pub fn serve(api: OpenApiRouter<AppState>) -> (axum::Router<AppState>, OpenApi) {
+    let (router, mut doc) = OpenApiRouter::with_openapi(Base::openapi())
+        .routes(routes!(openapi_json))
+        .merge(api)
+        .split_for_parts();
+    finish(&mut doc);
+    let bytes = serde_json::to_vec(&doc).unwrap_or_default();
+    (router.layer(Extension(Document(bytes.into()))), doc)
+}
+
+/// The document as `ojsd` would serve it with `api`'s routes (for tests and tooling).
+pub fn document(api: OpenApiRouter<AppState>) -> OpenApi {
+    serve(api).1
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/ojs/openapi.json",
+    tag = "system",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this server.", body = Object))
+)]
+async fn openapi_json(Extension(doc): Extension<Document>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        doc.0.to_vec(),
+    )
+        .into_response()
+}
+
+/// Completes the document: JSON request bodies may come as either JSON media type, JSON
+/// responses are `application/openjobspec+json`, and every operation documents the error body
+/// for the failures any request can meet (a refused body or header, the database away, a
+/// timeout).
+fn finish(doc: &mut OpenApi) {
+    let error = ResponseBuilder::new()
+        .description(
+            "An OJS error: `error.code` says what went wrong, `error.retryable` whether the same \
+             request may succeed later.",
+        )
+        .content(
+            OJS_JSON,
+            Content::new(Some(RefOr::Ref(schema_ref("ErrorBody")))),
+        )
+        .build();
+    // Handlers in different modules share names (`list`, `show`); an operation id must be
+    // unique, so a shared one becomes the method and path.
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    for item in doc.paths.paths.values_mut() {
+        for operation in operations(item) {
+            if let Some(id) = &operation.operation_id {
+                *seen.entry(id.clone()).or_default() += 1;
+            }
+        }
+    }
+    for (path, item) in doc.paths.paths.iter_mut() {
+        for (method, operation) in methods(item) {
+            if operation
+                .operation_id
+                .as_ref()
+                .is_none_or(|id| seen.get(id).copied().unwrap_or(0) > 1)
+            {
+                operation.operation_id = Some(slug(method, path));
+            }
+        }
+    }
+    for item in doc.paths.paths.values_mut() {
+        for operation in operations(item) {
+            if let Some(body) = operation.request_body.as_mut()
+                && let Some(content) = body.content.remove("application/json")
+            {
+                for media in REQUEST_TYPES {
+                    body.content.insert(media.to_owned(), content.clone());
+                }
+            }
+            for (status, response) in operation.responses.responses.iter_mut() {
+                let RefOr::T(response) = response else {
+                    continue;
+                };
+                if let Some(content) = response.content.shift_remove("application/json") {
+                    response.content.insert(OJS_JSON.to_owned(), content);
+                }
+                if status.starts_with(['4', '5']) && response.content.is_empty() {
+                    response
+                        .content
+                        .insert(OJS_JSON.to_owned(), error.content[OJS_JSON].clone());
+                }
+            }
+            operation
+                .responses
+                .responses
+                .entry("default".to_owned())
+                .or_insert_with(|| RefOr::T(error.clone()));
+        }
+    }
+}
+
+fn schema_ref(name: &str) -> utoipa::openapi::Ref {
+    utoipa::openapi::Ref::from_schema_name(name)
+}
+
+/// `get_ojs_v1_jobs_id` for `GET /ojs/v1/jobs/{id}`.
+fn slug(method: &str, path: &str) -> String {
+    let mut id = method.to_owned();
+    for part in path.split(|c: char| !c.is_ascii_alphanumeric()) {
+        if !part.is_empty() {
+            id.push('_');
+            id.push_str(part);
+        }
+    }
+    id
+}
+
+fn methods(
+    item: &mut utoipa::openapi::PathItem,
+) -> impl Iterator<Item = (&'static str, &mut Operation)> {
+    [
+        ("get", item.get.as_mut()),
+        ("put", item.put.as_mut()),
+        ("post", item.post.as_mut()),
+        ("delete", item.delete.as_mut()),
+        ("options", item.options.as_mut()),
+        ("head", item.head.as_mut()),
+        ("patch", item.patch.as_mut()),
+        ("trace", item.trace.as_mut()),
+    ]
+    .into_iter()
+    .filter_map(|(method, operation)| operation.map(|o| (method, o)))
+}
+
+fn operations(item: &mut utoipa::openapi::PathItem) -> impl Iterator<Item = &mut Operation> {
+    methods(item).map(|(_, operation)| operation)
+}
+
+/// `{"error": {...}}`, the body of every failed request.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // a schema: the server writes this body with `ApiError::body`
+pub struct ErrorBody {
+    error: ErrorFields,
+}
+
+/// The fields of an OJS error.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct ErrorFields {
+    /// What went wrong, e.g. `invalid_request`, `not_found`, `conflict`, `backend_error`.
+    code: String,
+    /// The same as `code`.
+    r#type: String,
+    /// A sentence for people.
+    message: String,
+    /// Whether the same request may succeed later.
+    retryable: bool,
+    /// Structured detail, e.g. the field at fault (`details.field`) or each violation.
+    #[schema(value_type = Option<Object>)]
+    details: Option<Value>,
+    /// The request's `X-Request-Id`.
+    request_id: String,
+    /// What to do about it.
+    hint: String,
+    /// A page about this code.
+    docs_url: String,
+}
+
+/// A job in its OJS JSON form, as every endpoint returns it. Attributes the client sent that
+/// the server does not interpret come back unchanged beside these.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct Job {
+    /// Always `1.0.0-rc.1`.
+    specversion: String,
+    /// UUIDv7.
+    id: String,
+    r#type: String,
+    queue: String,
+    #[schema(value_type = Vec<Value>)]
+    args: Vec<Value>,
+    #[schema(value_type = Object)]
+    meta: Value,
+    /// 0 is the most urgent.
+    priority: i32,
+    /// Seconds (rounded up from `timeout_ms`).
+    timeout: i64,
+    timeout_ms: i64,
+    retry: RetryPolicy,
+    unique: Option<UniquePolicy>,
+    tags: Option<Vec<String>>,
+    schema: Option<String>,
+    /// RFC 3339, as the client sent it.
+    scheduled_at: Option<String>,
+    expires_at: Option<String>,
+    visibility_timeout_ms: Option<i64>,
+    enqueue_ttl: Option<i64>,
+    total_timeout: Option<i64>,
+    state: JobState,
+    /// The state before this request changed it (cancel, activate).
+    previous_state: Option<JobState>,
+    attempt: i32,
+    max_attempts: i32,
+    created_at: String,
+    enqueued_at: Option<String>,
+    activated_at: Option<String>,
+    re_enqueued_at: Option<String>,
+    original_queue: Option<String>,
+    started_at: Option<String>,
+    worker_id: Option<String>,
+    /// While active: when the claim lapses unless extended.
+    visible_until: Option<String>,
+    /// While retryable: when the next attempt becomes available.
+    next_retry_at: Option<String>,
+    next_attempt_at: Option<String>,
+    retry_delay_ms: Option<i64>,
+    completed_at: Option<String>,
+    cancelled_at: Option<String>,
+    discarded_at: Option<String>,
+    dead_lettered_at: Option<String>,
+    /// What the worker's ACK reported.
+    result: Option<Value>,
+    /// The last attempt's error.
+    error: Option<JobError>,
+    /// Every attempt's error, oldest first; `[]` before any failure.
+    errors: Vec<JobError>,
+    unique_key: Option<String>,
+    /// True when a unique policy returned an existing job instead of creating one.
+    deduplicated: Option<bool>,
+    /// Admin job detail only: the `retry` policy again.
+    retry_policy: Option<RetryPolicy>,
+    /// Admin job detail only: the lifecycle timestamps the job has.
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+}
+
+/// The lifecycle state of a job.
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum JobState {
+    Scheduled,
+    Available,
+    Pending,
+    Active,
+    Completed,
+    Retryable,
+    Cancelled,
+    Discarded,
+}
+
+/// A failed attempt's error, as the worker reported it.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct JobError {
+    code: Option<String>,
+    message: Option<String>,
+    retryable: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    details: Option<Value>,
+    attempt: Option<i32>,
+    timestamp: Option<String>,
+}
+
+/// How a failed job is retried. Durations are ISO 8601 (`PT1S`); `*_ms` spellings are accepted
+/// on enqueue.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct RetryPolicy {
+    max_attempts: Option<i32>,
+    initial_interval: Option<String>,
+    /// Accepted on enqueue for `initial_interval`.
+    initial_interval_ms: Option<i64>,
+    backoff_coefficient: Option<f64>,
+    max_interval: Option<String>,
+    /// Accepted on enqueue for `max_interval`.
+    max_interval_ms: Option<i64>,
+    jitter: Option<bool>,
+    non_retryable_errors: Option<Vec<String>>,
+    on_exhaustion: Option<String>,
+}
+
+/// At most one job per key: how the key is made and what a duplicate does.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct UniquePolicy {
+    /// Which of `type`, `queue`, `args` and `meta` make the key.
+    keys: Option<Vec<String>>,
+    /// Args field names (or, when only dimension names, the same as `keys`).
+    key: Option<Vec<String>>,
+    period: Option<String>,
+    /// Accepted on enqueue for `period`.
+    period_ms: Option<i64>,
+    states: Option<Vec<String>>,
+    on_conflict: Option<String>,
+}
+
+/// `{"job": {...}}`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct JobBody {
+    job: Job,
+}
+
+/// A number of seconds, or an ISO 8601 duration (`PT30S`); `*_ms` spellings take milliseconds.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = Duration)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum DurationSchema {
+    Number(i64),
+    Text(String),
+}
+
+/// A priority: an integer from 0 (most urgent) to the server's maximum (the manifest's
+/// `priority.max`), or one of `critical` (0), `high` (1), `normal` (2), `low` (3), `bulk` (4),
+/// in any case.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = Priority)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum PrioritySchema {
+    Number(u32),
+    Alias(String),
+}
+
+/// A job to enqueue (the OJS job envelope). The options may also be given inside `options`;
+/// attributes the server does not interpret are kept and returned with the job.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct Enqueue {
+    /// Dot-separated lowercase segments, e.g. `email.send`.
+    r#type: String,
+    /// The job's arguments.
+    #[schema(value_type = Vec<Value>)]
+    args: Vec<Value>,
+    /// A client-chosen UUIDv7; generated when left out.
+    id: Option<String>,
+    /// `1.0.0-rc.1` or `1.0`.
+    specversion: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    meta: Option<Value>,
+    /// The same options, nested.
+    options: Option<EnqueueOptions>,
+    #[serde(flatten)]
+    top: EnqueueOptions,
+}
+
+/// Options of an enqueued job.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub struct EnqueueOptions {
+    /// Default `default`.
+    queue: Option<String>,
+    /// Default 2; negative values are refused.
+    priority: Option<PrioritySchema>,
+    timeout: Option<DurationSchema>,
+    timeout_ms: Option<i64>,
+    visibility_timeout: Option<DurationSchema>,
+    visibility_timeout_ms: Option<i64>,
+    /// RFC 3339: run no earlier than this.
+    scheduled_at: Option<String>,
+    delay_until: Option<String>,
+    /// RFC 3339: discard instead of running after this.
+    expires_at: Option<String>,
+    enqueue_ttl: Option<DurationSchema>,
+    total_timeout: Option<DurationSchema>,
+    /// Stage the job until `POST /ojs/v1/jobs/{id}/activate`.
+    pending: Option<bool>,
+    tags: Option<Vec<String>>,
+    schema: Option<String>,
+    retry: Option<RetryPolicy>,
+    retry_policy: Option<RetryPolicy>,
+    unique: Option<UniquePolicy>,
+    max_attempts: Option<i32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::http::HttpSettings;
+
+    /// Settings under which every optional route is on.
+    pub(super) fn every_route() -> HttpSettings {
+        HttpSettings {
+            max_envelope_bytes: 1 << 20,
+            max_request_bytes: 2 << 20,
+            max_batch_bytes: 8 << 20,
+            max_batch_jobs: 100,
+            max_fetch_count: 100,
+            max_wait: Duration::from_secs(30),
+            heartbeat_interval_secs: 5,
+            request_timeout: Duration::from_secs(30),
+            test_hooks: true,
+            shutdown_timeout: Duration::from_secs(5),
+            dead_letter_retention: Duration::from_secs(3600),
+            instance_id: "test".to_owned(),
+            plain_json: false,
+            admin_ui_dir: Some("/nonexistent".into()),
+        }
+    }
+
+    /// The `(METHOD, path)` pairs an axum router routes, read from its `Debug` form: axum keeps
+    /// no public list of its routes. The route ids tie `node: Node { paths: {RouteId(n): "/p"} }`
+    /// to `RouteId(n): MethodRouter(... allow_header: Bytes(b"GET,HEAD,POST") })`.
+    fn routed(router: &axum::Router<AppState>) -> BTreeSet<(String, String)> {
+        let debug = format!("{router:?}");
+        // The first route table is the router's own; the fallback router's follows it.
+        let table = &debug[..debug
+            .find("fallback_router")
+            .expect("a Router's Debug form")];
+        let paths_at = table
+            .find("node: Node { paths: {")
+            .expect("the route paths");
+        let mut paths = std::collections::HashMap::new();
+        for entry in table[paths_at..].split("RouteId(").skip(1) {
+            let (id, rest) = entry.split_once("): \"").expect("RouteId(n): \"path\"");
+            let path = &rest[..rest.find('"').expect("a quoted path")];
+            paths.insert(id.to_owned(), path.to_owned());
+        }
+        let mut routes = BTreeSet::new();
+        for entry in table[..paths_at].split("RouteId(").skip(1) {
+            let (id, rest) = entry.split_once(')').expect("RouteId(n)");
+            let methods = rest
+                .split_once("allow_header: Bytes(b\"")
+                .and_then(|(_, m)| m.split_once('"'))
+                .expect("each route lists its methods")
+                .0;
+            for method in methods.split(',').filter(|m| *m != "HEAD") {
+                routes.insert((method.to_owned(), paths[id].clone()));
+            }
+        }
+        routes
+    }
+
+    fn documented(doc: &OpenApi) -> BTreeSet<(String, String)> {
+        let mut operations = BTreeSet::new();
+        for (path, item) in &doc.paths.paths {
+            for (method, operation) in [
+                ("GET", &item.get),
+                ("POST", &item.post),
+                ("PUT", &item.put),
+                ("PATCH", &item.patch),
+                ("DELETE", &item.delete),
+            ] {
+                if operation.is_some() {
+                    operations.insert((method.to_owned(), path.clone()));
+                }
+            }
+        }
+        operations
+    }
+
+    #[test]
+    fn every_route_of_the_router_is_in_the_document() {
+        let (router, doc) = serve(crate::http::api(&every_route()));
+        // The admin UI's routes serve its files, not the API.
+        let routed: BTreeSet<_> = routed(&router)
+            .into_iter()
+            .filter(|(_, path)| !crate::http::admin_ui::serves(path))
+            .collect();
+        assert!(routed.len() > 60, "read too few routes: {routed:?}");
+        let documented = documented(&doc);
+        let undocumented: Vec<_> = routed.difference(&documented).collect();
+        assert!(
+            undocumented.is_empty(),
+            "routes missing from the document: {undocumented:?}"
+        );
+        let unrouted: Vec<_> = documented.difference(&routed).collect();
+        assert!(
+            unrouted.is_empty(),
+            "documented but not routed: {unrouted:?}"
+        );
+    }
+
+    #[test]
+    fn the_route_reader_sees_routes_added_without_a_document() {
+        let router: axum::Router<AppState> = axum::Router::new()
+            .route("/a/{id}", axum::routing::get(|| async {}).post(|| async {}))
+            .route("/b", axum::routing::delete(|| async {}));
+        let routed = routed(&router);
+        let expected: BTreeSet<_> = [("GET", "/a/{id}"), ("POST", "/a/{id}"), ("DELETE", "/b")]
+            .into_iter()
+            .map(|(m, p)| (m.to_owned(), p.to_owned()))
+            .collect();
+        assert_eq!(routed, expected);
+    }
+
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = document(crate::http::api(&every_route()));
+        let json = serde_json::to_value(&doc).expect("serializable");
+        let mut ids = BTreeSet::new();
+        for (path, item) in json["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("path item") {
+                let id = operation["operationId"].as_str().expect("an operationId");
+                assert!(
+                    ids.insert(id.to_owned()),
+                    "{method} {path}: {id} is not unique"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_operation_documents_the_error_body_and_ojs_media_types() {
+        let doc = document(crate::http::api(&every_route()));
+        let json = serde_json::to_value(&doc).expect("serializable");
+        assert_eq!(json["openapi"], "3.1.0");
+        for (path, item) in json["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("path item") {
+                let default = &operation["responses"]["default"]["content"][OJS_JSON]["schema"];
+                assert_eq!(
+                    default["$ref"], "#/components/schemas/ErrorBody",
+                    "{method} {path}"
+                );
+                if let Some(body) = operation.get("requestBody") {
+                    for media in REQUEST_TYPES {
+                        assert!(body["content"].get(media).is_some(), "{method} {path}");
+                    }
+                }
+            }
+        }
+    }
+}
