@@ -16,6 +16,7 @@ use std::str::FromStr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::contract::{Contract, Exchange};
 use ojsd::app::Application;
 use ojsd::config::Config;
 use reqwest::Method;
@@ -431,6 +432,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
+    /// The server's OpenAPI document, read on the first request ([`TestApp::send`]).
+    contract: tokio::sync::OnceCell<Contract>,
 }
 
 impl TestApp {
@@ -470,6 +473,7 @@ impl TestApp {
                 .expect("http client"),
             stop: Some(stop),
             server: Some(server),
+            contract: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -512,7 +516,26 @@ impl TestApp {
         &self.db.pool
     }
 
-    /// Sends a request with an optional raw body and content type.
+    /// The server's OpenAPI document as a [`Contract`].
+    async fn contract(&self) -> &Contract {
+        self.contract
+            .get_or_init(|| async {
+                let doc: Value = self
+                    .client
+                    .get(format!("{}/ojs/openapi.json", self.base))
+                    .send()
+                    .await
+                    .expect("the OpenAPI document is served")
+                    .json()
+                    .await
+                    .expect("the OpenAPI document is JSON");
+                Contract::new(doc)
+            })
+            .await
+    }
+
+    /// Sends a request with an optional raw body and content type, and checks the exchange
+    /// against the server's OpenAPI document ([`Contract`]).
     pub async fn send(
         &self,
         method: Method,
@@ -520,18 +543,30 @@ impl TestApp {
         body: Option<Vec<u8>>,
         headers: &[(&str, &str)],
     ) -> Resp {
-        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        let mut request = self
+            .client
+            .request(method.clone(), format!("{}{path}", self.base));
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        if let Some(body) = body {
-            request = request.body(body);
+        if let Some(body) = &body {
+            request = request.body(body.clone());
         }
         let response = request.send().await.expect("request reaches the server");
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text = response.text().await.expect("response body");
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        self.contract().await.check(&Exchange {
+            method: method.as_str(),
+            path,
+            request_body: body.as_deref(),
+            status,
+            content_type: headers
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+            body: &text,
+        });
         Resp {
             status,
             headers,

@@ -5,6 +5,7 @@ mod batching;
 mod claim_floor;
 mod client_shapes;
 mod concurrency;
+mod contract;
 mod db_connections;
 mod dead_letter;
 mod enqueue_statements;
