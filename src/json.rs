@@ -15,17 +15,91 @@ use serde_json::value::RawValue;
 /// The nesting depth limit of every request body (objects and arrays).
 pub const MAX_DEPTH: usize = 32;
 
-/// Why a body cannot be compacted.
+/// Why a body cannot be compacted. Each variant but `TooDeep` carries the byte offset of the
+/// offending value; [`path_at`] names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unacceptable {
     /// Nested deeper than the limit.
     TooDeep,
     /// A string holds `\u0000`, which PostgreSQL cannot store in text (nor in json values it
     /// has to read, nor in jsonb).
-    NullCharacter,
+    NullCharacter(usize),
+    /// A string holds a UTF-16 surrogate escape (`\ud800`) that is not half of a pair: it
+    /// stands for no character, and PostgreSQL refuses it.
+    LoneSurrogate(usize),
+    /// A number no IEEE 754 double holds: beyond ±1.8e308, a non-zero number that would read
+    /// as 0 (below 5e-324), or longer than [`MAX_NUMBER_CHARS`]. PostgreSQL cannot store the
+    /// largest, and the server reads numbers as doubles where it reads them (unique keys), so
+    /// such numbers would be compared wrongly.
+    NumberOutOfRange(usize),
 }
 
-/// Removes whitespace outside strings, checks the nesting depth, and refuses the NUL character.
+/// The longest number accepted, in characters.
+pub const MAX_NUMBER_CHARS: usize = 400;
+
+impl Unacceptable {
+    /// What is wrong, for an error message naming the field at `path`.
+    pub fn describe(self, path: &str) -> String {
+        match self {
+            Unacceptable::TooDeep => {
+                format!("The request body is nested deeper than {MAX_DEPTH} levels.")
+            }
+            Unacceptable::NullCharacter(_) => format!(
+                "{path} contains the character U+0000 (\\u0000), which cannot be stored; remove it."
+            ),
+            Unacceptable::LoneSurrogate(_) => format!(
+                "{path} contains a lone UTF-16 surrogate escape (\\ud800-\\udfff without its pair), which is not a character and cannot be stored."
+            ),
+            Unacceptable::NumberOutOfRange(_) => format!(
+                "{path} holds a number that cannot be stored: numbers must be finite doubles (at most about 1.8e308 in magnitude, non-zero ones at least 5e-324) of at most {MAX_NUMBER_CHARS} characters."
+            ),
+        }
+    }
+
+    /// The byte offset of the offending value, if there is one.
+    pub fn offset(self) -> Option<usize> {
+        match self {
+            Unacceptable::TooDeep => None,
+            Unacceptable::NullCharacter(at)
+            | Unacceptable::LoneSurrogate(at)
+            | Unacceptable::NumberOutOfRange(at) => Some(at),
+        }
+    }
+}
+
+/// The four hex digits of a `\u` escape whose `u` is at `u`, as a code unit.
+fn escape_unit(input: &[u8], u: usize) -> Option<u16> {
+    let hex = std::str::from_utf8(input.get(u + 1..u + 5)?).ok()?;
+    u16::from_str_radix(hex, 16).ok()
+}
+
+/// Whether the number starting at `start` is one a double holds; returns where it ends.
+fn number_in_range(input: &[u8], start: usize) -> (usize, bool) {
+    let end = input[start..]
+        .iter()
+        .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+        .map_or(input.len(), |n| start + n);
+    let text = &input[start..end];
+    if text.len() > MAX_NUMBER_CHARS {
+        return (end, false);
+    }
+    let Some(value) = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+    else {
+        // Not a number at all: the parser that follows reports it.
+        return (end, true);
+    };
+    let mantissa = text
+        .split(|b| matches!(b, b'e' | b'E'))
+        .next()
+        .unwrap_or_default();
+    let underflow = value == 0.0 && mantissa.iter().any(|b| matches!(b, b'1'..=b'9'));
+    (end, value.is_finite() && !underflow)
+}
+
+/// Removes whitespace outside strings, checks the nesting depth, and refuses what PostgreSQL
+/// cannot store or the server cannot read back faithfully ([`Unacceptable`]).
 ///
 /// Does not validate the JSON (the parser that follows does); it only needs to track whether
 /// it is inside a string. Returns the input unchanged (borrowed) when it is already compact.
@@ -33,13 +107,33 @@ pub fn compact(input: &[u8], max_depth: usize) -> Result<Cow<'_, [u8]>, Unaccept
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
+    // Where the `u` of the low half of a surrogate pair must be.
+    let mut low_surrogate_at = None;
+    // Bytes before this index belong to a number already checked.
+    let mut number_end = 0usize;
     let mut output: Option<Vec<u8>> = None;
     for (i, &byte) in input.iter().enumerate() {
         if in_string {
             if escaped {
                 escaped = false;
-                if byte == b'u' && input.get(i + 1..i + 5) == Some(&b"0000"[..]) {
-                    return Err(Unacceptable::NullCharacter);
+                if byte == b'u' {
+                    match escape_unit(input, i) {
+                        Some(0) => return Err(Unacceptable::NullCharacter(i)),
+                        Some(0xD800..=0xDBFF) => {
+                            let low = i + 6;
+                            if input.get(i + 5) != Some(&b'\\')
+                                || input.get(low) != Some(&b'u')
+                                || !matches!(escape_unit(input, low), Some(0xDC00..=0xDFFF))
+                            {
+                                return Err(Unacceptable::LoneSurrogate(i));
+                            }
+                            low_surrogate_at = Some(low);
+                        }
+                        Some(0xDC00..=0xDFFF) if low_surrogate_at != Some(i) => {
+                            return Err(Unacceptable::LoneSurrogate(i));
+                        }
+                        _ => {}
+                    }
                 }
             } else if byte == b'\\' {
                 escaped = true;
@@ -64,6 +158,13 @@ pub fn compact(input: &[u8], max_depth: usize) -> Result<Cow<'_, [u8]>, Unaccept
                     });
                     continue;
                 }
+                b'-' | b'0'..=b'9' if i >= number_end => {
+                    let (end, in_range) = number_in_range(input, i);
+                    if !in_range {
+                        return Err(Unacceptable::NumberOutOfRange(i));
+                    }
+                    number_end = end;
+                }
                 _ => {}
             }
         }
@@ -75,6 +176,82 @@ pub fn compact(input: &[u8], max_depth: usize) -> Result<Cow<'_, [u8]>, Unaccept
         Some(out) => Cow::Owned(out),
         None => Cow::Borrowed(input),
     })
+}
+
+/// The path (`$.a[2].b`) of the value at byte `offset` of a JSON text, for error messages.
+pub fn path_at(input: &[u8], offset: usize) -> String {
+    enum Frame {
+        Object {
+            key: Option<String>,
+            expecting_key: bool,
+        },
+        Array {
+            index: usize,
+        },
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0;
+    while i < offset.min(input.len()) {
+        match input[i] {
+            b'"' => {
+                let mut end = i + 1;
+                let mut escaped = false;
+                while end < input.len() {
+                    match input[end] {
+                        _ if escaped => escaped = false,
+                        b'\\' => escaped = true,
+                        b'"' => break,
+                        _ => {}
+                    }
+                    end += 1;
+                }
+                if end >= offset {
+                    break;
+                }
+                if let Some(Frame::Object { key, expecting_key }) = stack.last_mut()
+                    && *expecting_key
+                {
+                    let text = &input[i..=end.min(input.len() - 1)];
+                    *key = Some(serde_json::from_slice::<String>(text).unwrap_or_else(|_| {
+                        String::from_utf8_lossy(&text[1..text.len() - 1]).into_owned()
+                    }));
+                    *expecting_key = false;
+                }
+                i = end;
+            }
+            b'{' => stack.push(Frame::Object {
+                key: None,
+                expecting_key: true,
+            }),
+            b'[' => stack.push(Frame::Array { index: 0 }),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Object { expecting_key, .. }) => *expecting_key = true,
+                Some(Frame::Array { index }) => *index += 1,
+                None => {}
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut path = String::from("$");
+    for frame in &stack {
+        match frame {
+            Frame::Object { key: Some(key), .. } => {
+                if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    path.push('.');
+                    path.push_str(key);
+                } else {
+                    path.push_str(&format!("[{}]", serde_json::Value::from(key.as_str())));
+                }
+            }
+            Frame::Object { key: None, .. } => {}
+            Frame::Array { index } => path.push_str(&format!("[{index}]")),
+        }
+    }
+    path
 }
 
 /// The JSON type of a raw value, read from its first byte (raw values are compact and valid).
@@ -276,15 +453,76 @@ mod tests {
             r#"["a\\\u0000"]"#,
             r#"["\u00000"]"#,
         ] {
-            assert_eq!(
-                compact(bad.as_bytes(), 32),
-                Err(Unacceptable::NullCharacter),
+            assert!(
+                matches!(
+                    compact(bad.as_bytes(), 32),
+                    Err(Unacceptable::NullCharacter(_))
+                ),
                 "{bad}"
             );
         }
         for ok in [r#"["\\u0000"]"#, r#"["\u0001", "u0000"]"#] {
             assert!(compact(ok.as_bytes(), 32).is_ok(), "{ok}");
         }
+    }
+
+    #[test]
+    fn lone_surrogates_are_refused_and_pairs_are_not() {
+        for bad in [
+            r#"["\ud800"]"#,
+            r#"["\uD800x"]"#,
+            r#"["\udc00"]"#,
+            r#"["\ud800\u0041"]"#,
+            r#"["\ud800\ud800"]"#,
+            r#"{"\udfff":1}"#,
+        ] {
+            assert!(
+                matches!(
+                    compact(bad.as_bytes(), 32),
+                    Err(Unacceptable::LoneSurrogate(_))
+                ),
+                "{bad}"
+            );
+        }
+        for ok in [
+            r#"["\ud83d\ude00"]"#,
+            r#"["\\ud800"]"#,
+            r#"["\u00e9", "😀"]"#,
+        ] {
+            assert!(compact(ok.as_bytes(), 32).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn numbers_must_be_finite_doubles() {
+        for bad in ["[1e309]", "[-1e999999]", "[1e-400]", "[0.1e-400]"] {
+            assert!(
+                matches!(
+                    compact(bad.as_bytes(), 32),
+                    Err(Unacceptable::NumberOutOfRange(1))
+                ),
+                "{bad}"
+            );
+        }
+        let long = format!("[1.{}]", "0".repeat(MAX_NUMBER_CHARS));
+        assert!(compact(long.as_bytes(), 32).is_err());
+        for ok in [
+            "[1e308, -1.7e308, 0, 0.0, 0e-400, -0, 5e-324, 123456789012345678901234567890]",
+            r#"["1e999"]"#,
+            r#"{"a1e999":2}"#,
+        ] {
+            assert!(compact(ok.as_bytes(), 32).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn path_at_names_the_value_at_an_offset() {
+        let text = r#"{"args":[1,{"x":[2,1e999]}],"meta":{"a b":"\ud800"}}"#;
+        let at = |needle: &str| text.find(needle).unwrap();
+        assert_eq!(path_at(text.as_bytes(), at("1e999")), "$.args[1].x[1]");
+        assert_eq!(path_at(text.as_bytes(), at("ud800")), r#"$.meta["a b"]"#);
+        assert_eq!(path_at(b"[1e999]", 1), "$[0]");
+        assert_eq!(path_at(b"1e999", 0), "$");
     }
 
     #[test]

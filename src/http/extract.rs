@@ -115,14 +115,13 @@ async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, A
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
         }
-        let compact = json::compact(&bytes, json::MAX_DEPTH).map_err(|e| match e {
-            json::Unacceptable::TooDeep => ApiError::invalid_request(format!(
-                "The request body is nested deeper than {} levels.",
-                json::MAX_DEPTH
-            )),
-            json::Unacceptable::NullCharacter => ApiError::invalid_request(
-                "The request body contains the character U+0000 (\\u0000), which cannot be stored; remove it.",
-            ),
+        let compact = json::compact(&bytes, json::MAX_DEPTH).map_err(|e| {
+            let path = e.offset().map(|at| json::path_at(&bytes, at));
+            let message = e.describe(path.as_deref().unwrap_or("The request body"));
+            match path {
+                Some(path) => ApiError::invalid_field(&path, message),
+                None => ApiError::invalid_request(message),
+            }
         })?;
         let changed = matches!(compact, std::borrow::Cow::Owned(_));
         let text = String::from_utf8(compact.into_owned())
