@@ -157,9 +157,7 @@ struct WorkerReportSchema {
     queues: Option<Vec<String>>,
     #[schema(minimum = 0)]
     concurrency: Option<i32>,
-    /// Any JSON, kept as sent.
-    #[schema(value_type = Option<serde_json::Value>)]
-    labels: Option<serde_json::Value>,
+    labels: Option<Labels>,
     pool: Option<String>,
     /// RFC 3339.
     started_at: Option<String>,
@@ -189,13 +187,22 @@ struct RegisterFields {
     report: WorkerReportSchema,
 }
 
+/// A worker's labels: strings, or names to strings (at most 100, of at most 255 characters).
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum Labels {
+    List(Vec<String>),
+    Map(std::collections::HashMap<String, String>),
+}
+
 /// A heartbeat's `active_jobs`: the held job ids, or a count (which names none).
 #[derive(ToSchema, serde::Deserialize)]
 #[serde(untagged)]
 #[allow(dead_code)]
 enum ActiveJobs {
     Ids(Vec<String>),
-    Count(i64),
+    Count(u32),
 }
 
 /// A heartbeat.
@@ -422,7 +429,7 @@ impl ReportFields {
             pid,
             queues,
             concurrency,
-            labels: fields.raw("labels").map(|r| r.get().to_owned()),
+            labels: fields.raw("labels").map(parse_labels).transpose()?,
             pool,
             started_at,
         })
@@ -443,6 +450,40 @@ impl ReportFields {
             weights: None,
         }
     }
+}
+
+/// Most labels a worker may carry.
+const MAX_LABELS: usize = 100;
+/// Longest label (or label value), in characters.
+const MAX_LABEL_CHARS: usize = 255;
+
+/// A worker's `labels`: an array of strings (`["v2.1", "gpu"]`) or an object of string values
+/// (`{"zone": "eu-1"}`), at most [`MAX_LABELS`] of at most [`MAX_LABEL_CHARS`] characters.
+fn parse_labels(raw: &RawValue) -> Result<String, ApiError> {
+    let invalid = || {
+        ApiError::invalid_field(
+            "$.labels",
+            format!(
+                "'labels' must be an array of strings or an object of string values, at most {MAX_LABELS} of at most {MAX_LABEL_CHARS} characters"
+            ),
+        )
+    };
+    let values: Vec<String> = match Kind::of(raw) {
+        Kind::Array => json::decode::<Vec<String>>(raw).map_err(|_| invalid())?,
+        Kind::Object => json::decode::<std::collections::BTreeMap<String, String>>(raw)
+            .map_err(|_| invalid())?
+            .into_iter()
+            .flat_map(|(k, v)| [k, v])
+            .collect(),
+        _ => return Err(invalid()),
+    };
+    if values.len() > 2 * MAX_LABELS
+        || (Kind::of(raw) == Kind::Array && values.len() > MAX_LABELS)
+        || values.iter().any(|v| v.chars().count() > MAX_LABEL_CHARS)
+    {
+        return Err(invalid());
+    }
+    Ok(raw.get().to_owned())
 }
 
 /// `POST /ojs/v1/workers/register` (body optionally wrapped as `{"worker": {...}}`): 201 for a
@@ -1113,6 +1154,13 @@ fn reported_jobs(fields: &Fields<'_>) -> Result<(Vec<Uuid>, Option<JobId>), ApiE
     for key in ["active_jobs", "active_job_ids"] {
         let Some(raw) = fields.raw(key) else { continue };
         if key == "active_jobs" && Kind::of(raw) == Kind::Number {
+            // A count names no job, but it must be one.
+            if json::as_integer(raw).is_none_or(|n| n < 0) {
+                return Err(ApiError::invalid_field(
+                    "$.active_jobs",
+                    "'active_jobs' must be an array of job ids or a count (an integer >= 0)",
+                ));
+            }
             continue;
         }
         let list = json::decode::<Vec<String>>(raw).map_err(|_| {
