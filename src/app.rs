@@ -44,6 +44,7 @@ pub struct Application {
     elector: Option<(Elector, MaintenanceConfig, maintenance::Context)>,
     shutdown: CancellationToken,
     shutdown_timeout: Duration,
+    limits: http::server::Limits,
 }
 
 /// Creates the database if needed and applies pending migrations (under an advisory lock, so
@@ -90,6 +91,16 @@ impl Application {
             ),
             ("jit", "off".to_owned()),
             ("plan_cache_mode", "force_generic_plan".to_owned()),
+            // No statement or forgotten transaction may hold locks, or pin the MVCC horizon
+            // that vacuum needs, for long. (Migrations connect without these.)
+            (
+                "statement_timeout",
+                format!("{}s", config.db_statement_timeout_secs),
+            ),
+            (
+                "idle_in_transaction_session_timeout",
+                format!("{}s", config.db_idle_in_transaction_timeout_secs),
+            ),
         ]);
         let db = db::connect_pool(
             connect_options.clone(),
@@ -228,6 +239,10 @@ impl Application {
                 .then_some((elector, maintenance_config, context)),
             shutdown,
             shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
+            limits: http::server::Limits {
+                idle_timeout: Duration::from_secs(config.http_idle_timeout_secs),
+                max_connections: config.max_connections,
+            },
         })
     }
 
@@ -255,6 +270,7 @@ impl Application {
             elector,
             shutdown,
             shutdown_timeout,
+            limits,
         } = self;
         tracing::info!(
             addr = %listener.local_addr()?,
@@ -302,9 +318,8 @@ impl Application {
             }
         };
         let serve = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(on_stop)
-                .await
+            http::server::serve(listener, router, limits, on_stop).await;
+            anyhow::Ok(())
         });
         let mut serve = std::pin::pin!(serve);
         let mut failure = None;

@@ -24,6 +24,10 @@ pub const DEFAULT_MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
 pub const DEFAULT_FETCH_POLL_INTERVAL_MS: u64 = 500;
 pub const DEFAULT_REQUEST_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_SHUTDOWN_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_HTTP_IDLE_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_MAX_CONNECTIONS: usize = 2_048;
+pub const DEFAULT_DB_STATEMENT_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECS: u64 = 60;
 pub const DEFAULT_SERVICE_NAME: &str = "ojs-server";
 pub const DEFAULT_LEADER_LEASE_MS: u64 = 10_000;
 pub const DEFAULT_LEADER_RENEW_INTERVAL_MS: u64 = 3_000;
@@ -195,6 +199,27 @@ pub struct Config {
     #[arg(long, env = "OJS_SHUTDOWN_TIMEOUT_SECS", default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS)]
     pub shutdown_timeout_secs: u64,
 
+    /// How long a connection may take to send a request's headers, counted from when it is
+    /// ready for the next request, so an idle keep-alive connection is closed after this too
+    /// (seconds).
+    #[arg(long, env = "OJS_HTTP_IDLE_TIMEOUT_SECS", default_value_t = DEFAULT_HTTP_IDLE_TIMEOUT_SECS)]
+    pub http_idle_timeout_secs: u64,
+
+    /// Most client connections open at once; past it, new connections wait in the listen
+    /// backlog until one closes.
+    #[arg(long, env = "OJS_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+
+    /// `statement_timeout` of the server's database sessions: no statement holds locks longer
+    /// (seconds; a statement cut short answers 503, retryable).
+    #[arg(long, env = "OJS_DB_STATEMENT_TIMEOUT_SECS", default_value_t = DEFAULT_DB_STATEMENT_TIMEOUT_SECS)]
+    pub db_statement_timeout_secs: u64,
+
+    /// `idle_in_transaction_session_timeout` of the server's database sessions: a transaction
+    /// left open and idle this long is ended, so it cannot hold locks or pin vacuum (seconds).
+    #[arg(long, env = "OJS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECS", default_value_t = DEFAULT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECS)]
+    pub db_idle_in_transaction_timeout_secs: u64,
+
     /// `Content-Type` of JSON responses: `application/openjobspec+json` (the OJS HTTP binding)
     /// or `application/json`, for deployments whose clients accept only that (the official
     /// Python SDK ignores every other response body).
@@ -337,6 +362,10 @@ impl Default for Config {
             fetch_poll_interval_ms: DEFAULT_FETCH_POLL_INTERVAL_MS,
             request_timeout_secs: DEFAULT_REQUEST_TIMEOUT_SECS,
             shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+            http_idle_timeout_secs: DEFAULT_HTTP_IDLE_TIMEOUT_SECS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            db_statement_timeout_secs: DEFAULT_DB_STATEMENT_TIMEOUT_SECS,
+            db_idle_in_transaction_timeout_secs: DEFAULT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECS,
             response_content_type: ResponseContentType::Openjobspec,
             log_format: LogFormat::Text,
             allow_hyphenated_types: None,
@@ -411,6 +440,14 @@ impl Config {
         }
         if self.fetch_poll_interval_ms == 0 || self.heartbeat_interval_secs == 0 {
             bail!("OJS_FETCH_POLL_INTERVAL_MS and OJS_HEARTBEAT_INTERVAL_SECS must be positive");
+        }
+        if self.http_idle_timeout_secs == 0 || self.max_connections == 0 {
+            bail!("OJS_HTTP_IDLE_TIMEOUT_SECS and OJS_MAX_CONNECTIONS must be positive");
+        }
+        if self.db_statement_timeout_secs == 0 || self.db_idle_in_transaction_timeout_secs == 0 {
+            bail!(
+                "OJS_DB_STATEMENT_TIMEOUT_SECS and OJS_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECS must be positive"
+            );
         }
         if Duration::from_secs(self.request_timeout_secs) <= MAX_FETCH_WAIT {
             bail!(

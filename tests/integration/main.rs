@@ -14,6 +14,7 @@ mod events_api;
 mod fair_scheduling;
 mod handoff;
 mod harness;
+mod hostile_input;
 mod jobs_api;
 mod leadership;
 mod maintenance;

@@ -1,0 +1,363 @@
+//! Input and connections a hostile client sends: values the database cannot store, loose
+//! worker fields, slow or idle connections, and requests answered without reading their body.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use ojsd::app::Application;
+use ojsd::config::Config;
+
+use crate::harness::{TestApp, job};
+use crate::processes::PrivateCluster;
+
+#[tokio::test]
+async fn values_postgres_cannot_store_are_refused_naming_the_field_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("a.b", "q")).await;
+    app.fetch_one("q", "w1").await;
+    let events_before = app.event_types().await.len();
+    // The same rule for every field: numbers must be finite doubles, strings must not hold a
+    // lone surrogate.
+    for (path, body, field) in [
+        (
+            "/ojs/v1/jobs",
+            r#"{"type":"a.b","args":[1e309]}"#,
+            "$.args[0]",
+        ),
+        (
+            "/ojs/v1/jobs",
+            r#"{"type":"a.b","args":[{"n":-1e999999}]}"#,
+            "$.args[0].n",
+        ),
+        (
+            "/ojs/v1/jobs",
+            r#"{"type":"a.b","args":[],"meta":{"k":"\ud800"}}"#,
+            "$.meta.k",
+        ),
+        (
+            "/ojs/v1/jobs",
+            r#"{"type":"a.b","args":[1e-400]}"#,
+            "$.args[0]",
+        ),
+        (
+            "/ojs/v1/jobs/batch",
+            r#"{"jobs":[{"type":"a.b","args":[]},{"type":"a.b","args":["\udc00"]}]}"#,
+            "$.jobs[1].args[0]",
+        ),
+        (
+            "/ojs/v1/workers/ack",
+            &format!(r#"{{"job_id":"{id}","worker_id":"w1","result":{{"r":1e999999}}}}"#),
+            "$.result.r",
+        ),
+        (
+            "/ojs/v1/workers/nack",
+            &format!(r#"{{"job_id":"{id}","error":{{"message":"x","details":{{"d":1e309}}}}}}"#),
+            "$.error.details.d",
+        ),
+        (
+            "/ojs/v1/workers/nack/batch",
+            &format!(
+                r#"{{"nacks":[{{"job_id":"{id}","error":{{"message":"x","details":{{"d":1e309}}}}}}]}}"#
+            ),
+            "$.nacks[0].error.details.d",
+        ),
+        (
+            "/ojs/v1/workers/ack/batch",
+            &format!(r#"{{"acks":[{{"job_id":"{id}","result":"\ud83d"}}]}}"#),
+            "$.acks[0].result",
+        ),
+        (
+            "/ojs/v1/workers/heartbeat",
+            r#"{"worker_id":"w1","active_jobs":1e309}"#,
+            "$.active_jobs",
+        ),
+    ] {
+        let resp = app
+            .post_text(path, body)
+            .await
+            .expect_error(400, "invalid_request");
+        assert_eq!(
+            resp.json["error"]["details"]["field"], field,
+            "{path} {body}"
+        );
+        assert!(
+            resp.json["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(field),
+            "{}",
+            resp.text
+        );
+    }
+    let job = app.job(&id).await;
+    assert_eq!(job["state"], "active", "nothing changed");
+    assert_eq!(job["attempt"], 1);
+    assert_eq!(app.job_count().await, 1, "nothing was enqueued");
+    assert_eq!(app.event_types().await.len(), events_before);
+    // A surrogate pair is a character, and the largest doubles are numbers.
+    app.post_text(
+        "/ojs/v1/jobs",
+        r#"{"type":"a.b","args":["\ud83d\ude00", 1.7e308, 5e-324, 0e-999]}"#,
+    )
+    .await
+    .expect(201);
+    // Unique keys no longer see every undecodable number as the same one.
+    let unique = |n: &str| {
+        format!(r#"{{"type":"a.b","queue":"u","args":[{n}],"unique":{{"keys":["args"]}}}}"#)
+    };
+    app.post_text("/ojs/v1/jobs", &unique("1e308"))
+        .await
+        .expect(201);
+    app.post_text("/ojs/v1/jobs", &unique("1e307"))
+        .await
+        .expect(201);
+    app.post_text("/ojs/v1/jobs", &unique("1e400"))
+        .await
+        .expect_error(400, "invalid_request");
+    // The held job completes normally afterwards.
+    app.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "worker_id": "w1", "result": {"r": 1}}),
+    )
+    .await
+    .expect(200);
+}
+
+#[tokio::test]
+async fn worker_fields_are_checked_strictly() {
+    let app = TestApp::spawn().await;
+    for labels in [
+        json!(5),
+        json!("v2"),
+        json!([1]),
+        json!({"zone": 1}),
+        json!([["a"]]),
+    ] {
+        app.post(
+            "/ojs/v1/workers/register",
+            json!({"worker_id": "w", "labels": labels}),
+        )
+        .await
+        .expect_error(400, "invalid_request");
+    }
+    for labels in [json!(["v2.1", "gpu"]), json!({"zone": "eu-1"})] {
+        app.post(
+            "/ojs/v1/workers/register",
+            json!({"worker_id": "w", "labels": labels}),
+        )
+        .await;
+    }
+    for active_jobs in [json!(-1), json!(1.5), json!("3"), json!([1])] {
+        app.post(
+            "/ojs/v1/workers/heartbeat",
+            json!({"worker_id": "w", "active_jobs": active_jobs}),
+        )
+        .await
+        .expect_error(400, "invalid_request");
+    }
+    app.post(
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "w", "active_jobs": 3}),
+    )
+    .await
+    .expect(200);
+    let worker = app.get("/ojs/v1/admin/workers/w").await.expect(200);
+    assert_eq!(worker.json["labels"], json!({"zone": "eu-1"}));
+}
+
+#[tokio::test]
+async fn a_statement_held_past_the_statement_timeout_answers_503_and_leaves_no_lock() {
+    let app = TestApp::spawn_with(|c| c.db_statement_timeout_secs = 1).await;
+    let id = app.push_id(job("a.b", "q")).await;
+    // Another session holds the job's row.
+    let mut tx = app.pool().begin().await.unwrap();
+    sqlx::query("select 1 from ojs_job where id = $1::uuid for update")
+        .bind(&id)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let resp = app
+        .delete(&format!("/ojs/v1/jobs/{id}"))
+        .await
+        .expect_error(503, "backend_error");
+    assert_eq!(resp.json["error"]["retryable"], true);
+    tx.rollback().await.unwrap();
+    // The cancel that timed out left nothing behind; the retry works.
+    assert_eq!(
+        app.delete(&format!("/ojs/v1/jobs/{id}"))
+            .await
+            .expect(200)
+            .json["job"]["state"],
+        "cancelled"
+    );
+}
+
+/// Reads what the server sends until it closes the connection or `wait` passes; `None` when
+/// it is still open.
+async fn read_until_closed(stream: &mut TcpStream, wait: Duration) -> Option<Vec<u8>> {
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0) | Err(_)) => return Some(received),
+            Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The status line and headers of the next response, lowercased; `None` if the connection
+/// closes (or stays silent for 5 s) first.
+async fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte)).await {
+            Ok(Ok(1)) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    Some(String::from_utf8_lossy(&head).to_ascii_lowercase())
+}
+
+#[tokio::test]
+async fn partial_headers_and_idle_connections_are_closed_after_the_idle_timeout() {
+    let app = TestApp::spawn_with(|c| c.http_idle_timeout_secs = 1).await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    // Headers that never end.
+    let mut slow = TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /ojs/v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    // A keep-alive connection that answered one request, then stays idle.
+    let mut idle = TcpStream::connect(&addr).await.unwrap();
+    idle.write_all(b"GET /ojs/manifest HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).await.unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    for (name, stream) in [("partial headers", &mut slow), ("idle", &mut idle)] {
+        assert!(
+            read_until_closed(stream, Duration::from_secs(5))
+                .await
+                .is_some(),
+            "the {name} connection is closed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn past_the_connection_limit_new_connections_wait_for_a_free_one() {
+    let app = TestApp::spawn_with(|c| {
+        c.max_connections = 2;
+        c.http_idle_timeout_secs = 30;
+    })
+    .await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        stream
+            .write_all(b"GET /ojs/manifest HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut status = [0u8; 12];
+        stream.read_exact(&mut status).await.unwrap();
+        held.push(stream);
+    }
+    let mut third = TcpStream::connect(&addr).await.unwrap();
+    third
+        .write_all(b"GET /ojs/manifest HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        read_until_closed(&mut third, Duration::from_millis(500))
+            .await
+            .is_none(),
+        "not served while two connections are open"
+    );
+    held.pop();
+    let answer = read_until_closed(&mut third, Duration::from_secs(5))
+        .await
+        .expect("served once a connection closed");
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
+#[tokio::test]
+async fn a_503_given_before_the_body_is_read_announces_that_the_connection_closes() {
+    let cluster = std::sync::Arc::new(
+        tokio::task::spawn_blocking(PrivateCluster::start)
+            .await
+            .unwrap(),
+    );
+    let config = Config {
+        database_url: cluster.url("ojs"),
+        listen_addr: "127.0.0.1:0".parse().unwrap(),
+        db_acquire_timeout_ms: 500,
+        maintenance: false,
+        ..Config::default()
+    };
+    let server = Application::build(&config).await.expect("build the server");
+    let base = format!("http://{}", server.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    let stopping = cluster.clone();
+    tokio::task::spawn_blocking(move || stopping.stop())
+        .await
+        .unwrap();
+    // Once a request has met the outage, the next ones are refused before their body is read.
+    let client = reqwest::Client::new();
+    let status = client
+        .post(format!("{base}/ojs/v1/jobs"))
+        .json(&job("a.b", "q"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 503);
+    let addr = base.trim_start_matches("http://").to_owned();
+    // A body the server has not received in full when it answers.
+    let body = format!(r#"{{"type":"a.b","args":["{}"]}}"#, "x".repeat(200_000));
+    let head = format!(
+        "POST /ojs/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let (first, rest) = body.as_bytes().split_at(1_000);
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(first).await.unwrap();
+        let answer = read_head(&mut stream).await.expect("answered");
+        assert!(answer.starts_with("http/1.1 503"), "{answer}");
+        if answer.contains("connection: close") {
+            continue;
+        }
+        // Not announced: then the connection must still serve the next request.
+        stream.write_all(rest).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body.as_bytes()).await.unwrap();
+        let next = read_head(&mut stream).await;
+        assert!(
+            next.as_deref()
+                .is_some_and(|a| a.starts_with("http/1.1 503")),
+            "a connection kept open without `Connection: close` answers the next request: {next:?}"
+        );
+    }
+    let starting = cluster.clone();
+    tokio::task::spawn_blocking(move || starting.start_again())
+        .await
+        .unwrap();
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+}
