@@ -1026,6 +1026,79 @@ $$;
 COMMENT ON FUNCTION public.ojs_worker_events() IS 'Writes worker.started, worker.quiet, worker.heartbeat (sampled) and worker.stopped events.';
 
 --
+-- Name: ojs_api_key; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_api_key (
+    id uuid NOT NULL,
+    name text DEFAULT ''::text NOT NULL,
+    role text NOT NULL,
+    queues text[],
+    key_hash bytea NOT NULL,
+    key_prefix text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    revoked_at timestamp with time zone,
+    CONSTRAINT ojs_api_key_hash_is_sha256 CHECK ((length(key_hash) = 32)),
+    CONSTRAINT ojs_api_key_name_short CHECK ((length(name) <= 200)),
+    CONSTRAINT ojs_api_key_queues_listed CHECK (((queues IS NULL) OR ((cardinality(queues) >= 1) AND (cardinality(queues) <= 100)))),
+    CONSTRAINT ojs_api_key_role_known CHECK ((role = ANY (ARRAY['producer'::text, 'worker'::text, 'admin'::text])))
+);
+
+--
+-- Name: TABLE ojs_api_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_api_key IS 'API keys (Authorization: Bearer). Create, list and revoke them with `ojsd keys` or /ojs/v1/admin/keys; replicas reload the active ones every second.';
+
+--
+-- Name: COLUMN ojs_api_key.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.id IS 'The key''s id (UUIDv7), which names it in lists and revocations; not secret.';
+
+--
+-- Name: COLUMN ojs_api_key.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.name IS 'What the operator called the key (e.g. the service that uses it).';
+
+--
+-- Name: COLUMN ojs_api_key.role; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.role IS 'producer (enqueue, read and cancel jobs), worker (the worker protocol) or admin (everything).';
+
+--
+-- Name: COLUMN ojs_api_key.queues; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.queues IS 'The queues the key may use; null: every queue.';
+
+--
+-- Name: COLUMN ojs_api_key.key_hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.key_hash IS 'SHA-256 of the key; the key itself is shown once, when created, and never stored.';
+
+--
+-- Name: COLUMN ojs_api_key.key_prefix; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.key_prefix IS 'The key''s first characters, to recognise it in lists without revealing it.';
+
+--
+-- Name: COLUMN ojs_api_key.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.created_at IS 'When the key was created.';
+
+--
+-- Name: COLUMN ojs_api_key.revoked_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.revoked_at IS 'When the key was revoked; a revoked key authenticates nothing.';
+
+--
 -- Name: ojs_dead_letter; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -2541,6 +2614,20 @@ COMMENT ON COLUMN public.ojs_worker_status.stale_at IS 'When it was declared sta
 --
 
 COMMENT ON COLUMN public.ojs_worker_status.active_jobs IS 'Jobs it holds now.';
+
+--
+-- Name: ojs_api_key ojs_api_key_hash_unique; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_api_key
+    ADD CONSTRAINT ojs_api_key_hash_unique UNIQUE (key_hash);
+
+--
+-- Name: ojs_api_key ojs_api_key_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_api_key
+    ADD CONSTRAINT ojs_api_key_pkey PRIMARY KEY (id);
 
 --
 -- Name: ojs_dispatch_second ojs_dispatch_second_pkey; Type: CONSTRAINT; Schema: public; Owner: -

@@ -10,6 +10,7 @@
 //! `store` and the domain, never the broker.
 
 pub mod app;
+pub mod auth;
 pub mod broker;
 pub mod claim_floor;
 pub mod config;

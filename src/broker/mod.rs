@@ -25,6 +25,7 @@ mod events;
 mod fetch;
 mod gauges;
 mod group;
+pub mod keys;
 pub mod pools;
 mod progress;
 mod queues;

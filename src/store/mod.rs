@@ -6,6 +6,7 @@
 //! overrides it, so tests can move time without sleeping.
 
 pub mod admin;
+pub mod api_key;
 pub mod dead_letter;
 pub mod event;
 pub mod job;
