@@ -195,6 +195,7 @@ impl Application {
             health.clone(),
             Duration::from_millis(config.event_poll_interval_ms),
         );
+        let gate = auth_gate(config, &db).await?;
         let state = AppState::new(
             broker,
             HttpSettings {
@@ -219,6 +220,7 @@ impl Application {
                 events: events.clone(),
                 health: health.clone(),
                 role,
+                gate: gate.clone(),
             },
             shutdown.clone(),
         );
@@ -289,6 +291,10 @@ impl Application {
             health.clone().probe(connect_options, shutdown.clone()),
         );
         background.spawn("event tail", events.run(shutdown.clone()));
+        background.spawn(
+            "key ring",
+            state.gate().ring.clone().run(db.clone(), shutdown.clone()),
+        );
         background.spawn("metrics upkeep", metrics_upkeep(shutdown.clone()));
         background.spawn(
             "dispatch count flusher",
@@ -370,6 +376,37 @@ impl Application {
         tracing::info!("ojsd stopped");
         Ok(())
     }
+}
+
+/// The API keys and the rule for them. Beyond loopback, `OJS_AUTH=keys` needs at least one
+/// active key to start: a server reachable from the network must not answer anyone.
+async fn auth_gate(config: &Config, db: &sqlx::PgPool) -> anyhow::Result<crate::auth::Gate> {
+    use crate::auth::{AuthMode, Gate, KeyRing};
+    let ring = KeyRing::default();
+    ring.reload(db).await.context("cannot read the API keys")?;
+    let public = !config.listen_addr.ip().is_loopback();
+    let no_active_key = crate::store::api_key::for_ring(db)
+        .await
+        .context("cannot read the API keys")?
+        .iter()
+        .all(|key| key.revoked);
+    match config.auth {
+        AuthMode::Keys if public && no_active_key => anyhow::bail!(
+            "refusing to listen on {} without an API key: create one with `ojsd keys create --role admin`, listen on a loopback address, or set OJS_AUTH=disabled",
+            config.listen_addr
+        ),
+        AuthMode::Disabled if public => tracing::warn!(
+            addr = %config.listen_addr,
+            "OJS_AUTH=disabled: every endpoint answers anyone who can reach this address"
+        ),
+        _ => {}
+    }
+    Ok(Gate {
+        ring,
+        mode: config.auth,
+        public,
+        protect_metrics: config.metrics_auth,
+    })
 }
 
 /// The named background tasks of the server.

@@ -199,6 +199,16 @@ pub struct Config {
     #[arg(long, env = "OJS_SHUTDOWN_TIMEOUT_SECS", default_value_t = DEFAULT_SHUTDOWN_TIMEOUT_SECS)]
     pub shutdown_timeout_secs: u64,
 
+    /// `keys`: requests need an API key (`Authorization: Bearer`) once any key exists, and
+    /// always when listening beyond loopback, where the server refuses to start without a key;
+    /// `disabled`: no key is checked (logged as a warning beyond loopback).
+    #[arg(long, env = "OJS_AUTH", value_enum, default_value_t = crate::auth::AuthMode::Keys)]
+    pub auth: crate::auth::AuthMode,
+
+    /// `/metrics` needs an admin key too (it is open by default, for scrapers).
+    #[arg(long, env = "OJS_METRICS_AUTH", default_value_t = false)]
+    pub metrics_auth: bool,
+
     /// How long a connection may take to send a request's headers, counted from when it is
     /// ready for the next request, so an idle keep-alive connection is closed after this too
     /// (seconds).
@@ -362,6 +372,8 @@ impl Default for Config {
             fetch_poll_interval_ms: DEFAULT_FETCH_POLL_INTERVAL_MS,
             request_timeout_secs: DEFAULT_REQUEST_TIMEOUT_SECS,
             shutdown_timeout_secs: DEFAULT_SHUTDOWN_TIMEOUT_SECS,
+            auth: crate::auth::AuthMode::Keys,
+            metrics_auth: false,
             http_idle_timeout_secs: DEFAULT_HTTP_IDLE_TIMEOUT_SECS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             db_statement_timeout_secs: DEFAULT_DB_STATEMENT_TIMEOUT_SECS,

@@ -161,6 +161,16 @@ impl ApiError {
             .with_details(details)
     }
 
+    /// 401 `unauthenticated`: no API key, or one the server does not know (or that was revoked).
+    pub fn unauthenticated(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
+    }
+
+    /// 403 `forbidden`: the key's role or queues do not cover the request.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
     /// 422 `unsupported`.
     pub fn unsupported(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported", message)
@@ -198,6 +208,10 @@ impl ApiError {
             "invalid_request" => "Fix the field named in details.field and send the request again.",
             "validation_error" => "Fix the retry policy field named in the message.",
             "not_found" => "Check the id or path; jobs removed by retention are gone permanently.",
+            "unauthenticated" => {
+                "Send an API key as Authorization: Bearer <key> (create one with `ojsd keys create`)."
+            }
+            "forbidden" => "Use a key whose role and queues cover this request.",
             "conflict" => "Read the job's current state (GET /ojs/v1/jobs/{id}) before retrying.",
             "duplicate" => {
                 "The job already exists; use the existing job (details.existing_job_id)."

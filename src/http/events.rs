@@ -19,6 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::JobIdPath;
 use super::jobs::JobIdParam;
@@ -558,9 +559,11 @@ async fn job_stream(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     headers: HeaderMap,
+    caller: Caller,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     let job = state.broker().info(id).await?;
+    caller.check_queue(&job.queue)?;
     if job.state.is_terminal() && headers.get("last-event-id").is_none() {
         let data = json!({
             "job_id": job.id.to_string(),

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{BodyLimit, JobIdPath, JsonBody};
 use super::openapi;
@@ -146,11 +147,13 @@ fn parse_envelope(
 async fn push(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let ctx = push_context(&headers)?;
     let fields = body.object()?;
     let job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
+    caller.check_queue(&job.queue)?;
     let pushed = state.broker().push(vec![job], &ctx).await?;
     let pressure = pushed.pressure;
     let Some(Pushed { job, outcome }) = pushed.jobs.into_iter().next() else {
@@ -271,6 +274,7 @@ fn created(id: &str, body: impl Serialize) -> Response {
 async fn push_batch(
     State(state): State<AppState>,
     headers: HeaderMap,
+    caller: Caller,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let ctx = push_context(&headers)?;
@@ -311,7 +315,9 @@ async fn push_batch(
             )
             .with_details(serde_json::json!({"field": format!("$.jobs[{index}]"), "index": index}))
         })?;
-        jobs.push(parse_envelope(&state, &obj, item.get().len(), Some(index))?);
+        let job = parse_envelope(&state, &obj, item.get().len(), Some(index))?;
+        caller.check_queue(&job.queue)?;
+        jobs.push(job);
     }
     let PushResult {
         jobs: pushed,
@@ -351,8 +357,10 @@ async fn push_batch(
 async fn info(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
     let job = state.broker().info(id).await?;
+    caller.check_queue(&job.queue)?;
     Ok(wrapped_and_bare(job.wire()))
 }
 
@@ -373,7 +381,9 @@ async fn info(
 pub(super) async fn cancel(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
+    caller.check_job(&state, id).await?;
     let cancelled = state.broker().cancel(id).await?;
     Ok(wrapped_and_bare(
         cancelled
@@ -405,8 +415,10 @@ pub(super) async fn cancel(
 pub(super) async fn change_priority(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
+    caller: Caller,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
+    caller.check_job(&state, id).await?;
     let fields = body.object()?;
     let Some(raw) = fields.raw("priority") else {
         return Err(ApiError::invalid_field(
@@ -454,7 +466,9 @@ pub(super) async fn change_priority(
 async fn activate(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
+    caller.check_job(&state, id).await?;
     let job = state.broker().activate(id).await?;
     Ok(ok(JobBody {
         job: job

@@ -7,6 +7,7 @@
 //!
 //! [OJS HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md
 
+pub mod auth;
 pub mod error;
 pub mod extract;
 
@@ -93,6 +94,8 @@ pub struct Services {
     pub health: DbHealth,
     /// Whether this replica leads maintenance.
     pub role: tokio::sync::watch::Receiver<Role>,
+    /// Which requests need an API key, and the keys.
+    pub gate: crate::auth::Gate,
 }
 
 /// State shared by every handler.
@@ -153,6 +156,11 @@ impl AppState {
         &self.inner.services.health
     }
 
+    /// API keys and whether they are required.
+    pub fn gate(&self) -> &crate::auth::Gate {
+        &self.inner.services.gate
+    }
+
     /// Whether this replica currently leads maintenance.
     pub fn is_leader(&self) -> bool {
         self.inner.services.role.borrow().is_leader()
@@ -190,6 +198,10 @@ pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
 pub fn router(state: AppState) -> Router {
     let (routes, _) = openapi::serve(api(state.settings()));
     routes
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(on_panic))

@@ -24,6 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{Fields, JobIdPath, JsonBody};
 use super::jobs::JobIdParam;
@@ -183,8 +184,10 @@ async fn record(state: &AppState, id: JobId, fields: &Fields<'_>) -> Result<Resp
 async fn report_for_path(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
+    caller: Caller,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
+    caller.check_job(&state, id).await?;
     let fields = body.object()?;
     record(&state, id, &fields).await
 }
@@ -206,10 +209,12 @@ async fn report_for_path(
 )]
 async fn report_for_body(
     State(state): State<AppState>,
+    caller: Caller,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let id = fields.job_id("job_id")?;
+    caller.check_job(&state, id).await?;
     record(&state, id, &fields).await
 }
 
@@ -230,7 +235,9 @@ async fn report_for_body(
 async fn show(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
+    caller.check_job(&state, id).await?;
     let progress = state.broker().progress(id).await?;
     Ok(ok(Body::of(&progress)).into_response())
 }
@@ -257,7 +264,9 @@ async fn show(
 async fn stream(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
+    caller: Caller,
 ) -> Result<Response, ApiError> {
+    caller.check_job(&state, id).await?;
     let first = state.broker().progress(id).await?;
     let (tx, rx) = mpsc::channel::<Event>(16);
     tokio::spawn(follow(state, first, tx));

@@ -12,6 +12,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{Fields, JsonBody, WorkerIdPath};
 use super::queues::check_queue_name;
@@ -500,7 +501,11 @@ fn parse_labels(raw: &RawValue) -> Result<String, ApiError> {
         (status = 400, description = "A field is invalid."),
     )
 )]
-async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn register(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
     let outer = body.object()?;
     let fields = match outer.raw("worker") {
         Some(raw) => Fields::from_object(
@@ -516,6 +521,9 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
             .ok_or_else(|| ApiError::invalid_field("$.worker_id", "'worker_id' is required"))?,
     };
     let report_fields = ReportFields::parse(&fields)?;
+    for queue in report_fields.queues.iter().flatten() {
+        caller.check_queue(queue)?;
+    }
     let strategy = match fields.string("strategy")?.as_deref() {
         None => None,
         Some(name) => Some(name.parse::<Strategy>().map_err(|_| {
@@ -722,9 +730,21 @@ fn parse_weights(raw: &RawValue) -> Result<Weights, ApiError> {
         (status = 400, description = "A field is invalid."),
     )
 )]
-async fn fetch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn fetch(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let request = parse_fetch(&state, &fields)?;
+    if caller.limited() && request.queues.is_empty() {
+        return Err(ApiError::forbidden(
+            "This key is limited to some queues: name them in 'queues'.",
+        ));
+    }
+    for queue in &request.queues {
+        caller.check_queue(queue)?;
+    }
     let jobs = state.broker().fetch(&request, state.shutdown()).await?;
     Ok(ok(Fetched {
         job: jobs.first().map(|j| j.wire()),
@@ -758,9 +778,14 @@ struct Fetched<'a> {
         (status = 413, description = "`result` is too large."),
     )
 )]
-async fn ack(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn ack(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let job_id = fields.job_id("job_id")?;
+    caller.check_job(&state, job_id).await?;
     let worker_id = fields.worker_id("worker_id")?;
     let result = ack_result(&fields, "result")?;
     let job = state
@@ -867,10 +892,15 @@ fn at(mut error: ApiError, prefix: &str) -> ApiError {
         (status = 409, description = "The job is not active, or another worker holds it."),
     )
 )]
-async fn nack(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn nack(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields.worker_id("worker_id")?;
     let request = nack_request(&fields, worker_id, "$")?;
+    caller.check_job(&state, request.job_id).await?;
     let nacked = state.broker().nack(request).await?;
     Ok(ok(NackBody::of(&nacked)).into_response())
 }
@@ -1017,7 +1047,11 @@ impl ItemError {
         (status = 400, description = "The request is invalid (no item was applied)."),
     )
 )]
-async fn ack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn ack_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields.worker_id("worker_id")?;
     let items = batch_items(&fields, "acks", state.settings().max_batch_jobs)?;
@@ -1027,6 +1061,9 @@ async fn ack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Resp
         let id = item.job_id("job_id").map_err(|e| at(e, &prefix))?;
         let result = ack_result(item, &format!("acks[{i}].result"))?;
         acks.push((id, result));
+    }
+    for (id, _) in &acks {
+        caller.check_job(&state, *id).await?;
     }
     let outcomes = state.broker().ack_many(worker_id.as_deref(), &acks).await?;
     let (mut succeeded, mut failed) = (0, 0);
@@ -1095,7 +1132,11 @@ enum AckItem {
         (status = 400, description = "The request is invalid (no item was applied)."),
     )
 )]
-async fn nack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn nack_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields.worker_id("worker_id")?;
     let items = batch_items(&fields, "nacks", state.settings().max_batch_jobs)?;
@@ -1105,6 +1146,9 @@ async fn nack_batch(State(state): State<AppState>, body: JsonBody) -> Result<Res
         .map(|(i, item)| nack_request(item, worker_id.clone(), &format!("$.nacks[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
     let ids: Vec<JobId> = requests.iter().map(|r| r.job_id).collect();
+    for id in &ids {
+        caller.check_job(&state, *id).await?;
+    }
     let outcomes = state.broker().nack_many(requests).await?;
 
     let outcomes: Vec<Result<Nacked, ItemError>> = ids
@@ -1206,7 +1250,11 @@ fn reported_jobs(fields: &Fields<'_>) -> Result<(Vec<Uuid>, Option<JobId>), ApiE
         (status = 409, description = "A heartbeat for a single `job_id` the worker no longer holds."),
     )
 )]
-async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn heartbeat(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields
         .worker_id("worker_id")?
@@ -1224,6 +1272,9 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
         reported_state = WorkerState::Drain;
     }
     let (job_ids, single) = reported_jobs(&fields)?;
+    for id in &job_ids {
+        caller.check_job(&state, JobId(*id)).await?;
+    }
     let single_only = single.is_some() && job_ids.len() == 1;
     let report_fields = ReportFields::parse(&fields)?;
     let params = HeartbeatParams {
@@ -1269,8 +1320,12 @@ async fn heartbeat(State(state): State<AppState>, body: JsonBody) -> Result<Resp
         (status = 409, description = "A heartbeat for a single `job_id` the worker no longer holds."),
     )
 )]
-async fn beat(state: State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
-    heartbeat(state, body).await
+async fn beat(
+    state: State<AppState>,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    heartbeat(state, caller, body).await
 }
 
 /// The answer to a heartbeat.

@@ -11,6 +11,7 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
+use super::super::auth::Caller;
 use super::super::dead_letter::{body_timestamp, parse_override, require_confirm};
 use super::super::error::ApiError;
 use super::super::extract::{Fields, JobIdPath, JsonBody, OptionalJsonBody};
@@ -399,7 +400,8 @@ async fn change_priority(
     id: JobIdPath,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
-    jobs::change_priority(state, id, body).await
+    // Admin keys are never limited to queues.
+    jobs::change_priority(state, id, Caller(None), body).await
 }
 
 /// `POST /ojs/v1/admin/jobs/{id}/cancel`: the data plane's cancel (`DELETE /ojs/v1/jobs/{id}`).
@@ -419,7 +421,7 @@ async fn change_priority(
     )
 )]
 async fn cancel(state: State<AppState>, id: JobIdPath) -> Result<Response, ApiError> {
-    jobs::cancel(state, id).await
+    jobs::cancel(state, id, Caller(None)).await
 }
 
 /// The members a bulk filter may have; any other is refused rather than ignored, since a

@@ -7,6 +7,7 @@
 
 mod dead_letter;
 mod jobs;
+pub mod keys;
 mod pools;
 mod queues;
 mod stats;
@@ -30,6 +31,7 @@ use crate::worker::{EffectiveState, WorkerDirective};
 pub fn router(test_hooks: bool) -> OpenApiRouter<AppState> {
     let router = OpenApiRouter::new()
         .merge(stats::router())
+        .merge(keys::router())
         .merge(queues::router())
         .merge(jobs::router())
         .merge(dead_letter::router().into())

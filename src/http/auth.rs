@@ -1,0 +1,145 @@
+//! Authentication and authorization of every request, in one place: [`authorize`] runs after
+//! routing, decides from the route which role it needs ([`needed`]), and checks the key of
+//! `Authorization: Bearer <key>` against this replica's [`KeyRing`](crate::auth::KeyRing).
+//! Handlers that act on a queue or a job also check a queue-limited key through [`Caller`].
+
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::auth::{Principal, Role};
+use crate::job::JobId;
+
+/// The role a route needs; `None`: anyone may call it.
+pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role> {
+    match path {
+        "/health" | "/ready" | "/ojs/v1/health" | "/ojs/v1/ready" | "/ojs/manifest"
+        | "/ojs/openapi.json" => return None,
+        "/metrics" => return protect_metrics.then_some(Role::Admin),
+        _ => {}
+    }
+    if super::admin_ui::serves(path) {
+        // The UI's files; the API calls it makes are checked like any other.
+        return None;
+    }
+    let producer = matches!(
+        (method, path),
+        (
+            &Method::POST,
+            "/ojs/v1/jobs" | "/ojs/v1/jobs/batch" | "/ojs/v1/jobs/{id}/activate"
+        ) | (
+            &Method::GET | &Method::DELETE | &Method::PATCH,
+            "/ojs/v1/jobs/{id}"
+        ) | (
+            &Method::GET,
+            "/ojs/v1/jobs/{id}/progress"
+                | "/ojs/v1/jobs/{id}/progress/stream"
+                | "/ojs/v1/jobs/{id}/events"
+        )
+    );
+    if producer {
+        return Some(Role::Producer);
+    }
+    if path.starts_with("/ojs/v1/workers/")
+        || (method == Method::PUT && path == "/ojs/v1/jobs/{id}/progress")
+    {
+        return Some(Role::Worker);
+    }
+    Some(Role::Admin)
+}
+
+/// The key from `Authorization: Bearer <key>`.
+fn bearer(req: &Request) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, key) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
+}
+
+/// 401 with `WWW-Authenticate: Bearer`.
+fn unauthenticated(message: &str) -> Response {
+    let mut response = ApiError::unauthenticated(message).into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// The middleware: 401 without a known key, 403 when the key's role does not cover the route;
+/// otherwise the request goes on carrying the key's [`Principal`].
+pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let gate = state.gate();
+    let path = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+    let Some(role) = needed(req.method(), &path, gate.protect_metrics) else {
+        return next.run(req).await;
+    };
+    if !gate.enforced() {
+        return next.run(req).await;
+    }
+    let Some(key) = bearer(&req) else {
+        return unauthenticated(
+            "This endpoint needs an API key: send Authorization: Bearer <key>.",
+        );
+    };
+    let Some(principal) = gate.ring.lookup(key) else {
+        return unauthenticated("The API key is not known (or was revoked).");
+    };
+    if !principal.role.covers(role) {
+        return ApiError::forbidden(format!(
+            "A {} key may not call {} {path}; it needs a {} key.",
+            principal.role.as_str(),
+            req.method(),
+            role.as_str()
+        ))
+        .into_response();
+    }
+    req.extensions_mut().insert(principal);
+    next.run(req).await
+}
+
+/// The key a request was made with, if keys are checked.
+pub struct Caller(pub Option<Principal>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, Self::Rejection> {
+        Ok(Caller(parts.extensions.get::<Principal>().cloned()))
+    }
+}
+
+impl Caller {
+    /// 403 unless the key may use `queue`.
+    pub fn check_queue(&self, queue: &str) -> Result<(), ApiError> {
+        match &self.0 {
+            Some(p) if !p.may_use(queue) => Err(ApiError::forbidden(format!(
+                "This key may not use queue '{queue}'."
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the key is limited to some queues.
+    pub fn limited(&self) -> bool {
+        self.0.as_ref().is_some_and(|p| p.queues.is_some())
+    }
+
+    /// 403 unless the key may use the queue of job `id` (a job that does not exist passes: the
+    /// operation answers 404 itself). Reads the job only for a queue-limited key.
+    pub async fn check_job(&self, state: &AppState, id: JobId) -> Result<(), ApiError> {
+        if !self.limited() {
+            return Ok(());
+        }
+        match state.broker().info(id).await {
+            Ok(job) => self.check_queue(&job.queue),
+            Err(crate::error::Error::JobNotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
