@@ -1,5 +1,6 @@
 //! The `ojsd` binary: `ojsd serve` (the default) runs the server, `ojsd migrate` applies the
-//! schema migrations and exits. Every setting is documented in `ojsd --help`.
+//! schema migrations and exits, `ojsd keys` manages API keys. Every setting is documented in
+//! `ojsd --help`.
 
 use clap::{Parser, Subcommand};
 use ojsd::app::{self, Application};
@@ -24,6 +25,32 @@ enum Command {
     Serve,
     /// Apply pending database migrations, then exit.
     Migrate,
+    /// Create, list and revoke API keys (effective on every replica within a second).
+    #[command(subcommand)]
+    Keys(Keys),
+}
+
+#[derive(Subcommand)]
+enum Keys {
+    /// Create a key and print it (it is shown only this once).
+    Create {
+        /// producer (enqueue, read and cancel jobs), worker (the worker protocol) or admin.
+        #[arg(long)]
+        role: String,
+        /// Limit a producer or worker key to these queues (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        queues: Option<Vec<String>>,
+        /// What the key is for.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the keys (their first characters, never the keys).
+    List,
+    /// Revoke a key by its id.
+    Revoke {
+        /// The id `ojsd keys list` shows.
+        id: uuid::Uuid,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +69,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let app = Application::build(&cli.config).await?;
             app.run_until_stopped(app::shutdown_signal()).await
         }
+        Command::Keys(command) => keys(&cli.config, command).await,
         Command::Migrate => {
             cli.config.validate()?;
             let report = app::migrate(&cli.config).await?;
@@ -51,4 +79,49 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn keys(config: &Config, command: Keys) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use ojsd::store::api_key;
+    config.validate()?;
+    app::migrate(config).await?;
+    let db = sqlx::PgPool::connect_with(config.connect_options()?)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    let show = |row: &api_key::KeyRow| {
+        format!(
+            "{}  {:<8}  {:<14}  {}  {}{}",
+            row.id,
+            row.role,
+            row.key_prefix,
+            row.queues
+                .as_ref()
+                .map_or_else(|| "*".to_owned(), |q| q.join(",")),
+            row.name,
+            row.revoked_at
+                .map(|at| format!("  (revoked {at})"))
+                .unwrap_or_default()
+        )
+    };
+    match command {
+        Keys::Create { role, queues, name } => {
+            let request = ojsd::auth::KeyRequest::new(&role, queues, name)
+                .map_err(|(field, message)| anyhow::anyhow!("{field}: {message}"))?;
+            let created = ojsd::broker::keys::create_key(&db, &request).await?;
+            println!("{}", show(&created.row));
+            println!("key: {}", created.key);
+            eprintln!("Store the key now: it cannot be shown again.");
+        }
+        Keys::List => {
+            for row in api_key::list(&db).await? {
+                println!("{}", show(&row));
+            }
+        }
+        Keys::Revoke { id } => match api_key::revoke(&db, id).await? {
+            Some(row) => println!("{}", show(&row)),
+            None => anyhow::bail!("no key has the id {id}"),
+        },
+    }
+    Ok(())
 }
