@@ -171,6 +171,15 @@ impl ApiError {
         ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
+    /// 415 `unsupported_media_type`: a body without a JSON `Content-Type`.
+    pub fn unsupported_media_type(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            message,
+        )
+    }
+
     /// 422 `unsupported`.
     pub fn unsupported(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported", message)
@@ -212,6 +221,7 @@ impl ApiError {
                 "Send an API key as Authorization: Bearer <key> (create one with `ojsd keys create`)."
             }
             "forbidden" => "Use a key whose role and queues cover this request.",
+            "unsupported_media_type" => "Set the header Content-Type: application/json.",
             "conflict" => "Read the job's current state (GET /ojs/v1/jobs/{id}) before retrying.",
             "duplicate" => {
                 "The job already exists; use the existing job (details.existing_job_id)."

@@ -79,7 +79,10 @@ impl FromRequest<AppState> for OptionalJsonBody {
 /// Reads a JSON body (`None` when there is none).
 async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, ApiError> {
     {
-        if let Some(value) = req.headers().get(CONTENT_TYPE) {
+        // A body is JSON only when its Content-Type says so: a browser sends a cross-site form
+        // (or a body with no type) without asking first, and it must not be read as a request.
+        let declared = req.headers().get(CONTENT_TYPE).cloned();
+        if let Some(value) = &declared {
             let media_type = value
                 .to_str()
                 .unwrap_or_default()
@@ -89,11 +92,10 @@ async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, A
                 .trim()
                 .to_ascii_lowercase();
             if media_type != "application/json" && media_type != "application/openjobspec+json" {
-                return Err(ApiError::invalid_request(format!(
+                return Err(ApiError::unsupported_media_type(format!(
                     "Content-Type '{}' is not supported; send application/json or application/openjobspec+json.",
                     value.to_str().unwrap_or("?")
-                ))
-                .with_hint("Set the header Content-Type: application/json."));
+                )));
             }
         }
         let limit = req
@@ -114,6 +116,11 @@ async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, A
         };
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
+        }
+        if declared.is_none() {
+            return Err(ApiError::unsupported_media_type(
+                "A request body needs Content-Type: application/json (or application/openjobspec+json).",
+            ));
         }
         let compact = json::compact(&bytes, json::MAX_DEPTH).map_err(|e| {
             let path = e.offset().map(|at| json::path_at(&bytes, at));
