@@ -411,9 +411,14 @@ async fn a_body_is_read_only_when_its_content_type_is_json() {
     )
     .await
     .expect(201);
-    app.send(Method::POST, "/ojs/v1/queues/q/pause", Some(Vec::new()), &[])
-        .await
-        .expect(200);
+    app.send(
+        Method::POST,
+        "/ojs/v1/queues/q/pause",
+        Some(Vec::new()),
+        &[],
+    )
+    .await
+    .expect(200);
 }
 
 #[tokio::test]
