@@ -385,13 +385,8 @@ async fn auth_gate(config: &Config, db: &sqlx::PgPool) -> anyhow::Result<crate::
     let ring = KeyRing::default();
     ring.reload(db).await.context("cannot read the API keys")?;
     let public = !config.listen_addr.ip().is_loopback();
-    let no_active_key = crate::store::api_key::for_ring(db)
-        .await
-        .context("cannot read the API keys")?
-        .iter()
-        .all(|key| key.revoked);
     match config.auth {
-        AuthMode::Keys if public && no_active_key => anyhow::bail!(
+        AuthMode::Keys if public && !ring.has_active() => anyhow::bail!(
             "refusing to listen on {} without an API key: create one with `ojsd keys create --role admin`, listen on a loopback address, or set OJS_AUTH=disabled",
             config.listen_addr
         ),

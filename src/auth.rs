@@ -177,6 +177,11 @@ impl KeyRing {
             .cloned()
     }
 
+    /// Whether some key is active.
+    pub fn has_active(&self) -> bool {
+        !self.inner.read().expect("key ring lock").keys.is_empty()
+    }
+
     /// Whether no key was ever created.
     pub fn is_empty(&self) -> bool {
         !self.inner.read().expect("key ring lock").configured

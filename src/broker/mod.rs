@@ -236,6 +236,12 @@ impl Broker {
             .ok_or(Error::JobNotFound(id))
     }
 
+    /// The distinct queues of the jobs of `ids` that exist (one read, for queue-limited keys).
+    pub async fn job_queues(&self, ids: &[JobId]) -> Result<Vec<String>> {
+        let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.0).collect();
+        Ok(store::job::queues_of(&self.db, &ids).await?)
+    }
+
     /// CANCEL: any non-terminal job (an active one included) becomes `cancelled`; cancelling a
     /// cancelled job again succeeds and changes nothing.
     pub async fn cancel(&self, id: JobId) -> Result<Cancelled> {

@@ -131,15 +131,19 @@ impl Caller {
     }
 
     /// 403 unless the key may use the queue of job `id` (a job that does not exist passes: the
-    /// operation answers 404 itself). Reads the job only for a queue-limited key.
+    /// operation answers 404 itself).
     pub async fn check_job(&self, state: &AppState, id: JobId) -> Result<(), ApiError> {
-        if !self.limited() {
+        self.check_jobs(state, &[id]).await
+    }
+
+    /// [`Caller::check_job`] for many jobs, in one read (none for a key without a queue limit).
+    pub async fn check_jobs(&self, state: &AppState, ids: &[JobId]) -> Result<(), ApiError> {
+        if !self.limited() || ids.is_empty() {
             return Ok(());
         }
-        match state.broker().info(id).await {
-            Ok(job) => self.check_queue(&job.queue),
-            Err(crate::error::Error::JobNotFound(_)) => Ok(()),
-            Err(e) => Err(e.into()),
+        for queue in state.broker().job_queues(ids).await? {
+            self.check_queue(&queue)?;
         }
+        Ok(())
     }
 }

@@ -592,14 +592,10 @@ struct QueueStatisticsDoc {
     computed_at: String,
 }
 
-/// The `queue` of a queue's statistics: current counts of its retained jobs.
+/// A queue's retained jobs by state, in both parts of its statistics.
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation
-struct QueueStatisticsCounts {
-    name: String,
-    #[schema(inline)]
-    state: QueueStateSchema,
-    paused: bool,
+struct QueueStatisticsStates {
     /// Jobs not yet finished.
     depth: i64,
     available: i64,
@@ -611,6 +607,18 @@ struct QueueStatisticsCounts {
     discarded: i64,
     cancelled: i64,
     dead_letter: i64,
+}
+
+/// The `queue` of a queue's statistics: current counts of its retained jobs.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueStatisticsCounts {
+    name: String,
+    #[schema(inline)]
+    state: QueueStateSchema,
+    paused: bool,
+    #[serde(flatten)]
+    counts: QueueStatisticsStates,
     /// The queue's bound; `null`: unbounded.
     #[schema(required = true)]
     max_size: Option<i64>,
@@ -622,16 +630,8 @@ struct QueueStatisticsCounts {
 struct QueueStatisticsDetail {
     /// The queue's name.
     queue: String,
-    depth: i64,
-    available: i64,
-    active: i64,
-    scheduled: i64,
-    retryable: i64,
-    pending: i64,
-    completed: i64,
-    discarded: i64,
-    cancelled: i64,
-    dead_letter: i64,
+    #[serde(flatten)]
+    counts: QueueStatisticsStates,
     /// The queue's bound; `null`: unbounded.
     #[schema(required = true)]
     max_depth: Option<i64>,

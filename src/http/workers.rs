@@ -1062,9 +1062,8 @@ async fn ack_batch(
         let result = ack_result(item, &format!("acks[{i}].result"))?;
         acks.push((id, result));
     }
-    for (id, _) in &acks {
-        caller.check_job(&state, *id).await?;
-    }
+    let ids: Vec<JobId> = acks.iter().map(|(id, _)| *id).collect();
+    caller.check_jobs(&state, &ids).await?;
     let outcomes = state.broker().ack_many(worker_id.as_deref(), &acks).await?;
     let (mut succeeded, mut failed) = (0, 0);
     let results: Vec<AckItem> = acks
@@ -1146,9 +1145,7 @@ async fn nack_batch(
         .map(|(i, item)| nack_request(item, worker_id.clone(), &format!("$.nacks[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
     let ids: Vec<JobId> = requests.iter().map(|r| r.job_id).collect();
-    for id in &ids {
-        caller.check_job(&state, *id).await?;
-    }
+    caller.check_jobs(&state, &ids).await?;
     let outcomes = state.broker().nack_many(requests).await?;
 
     let outcomes: Vec<Result<Nacked, ItemError>> = ids
@@ -1272,9 +1269,8 @@ async fn heartbeat(
         reported_state = WorkerState::Drain;
     }
     let (job_ids, single) = reported_jobs(&fields)?;
-    for id in &job_ids {
-        caller.check_job(&state, JobId(*id)).await?;
-    }
+    let held: Vec<JobId> = job_ids.iter().copied().map(JobId).collect();
+    caller.check_jobs(&state, &held).await?;
     let single_only = single.is_some() && job_ids.len() == 1;
     let report_fields = ReportFields::parse(&fields)?;
     let params = HeartbeatParams {
