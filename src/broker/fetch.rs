@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::notifier::Notifier;
 use crate::scheduling::{
-    self, DEFAULT_POOL, DEFAULT_WORKER_CONCURRENCY, Dispatcher, NoQueues, Preference, Route,
+    self, DEFAULT_POOL, DEFAULT_WORKER_CONCURRENCY, Dispatcher, NoQueues, Pools, Preference, Route,
     Sources, Strategy, Weights,
 };
 use crate::store;
@@ -409,11 +409,16 @@ impl Fetcher {
         req: &FetchRequest,
         first: bool,
     ) -> Result<(Vec<Job>, Option<Route>)> {
+        let configs = self.configs.current(&self.db).await?;
         let registered = match &req.worker_id {
-            Some(worker) => self.record_seen(worker).await?,
+            Some(worker) => {
+                if req.queues.is_empty() && !self.in_configured_pool(worker, &*configs).await? {
+                    return Err(no_queues());
+                }
+                self.record_seen(worker).await?
+            }
             None => FetchDefaults::default(),
         };
-        let configs = self.configs.current(&self.db).await?;
         let sources = Sources {
             server: Preference {
                 strategy: self.settings.fetch_strategy,
@@ -429,12 +434,7 @@ impl Fetcher {
             },
         };
         let route = scheduling::route(&req.queues, registered.pool.as_deref(), &sources, &*configs)
-            .map_err(|NoQueues| {
-                Error::invalid(
-                    "$.queues",
-                    "'queues' is required unless the worker belongs to a configured pool",
-                )
-            })?;
+            .map_err(|NoQueues| no_queues())?;
         if route.queues.is_empty() {
             return Ok((Vec::new(), Some(route)));
         }
@@ -559,6 +559,22 @@ impl Fetcher {
         }
     }
 
+    /// Whether a FETCH naming no queues from `worker_id` has a pool to serve it: the worker's
+    /// registered pool, or [`DEFAULT_POOL`] for a worker of none (or one never seen). Read
+    /// without writing, so that a refused FETCH does not record its worker as seen.
+    async fn in_configured_pool(&self, worker_id: &str, pools: &impl Pools) -> Result<bool> {
+        let cached = (self.seen_workers.lock().expect("seen-workers lock"))
+            .get(worker_id)
+            .map(|(_, defaults)| defaults.pool.clone());
+        let pool = match cached {
+            Some(pool) => pool,
+            None => store::worker::pool_of(&self.db, worker_id).await?,
+        };
+        Ok(pools
+            .pool(pool.as_deref().unwrap_or(DEFAULT_POOL))
+            .is_some())
+    }
+
     /// Forgets what was cached about a worker (it registered or heartbeat: new fetch defaults).
     pub(super) fn forget_seen(&self, worker_id: &str) {
         self.seen_workers
@@ -571,4 +587,12 @@ impl Fetcher {
     pub(super) fn forget_all(&self) {
         self.seen_workers.lock().expect("seen-workers lock").clear();
     }
+}
+
+/// The refusal of a FETCH that names no queues from a worker of no configured pool.
+fn no_queues() -> Error {
+    Error::invalid(
+        "$.queues",
+        "'queues' is required unless the worker belongs to a configured pool",
+    )
 }

@@ -1278,6 +1278,7 @@ async fn heartbeat(
         job_ids,
         visibility_timeout_ms: positive_ms(&fields, "visibility_timeout_ms")?,
         directives_from_jobs: state.broker().settings().test_hooks,
+        refused_unless_extended: single_only,
     };
     let outcome = state.broker().heartbeat(&params).await?;
     if let Some(id) = single

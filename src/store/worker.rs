@@ -61,6 +61,9 @@ pub struct HeartbeatParams<'a> {
     /// escalate the directive from `meta.test_directive` (`quiet` or `terminate`) of the
     /// reported jobs.
     pub directives_from_jobs: bool,
+    /// A heartbeat for one job, refused unless the worker still holds it: then nothing is
+    /// written, the worker's own record included.
+    pub refused_unless_extended: bool,
 }
 
 /// The server's answer to a heartbeat.
@@ -102,12 +105,23 @@ pub async fn heartbeat(
              -- Through the primary key (see store::job::complete_many on `state::text`).
              where $12 and j.state::text = 'active' and (j.worker_id is null or j.worker_id = $1)
         ),
+        extended as (
+            update ojs_job j
+               set visible_until = now() + coalesce($11, j.reservation_ms) * interval '1 millisecond'
+              from listed l
+             -- Through the primary key (see store::job::complete_many on `state::text`).
+             where j.id = l.id
+               and j.state::text = 'active'
+               and (j.worker_id is null or j.worker_id = $1)
+            returning j.id, j
+        ),
         worker as (
             insert into ojs_worker as w
                    (id, state, hostname, pid, queues, concurrency, labels, pool, started_at,
                     directive, last_heartbeat_at, last_seen_at)
-            values ($1, $2, $3, $4, $5, $6, $7::text::json, $8, $9,
-                    (select directive from hook), now(), now())
+            select $1, $2, $3, $4, $5, $6, $7::text::json, $8, $9,
+                   (select directive from hook), now(), now()
+             where not $13 or exists (select 1 from extended)
             on conflict (id) do update
                set state = excluded.state,
                    hostname = coalesce(excluded.hostname, w.hostname),
@@ -123,16 +137,6 @@ pub async fn heartbeat(
                    stale_at = null
             returning w.directive, (w.xmax = 0) as registered
         ),
-        extended as (
-            update ojs_job j
-               set visible_until = now() + coalesce($11, j.reservation_ms) * interval '1 millisecond'
-              from listed l
-             -- Through the primary key (see store::job::complete_many on `state::text`).
-             where j.id = l.id
-               and j.state::text = 'active'
-               and (j.worker_id is null or j.worker_id = $1)
-            returning j.id, j
-        ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, data)
             select 'job.heartbeat', (x.j).id::text, (x.j).id, (x.j).queue, (x.j).type,
@@ -140,8 +144,8 @@ pub async fn heartbeat(
               from extended x
         )
         select now() as "server_time!",
-               (select directive from worker) as "directive!",
-               (select registered from worker) as "registered!",
+               coalesce((select directive from worker), '') as "directive!",
+               coalesce((select registered from worker), false) as "registered!",
                array(select id from extended) as "extended!",
                array(select l.id from listed l join ojs_job j on j.id = l.id
                       where j.state = 'cancelled') as "cancelled!",
@@ -162,6 +166,7 @@ pub async fn heartbeat(
         &p.job_ids,
         p.visibility_timeout_ms,
         p.directives_from_jobs,
+        p.refused_unless_extended,
     )
     .fetch_one(db)
     .await?;
@@ -239,6 +244,19 @@ pub async fn record_seen(
     )
     .fetch_one(db)
     .await
+}
+
+/// The pool `worker_id` registered in (`None`: none, or no such worker).
+pub async fn pool_of(
+    db: impl PgExecutor<'_>,
+    worker_id: &str,
+) -> Result<Option<String>, sqlx::Error> {
+    Ok(
+        sqlx::query_scalar!("select pool from ojs_worker where id = $1", worker_id)
+            .fetch_optional(db)
+            .await?
+            .flatten(),
+    )
 }
 
 /// What a worker registered with that FETCH uses.

@@ -361,3 +361,71 @@ async fn a_503_given_before_the_body_is_read_announces_that_the_connection_close
     let _ = stop.send(());
     running.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_fetch_refused_for_naming_no_queues_records_no_worker() {
+    let app = TestApp::spawn().await;
+    app.post(
+        "/ojs/v1/workers/fetch",
+        json!({"worker_id": "stranger", "count": 1}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
+    app.get("/ojs/v1/admin/workers/stranger")
+        .await
+        .expect_error(404, "not_found");
+    let workers: i64 = sqlx::query_scalar("select count(*) from ojs_worker")
+        .fetch_one(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(workers, 0, "a refused FETCH records no worker");
+}
+
+#[tokio::test]
+async fn a_heartbeat_refused_for_a_job_not_held_records_nothing() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("a.b", "q")).await;
+    // A worker never seen, naming a job it does not hold.
+    app.post(
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "stranger", "job_id": id}),
+    )
+    .await
+    .expect_error(409, "conflict");
+    app.get("/ojs/v1/admin/workers/stranger")
+        .await
+        .expect_error(404, "not_found");
+    // A registered worker keeps its last heartbeat, and the job is untouched.
+    app.post(
+        "/ojs/v1/workers/register",
+        json!({"worker_id": "w", "queues": ["q"]}),
+    )
+    .await
+    .expect(201);
+    let heartbeat_at = || async {
+        sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
+            "select last_heartbeat_at from ojs_worker where id = 'w'",
+        )
+        .fetch_one(app.pool())
+        .await
+        .unwrap()
+    };
+    let before = heartbeat_at().await;
+    let job_before = app.job(&id).await;
+    for path in ["/ojs/v1/workers/heartbeat", "/ojs/v1/workers/beat"] {
+        app.post(path, json!({"worker_id": "w", "job_id": id}))
+            .await
+            .expect_error(409, "conflict");
+    }
+    assert_eq!(heartbeat_at().await, before);
+    assert_eq!(app.job(&id).await, job_before);
+    // Once it holds the job, the same heartbeat is answered and recorded.
+    app.fetch_one("q", "w").await;
+    app.post(
+        "/ojs/v1/workers/heartbeat",
+        json!({"worker_id": "w", "job_id": id}),
+    )
+    .await
+    .expect(200);
+    assert!(heartbeat_at().await > before);
+}
