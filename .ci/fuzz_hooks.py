@@ -1,0 +1,191 @@
+"""Schemathesis hooks of the API fuzzing step of .ci/run: a refused request changes no stored data.
+
+Before every request the hook fingerprints each table of the server's database (its row count
+and the sum of a 64-bit hash of each row); after a 4xx answer the check fingerprints them again
+and fails, naming the tables, when any differs. The fuzzed server runs with OJS_MAINTENANCE=false so that nothing
+but requests writes: no promotion, reaping, expiry, pruning or leader lease renewal.
+
+Left out of the fingerprint:
+- `ojs_dispatch_second`: per-second dispatch counts, written by a background flusher about a
+  second after a successful FETCH, so they may land during any later request;
+- `refinery_schema_history`: the migrations, written at start only.
+
+Generated identifiers almost never name anything, so most requests would only meet "not found".
+Every SEED_EVERY requests the hook makes real things through the API (jobs available, scheduled,
+active under a registered worker, completed, dead-lettered and cancelled), and before each request
+it puts their ids, at random, in the request's path parameters (`id`, `worker_id`, `name`) and in
+its body's `job_id`, `worker_id` and `id` fields, so that refusals of real jobs in every state are
+fuzzed too. The randomness is seeded: the same seed makes the same choices.
+
+The database comes from OJS_FUZZ_DATABASE_URL, the API from OJS_FUZZ_BASE_URL, and the key the
+hook sends (the fuzzed server requires one) from OJS_FUZZ_KEY. Requests are sent one at a time
+(`--workers 1`), so the fingerprint taken before a request is the state that request found.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import requests
+import schemathesis
+
+ASYNC_BOOKKEEPING = {"ojs_dispatch_second", "refinery_schema_history"}
+
+SEED_EVERY = 40
+KEEP_SEEDS = 3
+WORKER = "fuzz-worker"
+QUEUES = ["fuzz", "fuzz-held"]
+
+_rng = random.Random(20261125)
+_calls = 0
+_jobs: list[list[str]] = []
+_connection: psycopg.Connection | None = None
+_statement: str | None = None
+_before: dict[str, str] | None = None
+_known: tuple[str, dict[str, str]] | None = None
+
+
+def _db() -> psycopg.Connection:
+    global _connection
+    if _connection is None or _connection.closed:
+        _connection = psycopg.connect(os.environ["OJS_FUZZ_DATABASE_URL"], autocommit=True)
+    return _connection
+
+
+def _fingerprint_statement(db: psycopg.Connection) -> str:
+    """One statement giving (table, md5 of its rows) for every table (partitioned ones whole)."""
+    tables = [
+        name
+        for (name,) in db.execute(
+            """
+            select c.relname
+              from pg_class c
+              join pg_namespace n on n.oid = c.relnamespace
+             where n.nspname = current_schema()
+               and c.relkind in ('r', 'p')
+               and not c.relispartition
+             order by c.relname
+            """
+        )
+        if name not in ASYNC_BOOKKEEPING
+    ]
+    parts = [
+        f"select '{name}', count(*) || ':' || coalesce(sum(hashtextextended(t::text, 0)), 0)"
+        f" from {name} t"
+        for name in tables
+    ]
+    return " union all ".join(parts)
+
+
+def fingerprint() -> dict[str, str]:
+    """Every table's fingerprint. Recomputed only when a transaction has been given an id
+    since the last time (anything that writes gets one, reads do not), else the last one."""
+    global _statement, _known
+    db = _db()
+    (next_xid,) = db.execute("select pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
+    if _known is not None and _known[0] == next_xid:
+        return _known[1]
+    if _statement is None:
+        _statement = _fingerprint_statement(db)
+    tables = dict(db.execute(_statement).fetchall())
+    _known = (next_xid, tables)
+    return tables
+
+
+def _api(method: str, path: str, body: object | None = None) -> dict:
+    response = requests.request(
+        method,
+        os.environ["OJS_FUZZ_BASE_URL"] + path,
+        json=body,
+        headers={"Authorization": f"Bearer {os.environ['OJS_FUZZ_KEY']}"},
+        timeout=30,
+    )
+    if response.status_code >= 500:
+        raise AssertionError(f"seeding {method} {path}: {response.status_code} {response.text}")
+    try:
+        return response.json()
+    except ValueError:
+        return {}
+
+
+def _enqueue(queue: str, **options: object) -> str | None:
+    body = {"type": "fuzz.seed", "args": [_calls], "options": {"queue": queue, **options}}
+    return _api("POST", "/ojs/v1/jobs", body).get("job", {}).get("id")
+
+
+def _seed() -> None:
+    """Real jobs in each state, and the worker holding the active ones (best effort: fuzzed
+    requests may have paused a queue or removed the worker, and seeding repairs that)."""
+    held = QUEUES[1]
+    _api("POST", f"/ojs/v1/queues/{held}/resume")
+    _api("POST", "/ojs/v1/workers/register", {"worker_id": WORKER, "queues": [held]})
+    later = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    ids = [
+        _enqueue(QUEUES[0]),
+        _enqueue(QUEUES[0], scheduled_at=later),
+        cancelled := _enqueue(QUEUES[0]),
+    ]
+    _api("DELETE", f"/ojs/v1/jobs/{cancelled}")
+    for _ in range(4):
+        ids.append(_enqueue(held, max_attempts=1))
+    fetched = _api(
+        "POST",
+        "/ojs/v1/workers/fetch",
+        {"queues": [held], "worker_id": WORKER, "count": 4, "visibility_timeout_ms": 3_600_000},
+    ).get("jobs", [])
+    if fetched:
+        _api("POST", "/ojs/v1/workers/ack", {"job_id": fetched[0]["id"], "worker_id": WORKER})
+    if len(fetched) > 1:
+        nack = {"job_id": fetched[1]["id"], "worker_id": WORKER, "error": {"message": "seed"}}
+        _api("POST", "/ojs/v1/workers/nack", nack)
+    _jobs.append([i for i in ids if i])
+    del _jobs[:-KEEP_SEEDS]
+
+
+def _maybe(value: object, choices: list[str]) -> object:
+    return _rng.choice(choices) if choices and _rng.random() < 0.5 else value
+
+
+def _aim(case) -> None:
+    """Points the request, at random, at the seeded jobs, worker and queues."""
+    jobs = [i for seed in _jobs for i in seed]
+    names = {"id": jobs, "worker_id": [WORKER], "name": QUEUES, "job_id": jobs}
+    if case.path_parameters:
+        for key in case.path_parameters:
+            case.path_parameters[key] = _maybe(case.path_parameters[key], names.get(key, []))
+    bodies = [case.body] if isinstance(case.body, dict) else []
+    if isinstance(case.body, dict):
+        for value in case.body.values():
+            if isinstance(value, list):
+                bodies.extend(item for item in value if isinstance(item, dict))
+    for body in bodies:
+        for key in ("job_id", "worker_id", "id"):
+            if key in body:
+                body[key] = _maybe(body[key], names[key])
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    global _before, _calls
+    if _calls % SEED_EVERY == 0:
+        _seed()
+    _calls += 1
+    _aim(case)
+    _before = fingerprint()
+
+
+@schemathesis.check
+def refused_requests_change_nothing(ctx, response, case):
+    """A 4xx answer leaves every table as the request found it."""
+    if not 400 <= response.status_code < 500 or _before is None:
+        return None
+    after = fingerprint()
+    changed = sorted(name for name, digest in after.items() if _before.get(name) != digest)
+    if changed:
+        raise AssertionError(
+            f"answered {response.status_code}, yet changed stored data in: {', '.join(changed)}"
+        )
+    return None
