@@ -72,11 +72,7 @@ fn unauthenticated(message: &str) -> Response {
 /// otherwise the request goes on carrying the key's [`Principal`].
 pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let gate = state.gate();
-    let path = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
-    let Some(role) = needed(req.method(), &path, gate.protect_metrics) else {
+    let Some(role) = needed(req.method(), route_of(&req), gate.protect_metrics) else {
         return next.run(req).await;
     };
     if !gate.enforced() {
@@ -92,15 +88,23 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
     };
     if !principal.role.covers(role) {
         return ApiError::forbidden(format!(
-            "A {} key may not call {} {path}; it needs a {} key.",
+            "A {} key may not call {} {}; it needs a {} key.",
             principal.role.as_str(),
             req.method(),
+            route_of(&req),
             role.as_str()
         ))
         .into_response();
     }
     req.extensions_mut().insert(principal);
     next.run(req).await
+}
+
+/// The route a request matched (its template, such as `/ojs/v1/jobs/{id}`), else its path.
+fn route_of(req: &Request) -> &str {
+    req.extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| req.uri().path(), MatchedPath::as_str)
 }
 
 /// The key a request was made with, if keys are checked.
