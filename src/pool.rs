@@ -93,6 +93,7 @@ impl WorkerPool {
             return Err(Error::invalid("$", "the pool must be a JSON object"));
         };
         const FIELDS: &[&str] = &[
+            "id",
             "name",
             "queues",
             "concurrency",
@@ -103,19 +104,22 @@ impl WorkerPool {
             "tenant_fairness",
             // Read-only fields of the answer, accepted back unchanged (a GET body PUT again).
             "active_workers",
+            "workers",
             "active_jobs",
             "created_at",
             "updated_at",
         ];
         unknown_fields(body, FIELDS, "$")?;
-        match body.get("name") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(given)) if given == name => {}
-            Some(other) => {
-                return Err(Error::invalid(
-                    "$.name",
-                    format!("name {other} does not match the pool in the path ({name:?})"),
-                ));
+        for field in ["name", "id"] {
+            match body.get(field) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(given)) if given == name => {}
+                Some(other) => {
+                    return Err(Error::invalid(
+                        format!("$.{field}"),
+                        format!("{field} {other} does not match the pool in the path ({name:?})"),
+                    ));
+                }
             }
         }
         let (queues, mut weights) = parse_queues(body.get("queues"))?;

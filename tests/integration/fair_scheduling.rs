@@ -367,6 +367,16 @@ async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_eve
         api.get(&format!("{POOLS}/zeta")).await.expect(200).json["pool"],
         zeta
     );
+    // What GET answers may be sent back unchanged; an `id` naming another pool may not.
+    let again = api.put(&format!("{POOLS}/zeta"), &zeta).await.expect(200);
+    assert_eq!(again.json["pool"]["queues"], json!(["z"]));
+    let mut other = zeta.clone();
+    other["id"] = json!("alpha");
+    let refused = api
+        .put(&format!("{POOLS}/zeta"), &other)
+        .await
+        .expect_error(400, "invalid_request");
+    assert_eq!(refused.json["error"]["details"]["field"], "$.id");
 
     // Given values are kept (queue order = preference), nested objects take defaults for
     // what they leave out, bare tenant ids are stored as "tenant:<id>".

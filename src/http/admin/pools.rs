@@ -110,13 +110,16 @@ struct PoolBody {
     pool: PoolSchema,
 }
 
-/// A pool to create or replace. Every member but `queues` may be `null` (the default). The
-/// read-only members of a pool as answered (`active_workers`, `active_jobs`, `created_at`,
-/// `updated_at`) are accepted and ignored; any other member is refused.
+/// A pool to create or replace. Every member but `queues` may be `null` (the default). A pool
+/// as answered may be sent back: its `id` must name the pool of the path, like `name`, and its
+/// read-only members (`active_workers`, `workers`, `active_jobs`, `created_at`, `updated_at`)
+/// are accepted and ignored; any other member is refused.
 #[derive(ToSchema, serde::Deserialize)]
 #[schema(as = WorkerPoolRequest)]
 #[allow(dead_code)] // a schema: read by `WorkerPool::parse`
 struct PoolRequest {
+    /// The pool of the path, if given.
+    id: Option<String>,
     /// The pool of the path, if given.
     name: Option<String>,
     /// 1 to 100 queues (each once, not `_default`): names in order of preference, or an object
@@ -137,6 +140,8 @@ struct PoolRequest {
     tenant_fairness: Option<TenantFairnessRequest>,
     /// Ignored.
     active_workers: Option<Value>,
+    /// Ignored.
+    workers: Option<Value>,
     /// Ignored.
     active_jobs: Option<Value>,
     /// Ignored.
