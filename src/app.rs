@@ -208,6 +208,7 @@ impl Application {
                 max_wait: config::MAX_FETCH_WAIT,
                 heartbeat_interval_secs: config.heartbeat_interval_secs,
                 request_timeout: Duration::from_secs(config.request_timeout_secs),
+                body_idle_timeout: Duration::from_secs(config.http_idle_timeout_secs),
                 test_hooks: config.test_hooks,
                 shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
                 dead_letter_retention: config.retention_discarded.0,

@@ -210,8 +210,8 @@ pub struct Config {
     pub metrics_auth: bool,
 
     /// How long a connection may take to send a request's headers, counted from when it is
-    /// ready for the next request, so an idle keep-alive connection is closed after this too
-    /// (seconds).
+    /// ready for the next request, so an idle keep-alive connection is closed after this too;
+    /// a request body from which nothing arrives for this long is answered 408 (seconds).
     #[arg(long, env = "OJS_HTTP_IDLE_TIMEOUT_SECS", default_value_t = DEFAULT_HTTP_IDLE_TIMEOUT_SECS)]
     pub http_idle_timeout_secs: u64,
 

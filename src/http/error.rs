@@ -171,6 +171,14 @@ impl ApiError {
         ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
+    /// 408 `request_timeout`: the request's body stopped arriving. The connection is closed
+    /// (the rest of the body may still come, and would be read as a request).
+    pub fn request_timeout(message: impl Into<String>) -> ApiError {
+        let mut e = ApiError::new(StatusCode::REQUEST_TIMEOUT, "request_timeout", message);
+        e.retryable = true;
+        e
+    }
+
     /// 415 `unsupported_media_type`: a body without a JSON `Content-Type`.
     pub fn unsupported_media_type(message: impl Into<String>) -> ApiError {
         ApiError::new(
@@ -222,6 +230,7 @@ impl ApiError {
             }
             "forbidden" => "Use a key whose role and queues cover this request.",
             "unsupported_media_type" => "Set the header Content-Type: application/json.",
+            "request_timeout" => "Send the whole body promptly, on a new connection.",
             "conflict" => "Read the job's current state (GET /ojs/v1/jobs/{id}) before retrying.",
             "duplicate" => {
                 "The job already exists; use the existing job (details.existing_job_id)."
@@ -278,6 +287,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if let Some((depth, bound)) = self.queue_depth {
             let headers = response.headers_mut();

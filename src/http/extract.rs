@@ -1,5 +1,8 @@
 //! Extractors whose rejections are OJS errors.
 
+use std::time::Duration;
+
+use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
@@ -76,6 +79,41 @@ impl FromRequest<AppState> for OptionalJsonBody {
     }
 }
 
+/// Reads a body of at most `limit` bytes, waiting at most `idle` for each part of it: a body
+/// that stops arriving is answered 408 rather than holding the request until it times out.
+async fn read_body(req: Request, limit: usize, idle: Duration) -> Result<Bytes, ApiError> {
+    let mut body = http_body_util::Limited::new(req.into_body(), limit);
+    let mut chunks: Vec<Bytes> = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => {
+                return Err(ApiError::request_timeout(format!(
+                    "The request body stopped arriving: nothing came for {} s.",
+                    idle.as_secs()
+                )));
+            }
+            Ok(None) => break,
+            Ok(Some(Ok(frame))) => frame,
+            Ok(Some(Err(e))) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(ApiError::too_large(None, None, limit));
+            }
+            Ok(Some(Err(e))) => {
+                return Err(ApiError::invalid_payload(format!(
+                    "The request body could not be read: {e}."
+                )));
+            }
+        };
+        if let Ok(data) = frame.into_data() {
+            chunks.push(data);
+        }
+    }
+    Ok(match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.pop().unwrap_or_default(),
+        _ => chunks.concat().into(),
+    })
+}
+
 /// Reads a JSON body (`None` when there is none).
 async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, ApiError> {
     {
@@ -102,18 +140,7 @@ async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, A
             .extensions()
             .get::<BodyLimit>()
             .map_or(state.settings().max_request_bytes, |l| l.0);
-        let body = http_body_util::Limited::new(req.into_body(), limit);
-        let bytes = match body.collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                return Err(ApiError::too_large(None, None, limit));
-            }
-            Err(e) => {
-                return Err(ApiError::invalid_payload(format!(
-                    "The request body could not be read: {e}."
-                )));
-            }
-        };
+        let bytes = read_body(req, limit, state.settings().body_idle_timeout).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
         }

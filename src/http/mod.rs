@@ -71,6 +71,8 @@ pub struct HttpSettings {
     pub heartbeat_interval_secs: u32,
     /// A request running longer than this is answered 503.
     pub request_timeout: Duration,
+    /// A request body from which no data arrives for this long is answered 408.
+    pub body_idle_timeout: Duration,
     /// Whether the test-only endpoints and behaviours are on.
     pub test_hooks: bool,
     /// How long in-flight requests get on shutdown (announced to event streams).

@@ -446,6 +446,7 @@ mod tests {
             max_wait: Duration::from_secs(30),
             heartbeat_interval_secs: 5,
             request_timeout: Duration::from_secs(30),
+            body_idle_timeout: Duration::from_secs(30),
             test_hooks: true,
             shutdown_timeout: Duration::from_secs(5),
             dead_letter_retention: Duration::from_secs(3600),

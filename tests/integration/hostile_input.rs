@@ -252,6 +252,59 @@ async fn partial_headers_and_idle_connections_are_closed_after_the_idle_timeout(
 }
 
 #[tokio::test]
+async fn a_body_that_stops_arriving_is_answered_408_and_enqueues_nothing() {
+    let app = TestApp::spawn_with(|c| c.http_idle_timeout_secs = 1).await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let body = br#"{"type":"a.b","args":[1]}"#;
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST /ojs/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    stream.write_all(&body[..10]).await.unwrap();
+    let started = std::time::Instant::now();
+    let answer = read_until_closed(&mut stream, Duration::from_secs(10))
+        .await
+        .expect("answered, then closed");
+    let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 408"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    assert!(answer.contains(r#""code":"request_timeout""#), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered after the idle timeout, not the request timeout"
+    );
+    assert_eq!(app.job_count().await, 0);
+    // A body sent in slow parts, each within the timeout, is read whole.
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST /ojs/v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    for part in body.chunks(9) {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        stream.write_all(part).await.unwrap();
+    }
+    let answer = read_until_closed(&mut stream, Duration::from_secs(10))
+        .await
+        .expect("answered");
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 201"));
+    assert_eq!(app.job_count().await, 1);
+}
+
+#[tokio::test]
 async fn past_the_connection_limit_new_connections_wait_for_a_free_one() {
     let app = TestApp::spawn_with(|c| {
         c.max_connections = 2;
