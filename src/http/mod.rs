@@ -22,6 +22,7 @@ pub mod query;
 mod queues;
 pub mod server;
 mod system;
+mod unread;
 mod workers;
 
 use std::sync::Arc;
@@ -264,32 +265,22 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
         request_id = %request_id,
     );
     let started = Instant::now();
-    // A response given before the handler read the whole body (the database away, a timeout)
-    // leaves the rest of the body on the connection, so hyper closes it after the response;
-    // such responses say `Connection: close`, so a keep-alive client knows to reconnect
-    // instead of finding its next request on a dead connection.
-    let has_body = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .is_none_or(|length| length != "0")
-        && (req.headers().contains_key(header::CONTENT_LENGTH)
-            || req.headers().contains_key(header::TRANSFER_ENCODING));
+    // What a response leaves unread of the body is discarded, so the connection lives on
+    // (or the response says `Connection: close`): see `unread`.
+    let (req, unread) = unread::watch(req);
     let mut response = async {
         if let Some(version) = req.headers().get(&OJS_VERSION_HEADER)
             && !version.to_str().is_ok_and(version_supported)
         {
-            return closing(
-                has_body,
-                ApiError::unsupported(format!(
-                    "OJS-Version '{}' is not supported; this server speaks {OJS_VERSION}.",
-                    version.to_str().unwrap_or("?")
-                ))
-                .into_response(),
-            );
+            return ApiError::unsupported(format!(
+                "OJS-Version '{}' is not supported; this server speaks {OJS_VERSION}.",
+                version.to_str().unwrap_or("?")
+            ))
+            .into_response();
         }
         let database = needs_database(req.uri().path());
         if database && state.health().is_down() {
-            return closing(has_body, db_unavailable());
+            return db_unavailable();
         }
         let run = tokio::time::timeout(state.settings().request_timeout, next.run(req));
         let outcome = if database {
@@ -298,25 +289,23 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
             tokio::select! {
                 biased;
                 outcome = run => outcome,
-                () = state.health().went_down() => return closing(has_body, db_unavailable()),
+                () = state.health().went_down() => return db_unavailable(),
             }
         } else {
             run.await
         };
         match outcome {
             Ok(response) => response,
-            Err(_) => closing(
-                has_body,
-                ApiError::unavailable(
-                    "The request took too long; retry shortly.",
-                    Some("request timed out".to_owned()),
-                )
-                .into_response(),
-            ),
+            Err(_) => ApiError::unavailable(
+                "The request took too long; retry shortly.",
+                Some("request timed out".to_owned()),
+            )
+            .into_response(),
         }
     }
     .instrument(span.clone())
     .await;
+    unread.settle(&mut response);
 
     let status = response.status();
     if let Some(PendingError(error)) = response.extensions_mut().remove::<PendingError>() {
@@ -367,16 +356,6 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-    }
-    response
-}
-
-/// `response` with `Connection: close` when the request had a body it did not read.
-fn closing(has_body: bool, mut response: Response) -> Response {
-    if has_body {
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
 }

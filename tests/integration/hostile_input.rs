@@ -346,7 +346,7 @@ async fn past_the_connection_limit_new_connections_wait_for_a_free_one() {
 }
 
 #[tokio::test]
-async fn a_503_given_before_the_body_is_read_announces_that_the_connection_closes() {
+async fn a_503_given_before_the_body_is_read_keeps_the_connection_usable_or_announces_its_close() {
     let cluster = std::sync::Arc::new(
         tokio::task::spawn_blocking(PrivateCluster::start)
             .await
@@ -400,10 +400,10 @@ async fn a_503_given_before_the_body_is_read_announces_that_the_connection_close
         stream.write_all(rest).await.unwrap();
         stream.write_all(head.as_bytes()).await.unwrap();
         stream.write_all(body.as_bytes()).await.unwrap();
+        // (What is read now starts with the rest of the first answer, its body.)
         let next = read_head(&mut stream).await;
         assert!(
-            next.as_deref()
-                .is_some_and(|a| a.starts_with("http/1.1 503")),
+            next.as_deref().is_some_and(|a| a.contains("http/1.1 503")),
             "a connection kept open without `Connection: close` answers the next request: {next:?}"
         );
     }
@@ -481,4 +481,109 @@ async fn a_heartbeat_refused_for_a_job_not_held_records_nothing() {
     .await
     .expect(200);
     assert!(heartbeat_at().await > before);
+}
+
+/// Writes `request` whole, then reads one response whole: its head (lowercased) and body.
+async fn exchange(stream: &mut TcpStream, request: &[u8]) -> Option<(String, Vec<u8>)> {
+    stream.write_all(request).await.ok()?;
+    let mut received = Vec::new();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        if let Some(at) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        received.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&received[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = received[head_end..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&buf[..n]);
+    }
+    Some((head, body))
+}
+
+#[tokio::test]
+async fn answers_that_leave_the_body_unread_keep_the_connection() {
+    let app = TestApp::spawn().await;
+    let addr = app.base.trim_start_matches("http://").to_owned();
+    let request = |method: &str, path: &str, content_type: &str, body: &[u8]| {
+        let mut r = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        r.extend_from_slice(body);
+        r
+    };
+    let big = vec![b'x'; 1_000_000];
+    let too_big = format!(r#"{{"type":"a.b","args":["{}"]}}"#, "x".repeat(5_000_000));
+    for (what, first, status) in [
+        (
+            "a body of the wrong type",
+            request("POST", "/ojs/v1/jobs", "text/plain", &big),
+            "415",
+        ),
+        (
+            "a route that takes no body",
+            request(
+                "DELETE",
+                "/ojs/v1/jobs/01a21299-177e-7177-8bed-8580ec4a9d2c",
+                "application/json",
+                &big,
+            ),
+            "404",
+        ),
+        (
+            "no such route",
+            request("POST", "/nowhere", "application/json", &big),
+            "404",
+        ),
+        (
+            "a body over the limit",
+            request(
+                "POST",
+                "/ojs/v1/jobs",
+                "application/json",
+                too_big.as_bytes(),
+            ),
+            "413",
+        ),
+    ] {
+        let mut stream = TcpStream::connect(&addr).await.unwrap();
+        let (head, _) = exchange(&mut stream, &first)
+            .await
+            .unwrap_or_else(|| panic!("{what}: answered"));
+        assert!(
+            head.starts_with(&format!("http/1.1 {status}")),
+            "{what}: {head}"
+        );
+        assert!(!head.contains("connection: close"), "{what}: {head}");
+        let next = request(
+            "POST",
+            "/ojs/v1/jobs",
+            "application/json",
+            br#"{"type":"a.b","args":[]}"#,
+        );
+        let (head, _) = exchange(&mut stream, &next)
+            .await
+            .unwrap_or_else(|| panic!("{what}: the connection serves the next request"));
+        assert!(head.starts_with("http/1.1 201"), "{what}: {head}");
+    }
+    assert_eq!(app.job_count().await, 4);
 }
