@@ -78,12 +78,23 @@ impl Drop for Watched {
 
 /// The rest of a watched body, once the request is done with.
 pub struct Unread {
-    returned: oneshot::Receiver<Body>,
+    /// `None`: the request had no body.
+    returned: Option<oneshot::Receiver<Body>>,
     expects_continue: bool,
 }
 
-/// Watches the body of `req`: [`Unread::settle`] gets back what the handler left of it.
+/// Watches the body of `req`: [`Unread::settle`] gets back what the handler left of it. A
+/// request without a body (most GETs) is passed on as it is.
 pub fn watch(req: Request) -> (Request, Unread) {
+    if req.body().is_end_stream() {
+        return (
+            req,
+            Unread {
+                returned: None,
+                expects_continue: false,
+            },
+        );
+    }
     let expects_continue = req
         .headers()
         .get(header::EXPECT)
@@ -99,7 +110,7 @@ pub fn watch(req: Request) -> (Request, Unread) {
     (
         req,
         Unread {
-            returned,
+            returned: Some(returned),
             expects_continue,
         },
     )
@@ -108,8 +119,8 @@ pub fn watch(req: Request) -> (Request, Unread) {
 impl Unread {
     /// Discards the unread rest of the body, if any, in the background; `response` says
     /// `Connection: close` unless the whole rest fits in the limits.
-    pub fn settle(mut self, response: &mut Response) {
-        let Ok(rest) = self.returned.try_recv() else {
+    pub fn settle(self, response: &mut Response) {
+        let Some(Ok(rest)) = self.returned.map(|mut returned| returned.try_recv()) else {
             return;
         };
         if self.expects_continue {
