@@ -28,8 +28,8 @@ use crate::maintenance::{
     self, ExpirerConfig, MaintenanceConfig, PromoterConfig, PrunerConfig, ReaperConfig,
     StaleWorkersConfig,
 };
-use crate::notifier::{Announcer, Notifier};
 use crate::scheduling::starvation::COUNT_FLUSH_INTERVAL;
+use crate::wakeup::{Announcer, Notifier};
 
 /// A built server, bound to its port, not yet serving.
 pub struct Application {

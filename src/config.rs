@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use sqlx::postgres::PgConnectOptions;
 
+use crate::telemetry::LogFormat;
+
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/ojs";
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_DB_MAX_CONNECTIONS: u32 = 20;
@@ -65,7 +67,7 @@ impl FromStr for Span {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        crate::duration::parse_ms(s).map(|ms| Span(Duration::from_millis(ms)))
+        crate::wire::duration::parse_ms(s).map(|ms| Span(Duration::from_millis(ms)))
     }
 }
 
@@ -73,15 +75,6 @@ impl Span {
     fn parse_default(text: &str) -> Span {
         text.parse().expect("valid default duration")
     }
-}
-
-/// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
 }
 
 /// The `Content-Type` of JSON responses.

@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::db::DbHealth;
 use crate::store;
 use crate::store::event::{EventFilter, EventRow, Position};
-use crate::timestamp;
+use crate::wire::timestamp;
 
 /// `specversion` of every event.
 pub const EVENT_SPEC_VERSION: &str = "1.0";

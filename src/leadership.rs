@@ -57,9 +57,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::DbHealth;
-use crate::notifier::{Notifier, Wakeup};
 use crate::store;
 use crate::store::leader::Election;
+use crate::wakeup::{Notifier, Wakeup};
 
 /// Lease timing.
 #[derive(Debug, Clone, Copy)]

@@ -1,36 +1,52 @@
 //! ojsd: an Open Job Spec (OJS) job server on PostgreSQL.
 //!
 //! A code tour, in reading order: the schema (`migrations/`, with its `README.md`), then the
-//! domain — [`job`] (what a job is and where it goes next), [`worker`], [`pool`],
-//! [`queue_config`] and [`scheduling`] (fetch-order policy, pure) — then [`store`] (every SQL
-//! statement), [`broker`] (the OJS operations), [`http`] (the wire API), [`maintenance`] (the
-//! leader's services) and [`app`] (how it is all started and supervised).
+//! domain — [`job`] (what a job is and where it goes next), [`worker`], [`queue_config`] and
+//! [`scheduling`] (fetch-order policy and worker pools, pure) — then [`store`] (every SQL
+//! statement), [`wakeup`] (how a waiting FETCH learns of new jobs), [`broker`] (the OJS
+//! operations), [`http`] (the wire API), [`maintenance`] (the leader's services) and [`app`]
+//! (how it is all started and supervised).
 //!
-//! Dependencies point one way: `http` → `broker` → `store` → the domain; `maintenance` uses
-//! `store` and the domain, never the broker.
+//! # Layers
+//!
+//! A module may import modules of its own layer and of the layers above it in this table,
+//! never of a layer below, and no two files may depend on each other, directly or through
+//! others. `tests/integration/architecture.rs` reads every `crate::` path of `src/` and fails
+//! on an import against this table or on any circle.
+//!
+//! | layer | modules | what it holds |
+//! |---|---|---|
+//! | wire | `wire` | how values are spelled in client JSON: verbatim JSON, durations, timestamps, field violations |
+//! | domain | `job` `worker` `queue_config` `scheduling` `error` | what a job, worker, queue and pool are and may do; no I/O |
+//! | store | `store` | every SQL statement, given a connection |
+//! | infrastructure | `db` `telemetry` | connection pools, database health, logs and metrics |
+//! | runtime | `wakeup` `events` `leadership` `auth` | per-process machinery: long-poll wake-ups, the event tail, the maintenance lease, the key ring |
+//! | services | `broker` `maintenance` | the OJS operations; the leader's timed services |
+//! | http | `http` | the wire API |
+//! | root | `config` `app` | settings, start-up and supervision |
+//!
+//! Besides:
+//! - `maintenance` never imports `broker`: the leader's services use the store and the domain
+//!   directly;
+//! - `http` never imports `store` (handlers reach it through the broker) or `maintenance`.
 
 pub mod app;
 pub mod auth;
 pub mod broker;
-pub mod claim_floor;
 pub mod config;
 pub mod db;
-pub mod duration;
 pub mod error;
 pub mod events;
 pub mod http;
 pub mod job;
-pub mod json;
 pub mod leadership;
 pub mod maintenance;
-pub mod notifier;
-pub mod pool;
 pub mod queue_config;
 pub mod scheduling;
 pub mod store;
 pub mod telemetry;
-pub mod timestamp;
-pub mod waiters;
+pub mod wakeup;
+pub mod wire;
 pub mod worker;
 
 pub use error::{Error, Result};

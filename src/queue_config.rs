@@ -11,9 +11,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::duration;
-use crate::job::envelope::Violation;
 use crate::job::retry::RetryPolicy;
+use crate::wire::Violation;
+use crate::wire::duration;
 
 /// Name of the virtual queue holding the policy every queue inherits.
 pub const DEFAULT_QUEUE: &str = "_default";
@@ -285,7 +285,7 @@ impl QueueConfig {
 /// Parses a merged `default_retry` object as a policy (system defaults for what it omits).
 fn retry_policy(retry: &Map<String, Value>, path: &str) -> Result<RetryPolicy, ConfigError> {
     let text = Value::Object(retry.clone()).to_string();
-    let raw = crate::json::raw(text);
+    let raw = crate::wire::json::raw(text);
     RetryPolicy::parse(&raw, path).map_err(ConfigError::Retry)
 }
 

@@ -13,9 +13,17 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
 use crate::job::{Job, JobState};
 use crate::queue_config::OverflowPolicy;
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Installs the global log subscriber, writing to stderr. Call once per process.
 pub fn init(format: LogFormat) {
@@ -247,13 +255,14 @@ pub fn leader_changed(leader: bool) {
 pub fn maintenance_pass(
     service: &'static str,
     elapsed: std::time::Duration,
-    pass: Option<&crate::maintenance::Pass>,
+    processed: Option<u64>,
 ) {
     histogram!("ojs_maintenance_pass_duration_seconds", "service" => service)
         .record(elapsed.as_secs_f64());
-    match pass {
-        Some(pass) => counter!("ojs_maintenance_processed_total", "service" => service)
-            .increment(pass.processed),
+    match processed {
+        Some(rows) => {
+            counter!("ojs_maintenance_processed_total", "service" => service).increment(rows)
+        }
         None => counter!("ojs_maintenance_errors_total", "service" => service).increment(1),
     }
 }

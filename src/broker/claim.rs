@@ -2,10 +2,10 @@
 //! queue claimed from under the dispatch limits of its pool and its own configuration.
 
 use super::fetch::{FetchRequest, Fetcher, SharedClaim};
-use crate::claim_floor::FloorKey;
 use crate::error::Result;
+use crate::job::DispatchPlace;
 use crate::job::Job;
-use crate::pool::WorkerPool;
+use crate::scheduling::pool::WorkerPool;
 use crate::scheduling::{Plan, Route, Strategy};
 use crate::store;
 use crate::store::job::ClaimParams;
@@ -164,7 +164,7 @@ impl Fetcher {
             ClaimParams {
                 limit: allowed,
                 started_at: started_at.or(params.started_at),
-                from: floor.as_ref().map_or(FloorKey::START, |f| f.from),
+                from: floor.as_ref().map_or(DispatchPlace::START, |f| f.from),
                 ..params
             },
             fair,
@@ -231,7 +231,7 @@ impl Fetcher {
             default_visibility_timeout_ms: self.settings.default_visibility_timeout_ms,
             started_at: None,
             pool: pool.map(|p| p.name.as_str()),
-            from: FloorKey::START,
+            from: DispatchPlace::START,
         }
     }
 }

@@ -15,9 +15,9 @@ use serde_json::Value;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
-use crate::pool::WorkerPool;
 use crate::queue_config::{DEFAULT_QUEUE, QueueConfig};
 use crate::scheduling;
+use crate::scheduling::pool::WorkerPool;
 use crate::store;
 
 /// How stale another replica's configuration change may be here.
@@ -123,7 +123,7 @@ impl Snapshot {
             layer
                 .pointer("/retention/completed")
                 .and_then(Value::as_str)
-                .and_then(|d| crate::duration::parse_ms(d).ok())
+                .and_then(|d| crate::wire::duration::parse_ms(d).ok())
         };
         let default_completed_retention = completed_retention_of(&default_layer);
         let completed_retention = layers

@@ -13,19 +13,19 @@ use uuid::Uuid;
 use super::configs::{Configs, Snapshot};
 use super::group::GroupCommit;
 use super::{GROUP_FLUSHERS, Settings};
-use crate::claim_floor::FloorKey;
 use crate::db::HotConnections;
 use crate::error::{Error, Result};
+use crate::job::DispatchPlace;
 use crate::job::envelope::{Limits, NewJob, Rejection};
 use crate::job::retry::RetryPolicy;
 use crate::job::{Job, JobState};
-use crate::notifier::Announcer;
 use crate::queue_config::OverflowPolicy;
 use crate::store;
 use crate::store::job::{HandTo, Handoffs};
 use crate::store::refusal::{Refusal, refusal};
 use crate::telemetry;
-use crate::waiters::{Taken, Waiters};
+use crate::wakeup::Announcer;
+use crate::wakeup::waiters::{Taken, Waiters};
 
 /// Most single-job PUSH requests written by one statement.
 const PUSH_GROUP_MAX: usize = 256;
@@ -248,10 +248,10 @@ impl Enqueuer {
         }
         // Per queue: new jobs, new available jobs, and where the first of those is in the
         // dispatch order.
-        let mut added: Vec<(&str, usize, usize, Option<FloorKey>)> = Vec::new();
+        let mut added: Vec<(&str, usize, usize, Option<DispatchPlace>)> = Vec::new();
         for job in new_jobs() {
             let (available, place) = if job.state == JobState::Available {
-                (1, FloorKey::of(job).or(Some(FloorKey::START)))
+                (1, DispatchPlace::of(job).or(Some(DispatchPlace::START)))
             } else {
                 (0, None)
             };
@@ -270,7 +270,7 @@ impl Enqueuer {
         for (queue, jobs, available, first) in added {
             if available > 0 {
                 self.announcer
-                    .announce(queue, available, first.unwrap_or(FloorKey::START));
+                    .announce(queue, available, first.unwrap_or(DispatchPlace::START));
             }
             let config = configs.of(queue);
             let Some(bound) = config.max_size else {
@@ -513,7 +513,7 @@ fn prepare(
                 &config.default_retry,
                 job.retry_input.as_deref(),
             ) {
-                let raw = crate::json::raw(merged);
+                let raw = crate::wire::json::raw(merged);
                 job.retry = RetryPolicy::parse(&raw, "$.retry").map_err(|v| Error::Rejected {
                     index,
                     rejection: Rejection::InvalidRetry(v),

@@ -14,18 +14,19 @@ use super::configs::Configs;
 use super::dispatch_stats::DispatchStats;
 use super::group::GroupCommit;
 use super::{GROUP_FLUSHERS, Settings};
-use crate::claim_floor::{ClaimFloors, FloorKey};
 use crate::db::HotConnections;
 use crate::error::{Error, Result};
+use crate::job::DispatchPlace;
 use crate::job::Job;
-use crate::notifier::Notifier;
 use crate::scheduling::{
     self, DEFAULT_POOL, DEFAULT_WORKER_CONCURRENCY, Dispatcher, NoQueues, Pools, Preference, Route,
     Sources, Strategy, Weights,
 };
 use crate::store;
 use crate::telemetry;
-use crate::waiters::{Delivery, HandoffTarget, Parking, Waiters};
+use crate::wakeup::ClaimFloors;
+use crate::wakeup::Notifier;
+use crate::wakeup::waiters::{Delivery, HandoffTarget, Parking, Waiters};
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
 /// service handles the rest of a large backlog).
@@ -289,7 +290,7 @@ async fn flush_claims(
                         queue,
                         &[share(&claims[i])],
                         default_visibility_timeout_ms,
-                        FloorKey::START,
+                        DispatchPlace::START,
                     )
                     .await;
                     conn.answered(&alone);
@@ -397,7 +398,7 @@ impl Fetcher {
     /// `OJS_PROMOTE_INTERVAL_MS`, with `enqueued_at` = their due time, so they keep their FIFO
     /// place) or here: a fetch that finds fewer jobs than it wants promotes its queues' due jobs
     /// and claims again, so a job is never missed once due. That promotion is skipped while
-    /// nothing can be due ([`crate::waiters::Waiters::may_be_due`]). A fetch that is served at
+    /// nothing can be due ([`crate::wakeup::waiters::Waiters::may_be_due`]). A fetch that is served at
     /// once costs one statement per queue asked.
     ///
     /// A long poll's first attempt claims nothing when FETCHes that would take hand-offs are
@@ -510,7 +511,7 @@ impl Fetcher {
     fn lower_floors(&self, queues: &[&str]) {
         let floors = self.notifier.floors();
         for queue in queues {
-            floors.lower(queue, FloorKey::START);
+            floors.lower(queue, DispatchPlace::START);
         }
     }
 

@@ -6,7 +6,7 @@ use super::Broker;
 use crate::auth::{self, KeyRequest, KeyRing};
 use crate::error::Result;
 use crate::store;
-use crate::store::api_key::KeyRow;
+pub use crate::store::api_key::KeyRow;
 
 /// A created key: its row, and the key itself (shown once).
 pub struct CreatedKey {

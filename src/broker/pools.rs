@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::Broker;
 use crate::error::{Error, Result};
-use crate::pool::{StoredPool, WorkerPool};
+use crate::scheduling::pool::{StoredPool, WorkerPool};
 use crate::scheduling::starvation;
 use crate::store;
 use crate::store::pool::{FairQueue, PoolUsage};
@@ -273,7 +273,7 @@ pub fn pool_json(view: &PoolView) -> Value {
         "active_workers": view.usage.active_workers,
         "workers": view.usage.active_workers,
         "active_jobs": view.usage.active_jobs,
-        "created_at": crate::timestamp::format(view.stored.created_at),
-        "updated_at": crate::timestamp::format(view.stored.updated_at),
+        "created_at": crate::wire::timestamp::format(view.stored.created_at),
+        "updated_at": crate::wire::timestamp::format(view.stored.updated_at),
     })
 }

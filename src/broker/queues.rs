@@ -7,8 +7,8 @@ use serde_json::{Map, Value, json};
 
 use super::Broker;
 use super::configs::Snapshot;
-use crate::claim_floor::FloorKey;
 use crate::error::{Error, Result};
+use crate::job::DispatchPlace;
 use crate::queue_config::{self, DEFAULT_QUEUE, QueueConfig};
 use crate::store;
 use crate::store::queue::{Bounds, QueueCounts, QueueRow, QueueState};
@@ -253,7 +253,7 @@ impl Broker {
             self.announcer.announce(
                 to,
                 usize::try_from(moved_available).unwrap_or(usize::MAX),
-                FloorKey::START,
+                DispatchPlace::START,
             );
         }
         Ok(Deleted {
@@ -279,7 +279,8 @@ impl Broker {
         }
         if !paused {
             // Long polls waiting on the queue (here and on other replicas) look again.
-            self.announcer.announce(name, usize::MAX, FloorKey::START);
+            self.announcer
+                .announce(name, usize::MAX, DispatchPlace::START);
         }
         Ok(queue)
     }

@@ -18,12 +18,13 @@ use super::openapi;
 use super::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
 use super::{AppState, ok};
 use crate::broker::{DeadLetterFilter, RetryOverride};
-use crate::duration;
 use crate::error::Error;
-use crate::job::envelope::{self, Rejection, Violation};
+use crate::job::envelope::{self, Rejection};
 use crate::job::wire::WireJob;
-use crate::json::{self, Object};
-use crate::timestamp;
+use crate::wire::Violation;
+use crate::wire::duration;
+use crate::wire::json::{self, Object};
+use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

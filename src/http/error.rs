@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::job::JobState;
-use crate::job::envelope::{Rejection, Violation};
+use crate::job::envelope::Rejection;
 use crate::queue_config::ConfigError;
+use crate::wire::Violation;
 
 /// A client-visible error (boxed: it travels through many `Result`s).
 #[derive(Debug, Clone)]

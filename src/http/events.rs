@@ -28,7 +28,7 @@ use super::{AppState, ok};
 use crate::broker::{EventFilter, EventRow, Position};
 use crate::events::{EventKey, WireEvent};
 use crate::job::JobState;
-use crate::timestamp;
+use crate::wire::timestamp;
 
 /// Default and largest `limit` of a poll.
 const DEFAULT_POLL_LIMIT: i64 = 100;

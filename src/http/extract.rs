@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use super::AppState;
 use super::error::ApiError;
 use crate::job::JobId;
-use crate::json::{self, Kind, Object};
+use crate::wire::json::{self, Kind, Object};
 
 /// Read limit of a route's body, in bytes (set per route with an `Extension`).
 #[derive(Debug, Clone, Copy)]

@@ -16,7 +16,7 @@ use crate::broker::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 use crate::error::Error;
 use crate::job::envelope::{self, NewJob};
 use crate::job::wire::WireJob;
-use crate::json::{Kind, Object};
+use crate::wire::json::{Kind, Object};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;

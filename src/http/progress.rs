@@ -31,8 +31,8 @@ use super::jobs::JobIdParam;
 use super::{AppState, ok};
 use crate::broker::{Progress, ProgressReport};
 use crate::job::{JobId, JobState};
-use crate::json::{self, Kind};
-use crate::timestamp;
+use crate::wire::json::{self, Kind};
+use crate::wire::timestamp;
 
 /// Longest `message`, in characters.
 const MAX_MESSAGE_CHARS: usize = 1_000;

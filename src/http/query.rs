@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::error::ApiError;
-use crate::timestamp;
+use crate::wire::timestamp;
 
 /// The decoded query string (`name=value` pairs; the last of repeated names wins).
 #[derive(Debug, Clone, Default)]

@@ -28,7 +28,7 @@ use crate::broker::{DeleteStrategy, Queue, QueueConfigs, QueueStats};
 use crate::broker::{QueueCounts, QueueState};
 use crate::job::is_valid_queue;
 use crate::queue_config::DEFAULT_QUEUE;
-use crate::timestamp;
+use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -21,13 +21,13 @@ use crate::broker::{
     FetchRequest, HeartbeatParams, MAX_WEIGHT, NackRequest, Nacked, Strategy, Weights,
     WorkerRecord, WorkerReport,
 };
-use crate::duration;
 use crate::job::failure::JobError;
 use crate::job::wire::WireJob;
 use crate::job::{JobId, JobState, is_valid_queue};
-use crate::json::{self, Kind, Object};
 use crate::scheduling::DEFAULT_WORKER_CONCURRENCY;
-use crate::timestamp;
+use crate::wire::duration;
+use crate::wire::json::{self, Kind, Object};
+use crate::wire::timestamp;
 use crate::worker::{EffectiveState, WorkerDirective, WorkerState, required_state};
 
 /// Largest ACK `result`, serialized.

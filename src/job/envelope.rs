@@ -17,32 +17,15 @@ use serde_json::value::RawValue;
 use super::retry::RetryPolicy;
 use super::unique::UniquePolicy;
 use super::{DEFAULT_PRIORITY, JobId, is_valid_queue, is_valid_type, priority_alias};
-use crate::json::{self, Kind, Object};
-use crate::timestamp::{self, ClientTime};
+use crate::wire::Violation;
+use crate::wire::json::{self, Kind, Object};
+use crate::wire::timestamp::{self, ClientTime};
 
 /// The largest `meta` accepted, serialized.
 pub const MAX_META_BYTES: usize = 64 * 1024;
 
 /// The queue used when an envelope names none.
 pub const DEFAULT_QUEUE: &str = "default";
-
-/// One problem with a request field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// JSON path of the offending field, e.g. `$.options.priority`.
-    pub path: String,
-    /// What is wrong, naming the field.
-    pub message: String,
-}
-
-impl Violation {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Violation {
-        Violation {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
 
 /// Why an envelope was refused. The variants are in the order ojsd checks for them, and the
 /// first that applies is the answer.
@@ -425,7 +408,9 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
             let per_unit = if path.ends_with("_ms") { 1 } else { 1_000 };
             match json::as_integer(raw) {
                 Some(0) => limits.default_timeout_ms,
-                Some(n) if n > 0 && n <= crate::duration::MAX_MS as i64 / per_unit => n * per_unit,
+                Some(n) if n > 0 && n <= crate::wire::duration::MAX_MS as i64 / per_unit => {
+                    n * per_unit
+                }
                 _ => {
                     v.push(Violation::new(
                         path.clone(),
@@ -474,12 +459,12 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
             } else if Kind::of(raw) == Kind::String {
                 json::decode::<String>(raw)
                     .ok()
-                    .and_then(|s| crate::duration::parse_ms(&s).ok())
+                    .and_then(|s| crate::wire::duration::parse_ms(&s).ok())
                     .and_then(|ms| i64::try_from(ms).ok())
                     .filter(|n| *n > 0)
             } else {
                 json::as_integer(raw)
-                    .filter(|n| *n > 0 && *n <= crate::duration::MAX_MS as i64 / 1_000)
+                    .filter(|n| *n > 0 && *n <= crate::wire::duration::MAX_MS as i64 / 1_000)
                     .map(|s| s * 1_000)
             };
             if ms.is_none() {

@@ -3,9 +3,9 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::envelope::Violation;
 use super::retry::{OnExhaustion, RetryPolicy};
-use crate::json::{self, Kind, Object};
+use crate::wire::Violation;
+use crate::wire::json::{self, Kind, Object};
 
 /// Frames kept of a reported backtrace.
 pub const MAX_BACKTRACE_FRAMES: usize = 50;

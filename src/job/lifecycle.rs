@@ -8,7 +8,7 @@ use super::envelope::NewJob;
 use super::failure::{self, JobError, Outcome, Reclaim};
 use super::retry::RetryPolicy;
 use super::{Job, JobState};
-use crate::timestamp::ClientTime;
+use crate::wire::timestamp::ClientTime;
 
 /// Where a failed attempt sends the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,12 +22,15 @@
 //!
 //! [OJS job lifecycle]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#6-job-lifecycle-state-machine
 
+mod dispatch;
 pub mod envelope;
 pub mod failure;
 pub mod lifecycle;
 pub mod retry;
 pub mod unique;
 pub mod wire;
+
+pub use dispatch::DispatchPlace;
 
 use std::fmt;
 use std::str::FromStr;
@@ -237,31 +240,6 @@ pub struct Job {
     /// Virtual finish time of a tenant-fair job while available (dispatch order within its
     /// priority).
     pub fair_key: Option<f64>,
-}
-
-impl Job {
-    /// Where an available job stands in its queue's dispatch order (smaller first): the order
-    /// of the claim, `ojs_job_dispatch_idx` (migration V4). Without aging: priority, then the
-    /// time the job became available, then `seq`. With aging the effective priority is
-    /// `priority - waited / interval`, the same order as `became_available + priority *
-    /// interval`.
-    pub fn dispatch_key(&self) -> (i32, i128, i64) {
-        let available_us = self
-            .enqueued_at
-            .map_or(i128::MAX, |t| i128::from(t.timestamp_micros()));
-        if let Some(key) = self.fair_key {
-            // The tenant-fair order (migration V8): priority, then virtual finish time.
-            return (self.priority, (key * 1e9) as i128, self.seq);
-        }
-        match self.priority_aging_ms {
-            None => (self.priority, available_us, self.seq),
-            Some(ms) => (
-                0,
-                available_us + i128::from(self.priority) * i128::from(ms) * 1_000,
-                self.seq,
-            ),
-        }
-    }
 }
 
 /// The field names of [`Job`], in order (checked against the table by the test suite).

@@ -12,9 +12,10 @@ use std::fmt::Write as _;
 use rand::Rng;
 use serde_json::value::RawValue;
 
-use super::envelope::Violation;
-use crate::duration;
-use crate::json::{self, Kind, Object};
+use crate::wire::Violation;
+use crate::wire::duration;
+use crate::wire::json::{self, Kind, Object};
+use crate::wire::violation::positive_interval;
 
 /// Default total attempts, including the first.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
@@ -305,57 +306,6 @@ impl RetryPolicy {
                 _ => value == entry,
             })
         })
-    }
-}
-
-/// The positive duration `name` of `obj`, if given, as a duration string (`name`) or as whole
-/// milliseconds (`name_ms`, the spelling of the OJS HTTP binding's examples and of the Go and
-/// Java SDKs); both may be given only if they agree. A bad one is recorded in `violations`.
-pub(super) fn positive_interval(
-    obj: &Object<'_>,
-    name: &str,
-    field: &dyn Fn(&str) -> String,
-    violations: &mut Vec<Violation>,
-) -> Option<u64> {
-    let ms_name = format!("{name}_ms");
-    let text = obj.get(name).map(|v| (name, parse_interval(v)));
-    let millis = obj.get(&ms_name).map(|v| {
-        let ms = json::as_integer(v)
-            .and_then(|n| u64::try_from(n).ok())
-            .ok_or_else(|| "expected a whole number of milliseconds".to_owned());
-        (ms_name.as_str(), ms)
-    });
-    let mut found = None;
-    for (key, parsed) in [text, millis].into_iter().flatten() {
-        match parsed {
-            Ok(ms) if ms > 0 && found.is_none_or(|(_, first)| first == ms) => {
-                found = Some((key, ms));
-            }
-            Ok(ms) if ms > 0 => violations.push(Violation::new(
-                field(key),
-                format!("{key} disagrees with {}", found.map_or("", |(k, _)| k)),
-            )),
-            Ok(_) => violations.push(Violation::new(
-                field(key),
-                format!("{key} must be greater than zero"),
-            )),
-            Err(e) => violations.push(Violation::new(
-                field(key),
-                format!("{key} is not a valid duration: {e}"),
-            )),
-        }
-    }
-    found.map(|(_, ms)| ms)
-}
-
-/// A duration given as an ISO 8601 / short-form string.
-fn parse_interval(raw: &RawValue) -> Result<u64, String> {
-    match json::decode::<String>(raw) {
-        Ok(s) => duration::parse_ms(&s),
-        Err(_) => Err(format!(
-            "expected a duration string such as \"PT1S\", got {}",
-            Kind::of(raw).article_name()
-        )),
     }
 }
 

@@ -14,8 +14,8 @@ use sha2::{Digest, Sha256};
 use unicode_normalization::UnicodeNormalization;
 
 use super::JobState;
-use super::envelope::Violation;
-use crate::json::{self, Kind, Object};
+use crate::wire::Violation;
+use crate::wire::json::{self, Kind, Object};
 
 /// What to do when an enqueue finds a duplicate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +154,8 @@ impl UniquePolicy {
             ));
         }
         // `period` as a duration string, or `period_ms` (Go and Java SDKs).
-        policy.period_ms = super::retry::positive_interval(&obj, "period", &field, &mut v);
+        policy.period_ms =
+            crate::wire::violation::positive_interval(&obj, "period", &field, &mut v);
         if let Some(states) = string_list("states", &mut v) {
             let parsed: Option<Vec<JobState>> = states.iter().map(|s| JobState::parse(s)).collect();
             match parsed {

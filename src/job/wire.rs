@@ -11,8 +11,8 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 
 use super::{Job, JobState};
-use crate::json::{self, Object};
-use crate::timestamp;
+use crate::wire::json::{self, Object};
+use crate::wire::timestamp;
 
 /// The `specversion` every job is returned with.
 pub const SPEC_VERSION: &str = "1.0.0-rc.1";

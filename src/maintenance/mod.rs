@@ -260,7 +260,11 @@ async fn run_loop<S: Service>(service: S, health: DbHealth, stop: CancellationTo
                 Ok(pass) => pass.map_err(Some),
                 Err(_elapsed) => Err(None),
             };
-            crate::telemetry::maintenance_pass(name, started.elapsed(), result.as_ref().ok());
+            crate::telemetry::maintenance_pass(
+                name,
+                started.elapsed(),
+                result.as_ref().ok().map(|pass| pass.processed),
+            );
             match result {
                 Ok(pass) if pass.more => Duration::ZERO,
                 Ok(_) => jittered(service.interval()),

@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{Context, Pass, Service};
-use crate::duration;
 use crate::job::JobState;
 use crate::queue_config::DEFAULT_QUEUE;
 use crate::store;
 use crate::store::job::PruneCutoffs;
+use crate::wire::duration;
 
 /// Pruner settings.
 #[derive(Debug, Clone)]

@@ -87,7 +87,7 @@ impl Service for StarvationWatch {
             let data = json!({
                 "queue": s.queue,
                 "pool": s.pool,
-                "duration": crate::duration::format_iso(ms),
+                "duration": crate::wire::duration::format_iso(ms),
                 "duration_ms": ms,
                 "available_count": s.available,
             });

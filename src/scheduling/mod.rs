@@ -12,6 +12,7 @@
 //! - [`starvation`]: which queues of pools with starvation prevention are starved, from the
 //!   dispatch records of every replica.
 
+pub mod pool;
 pub mod starvation;
 pub mod stride;
 
@@ -20,7 +21,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::pool::WorkerPool;
+use crate::scheduling::pool::WorkerPool;
 
 pub use stride::{Dispatcher, Plan};
 

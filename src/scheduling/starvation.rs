@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::pool::{StoredPool, WorkerPool};
+use crate::scheduling::pool::{StoredPool, WorkerPool};
 
 /// How often each process writes its dispatch counts to the database.
 pub const COUNT_FLUSH_INTERVAL: Duration = Duration::from_millis(500);

@@ -128,7 +128,7 @@ impl Raw {
                 job_type: self.job_type,
                 from_state: self.from_state,
                 to_state: self.to_state,
-                data: Json(crate::json::compact_raw(self.data.0)),
+                data: Json(crate::wire::json::compact_raw(self.data.0)),
             });
             return;
         };

@@ -23,7 +23,7 @@ pub mod worker;
 /// Enqueues do not notify in their own transaction: a transaction that notifies holds a global
 /// lock from its commit until it ends, so notifying enqueues cannot share WAL flushes and
 /// serialize on it. The process announces them afterwards, coalesced per queue
-/// ([`crate::notifier::Announcer`]). The rarer statements (promotion, requeue, activation) notify
+/// ([`crate::wakeup::Announcer`]). The rarer statements (promotion, requeue, activation) notify
 /// in-statement, once per queue per statement, never once per job.
 pub const JOB_AVAILABLE_CHANNEL: &str = "ojs_job_available";
 
@@ -63,7 +63,7 @@ pub async fn other_listeners(
 /// Notifies [`JOB_AVAILABLE_CHANNEL`] once with each of `payloads`: `"<queue> <sender>"`, so the
 /// sending process can recognize (and skip) its own notifications, optionally followed by
 /// `" <priority> <time_ms>"`, where the new jobs start in the queue's dispatch order
-/// ([`crate::claim_floor`]).
+/// ([`crate::wakeup::floors`]).
 pub async fn notify_available(
     db: impl sqlx::PgExecutor<'_>,
     payloads: &[String],

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgConnection, PgExecutor};
 
-use crate::pool::{StoredPool, WorkerPool};
+use crate::scheduling::pool::{StoredPool, WorkerPool};
 use crate::scheduling::starvation::{self, QueueDispatch};
 
 /// Live members and active jobs of a pool.

@@ -1,5 +1,5 @@
 //! Claims start their walk of the dispatch index at the queue's claim floor
-//! (`ojsd::claim_floor`), and nothing that becomes available below the floor is passed over.
+//! (`ojsd::wakeup::floors`), and nothing that becomes available below the floor is passed over.
 //! Also: the planner statistics follow the size of ojs_job (`maintenance::PlannerStats`).
 
 use std::time::Duration;

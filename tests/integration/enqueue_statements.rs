@@ -2,8 +2,8 @@
 //! batch statement: both must write the same rows and the same events.
 
 use ojsd::job::envelope::{Limits, NewJob, parse};
-use ojsd::json::Object;
 use ojsd::store::job::{HandTo, Handoffs, insert_many};
+use ojsd::wire::json::Object;
 use serde_json::{Map, Value};
 
 use crate::harness::TestDb;

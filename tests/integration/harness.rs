@@ -681,7 +681,7 @@ fn init_test_logging() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         if std::env::var_os("TEST_LOG").is_some() {
-            ojsd::telemetry::init(ojsd::config::LogFormat::Text);
+            ojsd::telemetry::init(ojsd::telemetry::LogFormat::Text);
         }
     });
 }

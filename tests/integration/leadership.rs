@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use ojsd::db::DbHealth;
 use ojsd::leadership::{Elector, LeaderConfig, Role};
-use ojsd::notifier::Notifier;
 use ojsd::store::leader::{self, Election};
+use ojsd::wakeup::Notifier;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 

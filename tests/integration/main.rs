@@ -1,6 +1,7 @@
 //! Integration tests: the real server over HTTP, on a real PostgreSQL, one database per test.
 
 mod admin_api;
+mod architecture;
 mod auth;
 mod batching;
 mod claim_floor;

@@ -170,7 +170,7 @@ async fn fetch_promotes_due_scheduled_and_retryable_jobs() {
         "update ojs_job set scheduled_at = now() - interval '1 second' where id = '{scheduled}'"
     ))
     .await;
-    tokio::time::sleep(ojsd::waiters::NEXT_DUE_TRUST).await;
+    tokio::time::sleep(ojsd::wakeup::waiters::NEXT_DUE_TRUST).await;
     let got = app.fetch_one("q", "w").await;
     assert_eq!(got["id"], scheduled.as_str());
     assert!(got["enqueued_at"].is_string());
@@ -190,7 +190,7 @@ async fn fetch_promotes_due_scheduled_and_retryable_jobs() {
         "update ojs_job set next_retry_at = now() - interval '1 second' where id = '{scheduled}'"
     ))
     .await;
-    tokio::time::sleep(ojsd::waiters::NEXT_DUE_TRUST).await;
+    tokio::time::sleep(ojsd::wakeup::waiters::NEXT_DUE_TRUST).await;
     let again = app.fetch_one("q", "w").await;
     assert_eq!(again["id"], scheduled.as_str());
     assert_eq!(again["attempt"], 2);

@@ -24,8 +24,8 @@ use crate::broker::{JobFilter, JobSort, JobSummary, RetryOverride};
 use crate::job::JobState;
 use crate::job::unique::UniquePolicy;
 use crate::job::wire::WireJob;
-use crate::json::Object;
-use crate::timestamp;
+use crate::wire::json::Object;
+use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -454,8 +454,8 @@ fn bulk_filter(fields: &Fields<'_>) -> Result<JobFilter, ApiError> {
     filter.states = match f.raw("state") {
         None => None,
         Some(raw) => {
-            let names = crate::json::decode::<Vec<String>>(raw)
-                .or_else(|_| crate::json::decode::<String>(raw).map(|s| vec![s]))
+            let names = crate::wire::json::decode::<Vec<String>>(raw)
+                .or_else(|_| crate::wire::json::decode::<String>(raw).map(|s| vec![s]))
                 .map_err(|_| {
                     ApiError::invalid_field(
                         "$.filter.state",

@@ -13,8 +13,8 @@ use super::super::error::ApiError;
 use super::super::extract::JsonBody;
 use super::super::{AppState, Ojs, ok};
 use crate::auth::KeyRequest;
-use crate::store::api_key::KeyRow;
-use crate::timestamp;
+use crate::broker::keys::KeyRow;
+use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -19,8 +19,8 @@ use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use super::super::queues::check_queue_name;
 use super::super::{AppState, Ojs, ok};
 use crate::broker::pools::{STATS_WINDOW_SECS, pool_json};
-use crate::duration;
-use crate::pool::WorkerPool;
+use crate::scheduling::pool::WorkerPool;
+use crate::wire::duration;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -158,7 +158,7 @@ fn pool_queues_schema() -> utoipa::openapi::schema::Schema {
     let names = ArrayBuilder::new()
         .items(ObjectBuilder::new().schema_type(Type::String))
         .min_items(Some(1))
-        .max_items(Some(crate::pool::MAX_QUEUES));
+        .max_items(Some(crate::scheduling::pool::MAX_QUEUES));
     let weight = ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
         .minimum(Some(1))
@@ -171,7 +171,7 @@ fn pool_queues_schema() -> utoipa::openapi::schema::Schema {
         .schema_type(Type::Object)
         .additional_properties(Some(spec))
         .min_properties(Some(1))
-        .max_properties(Some(crate::pool::MAX_QUEUES));
+        .max_properties(Some(crate::scheduling::pool::MAX_QUEUES));
     Schema::OneOf(
         OneOfBuilder::new()
             .item(names)

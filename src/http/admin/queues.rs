@@ -22,7 +22,7 @@ use super::stats::{JobCountsSchema, Throughput};
 use crate::broker::AdminQueue;
 use crate::broker::{QueueState, StateCounts};
 use crate::job::JobState;
-use crate::timestamp;
+use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -111,7 +111,7 @@ async fn rate_limits(
                 "key": r.queue,
                 "queue": r.queue,
                 "limit": r.limit,
-                "period": crate::duration::format_iso(r.period_ms),
+                "period": crate::wire::duration::format_iso(r.period_ms),
                 "active": r.started,
                 "waiting": r.waiting,
             })

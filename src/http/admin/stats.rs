@@ -65,7 +65,7 @@ const DEFAULT_HISTORY_BUCKETS: i64 = 12;
 )]
 async fn history(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let period_text = query.get("period").unwrap_or("5m").to_owned();
-    let bucket_ms = crate::duration::parse_ms(&period_text)
+    let bucket_ms = crate::wire::duration::parse_ms(&period_text)
         .ok()
         .and_then(|ms| i64::try_from(ms).ok())
         .filter(|ms| (1_000..=86_400_000).contains(ms))
@@ -107,7 +107,7 @@ async fn history(State(state): State<AppState>, query: QueryParams) -> Result<Re
             counted.next();
         }
         data.push(Point {
-            timestamp: crate::timestamp::format(
+            timestamp: crate::wire::timestamp::format(
                 chrono::DateTime::from_timestamp_millis(bucket).unwrap_or_default(),
             ),
             processed,
@@ -118,7 +118,7 @@ async fn history(State(state): State<AppState>, query: QueryParams) -> Result<Re
     }
 
     Ok(ok(History {
-        period: crate::duration::format_iso(bucket_ms as u64),
+        period: crate::wire::duration::format_iso(bucket_ms as u64),
         data,
     })
     .into_response())

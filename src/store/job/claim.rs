@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::claim_floor::FloorKey;
+use crate::job::DispatchPlace;
 use crate::job::Job;
 
 /// Waits until no other transaction holds a due `scheduled` or `retryable` job of `queues`
@@ -128,8 +128,8 @@ pub struct ClaimParams<'a> {
     pub started_at: Option<DateTime<Utc>>,
     /// The claiming worker's pool (pool concurrency counts its active jobs).
     pub pool: Option<&'a str>,
-    /// Where the walk of the dispatch index starts (see [`crate::claim_floor`]).
-    pub from: FloorKey,
+    /// Where the walk of the dispatch index starts (see [`crate::wakeup::floors`]).
+    pub from: DispatchPlace,
 }
 
 /// The claim statement of [`claim_shared`], [`claim`] and [`claim_fair`]: the plain and the
@@ -160,7 +160,7 @@ macro_rules! claim_statement {
     };
     ($db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr, $from:expr, $candidates:tt) => {{
         let shares: &[ClaimShare<'_>] = $shares;
-        let from: FloorKey = $from;
+        let from: DispatchPlace = $from;
         let limits: Vec<i32> = shares.iter().map(|s| s.limit).collect();
         let workers: Vec<Option<&str>> = shares.iter().map(|s| s.worker_id).collect();
         let visibility: Vec<Option<i64>> =
@@ -191,7 +191,7 @@ macro_rules! claim_statement {
                -- A paused queue is skipped (it still accepts jobs).
                and not exists (select 1 from ojs_queue q where q.name = $1 and q.state = 'paused')
                -- The walk of ojs_job_dispatch_idx starts at the queue's claim floor
-               -- (crate::claim_floor), past the entries that claimed jobs leave in the index
+               -- (crate::wakeup::floors), past the entries that claimed jobs leave in the index
                -- until VACUUM removes them.
                and ((case when priority_aging_ms is null then priority else 0 end),
                     (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
@@ -287,14 +287,14 @@ pub struct ClaimShare<'a> {
 /// queue gives nothing, and a share of a worker whose directive or own state is not `running`
 /// gets nothing. Concurrent claimers of one queue walk past each other's locked rows at the head
 /// of the queue; FETCHes that share the statement walk it once. The walk starts at `from`
-/// in dispatch order ([`crate::claim_floor`]).
+/// in dispatch order ([`crate::wakeup::floors`]).
 #[tracing::instrument(level = "debug", skip_all, fields(queue = queue, shares = shares.len()))]
 pub async fn claim_shared(
     db: impl PgExecutor<'_>,
     queue: &str,
     shares: &[ClaimShare<'_>],
     default_visibility_timeout_ms: i64,
-    from: FloorKey,
+    from: DispatchPlace,
 ) -> Result<Vec<(usize, Job)>, sqlx::Error> {
     claim_statement!(plain: db, queue, shares, default_visibility_timeout_ms, None::<DateTime<Utc>>, from)
 }
@@ -338,7 +338,7 @@ pub async fn claim_fair(
         &one_share(&p),
         p.default_visibility_timeout_ms,
         p.started_at,
-        FloorKey::START,
+        DispatchPlace::START,
         r#"               and fair_key is not null
              -- The order of ojs_job_fair_idx (migration V8): priority, then the tenant-fair
              -- virtual finish time, then seq.

@@ -39,7 +39,7 @@ pub struct Handoffs<'a> {
 /// would have taken it: the queue is not paused or tenant-fair, the worker is not told to stop,
 /// and the job has not expired. Otherwise the job is `available` and the FETCH gets nothing
 /// from this statement. Nothing is notified here: the caller announces the queues that gained
-/// available jobs after the commit (see [`crate::notifier::Announcer`]), so concurrent inserts
+/// available jobs after the commit (see [`crate::wakeup::Announcer`]), so concurrent inserts
 /// do not serialize on the notification queue's lock. One job is written by a smaller
 /// statement with the same effect.
 #[tracing::instrument(level = "debug", skip_all, fields(jobs = jobs.len()))]

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
-use crate::duration;
 use crate::error::Error;
 use crate::scheduling::{MAX_WEIGHT, Strategy};
+use crate::wire::duration;
 
 /// Most queues a pool may list.
 pub const MAX_QUEUES: usize = 100;

@@ -12,7 +12,7 @@
 //! (a B-tree descent, whatever lies below). The floor rises to the first job each claim
 //! takes, and is lowered by everything that makes a job available:
 //! - this process's enqueues lower it to their jobs' places ([`ClaimFloors::lower`], from
-//!   [`crate::notifier::Announcer::announce`]);
+//!   [`crate::wakeup::Announcer::announce`]);
 //! - other replicas' enqueues lower it to the place their notification carries;
 //! - every other notification of available jobs (promotion, released reservations, retries
 //!   of dead letters, a resumed queue, a lost listener) resets it to the start;
@@ -24,115 +24,30 @@
 //! A claim that was running while a floor was lowered may not raise it above the lowest
 //! place lowered to meanwhile: its snapshot may predate the job that caused it.
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
-use crate::job::Job;
+use crate::job::{DispatchPlace, Job};
 
 /// A queue's claim walks its dispatch index from the start at least this often.
 pub const FULL_WALK_INTERVAL: Duration = Duration::from_secs(1);
 
-/// A place in a queue's dispatch order: the first two columns of `ojs_job_dispatch_idx` after
-/// the queue (migration V4), its effective priority and the time it is ordered by, in
-/// milliseconds since the epoch.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FloorKey {
-    pub priority: i32,
-    pub time_ms: f64,
-}
-
-impl FloorKey {
-    /// Before every job.
-    pub const START: FloorKey = FloorKey {
-        priority: i32::MIN,
-        time_ms: f64::NEG_INFINITY,
-    };
-    /// After every job (the lowering a running claim has not seen yet: none).
-    const END: FloorKey = FloorKey {
-        priority: i32::MAX,
-        time_ms: f64::INFINITY,
-    };
-
-    /// A place at or just before `job`'s in the plain dispatch order: the index computes the
-    /// time in floating point from the timestamp, so the place is taken 1 ms earlier, which
-    /// costs a claim at most the entries of the jobs of that millisecond. `None` for a job
-    /// that is not in the index (it has no `enqueued_at`).
-    pub fn of(job: &Job) -> Option<FloorKey> {
-        let available_ms = job.enqueued_at?.timestamp_micros() as f64 / 1000.0;
-        Some(match job.priority_aging_ms {
-            None => FloorKey {
-                priority: job.priority,
-                time_ms: available_ms - 1.0,
-            },
-            Some(interval) => FloorKey {
-                priority: 0,
-                time_ms: available_ms + (f64::from(job.priority) * interval as f64) - 1.0,
-            },
-        })
-    }
-
-    /// The earliest place of `jobs` (`None` for none).
-    pub fn earliest<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Option<FloorKey> {
-        jobs.into_iter()
-            .filter_map(FloorKey::of)
-            .reduce(FloorKey::min)
-    }
-
-    /// The earlier of two places.
-    pub fn min(self, other: FloorKey) -> FloorKey {
-        if other.cmp_place(&self) == Ordering::Less {
-            other
-        } else {
-            self
-        }
-    }
-
-    fn max(self, other: FloorKey) -> FloorKey {
-        if other.cmp_place(&self) == Ordering::Greater {
-            other
-        } else {
-            self
-        }
-    }
-
-    fn cmp_place(&self, other: &FloorKey) -> Ordering {
-        self.priority
-            .cmp(&other.priority)
-            .then(self.time_ms.total_cmp(&other.time_ms))
-    }
-
-    /// As sent in a notification: `<priority> <time_ms>`.
-    pub fn to_wire(self) -> String {
-        format!("{} {}", self.priority, self.time_ms)
-    }
-
-    /// The place of a notification (`None` when it carries none or an unreadable one).
-    pub fn from_wire(priority: &str, time_ms: &str) -> Option<FloorKey> {
-        let key = FloorKey {
-            priority: priority.parse().ok()?,
-            time_ms: time_ms.parse().ok()?,
-        };
-        (!key.time_ms.is_nan()).then_some(key)
-    }
-}
-
 /// One queue's floor and the claims of it running now.
 #[derive(Debug)]
 struct QueueFloor {
-    floor: FloorKey,
+    floor: DispatchPlace,
     /// When a claim of the queue last walked from the start.
     walked_at: Option<Instant>,
     /// Running claims: ticket id and the lowest place lowered to since it began.
-    running: Vec<(u64, FloorKey)>,
+    running: Vec<(u64, DispatchPlace)>,
 }
 
 impl Default for QueueFloor {
     fn default() -> Self {
         QueueFloor {
-            floor: FloorKey::START,
+            floor: DispatchPlace::START,
             walked_at: None,
             running: Vec::new(),
         }
@@ -154,7 +69,7 @@ pub struct Claim<'a> {
     queue: String,
     id: u64,
     /// Where the claim's walk starts.
-    pub from: FloorKey,
+    pub from: DispatchPlace,
     finished: bool,
 }
 
@@ -168,13 +83,13 @@ impl ClaimFloors {
         let id = self.tickets.fetch_add(1, AtomicOrdering::Relaxed);
         let from = self.with(|queues| {
             let q = queues.entry(queue.to_owned()).or_default();
-            q.running.push((id, FloorKey::END));
+            q.running.push((id, DispatchPlace::END));
             let now = Instant::now();
             if q.walked_at
                 .is_none_or(|at| now.duration_since(at) >= FULL_WALK_INTERVAL)
             {
                 q.walked_at = Some(now);
-                FloorKey::START
+                DispatchPlace::START
             } else {
                 q.floor
             }
@@ -188,8 +103,8 @@ impl ClaimFloors {
         }
     }
 
-    /// Jobs of `queue` became available at or after `to` (`FloorKey::START`: anywhere).
-    pub fn lower(&self, queue: &str, to: FloorKey) {
+    /// Jobs of `queue` became available at or after `to` (`DispatchPlace::START`: anywhere).
+    pub fn lower(&self, queue: &str, to: DispatchPlace) {
         self.with(|queues| {
             if let Some(q) = queues.get_mut(queue) {
                 q.floor = q.floor.min(to);
@@ -204,9 +119,9 @@ impl ClaimFloors {
     pub fn reset_all(&self) {
         self.with(|queues| {
             for q in queues.values_mut() {
-                q.floor = FloorKey::START;
+                q.floor = DispatchPlace::START;
                 for (_, lowest) in &mut q.running {
-                    *lowest = FloorKey::START;
+                    *lowest = DispatchPlace::START;
                 }
             }
             // Queues without a running claim need no entry: they start from the start.
@@ -214,7 +129,7 @@ impl ClaimFloors {
         });
     }
 
-    fn end(&self, claim: &Claim<'_>, outcome: Option<Result<Option<FloorKey>, ()>>) {
+    fn end(&self, claim: &Claim<'_>, outcome: Option<Result<Option<DispatchPlace>, ()>>) {
         self.with(|queues| {
             let Some(q) = queues.get_mut(&claim.queue) else {
                 return;
@@ -231,9 +146,9 @@ impl ClaimFloors {
                 Some(Ok(None)) => {}
                 // It failed, or was dropped: what it had locked may be available again.
                 Some(Err(())) | None => {
-                    q.floor = FloorKey::START;
+                    q.floor = DispatchPlace::START;
                     for (_, other) in &mut q.running {
-                        *other = FloorKey::START;
+                        *other = DispatchPlace::START;
                     }
                 }
             }
@@ -244,7 +159,7 @@ impl ClaimFloors {
 impl Claim<'_> {
     /// The claim took `jobs` (none is fine), claimed in plain dispatch order.
     pub fn took<'j>(self, jobs: impl IntoIterator<Item = &'j Job>) {
-        self.finish_at(Ok(FloorKey::earliest(jobs)));
+        self.finish_at(Ok(DispatchPlace::earliest(jobs)));
     }
 
     /// The claim failed: what it had locked may be available again.
@@ -253,7 +168,7 @@ impl Claim<'_> {
     }
 
     /// The claim ended: it took jobs from `Ok(Some(first))` on, nothing, or failed.
-    fn finish_at(mut self, outcome: Result<Option<FloorKey>, ()>) {
+    fn finish_at(mut self, outcome: Result<Option<DispatchPlace>, ()>) {
         self.finished = true;
         self.floors.end(&self, Some(outcome));
     }
@@ -271,12 +186,12 @@ impl Drop for Claim<'_> {
 mod tests {
     use super::*;
 
-    fn key(priority: i32, time_ms: f64) -> FloorKey {
-        FloorKey { priority, time_ms }
+    fn key(priority: i32, time_ms: f64) -> DispatchPlace {
+        DispatchPlace { priority, time_ms }
     }
 
     /// Where a claim of `queue` would start now (the claim takes nothing).
-    fn from(floors: &ClaimFloors, queue: &str) -> FloorKey {
+    fn from(floors: &ClaimFloors, queue: &str) -> DispatchPlace {
         let claim = floors.begin(queue);
         let from = claim.from;
         claim.finish_at(Ok(None));
@@ -285,19 +200,11 @@ mod tests {
 
     /// A floor that the first (full) walk of the interval has already been taken from.
     fn walked(floors: &ClaimFloors, queue: &str) {
-        assert_eq!(from(floors, queue), FloorKey::START);
+        assert_eq!(from(floors, queue), DispatchPlace::START);
     }
 
-    fn claim_to(floors: &ClaimFloors, queue: &str, first: FloorKey) {
+    fn claim_to(floors: &ClaimFloors, queue: &str, first: DispatchPlace) {
         floors.begin(queue).finish_at(Ok(Some(first)));
-    }
-
-    #[test]
-    fn places_order_by_priority_then_time() {
-        assert_eq!(key(1, 5.0).min(key(2, 1.0)), key(1, 5.0));
-        assert_eq!(key(2, 1.0).min(key(2, 0.5)), key(2, 0.5));
-        assert_eq!(FloorKey::START.min(key(0, 0.0)), FloorKey::START);
-        assert_eq!(key(0, 0.0).max(FloorKey::START), key(0, 0.0));
     }
 
     #[test]
@@ -323,7 +230,7 @@ mod tests {
         floors.lower("other", key(0, 0.0));
         assert_eq!(from(&floors, "q"), key(1, 500.0));
         floors.reset_all();
-        assert_eq!(from(&floors, "q"), FloorKey::START);
+        assert_eq!(from(&floors, "q"), DispatchPlace::START);
     }
 
     #[test]
@@ -343,11 +250,11 @@ mod tests {
         walked(&floors, "q");
         claim_to(&floors, "q", key(2, 100.0));
         floors.begin("q").finish_at(Err(()));
-        assert_eq!(from(&floors, "q"), FloorKey::START);
+        assert_eq!(from(&floors, "q"), DispatchPlace::START);
         walked(&floors, "q");
         claim_to(&floors, "q", key(2, 100.0));
         drop(floors.begin("q"));
-        assert_eq!(from(&floors, "q"), FloorKey::START);
+        assert_eq!(from(&floors, "q"), DispatchPlace::START);
     }
 
     #[test]
@@ -359,17 +266,7 @@ mod tests {
             queues.get_mut("q").expect("queue").walked_at =
                 Instant::now().checked_sub(FULL_WALK_INTERVAL)
         });
-        assert_eq!(from(&floors, "q"), FloorKey::START);
+        assert_eq!(from(&floors, "q"), DispatchPlace::START);
         assert_eq!(from(&floors, "q"), key(2, 100.0));
-    }
-
-    #[test]
-    fn a_place_survives_the_wire() {
-        let k = key(3, 1_790_000_000_123.456);
-        let wire = k.to_wire();
-        let (p, t) = wire.split_once(' ').expect("two fields");
-        assert_eq!(FloorKey::from_wire(p, t), Some(k));
-        assert_eq!(FloorKey::from_wire("x", "1"), None);
-        assert_eq!(FloorKey::from_wire("1", "NaN"), None);
     }
 }

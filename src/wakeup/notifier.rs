@@ -2,7 +2,7 @@
 //!
 //! One connection per process LISTENs on [`store::JOB_AVAILABLE_CHANNEL`] and
 //! [`store::leader::RESIGNED_CHANNEL`]. A queue's notification wakes as many of the long polls
-//! parked on it ([`crate::waiters`]) as it has new jobs, or all of them when it does not say; a
+//! parked on it ([`super::waiters`]) as it has new jobs, or all of them when it does not say; a
 //! resignation is broadcast to the followers. When the listening connection drops,
 //! notifications sent meanwhile are lost, so every waiter is woken to poll once, and waiters
 //! also poll on a timer as a safety net. A lost
@@ -18,10 +18,11 @@ use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
-use crate::claim_floor::{ClaimFloors, FloorKey};
 use crate::db::DbHealth;
+use crate::job::DispatchPlace;
 use crate::store;
-use crate::waiters::Waiters;
+use crate::wakeup::ClaimFloors;
+use crate::wakeup::waiters::Waiters;
 
 /// What a waiter is woken for.
 #[derive(Debug, Clone)]
@@ -41,18 +42,18 @@ pub struct QueueWakeup {
     /// How many (`usize::MAX`: unknown): at most this many parked FETCHes are woken.
     jobs: usize,
     /// No new job is before this place in the queue's dispatch order.
-    from: FloorKey,
+    from: DispatchPlace,
 }
 
 impl Wakeup {
     /// `jobs` new jobs in `queue` (`usize::MAX`: an unknown number), anywhere in its dispatch
     /// order.
     pub fn queue(queue: &str, jobs: usize) -> Wakeup {
-        Wakeup::queue_from(queue, jobs, FloorKey::START)
+        Wakeup::queue_from(queue, jobs, DispatchPlace::START)
     }
 
     /// [`Wakeup::queue`] for jobs at or after `from` in dispatch order.
-    pub fn queue_from(queue: &str, jobs: usize, from: FloorKey) -> Wakeup {
+    pub fn queue_from(queue: &str, jobs: usize, from: DispatchPlace) -> Wakeup {
         Wakeup::Queue(Arc::new(QueueWakeup {
             queue: queue.into(),
             jobs,
@@ -96,7 +97,7 @@ impl Notifier {
         }
     }
 
-    /// Where this process's claims start (see [`crate::claim_floor`]).
+    /// Where this process's claims start (see [`crate::wakeup::floors`]).
     pub fn floors(&self) -> &Arc<ClaimFloors> {
         &self.floors
     }
@@ -213,7 +214,7 @@ impl Notifier {
 struct Available<'a> {
     queue: &'a str,
     sender: Option<&'a str>,
-    from: FloorKey,
+    from: DispatchPlace,
     /// `usize::MAX` when the notification does not say.
     jobs: usize,
 }
@@ -228,9 +229,9 @@ fn parse_available(payload: &str) -> Available<'_> {
     let sender = fields.next().filter(|s| *s != "-");
     let from = match (fields.next(), fields.next()) {
         (Some(priority), Some(time_ms)) => {
-            FloorKey::from_wire(priority, time_ms).unwrap_or(FloorKey::START)
+            DispatchPlace::from_wire(priority, time_ms).unwrap_or(DispatchPlace::START)
         }
-        _ => FloorKey::START,
+        _ => DispatchPlace::START,
     };
     let jobs = fields
         .next()
@@ -245,7 +246,7 @@ fn parse_available(payload: &str) -> Available<'_> {
 }
 
 /// Queues to notify: the earliest place of their new jobs in dispatch order, and how many.
-type Pending = HashMap<Arc<str>, (FloorKey, usize)>;
+type Pending = HashMap<Arc<str>, (DispatchPlace, usize)>;
 
 /// Announces queues that gained available jobs: at once to this process's waiters, and to the
 /// other replicas with a NOTIFY sent after the change committed, coalesced per queue.
@@ -284,8 +285,8 @@ impl Announcer {
     }
 
     /// `queue` has `jobs` new available jobs (committed), none before `from` in its dispatch
-    /// order (`FloorKey::START` when unknown).
-    pub fn announce(&self, queue: &str, jobs: usize, from: FloorKey) {
+    /// order (`DispatchPlace::START` when unknown).
+    pub fn announce(&self, queue: &str, jobs: usize, from: DispatchPlace) {
         self.notifier.wake(Wakeup::queue_from(queue, jobs, from));
         self.pending
             .lock()
@@ -303,7 +304,11 @@ impl Announcer {
     /// here and on other replicas must look there. Wakes no waiter.
     pub fn moved(&self, job: &crate::job::Job) {
         if job.state == crate::job::JobState::Available {
-            self.announce(&job.queue, 0, FloorKey::of(job).unwrap_or(FloorKey::START));
+            self.announce(
+                &job.queue,
+                0,
+                DispatchPlace::of(job).unwrap_or(DispatchPlace::START),
+            );
         }
     }
 
@@ -322,7 +327,7 @@ impl Announcer {
                 .expect("announcer lock")
                 .drain()
                 .map(|(queue, (from, jobs))| {
-                    let place = if from == FloorKey::START {
+                    let place = if from == DispatchPlace::START {
                         "- -".to_owned()
                     } else {
                         from.to_wire()
@@ -379,7 +384,7 @@ mod tests {
     fn notifications_of_every_sender_are_read() {
         let read = |p| {
             let a = parse_available(p);
-            (a.queue, a.sender, a.from == FloorKey::START, a.jobs)
+            (a.queue, a.sender, a.from == DispatchPlace::START, a.jobs)
         };
         assert_eq!(read("q"), ("q", None, true, usize::MAX));
         assert_eq!(read("q - - - 3"), ("q", None, true, 3));

@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, FixedOffset, SecondsFormat, Utc};
 
-use crate::duration;
+use super::duration;
 
 /// A client-supplied point in time.
 #[derive(Debug, Clone, PartialEq, Eq)]

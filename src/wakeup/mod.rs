@@ -1,0 +1,25 @@
+//! How a long-polling FETCH is woken, and where its claim starts.
+//!
+//! A FETCH that finds nothing parks in [`Waiters`], in line behind the FETCHes of its queues
+//! that were waiting before it. Three things end the wait:
+//! - a commit that made jobs available: this process's enqueues tell the [`Announcer`], which
+//!   wakes the local waiters at once and sends one `NOTIFY` per queue for the other replicas;
+//!   the [`Notifier`] (one `LISTEN` connection per process) wakes the waiters of those;
+//! - an enqueue that hands its job straight to a parked FETCH ([`waiters::Taken`]);
+//! - the FETCH's own timer, the safety net for anything missed.
+//!
+//! Every claim starts its walk of the queue's dispatch index at the queue's *floor*
+//! ([`ClaimFloors`]): the place in dispatch order below which no claimable job is known to be,
+//! which keeps claims fast while the MVCC horizon is pinned. Every wake-up that carries a
+//! place lowers the floor to it; every other wake-up resets it.
+//!
+//! What a notification's payload looks like is written in [`notifier`], next to the code that
+//! parses it.
+
+pub mod floors;
+pub mod notifier;
+pub mod waiters;
+
+pub use floors::ClaimFloors;
+pub use notifier::{Announcer, Notifier, Wakeup};
+pub use waiters::Waiters;
