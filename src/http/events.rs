@@ -4,18 +4,12 @@
 //! [OJS event polling]: https://github.com/openjobspec/spec/blob/main/spec/ojs-events.md#64-http-polling-optional
 //! [OJS SSE binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-realtime.md#2-server-sent-events-sse-binding
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::json;
-use tokio::sync::{broadcast, mpsc};
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -24,20 +18,16 @@ use super::error::ApiError;
 use super::extract::JobIdPath;
 use super::jobs::JobIdParam;
 use super::query::{ADMIN, Page, Pagination, QueryParams};
+use super::queues::QueueNameParam;
+use super::sse::{self, Channel};
 use super::{AppState, ok};
-use crate::broker::{EventFilter, EventRow, Position};
+use crate::broker::EventFilter;
 use crate::events::{EventKey, WireEvent};
-use crate::job::JobState;
 use crate::wire::timestamp;
 
 /// Default and largest `limit` of a poll.
 const DEFAULT_POLL_LIMIT: i64 = 100;
 const MAX_POLL_LIMIT: i64 = 1_000;
-/// Events read per statement while a stream replays.
-const REPLAY_BATCH: i64 = 500;
-/// SSE `retry:` sent first, and the keep-alive comment period.
-const SSE_RETRY: Duration = Duration::from_millis(3_000);
-const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -151,16 +141,6 @@ struct PagedBody<'a> {
 enum EventList<'a> {
     Poll(PollBody<'a>),
     Page(PagedBody<'a>),
-}
-
-/// The queue name of a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `queue_stream`
-struct QueueNameParam {
-    /// The queue's name: 1-128 lowercase letters, digits, `-` and `.`, starting with a letter
-    /// or digit.
-    name: String,
 }
 
 /// The query of an event stream.
@@ -297,243 +277,6 @@ async fn newest_first(
     .into_response())
 }
 
-/// What one stream follows.
-#[derive(Debug, Clone)]
-enum Channel {
-    Job(uuid::Uuid),
-    Queue(String),
-}
-
-impl Channel {
-    fn filter(&self) -> EventFilter {
-        match self {
-            Channel::Job(id) => EventFilter {
-                job_id: Some(*id),
-                ..EventFilter::default()
-            },
-            Channel::Queue(name) => EventFilter {
-                queues: Some(vec![name.clone()]),
-                ..EventFilter::default()
-            },
-        }
-    }
-
-    fn matches(&self, e: &EventRow) -> bool {
-        match self {
-            Channel::Job(id) => e.job_id == Some(*id),
-            Channel::Queue(name) => e.queue.as_deref() == Some(name.as_str()),
-        }
-    }
-
-    fn name(&self) -> String {
-        match self {
-            Channel::Job(id) => format!("job:{id}"),
-            Channel::Queue(name) => format!("queue:{name}"),
-        }
-    }
-}
-
-/// The SSE form of a stored event: `job.state_changed` for the event that records a state
-/// change, `job.heartbeat`, nothing for the rest.
-fn sse_event(e: &EventRow) -> Option<(&'static str, serde_json::Value)> {
-    let job_id = e.job_id.map(|id| id.to_string());
-    if let Some(to) = e.to_state {
-        return Some((
-            "job.state_changed",
-            json!({
-                "job_id": job_id,
-                "queue": e.queue,
-                "type": e.job_type,
-                "from": e.from_state,
-                "to": to,
-                "timestamp": timestamp::format(e.time),
-            }),
-        ));
-    }
-    if e.r#type == "job.heartbeat" {
-        let data: serde_json::Value = serde_json::from_str(e.data.0.get()).unwrap_or_default();
-        return Some((
-            "job.heartbeat",
-            json!({
-                "job_id": job_id,
-                "worker_id": data.get("worker_id"),
-                "timestamp": timestamp::format(e.time),
-            }),
-        ));
-    }
-    None
-}
-
-/// A stream's sending side: the SSE event types it wants and where its events go.
-struct Sink {
-    tx: mpsc::Sender<Event>,
-    types: Option<Vec<String>>,
-}
-
-impl Sink {
-    /// Sends an event unless filtered out; `false` when the client is gone.
-    async fn send(&self, kind: &str, data: &serde_json::Value, id: Option<String>) -> bool {
-        if self
-            .types
-            .as_ref()
-            .is_some_and(|types| !types.iter().any(|t| t == kind))
-        {
-            return true;
-        }
-        let mut event = Event::default().event(kind).data(data.to_string());
-        if let Some(id) = id {
-            event = event.id(id);
-        }
-        self.tx.send(event).await.is_ok()
-    }
-
-    /// Sends a stored event; returns whether to go on (`false`: client gone or job finished).
-    async fn send_row(&self, channel: &Channel, e: &EventRow) -> bool {
-        let Some((kind, data)) = sse_event(e) else {
-            return true;
-        };
-        if !self.send(kind, &data, Some(EventKey::of(e).to_id())).await {
-            return false;
-        }
-        !matches!(channel, Channel::Job(_)) || !e.to_state.is_some_and(JobState::is_terminal)
-    }
-}
-
-/// Sends the stored events of `channel` after `*last`; returns whether to go on.
-async fn replay(
-    state: &AppState,
-    channel: &Channel,
-    sink: &Sink,
-    last: &mut Option<Position>,
-) -> crate::Result<bool> {
-    let filter = channel.filter();
-    loop {
-        let batch = state
-            .broker()
-            .events_after(&filter, *last, REPLAY_BATCH)
-            .await?;
-        for e in &batch {
-            *last = Some(e.position);
-            if !sink.send_row(channel, e).await {
-                return Ok(false);
-            }
-        }
-        if (batch.len() as i64) < REPLAY_BATCH {
-            return Ok(true);
-        }
-    }
-}
-
-/// Runs one stream: replay from the resume point, then live events, until the client leaves,
-/// the job finishes or the server shuts down.
-async fn run_stream(
-    state: AppState,
-    channel: Channel,
-    mut live: broadcast::Receiver<std::sync::Arc<EventRow>>,
-    resume: Option<String>,
-    sink: Sink,
-) {
-    let mut last: Option<Position> = match resume {
-        None => match state.broker().event_head().await {
-            Ok(head) => head,
-            Err(e) => {
-                tracing::warn!(error = %e, "event stream could not start");
-                return;
-            }
-        },
-        Some(text) => {
-            let key = EventKey::parse(&text);
-            let position = match key {
-                Some(key) => state.broker().locate_event(key).await.ok().flatten(),
-                None => None,
-            };
-            if position.is_none() {
-                let gap = json!({
-                    "channel": channel.name(),
-                    "gap_start": key.and_then(EventKey::time).map(timestamp::format),
-                    "gap_end": timestamp::format(chrono::Utc::now()),
-                    "estimated_missed_count": null,
-                });
-                if !sink.send("system.gap", &gap, None).await {
-                    return;
-                }
-            }
-            position
-        }
-    };
-    match replay(&state, &channel, &sink, &mut last).await {
-        Ok(true) => {}
-        Ok(false) => return,
-        Err(e) => {
-            tracing::warn!(error = %e, "event stream replay failed");
-            return;
-        }
-    }
-    let shutdown = state.shutdown().clone();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => {
-                let grace = state.settings().shutdown_timeout.as_millis() as u64;
-                sink.send("server.shutdown", &json!({"reason": "shutdown", "grace_period_ms": grace}), None).await;
-                return;
-            }
-            () = sink.tx.closed() => return,
-            received = live.recv() => match received {
-                Ok(e) => {
-                    if last.is_some_and(|l| e.position <= l) || !channel.matches(&e) {
-                        continue;
-                    }
-                    last = Some(e.position);
-                    if !sink.send_row(&channel, &e).await {
-                        return;
-                    }
-                }
-                // Fell behind the in-memory tail: catch up from the database.
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    match replay(&state, &channel, &sink, &mut last).await {
-                        Ok(true) => {}
-                        Ok(false) => return,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "event stream catch-up failed");
-                            return;
-                        }
-                    }
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-        }
-    }
-}
-
-/// Starts a stream and returns the SSE response.
-fn stream(
-    state: &AppState,
-    channel: Channel,
-    headers: &HeaderMap,
-    query: &QueryParams,
-) -> Response {
-    let resume = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .filter(|v| !v.is_empty());
-    let (tx, rx) = mpsc::channel::<Event>(256);
-    // Subscribe before reading anything, so nothing falls between replay and live.
-    let live = state.events().subscribe();
-    let sink = Sink {
-        tx,
-        types: query.list("event_types"),
-    };
-    tokio::spawn(run_stream(state.clone(), channel, live, resume, sink));
-    let first = tokio_stream::once(Event::default().retry(SSE_RETRY));
-    let events = first
-        .chain(ReceiverStream::new(rx))
-        .map(Ok::<_, Infallible>);
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(SSE_KEEP_ALIVE).text("heartbeat"))
-        .into_response()
-}
-
 /// `GET /ojs/v1/jobs/{id}/events`: the job's state changes and heartbeats. For a finished job:
 /// its current state, then the stream ends.
 #[utoipa::path(
@@ -575,15 +318,13 @@ async fn job_stream(
                 job.completed_at.or(job.cancelled_at).or(job.discarded_at).unwrap_or(job.created_at)
             ),
         });
-        let events = [
-            Event::default().retry(SSE_RETRY),
+        return Ok(sse::finished(
             Event::default()
                 .event("job.state_changed")
                 .data(data.to_string()),
-        ];
-        return Ok(Sse::new(tokio_stream::iter(events).map(Ok::<_, Infallible>)).into_response());
+        ));
     }
-    Ok(stream(&state, Channel::Job(id.0), &headers, &query))
+    Ok(sse::events(&state, Channel::Job(id.0), &headers, &query))
 }
 
 /// `GET /ojs/v1/queues/{name}/events`: state changes and heartbeats of the queue's jobs.
@@ -612,10 +353,10 @@ async fn queue_stream(
     headers: HeaderMap,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
-    super::queues::queue_path(&name)?;
+    super::extract::queue_path(&name)?;
     let known = state.broker().queue_known(&name).await?;
     if !known {
         return Err(ApiError::not_found("queue", &name));
     }
-    Ok(stream(&state, Channel::Queue(name), &headers, &query))
+    Ok(sse::events(&state, Channel::Queue(name), &headers, &query))
 }

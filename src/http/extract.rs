@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::job::JobId;
+use crate::job::{JobId, is_valid_queue};
 use crate::wire::json::{self, Kind, Object};
 
 /// Read limit of a route's body, in bytes (set per route with an `Extension`).
@@ -308,4 +308,23 @@ impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
             .map(JobIdPath)
             .map_err(|_| ApiError::not_found("job", &segment))
     }
+}
+
+/// A queue name found at `field` of a request, validated.
+pub fn check_queue_name(field: &str, name: &str) -> Result<(), ApiError> {
+    if is_valid_queue(name) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_field(
+            field,
+            format!(
+                "queue name {name:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.'"
+            ),
+        ))
+    }
+}
+
+/// The queue name of a path, validated.
+pub fn queue_path(name: &str) -> Result<(), ApiError> {
+    check_queue_name("path.name", name)
 }

@@ -7,22 +7,42 @@
 //!
 //! [OJS HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md
 
+// What every route shares (each line says what the module holds).
+// Which role each route needs, and the caller's key (`Caller`) with its queue limits.
 pub mod auth;
+// `ApiError`, the OJS error body, and how every domain error maps to a status and code.
 pub mod error;
+// Request extractors: JSON bodies read once and kept verbatim (`JsonBody`, `Fields`), ids and
+// queue names from paths.
 pub mod extract;
-
-mod admin;
-mod admin_ui;
-mod dead_letter;
-mod events;
-mod jobs;
+// The OpenAPI document, assembled from the routes' annotations, and the schemas of shapes
+// that no Rust type writes.
 pub mod openapi;
-mod progress;
+// Query strings: parameters, pages and cursors.
 pub mod query;
-mod queues;
+// The connection loop: hyper with header-read timeouts and a connection cap.
 pub mod server;
-mod system;
+// Server-sent event streams: a job's or a queue's events, a job's progress.
+mod sse;
+// The rest of a request body a response left unread, discarded so the connection lives on.
 mod unread;
+
+// The routes. A resource keeps its `/ojs/v1/admin` routes next to the others, in `admin.rs`.
+// The admin routes with no data-plane twin: statistics, API keys, worker pools, reset.
+mod admin;
+// The built admin UI's files, when `OJS_ADMIN_UI_DIR` names them.
+mod admin_ui;
+// The dead-letter queue.
+mod dead_letter;
+// The event log, polled with a cursor or paged, and the SSE routes of jobs and queues.
+mod events;
+// Jobs: PUSH, INFO, CANCEL, ACTIVATE, priority, progress, unique-key holders.
+mod jobs;
+// Queues: lifecycle, statistics, configuration, pause and resume.
+mod queues;
+// Probes, manifest, metrics.
+mod system;
+// The worker protocol: registration, FETCH, ACK/NACK, heartbeats.
 mod workers;
 
 use std::sync::Arc;
@@ -189,7 +209,6 @@ pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
         .merge(system::router())
         .merge(jobs::router(settings))
         .merge(workers::router())
-        .merge(progress::router())
         .merge(dead_letter::router())
         .merge(events::router())
         .merge(queues::router())

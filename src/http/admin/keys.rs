@@ -9,11 +9,11 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use super::super::error::ApiError;
-use super::super::extract::JsonBody;
-use super::super::{AppState, Ojs, ok};
 use crate::auth::KeyRequest;
 use crate::broker::keys::KeyRow;
+use crate::http::error::ApiError;
+use crate::http::extract::JsonBody;
+use crate::http::{AppState, Ojs, ok};
 use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -13,12 +13,12 @@ use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::super::error::ApiError;
-use super::super::extract::JsonBody;
-use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
-use super::super::queues::check_queue_name;
-use super::super::{AppState, Ojs, ok};
 use crate::broker::pools::{STATS_WINDOW_SECS, pool_json};
+use crate::http::error::ApiError;
+use crate::http::extract::JsonBody;
+use crate::http::extract::check_queue_name;
+use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::{AppState, Ojs, ok};
 use crate::scheduling::pool::WorkerPool;
 use crate::wire::duration;
 

@@ -9,12 +9,12 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::super::error::ApiError;
-use super::super::query::QueryParams;
-use super::super::queues::check_queue_name;
-use super::super::{AppState, ok};
 use crate::broker::RECENT_WINDOW;
 use crate::broker::StateCounts;
+use crate::http::error::ApiError;
+use crate::http::extract::check_queue_name;
+use crate::http::query::QueryParams;
+use crate::http::{AppState, ok};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -27,7 +27,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(ToSchema, serde::Deserialize)]
 #[schema(as = JobCounts)]
 #[allow(dead_code)] // a schema: the server writes `StateCounts`
-pub(super) struct JobCountsSchema {
+pub(crate) struct JobCountsSchema {
     available: i64,
     active: i64,
     scheduled: i64,
@@ -164,7 +164,7 @@ struct History {
 /// Jobs finished per minute over the recent window.
 #[derive(Serialize, ToSchema)]
 #[schema(as = RecentThroughput)]
-pub(super) struct Throughput {
+pub(crate) struct Throughput {
     /// Completed.
     processed_per_minute: f64,
     /// Discarded.
@@ -189,7 +189,7 @@ struct Stats {
 
 impl Throughput {
     /// From the jobs completed and discarded within [`RECENT_WINDOW`].
-    pub(super) fn of(completed: i64, discarded: i64) -> Throughput {
+    pub(crate) fn of(completed: i64, discarded: i64) -> Throughput {
         let minutes = RECENT_WINDOW.as_secs_f64() / 60.0;
         Throughput {
             processed_per_minute: completed as f64 / minutes,

@@ -1,6 +1,5 @@
 //! `/ojs/v1/admin/jobs` ([OJS job inspection], [bulk operations]): job listings with filters
-//! and order, a job in full, cancel, retry of discarded jobs, and bulk actions; and the
-//! holders of unique keys (`/ojs/v1/unique-jobs`).
+//! and order, a job in full, cancel, retry of discarded jobs, and bulk actions.
 //!
 //! [OJS job inspection]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#7-job-inspection-and-search
 //! [bulk operations]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#8-bulk-operations
@@ -11,18 +10,17 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::super::auth::Caller;
-use super::super::dead_letter::{body_timestamp, parse_override, require_confirm};
-use super::super::error::ApiError;
-use super::super::extract::{Fields, JobIdPath, JsonBody, OptionalJsonBody};
-use super::super::jobs::{JobIdParam, PriorityResponse, WrappedJob};
-use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
-use super::super::queues::check_queue_name;
-use super::super::{AppState, jobs, ok, openapi};
 use crate::broker::BulkAction;
 use crate::broker::{JobFilter, JobSort, JobSummary, RetryOverride};
+use crate::http::auth::Caller;
+use crate::http::dead_letter::{body_timestamp, parse_override, require_confirm};
+use crate::http::error::ApiError;
+use crate::http::extract::check_queue_name;
+use crate::http::extract::{Fields, JobIdPath, JsonBody, OptionalJsonBody};
+use crate::http::jobs::{JobIdParam, PriorityResponse, WrappedJob};
+use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::{AppState, jobs, ok, openapi};
 use crate::job::JobState;
-use crate::job::unique::UniquePolicy;
 use crate::job::wire::WireJob;
 use crate::wire::json::Object;
 use crate::wire::timestamp;
@@ -35,81 +33,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel))
         .routes(routes!(retry))
         .routes(routes!(bulk))
-        .routes(routes!(unique_jobs))
-}
-
-/// A job holding a unique key.
-#[derive(Serialize, ToSchema)]
-#[schema(as = UniqueKeyHolder)]
-struct Holder<'a> {
-    key: &'a str,
-    job_id: String,
-    r#type: &'a str,
-    queue: &'a str,
-    #[schema(value_type = crate::http::openapi::JobState)]
-    state: JobState,
-    created_at: String,
-    /// When the policy's `period` ends; absent without one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    locked_until: Option<String>,
-}
-
-/// A page of unique-key holders.
-#[derive(Serialize, ToSchema)]
-#[schema(as = UniqueKeyHolderList)]
-struct HolderList<'a> {
-    items: Vec<Holder<'a>>,
-    pagination: Pagination,
-}
-
-/// `GET /ojs/v1/unique-jobs`: the jobs holding unique keys (a key, in a state their policy
-/// counts), by key, a page at a time, as the OJS admin UI lists them. `locked_until` is when
-/// the policy's `period` ends (absent without one); past it, the key no longer blocks.
-#[utoipa::path(
-    get,
-    path = "/ojs/v1/unique-jobs",
-    tag = "admin",
-    operation_id = "admin_list_unique_jobs",
-    summary = "List the holders of unique keys",
-    description = "The jobs holding unique keys (a key, in a state their policy counts), by key. \
-                   `locked_until` is when the policy's `period` ends (absent without one); past \
-                   it, the key no longer blocks.",
-    params(PageParams),
-    responses(
-        (status = 200, body = HolderList<'_>),
-        (status = 400, description = "A page parameter is invalid."),
-    )
-)]
-async fn unique_jobs(
-    State(state): State<AppState>,
-    query: QueryParams,
-) -> Result<Response, ApiError> {
-    let page = Page::from_query(&query, ADMIN)?;
-    let (holders, total) = state
-        .broker()
-        .unique_holders(page.limit, page.offset)
-        .await?;
-    let items = holders
-        .iter()
-        .map(|h| Holder {
-            key: &h.unique_key,
-            job_id: h.id.to_string(),
-            r#type: &h.r#type,
-            queue: &h.queue,
-            state: h.state,
-            created_at: timestamp::format(h.created_at),
-            locked_until: UniquePolicy::parse(&h.unique_policy.0, "$.unique")
-                .ok()
-                .and_then(|p| p.period_ms)
-                .and_then(|ms| i64::try_from(ms).ok())
-                .map(|ms| timestamp::format(h.created_at + chrono::Duration::milliseconds(ms))),
-        })
-        .collect();
-    Ok(ok(HolderList {
-        items,
-        pagination: page.describe(total),
-    })
-    .into_response())
 }
 
 /// A `type` filter: exact (`email.send`) or a prefix (`email.*`, `email*`).
@@ -387,7 +310,7 @@ struct RetryOverrideSchema {
     summary = "Change a waiting job's priority",
     description = "As `PATCH /ojs/v1/jobs/{id}`.",
     params(JobIdParam),
-    request_body = super::super::jobs::PriorityRequest,
+    request_body = crate::http::jobs::PriorityRequest,
     responses(
         (status = 200, body = PriorityResponse),
         (status = 400, description = "The priority is missing or out of range."),

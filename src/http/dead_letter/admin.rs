@@ -12,17 +12,17 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::super::dead_letter::{
+use crate::http::dead_letter::{
     self, DeadLetterBulkRetry, DeadLetterBulkRetryRequest, DeadLetterFilterQuery,
     DeadLetterPurgeRequest, DeadLetterPurged, DeadLetterRetryRequest, DeadLetterStats, PurgeQuery,
     filter_from_query,
 };
-use super::super::error::ApiError;
-use super::super::extract::{JobIdPath, OptionalJsonBody};
-use super::super::jobs::{JobIdParam, WrappedJob};
-use super::super::openapi;
-use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
-use super::super::{AppState, ok};
+use crate::http::error::ApiError;
+use crate::http::extract::{JobIdPath, OptionalJsonBody};
+use crate::http::jobs::{JobIdParam, WrappedJob};
+use crate::http::openapi;
+use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::{AppState, ok};
 use crate::job::wire::WireJob;
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -1,7 +1,6 @@
 //! `/ojs/v1/admin/queues` ([OJS admin queue management]): queues with their counts, recent
 //! throughput and latency, and the purge of a queue's jobs; and the rate-limited queues
-//! (`/ojs/v1/rate-limits`). Pause and resume live with the other queue routes
-//! (`http::queues`).
+//! (`/ojs/v1/rate-limits`); pause and resume under their admin paths.
 //!
 //! [OJS admin queue management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#6-queue-management
 
@@ -12,15 +11,16 @@ use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::super::dead_letter::body_timestamp;
-use super::super::error::ApiError;
-use super::super::extract::OptionalJsonBody;
-use super::super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
-use super::super::queues::queue_path;
-use super::super::{AppState, ok};
-use super::stats::{JobCountsSchema, Throughput};
+use super::{PauseResultDoc, QueueNameParam, pause, resume};
 use crate::broker::AdminQueue;
 use crate::broker::{QueueState, StateCounts};
+use crate::http::admin::stats::{JobCountsSchema, Throughput};
+use crate::http::dead_letter::body_timestamp;
+use crate::http::error::ApiError;
+use crate::http::extract::OptionalJsonBody;
+use crate::http::extract::queue_path;
+use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::{AppState, ok};
 use crate::job::JobState;
 use crate::wire::timestamp;
 
@@ -30,16 +30,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(show))
         .routes(routes!(purge))
         .routes(routes!(rate_limits))
-}
-
-/// The queue name of a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `queue_path`
-struct QueueNameParam {
-    /// The queue: 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or
-    /// digit (any other name is refused with 400).
-    name: String,
+        .routes(routes!(admin_pause))
+        .routes(routes!(admin_resume))
 }
 
 /// `lowercase` [`QueueState`] names, inline.
@@ -478,4 +470,38 @@ async fn purge(
         states: states.iter().map(|s| s.as_str()).collect(),
     })
     .into_response())
+}
+
+/// `POST /ojs/v1/admin/queues/{name}/pause`: [`pause`].
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/queues/{name}/pause",
+    tag = "admin",
+    summary = "Pause a queue",
+    description = "The same as `POST /ojs/v1/queues/{name}/pause`.",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "Paused.", body = PauseResultDoc),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
+async fn admin_pause(state: State<AppState>, name: Path<String>) -> Result<Response, ApiError> {
+    pause(state, name).await
+}
+
+/// `POST /ojs/v1/admin/queues/{name}/resume`: [`resume`].
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/admin/queues/{name}/resume",
+    tag = "admin",
+    summary = "Resume a queue",
+    description = "The same as `POST /ojs/v1/queues/{name}/resume`.",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "Resumed.", body = PauseResultDoc),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
+async fn admin_resume(state: State<AppState>, name: Path<String>) -> Result<Response, ApiError> {
+    resume(state, name).await
 }

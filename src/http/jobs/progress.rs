@@ -10,37 +10,26 @@
 //!
 //! [OJS progress]: https://github.com/openjobspec/spec/blob/main/spec/ojs-progress.md
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use axum::extract::State;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc;
-use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::auth::Caller;
-use super::error::ApiError;
-use super::extract::{Fields, JobIdPath, JsonBody};
-use super::jobs::JobIdParam;
-use super::{AppState, ok};
+use super::JobIdParam;
 use crate::broker::{Progress, ProgressReport};
+use crate::http::auth::Caller;
+use crate::http::error::ApiError;
+use crate::http::extract::{Fields, JobIdPath, JsonBody};
+use crate::http::sse;
+use crate::http::{AppState, ok};
 use crate::job::{JobId, JobState};
 use crate::wire::json::{self, Kind};
 use crate::wire::timestamp;
 
 /// Longest `message`, in characters.
 const MAX_MESSAGE_CHARS: usize = 1_000;
-/// How often a progress stream looks for a new report.
-const STREAM_POLL: Duration = Duration::from_secs(1);
-/// SSE `retry:` and keep-alive period of a progress stream.
-const STREAM_RETRY: Duration = Duration::from_secs(3);
-const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -268,52 +257,9 @@ async fn stream(
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
     let first = state.broker().progress(id).await?;
-    let (tx, rx) = mpsc::channel::<Event>(16);
-    tokio::spawn(follow(state, first, tx));
-    let events = tokio_stream::once(Event::default().retry(STREAM_RETRY))
-        .chain(ReceiverStream::new(rx))
-        .map(Ok::<_, Infallible>);
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(STREAM_KEEP_ALIVE))
-        .into_response())
-}
-
-/// Sends `last`, then polls for changes until the job is finished or nobody listens.
-async fn follow(state: AppState, mut last: Progress, tx: mpsc::Sender<Event>) {
-    let event = |p: &Progress| {
-        Event::default().data(serde_json::to_string(&Body::of(p)).unwrap_or_default())
-    };
-    if tx.send(event(&last)).await.is_err() || last.state.is_terminal() {
-        return;
-    }
-    let shutdown = state.shutdown().clone();
-    let mut tick = tokio::time::interval(STREAM_POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tx.closed() => return,
-            _ = tick.tick() => {}
-        }
-        let now = match state.broker().progress(last.job_id).await {
-            Ok(now) => now,
-            Err(crate::error::Error::JobNotFound(_)) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "progress stream stopped");
-                return;
-            }
-        };
-        if now.updated_at != last.updated_at || now.state != last.state {
-            if tx.send(event(&now)).await.is_err() {
-                return;
-            }
-            last = now;
-        }
-        if last.state.is_terminal() {
-            return;
-        }
-    }
+    Ok(sse::progress(state, first, |p| {
+        serde_json::to_string(&Body::of(p)).unwrap_or_default()
+    }))
 }
 
 /// A job's progress: the current attempt's latest report.

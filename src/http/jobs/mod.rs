@@ -1,4 +1,10 @@
-//! `/ojs/v1/jobs`: PUSH (single and batch), INFO, CANCEL, ACTIVATE and priority changes.
+//! `/ojs/v1/jobs`: PUSH (single and batch), INFO, CANCEL, ACTIVATE and priority changes; a
+//! running job's progress ([`progress`]); the holders of unique keys ([`unique`]); and the
+//! operator's job routes under `/ojs/v1/admin/jobs` ([`admin`]).
+
+mod admin;
+mod progress;
+mod unique;
 
 use axum::Extension;
 use axum::extract::State;
@@ -29,6 +35,9 @@ pub fn router(settings: &HttpSettings) -> OpenApiRouter<AppState> {
         .routes((schemas, paths, batch))
         .routes(routes!(info, cancel, change_priority))
         .routes(routes!(activate))
+        .merge(progress::router())
+        .merge(unique::router())
+        .merge(admin::router())
 }
 
 /// Headers a PUSH may carry.

@@ -1,6 +1,10 @@
-//! `/ojs/v1/dead-letter`: the dead-letter queue ([OJS dead-letter HTTP binding]).
+//! `/ojs/v1/dead-letter`: the dead-letter queue ([OJS dead-letter HTTP binding]); the same under
+//! `/ojs/v1/admin/dead-letter` for the operator ([`admin`]). Also the request helpers the
+//! admin job routes share: `confirm`, the retry override, timestamps in bodies.
 //!
 //! [OJS dead-letter HTTP binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-dead-letter.md#10-http-binding
+
+mod admin;
 
 use std::collections::BTreeMap;
 
@@ -33,6 +37,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(retry_all))
         .routes(routes!(show, remove))
         .routes(routes!(retry_one))
+        .merge(admin::router())
 }
 
 /// The filters of a dead-letter listing.

@@ -1,0 +1,382 @@
+//! A queue's configuration ([OJS queue configuration]), read and changed under
+//! `/ojs/v1/queues/{name}/config` and `/ojs/v1/admin/queues/{name}/config` alike; `_default`
+//! names the configuration every queue inherits.
+//!
+//! [OJS queue configuration]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md
+
+use std::borrow::Cow;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::openapi::schema::{AnyOfBuilder, Schema};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::QueueBody;
+use crate::http::error::ApiError;
+use crate::http::extract::{JsonBody, queue_path};
+use crate::http::openapi::DurationSchema;
+use crate::http::{AppState, ok};
+use crate::queue_config::DEFAULT_QUEUE;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(show_config, put_config))
+        .routes(routes!(admin_show_config, admin_put_config))
+}
+
+/// The queue name of a configuration path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `config_path`
+struct ConfigQueueNameParam {
+    /// A queue name, or `_default` for the configuration every queue inherits.
+    #[param(pattern = r"^(_default|[a-z0-9][a-z0-9.-]{0,127})$", max_length = 128)]
+    name: String,
+}
+
+/// A configuration `PUT` (or the `config` of a new queue): the fields to set; `null` resets a
+/// field to the inherited value, and the members of `retention`, `default_retry` and
+/// `rate_limit` merge one by one with those already set.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `queue_config::apply_patch`
+pub(super) struct QueueConfigUpdate {
+    /// Most jobs waiting in the queue.
+    #[schema(minimum = 1)]
+    max_size: Option<i64>,
+    /// Most bytes of waiting job envelopes.
+    #[schema(minimum = 1)]
+    max_size_bytes: Option<i64>,
+    /// What an enqueue past the bound does (`drop-oldest` is accepted for `drop_oldest`).
+    #[schema(inline)]
+    overflow_policy: Option<OverflowPolicyInput>,
+    /// Fraction of the bound from which responses carry the pressure headers.
+    #[schema(minimum = 0, maximum = 1)]
+    warning_threshold: Option<f64>,
+    /// Most jobs of the queue active at once.
+    #[schema(minimum = 0)]
+    concurrency: Option<i64>,
+    /// `{"limit": N, "period": "PT1M"}` (`period` may also be `second`, `minute`, `hour` or
+    /// `day`); also accepted as `{"rate": {"limit", "period"}}`, `{"rate": N, "period"}` or
+    /// `{"max_per_second": N}`.
+    #[schema(value_type = Option<Object>)]
+    rate_limit: Option<serde_json::Value>,
+    /// Integer seconds (at least 1) or an ISO 8601 duration of at least a second.
+    visibility_timeout: Option<DurationSchema>,
+    /// Integer seconds (at least 1) or an ISO 8601 duration of at least a second.
+    default_timeout: Option<DurationSchema>,
+    /// Retry policy fields jobs of the queue get when they set none of their own.
+    #[schema(value_type = Option<Object>)]
+    default_retry: Option<serde_json::Value>,
+    /// How long terminal jobs are kept.
+    retention: Option<QueueRetentionUpdate>,
+    /// The queue that receives the queue's dead letters (not the queue itself).
+    #[schema(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    dead_letter_queue: Option<String>,
+    #[schema(minimum = 1)]
+    dead_letter_max_size: Option<i64>,
+    /// ISO 8601 duration.
+    dead_letter_ttl: Option<String>,
+    /// Job type patterns the queue accepts (`*` matches any run of characters).
+    #[schema(min_items = 1)]
+    allowed_job_types: Option<Vec<String>>,
+    /// Producer patterns the queue accepts (`OJS-Producer`; `*` accepts any).
+    #[schema(min_items = 1)]
+    producers: Option<Vec<String>>,
+    /// Alias of `max_size` (`max_depth`, 0 meaning unlimited), `max_size_bytes`,
+    /// `overflow_policy` (`strategy`) and `warning_threshold`; the plain fields win.
+    #[schema(nullable = false)]
+    backpressure: Option<QueueBackpressureUpdate>,
+}
+
+/// An overflow policy as a request may name it.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+enum OverflowPolicyInput {
+    #[serde(rename = "reject")]
+    Reject,
+    #[serde(rename = "drop_oldest")]
+    DropOldest,
+    #[serde(rename = "drop-oldest")]
+    DropOldestDash,
+    #[serde(rename = "block")]
+    Block,
+}
+
+/// Retention of terminal jobs: ISO 8601 durations, `null` to reset one.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueRetentionUpdate {
+    completed: Option<String>,
+    discarded: Option<String>,
+    cancelled: Option<String>,
+}
+
+/// The backpressure alias of a configuration update.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueBackpressureUpdate {
+    /// `max_size`; 0 means unlimited.
+    #[schema(minimum = 0)]
+    max_depth: Option<i64>,
+    #[schema(minimum = 1)]
+    max_size_bytes: Option<i64>,
+    /// `overflow_policy`.
+    #[schema(inline)]
+    strategy: Option<OverflowPolicyInput>,
+    #[schema(minimum = 0, maximum = 1)]
+    warning_threshold: Option<f64>,
+}
+
+/// A queue's resolved configuration (its own values over `_default` over the system
+/// defaults): every field, `null` for none or unlimited.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: the server writes `QueueConfig::to_json`
+pub(super) struct ResolvedQueueConfig {
+    #[schema(required = true)]
+    max_size: Option<i64>,
+    #[schema(required = true)]
+    max_size_bytes: Option<i64>,
+    #[schema(inline)]
+    overflow_policy: OverflowPolicyName,
+    warning_threshold: f64,
+    #[schema(required = true)]
+    concurrency: Option<i64>,
+    #[schema(required = true)]
+    rate_limit: Option<QueueRateLimit>,
+    /// Seconds; `null`: the server's default.
+    #[schema(required = true)]
+    visibility_timeout: Option<i64>,
+    /// Seconds; `null`: the server's default.
+    #[schema(required = true)]
+    default_timeout: Option<i64>,
+    /// The effective default retry policy.
+    default_retry: QueueDefaultRetry,
+    retention: QueueRetention,
+    #[schema(required = true)]
+    dead_letter_queue: Option<String>,
+    #[schema(required = true)]
+    dead_letter_max_size: Option<i64>,
+    /// ISO 8601 duration.
+    dead_letter_ttl: String,
+    allowed_job_types: Vec<String>,
+    producers: Vec<String>,
+    backpressure: QueueBackpressure,
+}
+
+/// An overflow policy as the server writes it.
+#[derive(ToSchema, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum OverflowPolicyName {
+    Reject,
+    DropOldest,
+    Block,
+}
+
+/// At most `limit` job starts in any window of `period`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueRateLimit {
+    limit: i64,
+    /// ISO 8601 duration.
+    period: String,
+}
+
+/// A queue's effective default retry policy (durations ISO 8601), with any other members
+/// `default_retry` set.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: the server writes `RetryPolicy::to_json`
+struct QueueDefaultRetry {
+    max_attempts: i32,
+    initial_interval: String,
+    backoff_coefficient: f64,
+    max_interval: String,
+    jitter: bool,
+    non_retryable_errors: Vec<String>,
+    /// `discard` or `dead_letter`.
+    on_exhaustion: String,
+    backoff_strategy: String,
+}
+
+/// How long terminal jobs are kept (ISO 8601 durations).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueRetention {
+    completed: String,
+    discarded: String,
+    cancelled: String,
+}
+
+/// The backpressure fields again, under their alias names.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueueBackpressure {
+    #[schema(required = true)]
+    max_depth: Option<i64>,
+    #[schema(required = true)]
+    max_size_bytes: Option<i64>,
+    #[schema(inline)]
+    strategy: OverflowPolicyName,
+    warning_threshold: f64,
+}
+
+/// The queue and its configuration: `{"config", "name"}`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = NamedQueueConfig)]
+struct ConfigBody<'a> {
+    #[schema(value_type = ResolvedQueueConfig)]
+    config: serde_json::Value,
+    name: &'a str,
+}
+
+/// A queue name of a configuration path: a queue, or `_default`.
+fn config_path(name: &str) -> Result<(), ApiError> {
+    if name == DEFAULT_QUEUE {
+        Ok(())
+    } else {
+        queue_path(name)
+    }
+}
+
+/// `GET /ojs/v1/queues/{name}/config` (and `_default`, and the admin alias): the resolved
+/// configuration.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{name}/config",
+    tag = "queues",
+    summary = "Read a queue's configuration",
+    params(ConfigQueueNameParam),
+    responses(
+        (status = 200, description = "The resolved configuration.", body = ConfigBody<'_>),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
+async fn show_config(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    config_path(&name)?;
+    let config = state.broker().queue_config(&name).await?;
+    Ok(ok(ConfigBody {
+        config: config.to_json(),
+        name: &name,
+    })
+    .into_response())
+}
+
+/// The 200 body of a configuration `PUT`: the queue object, or for `_default` the
+/// configuration with its name ([`ConfigBody`]). Both have `name` and `config`, so the
+/// schema is an `anyOf` (a `oneOf` would match a queue object twice).
+struct PutConfigResult;
+
+impl PartialSchema for PutConfigResult {
+    fn schema() -> RefOr<Schema> {
+        AnyOfBuilder::new()
+            .item(Ref::from_schema_name(QueueBody::name()))
+            .item(Ref::from_schema_name(ConfigBody::name()))
+            .description(Some(
+                "The queue object; for `_default`, `{\"config\", \"name\"}`.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for PutConfigResult {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("QueueConfigPutResult")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((QueueBody::name().into(), QueueBody::schema()));
+        QueueBody::schemas(schemas);
+        schemas.push((ConfigBody::name().into(), ConfigBody::schema()));
+        ConfigBody::schemas(schemas);
+    }
+}
+
+/// `PUT /ojs/v1/queues/{name}/config` (and `_default`, and the admin alias): merges the body
+/// into the queue's own configuration (creating an unknown queue); 200 with the queue object.
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/queues/{name}/config",
+    tag = "queues",
+    summary = "Change a queue's configuration",
+    params(ConfigQueueNameParam),
+    request_body = QueueConfigUpdate,
+    responses(
+        (status = 200, description = "The queue object (for `_default`, its configuration).", body = PutConfigResult),
+        (status = 400, description = "A field is unknown or invalid."),
+        (status = 422, description = "`default_retry` is not a valid retry policy."),
+    )
+)]
+async fn put_config(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    config_path(&name)?;
+    body.object()?;
+    let value: serde_json::Value = serde_json::from_str(body.text())
+        .map_err(|_| ApiError::invalid_field("$", "the body must be a JSON object"))?;
+    let broker = state.broker();
+    let config = broker.set_queue_config(&name, &value).await?;
+    if name == DEFAULT_QUEUE {
+        return Ok(ok(ConfigBody {
+            config: config.to_json(),
+            name: &name,
+        })
+        .into_response());
+    }
+    let queue = broker.queue(&name).await?;
+    let configs = broker.queue_configs().await?;
+    Ok(ok(QueueBody::of(&queue, &configs)).into_response())
+}
+
+/// `GET /ojs/v1/admin/queues/{name}/config`: [`show_config`].
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/admin/queues/{name}/config",
+    tag = "admin",
+    summary = "Read a queue's configuration",
+    description = "The same as `GET /ojs/v1/queues/{name}/config`.",
+    params(ConfigQueueNameParam),
+    responses(
+        (status = 200, description = "The resolved configuration.", body = ConfigBody<'_>),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
+async fn admin_show_config(
+    state: State<AppState>,
+    name: Path<String>,
+) -> Result<Response, ApiError> {
+    show_config(state, name).await
+}
+
+/// `PUT /ojs/v1/admin/queues/{name}/config`: [`put_config`].
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/admin/queues/{name}/config",
+    tag = "admin",
+    summary = "Change a queue's configuration",
+    description = "The same as `PUT /ojs/v1/queues/{name}/config`.",
+    params(ConfigQueueNameParam),
+    request_body = QueueConfigUpdate,
+    responses(
+        (status = 200, description = "The queue object (for `_default`, its configuration).", body = PutConfigResult),
+        (status = 400, description = "A field is unknown or invalid."),
+        (status = 422, description = "`default_retry` is not a valid retry policy."),
+    )
+)]
+async fn admin_put_config(
+    state: State<AppState>,
+    name: Path<String>,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    put_config(state, name, body).await
+}

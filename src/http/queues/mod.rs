@@ -1,0 +1,538 @@
+//! `/ojs/v1/queues`: queues by name, created, read, deleted, paused and resumed ([`mod.rs`]);
+//! their statistics ([`stats`]); their configuration, under both URL families ([`config`]);
+//! and the operator's queue routes under `/ojs/v1/admin/queues` ([`admin`]).
+//!
+//! [`mod.rs`]: self
+
+mod admin;
+mod config;
+mod stats;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::error::ApiError;
+use super::extract::{JsonBody, OptionalJsonBody, check_queue_name, queue_path};
+use super::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
+use super::{AppState, Ojs, ok};
+use crate::broker::{DeleteStrategy, Queue, QueueConfigs, QueueStats};
+use crate::broker::{QueueCounts, QueueState};
+use crate::job::is_valid_queue;
+use crate::wire::timestamp;
+use config::{QueueConfigUpdate, ResolvedQueueConfig};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, create))
+        .routes(routes!(show, delete_queue))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
+        .merge(stats::router())
+        .merge(config::router())
+        .merge(admin::router())
+}
+
+/// The queue name of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `queue_path`
+pub(crate) struct QueueNameParam {
+    /// The queue: 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or
+    /// digit (any other name is refused with 400).
+    #[param(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    name: String,
+}
+
+/// The filter of `GET /ojs/v1/queues`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `list`
+struct QueueListQuery {
+    /// Only queues in this state.
+    #[param(inline)]
+    state: Option<QueueStateSchema>,
+}
+
+/// The query of `DELETE /ojs/v1/queues/{name}` (the body's members win).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `delete_queue`
+struct QueueDeleteQuery {
+    /// What to do with the queue's waiting jobs; required here or in the body.
+    #[param(inline)]
+    strategy: Option<DeleteStrategySchema>,
+    /// With `move`: the queue that receives the jobs.
+    target_queue: Option<String>,
+}
+
+/// A queue's lifecycle state.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueueState)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documentation: the server writes `broker::QueueState`
+enum QueueStateSchema {
+    Active,
+    Paused,
+    Draining,
+}
+
+/// What a queue deletion does with the queue's waiting jobs.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueueDeleteStrategy)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documentation: read by `delete_queue`
+enum DeleteStrategySchema {
+    /// Refuse when jobs remain.
+    Reject,
+    /// Discard them.
+    Discard,
+    /// Move them to `target_queue`.
+    Move,
+}
+
+/// `POST /ojs/v1/queues`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `create`
+struct QueueCreateRequest {
+    /// 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or digit.
+    #[schema(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    name: String,
+    /// The queue's own configuration, as for `PUT /ojs/v1/queues/{name}/config`.
+    #[schema(nullable = false)]
+    config: Option<QueueConfigUpdate>,
+}
+
+/// The queue object ([OJS queue details]), with its resolved configuration.
+///
+/// [OJS queue details]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#93-get-queue-details
+#[derive(Serialize, ToSchema)]
+#[schema(as = Queue)]
+struct QueueBody<'a> {
+    name: &'a str,
+    #[schema(value_type = QueueStateSchema)]
+    state: QueueState,
+    /// `state` again, for binding clients.
+    #[schema(value_type = QueueStateSchema)]
+    status: QueueState,
+    paused: bool,
+    /// While paused, when it was paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused_at: Option<String>,
+    #[schema(value_type = ResolvedQueueConfig)]
+    config: serde_json::Value,
+    created_at: String,
+    updated_at: String,
+}
+
+impl<'a> QueueBody<'a> {
+    fn of(q: &'a Queue, configs: &QueueConfigs) -> QueueBody<'a> {
+        let paused = q.state == QueueState::Paused;
+        QueueBody {
+            name: &q.name,
+            state: q.state,
+            status: q.state,
+            paused,
+            paused_at: paused
+                .then_some(q.paused_at)
+                .flatten()
+                .map(timestamp::format),
+            config: configs.of(&q.name).to_json(),
+            created_at: timestamp::format(q.created_at),
+            updated_at: timestamp::format(q.updated_at),
+        }
+    }
+}
+
+/// Current counts by state (the `counts` of a listed queue).
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueJobCounts)]
+struct Counts {
+    available: i64,
+    active: i64,
+    scheduled: i64,
+    retryable: i64,
+    pending: i64,
+}
+
+impl Counts {
+    fn of(c: &QueueCounts) -> Counts {
+        Counts {
+            available: c.available,
+            active: c.active,
+            scheduled: c.scheduled,
+            retryable: c.retryable,
+            pending: c.pending,
+        }
+    }
+}
+
+/// A listed queue: the queue object with its current counts.
+#[derive(Serialize, ToSchema)]
+#[schema(as = ListedQueue)]
+struct Listed<'a> {
+    #[serde(flatten)]
+    queue: QueueBody<'a>,
+    counts: Counts,
+}
+
+/// A page of queues.
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueList)]
+struct ListBody<'a> {
+    queues: Vec<Listed<'a>>,
+    pagination: Pagination,
+}
+
+/// `GET /ojs/v1/queues?state=&limit=&offset=`: queues by name, with their current counts.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues",
+    tag = "queues",
+    summary = "List queues",
+    params(QueueListQuery, PageParams),
+    responses(
+        (status = 200, description = "Queues by name.", body = ListBody<'_>),
+        (status = 400, description = "A query parameter is invalid."),
+    )
+)]
+async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+    let page = Page::from_query(&query, DATA_PLANE)?;
+    let filter = match query.get("state") {
+        None => None,
+        Some("active") => Some(QueueState::Active),
+        Some("paused") => Some(QueueState::Paused),
+        Some("draining") => Some(QueueState::Draining),
+        Some(other) => {
+            return Err(ApiError::invalid_field(
+                "query.state",
+                format!("'state' must be active, paused or draining, not {other:?}"),
+            ));
+        }
+    };
+    let (queues, total) = state
+        .broker()
+        .queues(filter, page.limit, page.offset)
+        .await?;
+    let configs = state.broker().queue_configs().await?;
+    Ok(ok(ListBody {
+        queues: queues
+            .iter()
+            .map(|q| Listed {
+                queue: QueueBody::of(&q.queue, &configs),
+                counts: Counts::of(&q.counts),
+            })
+            .collect(),
+        pagination: page.describe(total),
+    })
+    .into_response())
+}
+
+/// `POST /ojs/v1/queues` with `{"name", "config"?}`: 201 with the queue, 409 if it exists.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/queues",
+    tag = "queues",
+    summary = "Create a queue",
+    request_body = QueueCreateRequest,
+    responses(
+        (status = 201, description = "Created; `Location` names the queue.", body = QueueBody<'_>,
+            headers(("Location" = String, description = "`/ojs/v1/queues/{name}`"))),
+        (status = 400, description = "The name or the configuration is invalid."),
+        (status = 409, description = "The queue exists."),
+        (status = 422, description = "`config.default_retry` is not a valid retry policy."),
+    )
+)]
+async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+    let fields = body.object()?;
+    let name = fields.required_string("name")?;
+    check_queue_name("$.name", &name)?;
+    let config = match fields.raw("config") {
+        None => None,
+        Some(raw) => Some(
+            serde_json::from_str::<serde_json::Value>(raw.get())
+                .map_err(|_| ApiError::invalid_field("$.config", "'config' must be an object"))?,
+        ),
+    };
+    let broker = state.broker();
+    let queue = broker.create_queue(&name, config.as_ref()).await?;
+    let configs = broker.queue_configs().await?;
+    let mut response = Ojs(StatusCode::CREATED, QueueBody::of(&queue, &configs)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/ojs/v1/queues/{name}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// Current counts of a shown queue (`depth`: jobs not yet finished).
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueDetailStats)]
+struct Stats {
+    depth: i64,
+    available: i64,
+    active: i64,
+    retryable: i64,
+    scheduled: i64,
+    pending: i64,
+    completed_today: i64,
+    failed_today: i64,
+}
+
+/// The queue object with its `stats`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueDetail)]
+struct Shown<'a> {
+    #[serde(flatten)]
+    queue: QueueBody<'a>,
+    stats: Stats,
+}
+
+/// `GET /ojs/v1/queues/{name}`: the queue with its `stats`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/queues/{name}",
+    tag = "queues",
+    summary = "Read a queue",
+    params(QueueNameParam),
+    responses(
+        (status = 200, body = Shown<'_>),
+        (status = 400, description = "The queue name is invalid."),
+        (status = 404, description = "No such queue."),
+    )
+)]
+async fn show(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    queue_path(&name)?;
+    let QueueStats { queue, counts } = state.broker().queue_stats(&name).await?;
+    let configs = state.broker().queue_configs().await?;
+    Ok(ok(Shown {
+        queue: QueueBody::of(&queue, &configs),
+        stats: Stats {
+            depth: counts.depth(),
+            available: counts.available,
+            active: counts.active,
+            retryable: counts.retryable,
+            scheduled: counts.scheduled,
+            pending: counts.pending,
+            completed_today: counts.completed_today,
+            failed_today: counts.failed_today,
+        },
+    })
+    .into_response())
+}
+
+/// What a queue deletion did.
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueDeleted)]
+struct Deleted<'a> {
+    /// Jobs discarded or moved.
+    jobs_affected: i64,
+    queue: &'a str,
+    /// `draining` while active jobs remain, then the queue goes.
+    #[schema(value_type = DeletionState)]
+    state: &'static str,
+    #[schema(inline, value_type = DeleteStrategySchema)]
+    strategy: &'static str,
+    /// With `move`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_queue: Option<String>,
+}
+
+/// The state of a deleted queue.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueueDeletionState)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)] // documentation
+enum DeletionState {
+    Draining,
+    Deleted,
+}
+
+/// The options of a queue deletion, in the body or the query string (the body winning).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: read by `delete_queue`
+struct QueueDeleteRequest {
+    /// What to do with the queue's waiting jobs; required here or in the query.
+    #[schema(inline, nullable = false)]
+    strategy: Option<DeleteStrategySchema>,
+    /// With `move`: the queue that receives the jobs (not the deleted one).
+    #[schema(nullable = false)]
+    target_queue: Option<String>,
+}
+
+/// `DELETE /ojs/v1/queues/{name}` with `strategy` (`reject`, `discard`, `move`) and, for
+/// `move`, `target_queue`, in the body or the query ([OJS delete queue]): 202.
+///
+/// [OJS delete queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#94-delete-queue
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/queues/{name}",
+    tag = "queues",
+    summary = "Delete a queue",
+    params(QueueNameParam, QueueDeleteQuery),
+    request_body(
+        content = Option<QueueDeleteRequest>,
+        description = "The options; may be omitted when the query string gives them."
+    ),
+    responses(
+        (status = 202, description = "Deleted, or draining until its active jobs end.", body = Deleted<'_>),
+        (status = 400, description = "`strategy` or `target_queue` is missing or invalid."),
+        (status = 404, description = "No such queue."),
+        (status = 409, description = "Strategy `reject` and the queue still has jobs."),
+    )
+)]
+async fn delete_queue(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: QueryParams,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    queue_path(&name)?;
+    let fields = body.as_ref().map(|b| b.object()).transpose()?;
+    let option = |key: &str| -> Result<Option<String>, ApiError> {
+        match fields.as_ref().map(|f| f.string(key)).transpose()? {
+            Some(Some(v)) => Ok(Some(v)),
+            _ => Ok(query.get(key).map(str::to_owned)),
+        }
+    };
+    let strategy = match option("strategy")?.as_deref() {
+        Some("reject") => DeleteStrategy::Reject,
+        Some("discard") => DeleteStrategy::Discard,
+        Some("move") => {
+            let target = option("target_queue")?.ok_or_else(|| {
+                ApiError::invalid_field(
+                    "$.target_queue",
+                    "'target_queue' is required with strategy move",
+                )
+            })?;
+            if !is_valid_queue(&target) || target == name {
+                return Err(ApiError::invalid_field(
+                    "$.target_queue",
+                    format!("'target_queue' must be a valid queue name other than {name:?}"),
+                ));
+            }
+            DeleteStrategy::Move(target)
+        }
+        other => {
+            return Err(ApiError::invalid_field(
+                "$.strategy",
+                format!(
+                    "'strategy' is required: reject, discard or move{}",
+                    other.map(|o| format!(", not {o:?}")).unwrap_or_default()
+                ),
+            ));
+        }
+    };
+    let deleted = state.broker().delete_queue(&name, &strategy).await?;
+    // Members in the order `json!` wrote them (by name).
+    let body = Deleted {
+        jobs_affected: deleted.jobs_affected,
+        queue: &name,
+        state: if deleted.draining {
+            "draining"
+        } else {
+            "deleted"
+        },
+        strategy: strategy.name(),
+        target_queue: match &strategy {
+            DeleteStrategy::Move(target) => Some(target.clone()),
+            _ => None,
+        },
+    };
+    Ok(Ojs(StatusCode::ACCEPTED, body).into_response())
+}
+
+/// The queue after a pause or resume.
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = QueuePauseResult)]
+#[allow(dead_code)] // documentation: `set_paused` writes this with `json!`
+struct PauseResultDoc {
+    name: String,
+    paused: bool,
+    /// After a pause: when the queue was paused.
+    paused_at: Option<String>,
+    /// After a resume: when the queue was resumed.
+    resumed_at: Option<String>,
+    queue: QueuePauseSummary,
+    #[schema(inline)]
+    state: QueueStateSchema,
+}
+
+/// The `queue` of a pause or resume.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation
+struct QueuePauseSummary {
+    name: String,
+    paused: bool,
+    #[schema(inline)]
+    state: QueueStateSchema,
+}
+
+/// `POST /ojs/v1/queues/{name}/pause`.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/queues/{name}/pause",
+    tag = "queues",
+    summary = "Pause a queue",
+    description = "Workers fetch nothing from a paused queue; enqueues still succeed. Creates \
+                   an unknown queue; idempotent. A body, if any, is ignored.",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "Paused.", body = PauseResultDoc),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
+async fn pause(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(&state, &name, true).await
+}
+
+/// `POST /ojs/v1/queues/{name}/resume`.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/queues/{name}/resume",
+    tag = "queues",
+    summary = "Resume a queue",
+    description = "Creates an unknown queue; idempotent. A body, if any, is ignored.",
+    params(QueueNameParam),
+    responses(
+        (status = 200, description = "Resumed.", body = PauseResultDoc),
+        (status = 400, description = "The queue name is invalid."),
+    )
+)]
+async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    set_paused(&state, &name, false).await
+}
+
+/// Pause or resume ([OJS pause queue], [resume queue]): creates an unknown queue, idempotent.
+///
+/// [OJS pause queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#113-pause-queue
+/// [resume queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#114-resume-queue
+async fn set_paused(state: &AppState, name: &str, paused: bool) -> Result<Response, ApiError> {
+    queue_path(name)?;
+    let queue = state.broker().set_queue_paused(name, paused).await?;
+    let (key, at) = if paused {
+        ("paused_at", queue.paused_at)
+    } else {
+        ("resumed_at", queue.resumed_at)
+    };
+    let summary = serde_json::json!({
+        "name": queue.name, "paused": paused, "state": queue.state,
+    });
+    let mut body = serde_json::json!({
+        "queue": summary, "name": queue.name, "paused": paused, "state": queue.state,
+    });
+    body[key] = serde_json::json!(at.map(timestamp::format));
+    Ok(ok(body).into_response())
+}
