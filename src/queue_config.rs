@@ -9,11 +9,12 @@
 //! [OJS queue configuration fields]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#6-queue-configuration-fields
 //! [OJS policy inheritance]: https://github.com/openjobspec/spec/blob/main/spec/ojs-queue-config.md#72-policy-inheritance
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::job::retry::RetryPolicy;
-use crate::wire::Violation;
 use crate::wire::duration;
+use crate::wire::{Violation, names};
 
 /// Name of the virtual queue holding the policy every queue inherits.
 pub const DEFAULT_QUEUE: &str = "_default";
@@ -43,23 +44,19 @@ pub enum OverflowPolicy {
     Block,
 }
 
-impl OverflowPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OverflowPolicy::Reject => "reject",
-            OverflowPolicy::DropOldest => "drop_oldest",
-            OverflowPolicy::Block => "block",
-        }
-    }
+names!(OverflowPolicy {
+    Reject => "reject",
+    DropOldest => "drop_oldest",
+    Block => "block",
+});
 
+impl OverflowPolicy {
     /// Parses a policy name (`drop-oldest` is accepted for `drop_oldest`).
     pub fn parse(s: &str) -> Option<OverflowPolicy> {
-        Some(match s {
-            "reject" => OverflowPolicy::Reject,
-            "drop_oldest" | "drop-oldest" => OverflowPolicy::DropOldest,
-            "block" => OverflowPolicy::Block,
-            _ => return None,
-        })
+        match s {
+            "drop-oldest" => Some(OverflowPolicy::DropOldest),
+            name => OverflowPolicy::from_name(name),
+        }
     }
 }
 
@@ -246,41 +243,163 @@ impl QueueConfig {
     }
 
     /// The resolved configuration as the wire shows it: every field, `null` for none.
-    pub fn to_json(&self) -> Value {
-        let policy: Value =
-            serde_json::from_str(&self.retry_policy.to_json()).unwrap_or_else(|_| json!({}));
-        json!({
-            "max_size": self.max_size,
-            "max_size_bytes": self.max_size_bytes,
-            "overflow_policy": self.overflow_policy.as_str(),
-            "warning_threshold": self.warning_threshold,
-            "concurrency": self.concurrency,
-            "rate_limit": self.rate_limit.map(|r| json!({
-                "limit": r.limit,
-                "period": duration::format_iso(r.period_ms),
-            })),
-            "visibility_timeout": self.visibility_timeout,
-            "default_timeout": self.default_timeout,
-            "default_retry": policy,
-            "retention": {
-                "completed": duration::format_iso(self.retention.completed_ms),
-                "discarded": duration::format_iso(self.retention.discarded_ms),
-                "cancelled": duration::format_iso(self.retention.cancelled_ms),
+    pub fn wire(&self) -> WireConfig<'_> {
+        WireConfig {
+            max_size: self.max_size,
+            max_size_bytes: self.max_size_bytes,
+            overflow_policy: self.overflow_policy,
+            warning_threshold: self.warning_threshold,
+            concurrency: self.concurrency,
+            rate_limit: self.rate_limit.map(|r| WireRateLimit {
+                limit: r.limit,
+                period: duration::format_iso(r.period_ms),
+            }),
+            visibility_timeout: self.visibility_timeout,
+            default_timeout: self.default_timeout,
+            default_retry: serde_json::from_str(&self.retry_policy.to_json())
+                .unwrap_or_else(|_| json!({})),
+            retention: WireRetention {
+                completed: duration::format_iso(self.retention.completed_ms),
+                discarded: duration::format_iso(self.retention.discarded_ms),
+                cancelled: duration::format_iso(self.retention.cancelled_ms),
             },
-            "dead_letter_queue": self.dead_letter_queue,
-            "dead_letter_max_size": self.dead_letter_max_size,
-            "dead_letter_ttl": duration::format_iso(self.dead_letter_ttl_ms),
-            "allowed_job_types": self.allowed_job_types,
-            "producers": self.producers,
-            "backpressure": {
-                "max_depth": self.max_size,
-                "max_size_bytes": self.max_size_bytes,
-                "strategy": self.overflow_policy.as_str(),
-                "warning_threshold": self.warning_threshold,
+            dead_letter_queue: self.dead_letter_queue.as_deref(),
+            dead_letter_max_size: self.dead_letter_max_size,
+            dead_letter_ttl: duration::format_iso(self.dead_letter_ttl_ms),
+            allowed_job_types: &self.allowed_job_types,
+            producers: &self.producers,
+            backpressure: WireBackpressure {
+                max_depth: self.max_size,
+                max_size_bytes: self.max_size_bytes,
+                strategy: self.overflow_policy,
+                warning_threshold: self.warning_threshold,
+                enabled: None,
+                threshold: None,
+                current_depth: None,
+                state: None,
             },
-        })
+        }
     }
 }
+
+/// A queue's resolved configuration (its own values over `_default` over the system
+/// defaults) as the API shows it: every field, `null` for none or unlimited.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = ResolvedQueueConfig)]
+pub struct WireConfig<'a> {
+    #[schema(required = true)]
+    pub max_size: Option<i64>,
+    #[schema(required = true)]
+    pub max_size_bytes: Option<i64>,
+    pub overflow_policy: OverflowPolicy,
+    pub warning_threshold: f64,
+    #[schema(required = true)]
+    pub concurrency: Option<i64>,
+    #[schema(required = true)]
+    pub rate_limit: Option<WireRateLimit>,
+    /// Seconds; `null`: the server's default.
+    #[schema(required = true)]
+    pub visibility_timeout: Option<i64>,
+    /// Seconds; `null`: the server's default.
+    #[schema(required = true)]
+    pub default_timeout: Option<i64>,
+    /// The effective default retry policy, as a job's `retry` reads (durations ISO 8601).
+    #[schema(value_type = Object)]
+    pub default_retry: Value,
+    pub retention: WireRetention,
+    #[schema(required = true)]
+    pub dead_letter_queue: Option<&'a str>,
+    #[schema(required = true)]
+    pub dead_letter_max_size: Option<i64>,
+    /// ISO 8601 duration.
+    pub dead_letter_ttl: String,
+    pub allowed_job_types: &'a [String],
+    pub producers: &'a [String],
+    pub backpressure: WireBackpressure,
+}
+
+/// At most `limit` job starts in any window of `period`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = QueueRateLimit)]
+pub struct WireRateLimit {
+    pub limit: i64,
+    /// ISO 8601 duration.
+    pub period: String,
+}
+
+/// How long terminal jobs are kept (ISO 8601 durations).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = QueueRetention)]
+pub struct WireRetention {
+    pub completed: String,
+    pub discarded: String,
+    pub cancelled: String,
+}
+
+/// The backpressure fields again, under their alias names. The admin API's queue detail adds
+/// how full the queue is now ([`WireBackpressure::with_fill`]), for the OJS admin UI's
+/// backpressure panel; elsewhere those members are absent.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = QueueBackpressure)]
+pub struct WireBackpressure {
+    /// The bound (`max_size`).
+    #[schema(required = true)]
+    pub max_depth: Option<i64>,
+    #[schema(required = true)]
+    pub max_size_bytes: Option<i64>,
+    /// The overflow policy.
+    pub strategy: OverflowPolicy,
+    pub warning_threshold: f64,
+    /// Admin queue detail only: whether the queue is bounded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Admin queue detail only: the bound (`null`: unbounded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<i64>)]
+    pub threshold: Option<Option<i64>>,
+    /// Admin queue detail only: the jobs counted against the bound (`null` for an unbounded
+    /// queue).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<i64>)]
+    pub current_depth: Option<Option<i64>>,
+    /// Admin queue detail only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<PressureState>,
+}
+
+impl WireBackpressure {
+    /// Adds how full a queue configured as `config` is, holding `depth` jobs.
+    pub fn with_fill(&mut self, config: &QueueConfig, depth: Option<i64>) {
+        let bound = config.max_size;
+        let state = match (bound, depth) {
+            (Some(bound), Some(depth)) if depth >= bound => PressureState::Critical,
+            (Some(bound), Some(depth))
+                if depth as f64 >= config.warning_threshold * bound as f64 =>
+            {
+                PressureState::Warning
+            }
+            _ => PressureState::Normal,
+        };
+        self.enabled = Some(bound.is_some());
+        self.threshold = Some(bound);
+        self.current_depth = Some(depth);
+        self.state = Some(state);
+    }
+}
+
+/// `normal`, `warning` (from `warning_threshold` of the bound) or `critical` (at the bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PressureState {
+    Normal,
+    Warning,
+    Critical,
+}
+
+names!(PressureState {
+    Normal => "normal",
+    Warning => "warning",
+    Critical => "critical",
+});
 
 /// Parses a merged `default_retry` object as a policy (system defaults for what it omits).
 fn retry_policy(retry: &Map<String, Value>, path: &str) -> Result<RetryPolicy, ConfigError> {
@@ -654,7 +773,7 @@ mod tests {
     fn defaults_resolve_to_the_system_values() {
         let c = QueueConfig::resolve(&json!({}), &json!({})).unwrap();
         assert_eq!(c, QueueConfig::default());
-        let wire = c.to_json();
+        let wire = serde_json::to_value(c.wire()).unwrap();
         assert_eq!(wire["max_size"], Value::Null);
         assert_eq!(wire["overflow_policy"], "reject");
         assert_eq!(wire["retention"]["discarded"], "P30D");

@@ -9,8 +9,9 @@
 //!   `ojs_worker_effective_state` for the views operators read: it also tells `drain` and
 //!   `stale` apart.
 
-use std::fmt;
 use std::str::FromStr;
+
+use crate::wire::names;
 
 /// What a worker says it is doing (the heartbeat's `state`; `shutdown: true` means `drain`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,39 +69,19 @@ pub fn required_state(directive: WorkerDirective, reported: WorkerState) -> Work
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownName(pub String);
 
-macro_rules! names {
-    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// The name as stored and sent.
-            pub fn as_str(self) -> &'static str {
-                match self { $($ty::$variant => $name),+ }
-            }
-        }
-
+macro_rules! from_str {
+    ($($ty:ident),+) => {$(
         impl FromStr for $ty {
             type Err = UnknownName;
 
             fn from_str(s: &str) -> Result<Self, Self::Err> {
-                match s {
-                    $($name => Ok($ty::$variant),)+
-                    other => Err(UnknownName(other.to_owned())),
-                }
+                $ty::from_name(s).ok_or_else(|| UnknownName(s.to_owned()))
             }
         }
-
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl serde::Serialize for $ty {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
-            }
-        }
-    };
+    )+};
 }
+
+from_str!(WorkerState, WorkerDirective, EffectiveState);
 
 names!(WorkerState {
     Running => "running",

@@ -32,7 +32,7 @@ const REQUEST_TYPES: [&str; 2] = ["application/json", OJS_JSON];
                        workers, queues, dead letters, events) and its admin API.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
-    components(schemas(ErrorBody, Job, JobError, RetryPolicy, UniquePolicy, JobState, PrioritySchema)),
+    components(schemas(ErrorBody, Job, JobError, RetryPolicy, UniquePolicy, crate::job::JobState, PrioritySchema)),
     tags(
         (name = "system", description = "Manifest, health, readiness and metrics."),
         (name = "jobs", description = "Enqueue, read, cancel and reprioritise jobs."),
@@ -248,9 +248,11 @@ pub struct Job {
     visibility_timeout_ms: Option<i64>,
     enqueue_ttl: Option<i64>,
     total_timeout: Option<i64>,
-    state: JobState,
+    #[schema(value_type = crate::job::JobState)]
+    state: String,
     /// The state before this request changed it (cancel, activate).
-    previous_state: Option<JobState>,
+    #[schema(value_type = Option<crate::job::JobState>)]
+    previous_state: Option<String>,
     attempt: i32,
     max_attempts: i32,
     created_at: String,
@@ -284,21 +286,6 @@ pub struct Job {
     /// Admin job detail only: the lifecycle timestamps the job has.
     #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
-}
-
-/// The lifecycle state of a job.
-#[derive(ToSchema, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum JobState {
-    Scheduled,
-    Available,
-    Pending,
-    Active,
-    Completed,
-    Retryable,
-    Cancelled,
-    Discarded,
 }
 
 /// A failed attempt's error, as the worker reported it.

@@ -5,12 +5,14 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{AppState, Ojs, ok};
+use crate::scheduling::Strategy;
+use crate::wire::names;
 
 /// How long a health probe waits for the database before calling it unhealthy.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,86 +30,200 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(middleware))
 }
 
-/// `GET /ojs/manifest`.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: the body is built in `manifest`
+/// `GET /ojs/manifest`: what this server implements.
+#[derive(Serialize, ToSchema)]
 struct Manifest {
-    specversion: String,
-    ojs_version: String,
-    #[schema(value_type = Object)]
-    implementation: serde_json::Value,
+    specversion: &'static str,
+    ojs_version: &'static str,
+    implementation: Implementation,
     conformance_level: i32,
-    conformance_tier: String,
-    protocols: Vec<String>,
-    backend: String,
+    conformance_tier: &'static str,
+    protocols: &'static [&'static str],
+    backend: &'static str,
     /// Feature name to whether it is served.
-    capabilities: std::collections::BTreeMap<String, bool>,
-    /// The names of the extensions served.
-    extensions: Vec<String>,
-    /// The same extensions with their URIs, versions and endpoints: `official` and
-    /// `experimental` lists.
-    #[schema(value_type = Object)]
-    extension_details: serde_json::Value,
+    capabilities: Capabilities,
+    /// The names of the extensions served (the binding's form, which the Rust and Go SDKs
+    /// parse as strings).
+    extensions: Vec<&'static str>,
+    /// The same extensions with their URIs, versions and endpoints.
+    extension_details: ExtensionDetails,
     schema_validation: bool,
-    unique_job_strength: String,
-    /// The priority model: `default`, `min`, `max`, `order`, strategies, aging.
-    #[schema(value_type = Object)]
-    priority: serde_json::Value,
-    /// Request limits: `max_envelope_bytes`, `max_batch_size`, `max_fetch_count`, `max_wait_ms`.
-    #[schema(value_type = Object)]
-    limits: serde_json::Value,
-    #[schema(value_type = Object)]
-    endpoints: serde_json::Value,
+    unique_job_strength: &'static str,
+    /// The priority model.
+    priority: PriorityModel,
+    /// Request limits.
+    limits: Limits,
+    endpoints: Endpoints,
 }
 
-/// `GET /ojs/v1/health`.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: the body is built in `health`
-struct Health {
-    /// `ok`, `degraded` (slow database, or shutting down) or `unhealthy`.
-    status: String,
-    version: String,
+/// The manifest's `implementation`.
+#[derive(Serialize, ToSchema)]
+struct Implementation {
+    name: &'static str,
+    version: &'static str,
+    language: &'static str,
+    homepage: &'static str,
+}
+
+/// The manifest's `capabilities`: only what is complete is `true`.
+#[derive(Serialize, ToSchema)]
+struct Capabilities {
+    batch_enqueue: bool,
+    cron_jobs: bool,
+    dead_letter: bool,
+    delayed_jobs: bool,
+    job_ttl: bool,
+    priority_queues: bool,
+    rate_limiting: bool,
+    schema_validation: bool,
+    unique_jobs: bool,
+    workflows: bool,
+    pause_resume: bool,
+    fair_scheduling: bool,
+    queue_config: bool,
+    events: bool,
+    long_poll_fetch: bool,
+}
+
+/// The extensions served: OJS's own (`official`) and ojsd's (`experimental`).
+#[derive(Serialize, ToSchema)]
+struct ExtensionDetails {
+    official: &'static [Extension],
+    experimental: &'static [Extension],
+}
+
+/// One extension.
+#[derive(Serialize, ToSchema)]
+struct Extension {
+    name: &'static str,
+    uri: &'static str,
+    version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'static str>,
+    /// The routes it adds.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    endpoints: &'static [&'static str],
+}
+
+/// The manifest's `priority`.
+#[derive(Serialize, ToSchema)]
+struct PriorityModel {
+    default: i32,
+    min: i32,
+    max: i32,
+    /// `ascending`: smaller numbers are more urgent.
+    order: &'static str,
+    model: &'static str,
+    strategies: &'static [Strategy],
+    default_strategy: Strategy,
+    /// Whether the server's strategy replaces the one a FETCH asks for.
+    strategy_enforced: bool,
+    aging: bool,
+    #[schema(required = true)]
+    aging_interval_ms: Option<i64>,
+}
+
+/// The manifest's `limits`.
+#[derive(Serialize, ToSchema)]
+struct Limits {
+    max_envelope_bytes: usize,
+    max_batch_size: usize,
+    max_fetch_count: usize,
+    max_wait_ms: u64,
+}
+
+/// The manifest's `endpoints`.
+#[derive(Serialize, ToSchema)]
+struct Endpoints {
+    base_url: &'static str,
+    manifest: &'static str,
+    health: &'static str,
+}
+
+/// `GET /ojs/v1/health` (and `/health`).
+#[derive(Serialize, ToSchema)]
+struct Health<'a> {
+    status: HealthStatus,
+    version: &'static str,
     uptime_seconds: u64,
     backend: HealthBackend,
-    /// This replica: `id` and whether it leads maintenance (absent when unhealthy).
-    #[schema(value_type = Option<Object>)]
-    instance: Option<serde_json::Value>,
-    /// `total` and `paused` (when the database could count them).
-    #[schema(value_type = Option<Object>)]
-    queues: Option<serde_json::Value>,
-    /// `total`, `active` and `stale` (when the database could count them).
-    #[schema(value_type = Option<Object>)]
-    workers: Option<serde_json::Value>,
+    /// This replica (absent when unhealthy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instance: Option<Instance<'a>>,
+    /// When the database could count them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queues: Option<QueueTotals>,
+    /// When the database could count them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workers: Option<WorkerTotals>,
 }
 
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)]
+/// `ok`, `degraded` (slow database, or shutting down) or `unhealthy`.
+#[derive(Debug, Clone, Copy)]
+enum HealthStatus {
+    Ok,
+    Degraded,
+    Unhealthy,
+}
+
+names!(HealthStatus {
+    Ok => "ok",
+    Degraded => "degraded",
+    Unhealthy => "unhealthy",
+});
+
+/// The database, as the health probe found it.
+#[derive(Serialize, ToSchema)]
 struct HealthBackend {
-    r#type: String,
+    r#type: &'static str,
     /// `ok` or `unhealthy`.
-    status: String,
+    status: HealthStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
     latency_ms: Option<u64>,
-    error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'static str>,
 }
 
-/// `GET /ojs/v1/ready`.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: the body is built in `ready`
+/// This replica: its id and whether it leads maintenance.
+#[derive(Serialize, ToSchema)]
+struct Instance<'a> {
+    id: &'a str,
+    leader: bool,
+}
+
+/// Queues in all and paused.
+#[derive(Serialize, ToSchema)]
+struct QueueTotals {
+    total: i64,
+    paused: i64,
+}
+
+/// Workers in all, live and stale.
+#[derive(Serialize, ToSchema)]
+struct WorkerTotals {
+    total: i64,
+    active: i64,
+    stale: i64,
+}
+
+/// `GET /ojs/v1/ready` (and `/ready`).
+#[derive(Serialize, ToSchema)]
 struct Readiness {
     /// `ready` or `not_ready`.
-    status: String,
+    #[schema(pattern = "^(ready|not_ready)$")]
+    status: &'static str,
     /// Why not: `shutting down` or `database unreachable`.
-    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
 }
 
-/// `GET /ojs/v1/middleware`.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: the body is built in `middleware`
+/// `GET /ojs/v1/middleware`: the server-side middleware chains (none).
+#[derive(Serialize, ToSchema)]
 struct Middleware {
     #[schema(value_type = Vec<Object>)]
-    enqueue: Vec<serde_json::Value>,
+    enqueue: [(); 0],
     #[schema(value_type = Vec<Object>)]
-    execution: Vec<serde_json::Value>,
+    execution: [(); 0],
 }
 
 /// `GET /ojs/v1/middleware`: the server-side middleware chains the OJS admin UI lists. ojsd
@@ -119,8 +235,11 @@ struct Middleware {
     summary = "Server-side middleware chains (always empty)",
     responses((status = 200, body = Middleware))
 )]
-async fn middleware() -> Ojs<serde_json::Value> {
-    ok(json!({"enqueue": [], "execution": []}))
+async fn middleware() -> Ojs<Middleware> {
+    ok(Middleware {
+        enqueue: [],
+        execution: [],
+    })
 }
 
 /// Prometheus text exposition. The content type is exactly `text/plain`, without the usual
@@ -149,99 +268,110 @@ async fn metrics(State(state): State<AppState>) -> Response {
     summary = "What this server implements",
     responses((status = 200, body = Manifest))
 )]
-async fn manifest(State(state): State<AppState>) -> Ojs<serde_json::Value> {
+async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
     let s = state.settings();
-    let limits = state.broker().settings().limits;
-    let details = json!({
-        "official": [
-            {"name": "priority", "uri": "urn:ojs:ext:priority", "version": "1.0.0-rc.1"},
-            {"name": "queue-config", "uri": "urn:ojs:ext:queue-config", "version": "1.0.0-rc.1"},
-            {"name": "fair-scheduling", "uri": "urn:ojs:ext:fair-scheduling", "version": "1.0.0-rc.1"},
-            {"name": "dead-letter", "uri": "urn:ojs:ext:dead-letter", "version": "1.0.0-rc.1"},
-            {"name": "backpressure", "uri": "urn:ojs:ext:backpressure", "version": "1.0.0-rc.1"},
-            {"name": "graceful-shutdown", "uri": "urn:ojs:ext:graceful-shutdown", "version": "1.0.0-rc.1"},
-            {"name": "timeouts", "uri": "urn:ojs:ext:timeouts", "version": "1.0.0-rc.1"},
+    let broker = state.broker().settings();
+    let limits = broker.limits;
+    ok(Manifest {
+        specversion: "1.0",
+        ojs_version: "1.0",
+        implementation: Implementation {
+            name: "ojsd",
+            version: env!("CARGO_PKG_VERSION"),
+            language: "rust",
+            homepage: "https://openjobspec.org",
+        },
+        conformance_level: 1,
+        conformance_tier: "runtime",
+        protocols: &["http"],
+        backend: "postgres",
+        capabilities: Capabilities {
+            batch_enqueue: true,
+            cron_jobs: false,
+            dead_letter: true,
+            delayed_jobs: true,
+            job_ttl: true,
+            priority_queues: true,
+            rate_limiting: true,
+            schema_validation: false,
+            unique_jobs: true,
+            workflows: false,
+            pause_resume: true,
+            fair_scheduling: true,
+            queue_config: true,
+            events: true,
+            long_poll_fetch: true,
+        },
+        extensions: EXTENSIONS
+            .official
+            .iter()
+            .chain(EXTENSIONS.experimental)
+            .map(|e| e.name)
+            .collect(),
+        extension_details: EXTENSIONS,
+        schema_validation: false,
+        unique_job_strength: "strong",
+        priority: PriorityModel {
+            default: crate::job::DEFAULT_PRIORITY,
+            min: 0,
+            max: limits.max_priority,
+            order: "ascending",
+            model: "0 is the most urgent; a queue dispatches by priority, then by the time a job became available (FIFO)",
+            strategies: &[Strategy::Strict, Strategy::Weighted, Strategy::RoundRobin],
+            default_strategy: broker.fetch_strategy.unwrap_or_default(),
+            strategy_enforced: broker.fetch_strategy.is_some(),
+            aging: limits.priority_aging_ms.is_some(),
+            aging_interval_ms: limits.priority_aging_ms,
+        },
+        limits: Limits {
+            max_envelope_bytes: s.max_envelope_bytes,
+            max_batch_size: s.max_batch_jobs,
+            max_fetch_count: s.max_fetch_count,
+            max_wait_ms: s.max_wait.as_millis() as u64,
+        },
+        endpoints: Endpoints {
+            base_url: "/ojs/v1",
+            manifest: "/ojs/manifest",
+            health: "/ojs/v1/health",
+        },
+    })
+}
+
+/// The extensions this server serves.
+const EXTENSIONS: ExtensionDetails = ExtensionDetails {
+    official: &[
+        official("priority", "urn:ojs:ext:priority"),
+        official("queue-config", "urn:ojs:ext:queue-config"),
+        official("fair-scheduling", "urn:ojs:ext:fair-scheduling"),
+        official("dead-letter", "urn:ojs:ext:dead-letter"),
+        official("backpressure", "urn:ojs:ext:backpressure"),
+        official("graceful-shutdown", "urn:ojs:ext:graceful-shutdown"),
+        official("timeouts", "urn:ojs:ext:timeouts"),
+    ],
+    // ojsd's own extensions (not part of OJS).
+    experimental: &[Extension {
+        name: "batch-ack",
+        uri: "urn:ojsd:ext:batch-ack",
+        version: "0.1.0",
+        description: Some(
+            "ACK or NACK many jobs in one request and one commit; every item is answered as a single ACK/NACK would be.",
+        ),
+        endpoints: &[
+            "POST /ojs/v1/workers/ack/batch",
+            "POST /ojs/v1/workers/nack/batch",
         ],
-        // ojsd's own extensions (not part of OJS).
-        "experimental": [
-            {
-                "name": "batch-ack",
-                "uri": "urn:ojsd:ext:batch-ack",
-                "version": "0.1.0",
-                "description": "ACK or NACK many jobs in one request and one commit; every item is answered as a single ACK/NACK would be.",
-                "endpoints": [
-                    "POST /ojs/v1/workers/ack/batch",
-                    "POST /ojs/v1/workers/nack/batch",
-                ],
-            },
-        ],
-    });
-    let names: Vec<&str> = ["official", "experimental"]
-        .iter()
-        .filter_map(|group| details[group].as_array())
-        .flatten()
-        .filter_map(|e| e["name"].as_str())
-        .collect();
-    ok(json!({
-        "specversion": "1.0",
-        "ojs_version": "1.0",
-        "implementation": {
-            "name": "ojsd",
-            "version": env!("CARGO_PKG_VERSION"),
-            "language": "rust",
-            "homepage": "https://openjobspec.org",
-        },
-        "conformance_level": 1,
-        "conformance_tier": "runtime",
-        "protocols": ["http"],
-        "backend": "postgres",
-        "capabilities": {
-            "batch_enqueue": true,
-            "cron_jobs": false,
-            "dead_letter": true,
-            "delayed_jobs": true,
-            "job_ttl": true,
-            "priority_queues": true,
-            "rate_limiting": true,
-            "schema_validation": false,
-            "unique_jobs": true,
-            "workflows": false,
-            "pause_resume": true,
-            "fair_scheduling": true,
-            "queue_config": true,
-            "events": true,
-            "long_poll_fetch": true,
-        },
-        // The binding's form: the names alone, which the Rust and Go SDKs parse as strings. The
-        // same extensions with their URIs, versions and endpoints are in `extension_details`.
-        "extensions": names,
-        "extension_details": details,
-        "schema_validation": false,
-        "unique_job_strength": "strong",
-        "priority": {
-            "default": crate::job::DEFAULT_PRIORITY,
-            "min": 0,
-            "max": limits.max_priority,
-            "order": "ascending",
-            "model": "0 is the most urgent; a queue dispatches by priority, then by the time a job became available (FIFO)",
-            "strategies": ["strict", "weighted", "round-robin"],
-            "default_strategy": state.broker().settings().fetch_strategy.unwrap_or_default().as_str(),
-            "strategy_enforced": state.broker().settings().fetch_strategy.is_some(),
-            "aging": limits.priority_aging_ms.is_some(),
-            "aging_interval_ms": limits.priority_aging_ms,
-        },
-        "limits": {
-            "max_envelope_bytes": s.max_envelope_bytes,
-            "max_batch_size": s.max_batch_jobs,
-            "max_fetch_count": s.max_fetch_count,
-            "max_wait_ms": s.max_wait.as_millis() as u64,
-        },
-        "endpoints": {
-            "base_url": "/ojs/v1",
-            "manifest": "/ojs/manifest",
-            "health": "/ojs/v1/health",
-        },
-    }))
+    }],
+};
+
+/// An extension of the OJS specification.
+const fn official(name: &'static str, uri: &'static str) -> Extension {
+    Extension {
+        name,
+        uri,
+        version: "1.0.0-rc.1",
+        description: None,
+        endpoints: &[],
+    }
 }
 
 /// Probes the database; returns the round-trip time or the failure.
@@ -265,8 +395,8 @@ fn with_retry_after(mut response: Response) -> Response {
     tag = "system",
     summary = "Liveness and backend status",
     responses(
-        (status = 200, description = "`ok` or `degraded`.", body = Health),
-        (status = 503, description = "`unhealthy`: the database does not answer.", body = Health),
+        (status = 200, description = "`ok` or `degraded`.", body = Health<'_>),
+        (status = 503, description = "`unhealthy`: the database does not answer.", body = Health<'_>),
     )
 )]
 async fn health(State(state): State<AppState>) -> Response {
@@ -275,48 +405,53 @@ async fn health(State(state): State<AppState>) -> Response {
         Ok(latency) => {
             let degraded = latency > DEGRADED_LATENCY || !state.accepting();
             let counts = state.broker().health_counts().await.ok();
-            let mut body = json!({
-                "status": if degraded { "degraded" } else { "ok" },
-                "version": super::OJS_VERSION,
-                "uptime_seconds": uptime,
-                "backend": {
-                    "type": "postgres",
-                    "status": "ok",
-                    "latency_ms": latency.as_millis() as u64,
+            ok(Health {
+                status: if degraded {
+                    HealthStatus::Degraded
+                } else {
+                    HealthStatus::Ok
                 },
-                "instance": {
-                    "id": state.settings().instance_id,
-                    "leader": state.is_leader(),
+                version: super::OJS_VERSION,
+                uptime_seconds: uptime,
+                backend: HealthBackend {
+                    r#type: "postgres",
+                    status: HealthStatus::Ok,
+                    latency_ms: Some(latency.as_millis() as u64),
+                    error: None,
                 },
-            });
-            if let Some(c) = counts {
-                body["queues"] = json!({"total": c.queues, "paused": c.paused_queues});
-                body["workers"] = json!({
-                    "total": c.workers,
-                    "active": c.workers - c.stale_workers,
-                    "stale": c.stale_workers,
-                });
-            }
-            ok(body).into_response()
+                instance: Some(Instance {
+                    id: &state.settings().instance_id,
+                    leader: state.is_leader(),
+                }),
+                queues: counts.as_ref().map(|c| QueueTotals {
+                    total: c.queues,
+                    paused: c.paused_queues,
+                }),
+                workers: counts.as_ref().map(|c| WorkerTotals {
+                    total: c.workers,
+                    active: c.workers - c.stale_workers,
+                    stale: c.stale_workers,
+                }),
+            })
+            .into_response()
         }
         Err(error) => {
             tracing::warn!(%error, "health probe failed");
-            with_retry_after(
-                Ojs(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    json!({
-                        "status": "unhealthy",
-                        "version": super::OJS_VERSION,
-                        "uptime_seconds": uptime,
-                        "backend": {
-                            "type": "postgres",
-                            "status": "unhealthy",
-                            "error": "database unreachable",
-                        },
-                    }),
-                )
-                .into_response(),
-            )
+            let body = Health {
+                status: HealthStatus::Unhealthy,
+                version: super::OJS_VERSION,
+                uptime_seconds: uptime,
+                backend: HealthBackend {
+                    r#type: "postgres",
+                    status: HealthStatus::Unhealthy,
+                    latency_ms: None,
+                    error: Some("database unreachable"),
+                },
+                instance: None,
+                queues: None,
+                workers: None,
+            };
+            with_retry_after(Ojs(StatusCode::SERVICE_UNAVAILABLE, body).into_response())
         }
     }
 }
@@ -342,11 +477,18 @@ async fn ready(State(state): State<AppState>) -> Response {
         None
     };
     match reason {
-        None => ok(json!({"status": "ready"})).into_response(),
+        None => ok(Readiness {
+            status: "ready",
+            reason: None,
+        })
+        .into_response(),
         Some(reason) => with_retry_after(
             Ojs(
                 StatusCode::SERVICE_UNAVAILABLE,
-                json!({"status": "not_ready", "reason": reason}),
+                Readiness {
+                    status: "not_ready",
+                    reason: Some(reason),
+                },
             )
             .into_response(),
         ),
@@ -360,8 +502,8 @@ async fn ready(State(state): State<AppState>) -> Response {
     tag = "system",
     summary = "Liveness and backend status (alias of /ojs/v1/health)",
     responses(
-        (status = 200, description = "`ok` or `degraded`.", body = Health),
-        (status = 503, description = "`unhealthy`: the database does not answer.", body = Health),
+        (status = 200, description = "`ok` or `degraded`.", body = Health<'_>),
+        (status = 503, description = "`unhealthy`: the database does not answer.", body = Health<'_>),
     )
 )]
 async fn root_health(state: State<AppState>) -> Response {

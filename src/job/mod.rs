@@ -88,7 +88,18 @@ impl FromStr for JobId {
 }
 
 /// The eight OJS job states (Postgres enum `ojs_job_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type, serde::Serialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    sqlx::Type,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
 #[sqlx(type_name = "ojs_job_state", rename_all = "snake_case")]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::scheduling::pool::WorkerPool;
+use crate::wire::names;
 
 pub use stride::{Dispatcher, Plan};
 
@@ -39,31 +40,20 @@ pub enum Strategy {
     LeastLoaded,
 }
 
-impl Strategy {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::Strict => "strict",
-            Strategy::Weighted => "weighted",
-            Strategy::RoundRobin => "round-robin",
-            Strategy::LeastLoaded => "least-loaded",
-        }
-    }
-}
+names!(Strategy {
+    Strict => "strict",
+    Weighted => "weighted",
+    RoundRobin => "round-robin",
+    LeastLoaded => "least-loaded",
+});
 
 impl FromStr for Strategy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "strict" => Ok(Strategy::Strict),
-            "weighted" => Ok(Strategy::Weighted),
-            "round-robin" => Ok(Strategy::RoundRobin),
-            "least-loaded" => Ok(Strategy::LeastLoaded),
-            other => Err(format!(
-                "strategy must be strict, weighted, round-robin or least-loaded, not {other:?}"
-            )),
-        }
+        Strategy::from_name(s).ok_or_else(|| {
+            format!("strategy must be strict, weighted, round-robin or least-loaded, not {s:?}")
+        })
     }
 }
 

@@ -1,12 +1,14 @@
 //! How values are spelled in client JSON, with no knowledge of jobs: verbatim JSON text
-//! ([`json`]), OJS durations ([`duration`]) and timestamps ([`timestamp`]), and the
-//! [`Violation`] every validator reports a bad field with.
+//! ([`json`]), OJS durations ([`duration`]) and timestamps ([`timestamp`]), the names of
+//! enum values (`names!`), and the [`Violation`] every validator reports a bad field with.
 //!
 //! The bottom layer: it imports nothing else of the crate.
 
 pub mod duration;
 pub mod json;
+mod names;
 pub mod timestamp;
 pub mod violation;
 
+pub(crate) use names::names;
 pub use violation::Violation;

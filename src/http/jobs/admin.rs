@@ -84,7 +84,6 @@ struct Item<'a> {
     id: String,
     r#type: &'a str,
     queue: &'a str,
-    #[schema(value_type = crate::http::openapi::JobState)]
     state: JobState,
     priority: i32,
     attempt: i32,
@@ -503,8 +502,8 @@ struct BulkFilterSchema {
 #[serde(untagged)]
 #[allow(dead_code)] // a schema
 enum BulkStatesSchema {
-    One(String),
-    Many(Vec<String>),
+    One(JobState),
+    Many(Vec<JobState>),
 }
 
 /// What a bulk action did. Exactly one of `retried`, `cancelled` and `deleted` is present,

@@ -267,7 +267,6 @@ async fn stream(
 #[schema(as = JobProgress)]
 struct Body<'a> {
     job_id: String,
-    #[schema(value_type = crate::http::openapi::JobState)]
     state: JobState,
     /// 0 to 1: 0 before any report, 1 once the job completed.
     progress: f64,

@@ -25,7 +25,6 @@ struct Holder<'a> {
     job_id: String,
     r#type: &'a str,
     queue: &'a str,
-    #[schema(value_type = crate::http::openapi::JobState)]
     state: JobState,
     created_at: String,
     /// When the policy's `period` ends; absent without one.

@@ -7,11 +7,10 @@
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{PauseResultDoc, QueueNameParam, pause, resume};
+use super::{PauseResult, QueueNameParam, pause, resume};
 use crate::broker::AdminQueue;
 use crate::broker::{QueueState, StateCounts};
 use crate::http::admin::stats::{JobCountsSchema, Throughput};
@@ -22,6 +21,7 @@ use crate::http::extract::queue_path;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use crate::http::{AppState, ok};
 use crate::job::JobState;
+use crate::queue_config::WireConfig;
 use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -34,39 +34,28 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(admin_resume))
 }
 
-/// `lowercase` [`QueueState`] names, inline.
-fn queue_state_schema() -> utoipa::openapi::schema::Object {
-    utoipa::openapi::schema::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .enum_values(Some(["active", "paused", "draining"]))
-        .build()
-}
-
-/// A rate-limited queue's limit and use (written with `json!`).
-#[derive(ToSchema)]
+/// A rate-limited queue's limit and use.
+#[derive(Serialize, ToSchema)]
 #[schema(as = RateLimitUsage)]
-#[allow(dead_code)] // a schema
-struct RateLimitUsageSchema {
-    /// Jobs started within the last `period`.
-    active: i64,
+struct RateLimitUsage<'a> {
     /// The queue.
-    key: String,
+    key: &'a str,
+    /// The queue.
+    queue: &'a str,
     /// Jobs per `period`.
     limit: i64,
     /// ISO 8601 duration.
     period: String,
-    /// The queue.
-    queue: String,
+    /// Jobs started within the last `period`.
+    active: i64,
     /// Available jobs.
     waiting: i64,
 }
 
 /// A page of rate-limited queues.
-#[derive(ToSchema)]
-#[schema(as = RateLimitList)]
-#[allow(dead_code)] // a schema
-struct RateLimitList {
-    items: Vec<RateLimitUsageSchema>,
+#[derive(Serialize, ToSchema)]
+struct RateLimitList<'a> {
+    items: Vec<RateLimitUsage<'a>>,
     pagination: Pagination,
 }
 
@@ -86,7 +75,7 @@ struct RateLimitList {
                    within the last period, `waiting` the available jobs.",
     params(PageParams),
     responses(
-        (status = 200, body = RateLimitList),
+        (status = 200, body = RateLimitList<'_>),
         (status = 400, description = "A page parameter is invalid."),
     )
 )]
@@ -96,20 +85,22 @@ async fn rate_limits(
 ) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
     let (limits, total) = state.broker().rate_limits(page.limit, page.offset).await?;
-    let items: Vec<serde_json::Value> = limits
+    let items = limits
         .iter()
-        .map(|r| {
-            json!({
-                "key": r.queue,
-                "queue": r.queue,
-                "limit": r.limit,
-                "period": crate::wire::duration::format_iso(r.period_ms),
-                "active": r.started,
-                "waiting": r.waiting,
-            })
+        .map(|r| RateLimitUsage {
+            key: &r.queue,
+            queue: &r.queue,
+            limit: r.limit,
+            period: crate::wire::duration::format_iso(r.period_ms),
+            active: r.started,
+            waiting: r.waiting,
         })
         .collect();
-    Ok(ok(json!({"items": items, "pagination": page.describe(total)})).into_response())
+    Ok(ok(RateLimitList {
+        items,
+        pagination: page.describe(total),
+    })
+    .into_response())
 }
 
 /// Percentiles of the execution time of the jobs completed in the recent window, in whole
@@ -130,7 +121,6 @@ struct Latency {
 #[schema(as = AdminQueue)]
 struct Item<'a> {
     name: &'a str,
-    #[schema(schema_with = queue_state_schema)]
     state: QueueState,
     paused: bool,
     /// Jobs by state.
@@ -216,26 +206,10 @@ async fn show(
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
     let detail = state.broker().admin_queue(&name).await?;
-    let mut configuration = detail.config.to_json();
-    if let Some(pressure) = configuration
-        .get_mut("backpressure")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        let bound = detail.config.max_size;
-        let state = match (bound, detail.depth) {
-            (Some(bound), Some(depth)) if depth >= bound => "critical",
-            (Some(bound), Some(depth))
-                if depth as f64 >= detail.config.warning_threshold * bound as f64 =>
-            {
-                "warning"
-            }
-            _ => "normal",
-        };
-        pressure.insert("enabled".to_owned(), bound.is_some().into());
-        pressure.insert("threshold".to_owned(), bound.into());
-        pressure.insert("current_depth".to_owned(), detail.depth.into());
-        pressure.insert("state".to_owned(), state.into());
-    }
+    let mut configuration = detail.config.wire();
+    configuration
+        .backpressure
+        .with_fill(&detail.config, detail.depth);
     Ok(ok(Shown {
         item: Item::of(&detail.queue),
         configuration,
@@ -250,84 +224,11 @@ async fn show(
 struct Shown<'a> {
     #[serde(flatten)]
     item: Item<'a>,
-    /// The resolved configuration.
-    #[schema(value_type = QueueConfigurationSchema)]
-    configuration: serde_json::Value,
+    /// The resolved configuration, its `backpressure` with the queue's fill now.
+    configuration: WireConfig<'a>,
     /// When the job that has waited longest became available; absent while none waits.
     #[serde(skip_serializing_if = "Option::is_none")]
     oldest_available_at: Option<String>,
-}
-
-/// A queue's resolved configuration (`QueueConfig::to_json`) with the live backpressure
-/// fields.
-#[derive(ToSchema)]
-#[schema(as = AdminQueueConfiguration)]
-#[allow(dead_code)] // a schema: the server writes `QueueConfig::to_json`
-struct QueueConfigurationSchema {
-    max_size: Option<i64>,
-    max_size_bytes: Option<i64>,
-    /// `reject`, `drop_oldest` or `block`.
-    overflow_policy: String,
-    warning_threshold: f64,
-    concurrency: Option<i64>,
-    rate_limit: Option<QueueRateLimitSchema>,
-    /// Seconds.
-    visibility_timeout: Option<i64>,
-    /// Seconds.
-    default_timeout: Option<i64>,
-    /// The effective default retry policy.
-    #[schema(value_type = crate::http::openapi::RetryPolicy)]
-    default_retry: serde_json::Value,
-    retention: QueueRetentionSchema,
-    dead_letter_queue: Option<String>,
-    dead_letter_max_size: Option<i64>,
-    /// ISO 8601 duration.
-    dead_letter_ttl: String,
-    allowed_job_types: Vec<String>,
-    producers: Vec<String>,
-    backpressure: QueueBackpressureSchema,
-}
-
-/// `limit` jobs per `period`.
-#[derive(ToSchema)]
-#[schema(as = AdminQueueRateLimit)]
-#[allow(dead_code)] // a schema
-struct QueueRateLimitSchema {
-    limit: i64,
-    /// ISO 8601 duration.
-    period: String,
-}
-
-/// How long finished jobs are kept, as ISO 8601 durations.
-#[derive(ToSchema)]
-#[schema(as = AdminQueueRetention)]
-#[allow(dead_code)] // a schema
-struct QueueRetentionSchema {
-    completed: String,
-    discarded: String,
-    cancelled: String,
-}
-
-/// The queue's bound and how full it is.
-#[derive(ToSchema)]
-#[schema(as = AdminQueueBackpressure)]
-#[allow(dead_code)] // a schema
-struct QueueBackpressureSchema {
-    /// The bound (`max_size`).
-    max_depth: Option<i64>,
-    max_size_bytes: Option<i64>,
-    /// The overflow policy: `reject`, `drop_oldest` or `block`.
-    strategy: String,
-    warning_threshold: f64,
-    /// Whether the queue is bounded.
-    enabled: bool,
-    /// The bound.
-    threshold: Option<i64>,
-    /// The jobs counted against the bound (bounded queues only).
-    current_depth: Option<i64>,
-    /// `normal`, `warning` (from `warning_threshold` of the bound) or `critical` (at the bound).
-    #[schema(pattern = "^(normal|warning|critical)$")]
-    state: String,
 }
 
 /// The states a purge may name: all but `active` (a worker holds those jobs).
@@ -481,7 +382,7 @@ async fn purge(
     description = "The same as `POST /ojs/v1/queues/{name}/pause`.",
     params(QueueNameParam),
     responses(
-        (status = 200, description = "Paused.", body = PauseResultDoc),
+        (status = 200, description = "Paused.", body = PauseResult<'_>),
         (status = 400, description = "The queue name is invalid."),
     )
 )]
@@ -498,7 +399,7 @@ async fn admin_pause(state: State<AppState>, name: Path<String>) -> Result<Respo
     description = "The same as `POST /ojs/v1/queues/{name}/resume`.",
     params(QueueNameParam),
     responses(
-        (status = 200, description = "Resumed.", body = PauseResultDoc),
+        (status = 200, description = "Resumed.", body = PauseResult<'_>),
         (status = 400, description = "The queue name is invalid."),
     )
 )]

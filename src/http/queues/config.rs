@@ -20,7 +20,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{JsonBody, queue_path};
 use crate::http::openapi::DurationSchema;
 use crate::http::{AppState, ok};
-use crate::queue_config::DEFAULT_QUEUE;
+use crate::queue_config::{DEFAULT_QUEUE, OverflowPolicy, WireConfig};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -50,9 +50,9 @@ pub(super) struct QueueConfigUpdate {
     /// Most bytes of waiting job envelopes.
     #[schema(minimum = 1)]
     max_size_bytes: Option<i64>,
-    /// What an enqueue past the bound does (`drop-oldest` is accepted for `drop_oldest`).
-    #[schema(inline)]
-    overflow_policy: Option<OverflowPolicyInput>,
+    /// What an enqueue past the bound does (`drop-oldest` is also accepted for `drop_oldest`).
+    #[schema(value_type = Option<OverflowPolicy>)]
+    overflow_policy: Option<String>,
     /// Fraction of the bound from which responses carry the pressure headers.
     #[schema(minimum = 0, maximum = 1)]
     warning_threshold: Option<f64>,
@@ -92,20 +92,6 @@ pub(super) struct QueueConfigUpdate {
     backpressure: Option<QueueBackpressureUpdate>,
 }
 
-/// An overflow policy as a request may name it.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)]
-enum OverflowPolicyInput {
-    #[serde(rename = "reject")]
-    Reject,
-    #[serde(rename = "drop_oldest")]
-    DropOldest,
-    #[serde(rename = "drop-oldest")]
-    DropOldestDash,
-    #[serde(rename = "block")]
-    Block,
-}
-
 /// Retention of terminal jobs: ISO 8601 durations, `null` to reset one.
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation
@@ -125,111 +111,17 @@ struct QueueBackpressureUpdate {
     #[schema(minimum = 1)]
     max_size_bytes: Option<i64>,
     /// `overflow_policy`.
-    #[schema(inline)]
-    strategy: Option<OverflowPolicyInput>,
+    #[schema(value_type = Option<OverflowPolicy>)]
+    strategy: Option<String>,
     #[schema(minimum = 0, maximum = 1)]
     warning_threshold: Option<f64>,
-}
-
-/// A queue's resolved configuration (its own values over `_default` over the system
-/// defaults): every field, `null` for none or unlimited.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: the server writes `QueueConfig::to_json`
-pub(super) struct ResolvedQueueConfig {
-    #[schema(required = true)]
-    max_size: Option<i64>,
-    #[schema(required = true)]
-    max_size_bytes: Option<i64>,
-    #[schema(inline)]
-    overflow_policy: OverflowPolicyName,
-    warning_threshold: f64,
-    #[schema(required = true)]
-    concurrency: Option<i64>,
-    #[schema(required = true)]
-    rate_limit: Option<QueueRateLimit>,
-    /// Seconds; `null`: the server's default.
-    #[schema(required = true)]
-    visibility_timeout: Option<i64>,
-    /// Seconds; `null`: the server's default.
-    #[schema(required = true)]
-    default_timeout: Option<i64>,
-    /// The effective default retry policy.
-    default_retry: QueueDefaultRetry,
-    retention: QueueRetention,
-    #[schema(required = true)]
-    dead_letter_queue: Option<String>,
-    #[schema(required = true)]
-    dead_letter_max_size: Option<i64>,
-    /// ISO 8601 duration.
-    dead_letter_ttl: String,
-    allowed_job_types: Vec<String>,
-    producers: Vec<String>,
-    backpressure: QueueBackpressure,
-}
-
-/// An overflow policy as the server writes it.
-#[derive(ToSchema, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[allow(dead_code)]
-enum OverflowPolicyName {
-    Reject,
-    DropOldest,
-    Block,
-}
-
-/// At most `limit` job starts in any window of `period`.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation
-struct QueueRateLimit {
-    limit: i64,
-    /// ISO 8601 duration.
-    period: String,
-}
-
-/// A queue's effective default retry policy (durations ISO 8601), with any other members
-/// `default_retry` set.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: the server writes `RetryPolicy::to_json`
-struct QueueDefaultRetry {
-    max_attempts: i32,
-    initial_interval: String,
-    backoff_coefficient: f64,
-    max_interval: String,
-    jitter: bool,
-    non_retryable_errors: Vec<String>,
-    /// `discard` or `dead_letter`.
-    on_exhaustion: String,
-    backoff_strategy: String,
-}
-
-/// How long terminal jobs are kept (ISO 8601 durations).
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation
-struct QueueRetention {
-    completed: String,
-    discarded: String,
-    cancelled: String,
-}
-
-/// The backpressure fields again, under their alias names.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation
-struct QueueBackpressure {
-    #[schema(required = true)]
-    max_depth: Option<i64>,
-    #[schema(required = true)]
-    max_size_bytes: Option<i64>,
-    #[schema(inline)]
-    strategy: OverflowPolicyName,
-    warning_threshold: f64,
 }
 
 /// The queue and its configuration: `{"config", "name"}`.
 #[derive(Serialize, ToSchema)]
 #[schema(as = NamedQueueConfig)]
 struct ConfigBody<'a> {
-    #[schema(value_type = ResolvedQueueConfig)]
-    config: serde_json::Value,
+    config: WireConfig<'a>,
     name: &'a str,
 }
 
@@ -263,7 +155,7 @@ async fn show_config(
     config_path(&name)?;
     let config = state.broker().queue_config(&name).await?;
     Ok(ok(ConfigBody {
-        config: config.to_json(),
+        config: config.wire(),
         name: &name,
     })
     .into_response())
@@ -327,7 +219,7 @@ async fn put_config(
     let config = broker.set_queue_config(&name, &value).await?;
     if name == DEFAULT_QUEUE {
         return Ok(ok(ConfigBody {
-            config: config.to_json(),
+            config: config.wire(),
             name: &name,
         })
         .into_response());

@@ -11,6 +11,7 @@ mod stats;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -23,8 +24,10 @@ use super::{AppState, Ojs, ok};
 use crate::broker::{DeleteStrategy, Queue, QueueConfigs, QueueStats};
 use crate::broker::{QueueCounts, QueueState};
 use crate::job::is_valid_queue;
+use crate::queue_config::WireConfig;
+use crate::wire::names;
 use crate::wire::timestamp;
-use config::{QueueConfigUpdate, ResolvedQueueConfig};
+use config::QueueConfigUpdate;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -55,7 +58,7 @@ pub(crate) struct QueueNameParam {
 struct QueueListQuery {
     /// Only queues in this state.
     #[param(inline)]
-    state: Option<QueueStateSchema>,
+    state: Option<QueueState>,
 }
 
 /// The query of `DELETE /ojs/v1/queues/{name}` (the body's members win).
@@ -65,35 +68,25 @@ struct QueueListQuery {
 struct QueueDeleteQuery {
     /// What to do with the queue's waiting jobs; required here or in the body.
     #[param(inline)]
-    strategy: Option<DeleteStrategySchema>,
+    strategy: Option<QueueDeleteStrategy>,
     /// With `move`: the queue that receives the jobs.
     target_queue: Option<String>,
 }
 
-/// A queue's lifecycle state.
-#[derive(ToSchema, serde::Deserialize)]
-#[schema(as = QueueState)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documentation: the server writes `broker::QueueState`
-enum QueueStateSchema {
-    Active,
-    Paused,
-    Draining,
-}
-
-/// What a queue deletion does with the queue's waiting jobs.
-#[derive(ToSchema, serde::Deserialize)]
-#[schema(as = QueueDeleteStrategy)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documentation: read by `delete_queue`
-enum DeleteStrategySchema {
-    /// Refuse when jobs remain.
+/// What a queue deletion does with the queue's waiting jobs: `reject` refuses when jobs
+/// remain, `discard` discards them, `move` moves them to `target_queue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueueDeleteStrategy {
     Reject,
-    /// Discard them.
     Discard,
-    /// Move them to `target_queue`.
     Move,
 }
+
+names!(QueueDeleteStrategy {
+    Reject => "reject",
+    Discard => "discard",
+    Move => "move",
+});
 
 /// `POST /ojs/v1/queues`.
 #[derive(ToSchema, serde::Deserialize)]
@@ -114,23 +107,20 @@ struct QueueCreateRequest {
 #[schema(as = Queue)]
 struct QueueBody<'a> {
     name: &'a str,
-    #[schema(value_type = QueueStateSchema)]
     state: QueueState,
     /// `state` again, for binding clients.
-    #[schema(value_type = QueueStateSchema)]
     status: QueueState,
     paused: bool,
     /// While paused, when it was paused.
     #[serde(skip_serializing_if = "Option::is_none")]
     paused_at: Option<String>,
-    #[schema(value_type = ResolvedQueueConfig)]
-    config: serde_json::Value,
+    config: WireConfig<'a>,
     created_at: String,
     updated_at: String,
 }
 
 impl<'a> QueueBody<'a> {
-    fn of(q: &'a Queue, configs: &QueueConfigs) -> QueueBody<'a> {
+    fn of(q: &'a Queue, configs: &'a QueueConfigs) -> QueueBody<'a> {
         let paused = q.state == QueueState::Paused;
         QueueBody {
             name: &q.name,
@@ -141,7 +131,7 @@ impl<'a> QueueBody<'a> {
                 .then_some(q.paused_at)
                 .flatten()
                 .map(timestamp::format),
-            config: configs.of(&q.name).to_json(),
+            config: configs.of(&q.name).wire(),
             created_at: timestamp::format(q.created_at),
             updated_at: timestamp::format(q.updated_at),
         }
@@ -335,32 +325,33 @@ struct Deleted<'a> {
     jobs_affected: i64,
     queue: &'a str,
     /// `draining` while active jobs remain, then the queue goes.
-    #[schema(value_type = DeletionState)]
-    state: &'static str,
-    #[schema(inline, value_type = DeleteStrategySchema)]
-    strategy: &'static str,
+    state: QueueDeletionState,
+    #[schema(inline)]
+    strategy: QueueDeleteStrategy,
     /// With `move`.
     #[serde(skip_serializing_if = "Option::is_none")]
     target_queue: Option<String>,
 }
 
 /// The state of a deleted queue.
-#[derive(ToSchema, serde::Deserialize)]
-#[schema(as = QueueDeletionState)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // documentation
-enum DeletionState {
+#[derive(Debug, Clone, Copy)]
+enum QueueDeletionState {
     Draining,
     Deleted,
 }
+
+names!(QueueDeletionState {
+    Draining => "draining",
+    Deleted => "deleted",
+});
 
 /// The options of a queue deletion, in the body or the query string (the body winning).
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `delete_queue`
 struct QueueDeleteRequest {
     /// What to do with the queue's waiting jobs; required here or in the query.
-    #[schema(inline, nullable = false)]
-    strategy: Option<DeleteStrategySchema>,
+    #[schema(inline, nullable = false, value_type = Option<QueueDeleteStrategy>)]
+    strategy: Option<String>,
     /// With `move`: the queue that receives the jobs (not the deleted one).
     #[schema(nullable = false)]
     target_queue: Option<String>,
@@ -401,10 +392,11 @@ async fn delete_queue(
             _ => Ok(query.get(key).map(str::to_owned)),
         }
     };
-    let strategy = match option("strategy")?.as_deref() {
-        Some("reject") => DeleteStrategy::Reject,
-        Some("discard") => DeleteStrategy::Discard,
-        Some("move") => {
+    let given = option("strategy")?;
+    let strategy = match given.as_deref().and_then(QueueDeleteStrategy::from_name) {
+        Some(QueueDeleteStrategy::Reject) => DeleteStrategy::Reject,
+        Some(QueueDeleteStrategy::Discard) => DeleteStrategy::Discard,
+        Some(QueueDeleteStrategy::Move) => {
             let target = option("target_queue")?.ok_or_else(|| {
                 ApiError::invalid_field(
                     "$.target_queue",
@@ -419,27 +411,30 @@ async fn delete_queue(
             }
             DeleteStrategy::Move(target)
         }
-        other => {
+        None => {
             return Err(ApiError::invalid_field(
                 "$.strategy",
                 format!(
                     "'strategy' is required: reject, discard or move{}",
-                    other.map(|o| format!(", not {o:?}")).unwrap_or_default()
+                    given.map(|o| format!(", not {o:?}")).unwrap_or_default()
                 ),
             ));
         }
     };
     let deleted = state.broker().delete_queue(&name, &strategy).await?;
-    // Members in the order `json!` wrote them (by name).
     let body = Deleted {
         jobs_affected: deleted.jobs_affected,
         queue: &name,
         state: if deleted.draining {
-            "draining"
+            QueueDeletionState::Draining
         } else {
-            "deleted"
+            QueueDeletionState::Deleted
         },
-        strategy: strategy.name(),
+        strategy: match &strategy {
+            DeleteStrategy::Reject => QueueDeleteStrategy::Reject,
+            DeleteStrategy::Discard => QueueDeleteStrategy::Discard,
+            DeleteStrategy::Move(_) => QueueDeleteStrategy::Move,
+        },
         target_queue: match &strategy {
             DeleteStrategy::Move(target) => Some(target.clone()),
             _ => None,
@@ -449,29 +444,28 @@ async fn delete_queue(
 }
 
 /// The queue after a pause or resume.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(Serialize, ToSchema)]
 #[schema(as = QueuePauseResult)]
-#[allow(dead_code)] // documentation: `set_paused` writes this with `json!`
-struct PauseResultDoc {
-    name: String,
+pub(super) struct PauseResult<'a> {
+    queue: PauseSummary<'a>,
+    name: &'a str,
     paused: bool,
+    state: QueueState,
     /// After a pause: when the queue was paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
     paused_at: Option<String>,
     /// After a resume: when the queue was resumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
     resumed_at: Option<String>,
-    queue: QueuePauseSummary,
-    #[schema(inline)]
-    state: QueueStateSchema,
 }
 
 /// The `queue` of a pause or resume.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation
-struct QueuePauseSummary {
-    name: String,
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueuePauseSummary)]
+struct PauseSummary<'a> {
+    name: &'a str,
     paused: bool,
-    #[schema(inline)]
-    state: QueueStateSchema,
+    state: QueueState,
 }
 
 /// `POST /ojs/v1/queues/{name}/pause`.
@@ -484,7 +478,7 @@ struct QueuePauseSummary {
                    an unknown queue; idempotent. A body, if any, is ignored.",
     params(QueueNameParam),
     responses(
-        (status = 200, description = "Paused.", body = PauseResultDoc),
+        (status = 200, description = "Paused.", body = PauseResult<'_>),
         (status = 400, description = "The queue name is invalid."),
     )
 )]
@@ -504,7 +498,7 @@ async fn pause(
     description = "Creates an unknown queue; idempotent. A body, if any, is ignored.",
     params(QueueNameParam),
     responses(
-        (status = 200, description = "Resumed.", body = PauseResultDoc),
+        (status = 200, description = "Resumed.", body = PauseResult<'_>),
         (status = 400, description = "The queue name is invalid."),
     )
 )]
@@ -522,17 +516,18 @@ async fn resume(
 async fn set_paused(state: &AppState, name: &str, paused: bool) -> Result<Response, ApiError> {
     queue_path(name)?;
     let queue = state.broker().set_queue_paused(name, paused).await?;
-    let (key, at) = if paused {
-        ("paused_at", queue.paused_at)
-    } else {
-        ("resumed_at", queue.resumed_at)
-    };
-    let summary = serde_json::json!({
-        "name": queue.name, "paused": paused, "state": queue.state,
-    });
-    let mut body = serde_json::json!({
-        "queue": summary, "name": queue.name, "paused": paused, "state": queue.state,
-    });
-    body[key] = serde_json::json!(at.map(timestamp::format));
-    Ok(ok(body).into_response())
+    let at = |t: Option<DateTime<Utc>>, now: bool| t.filter(|_| now).map(timestamp::format);
+    Ok(ok(PauseResult {
+        queue: PauseSummary {
+            name: &queue.name,
+            paused,
+            state: queue.state,
+        },
+        name: &queue.name,
+        paused,
+        state: queue.state,
+        paused_at: at(queue.paused_at, paused),
+        resumed_at: at(queue.resumed_at, !paused),
+    })
+    .into_response())
 }

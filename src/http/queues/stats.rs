@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{QueueNameParam, QueueStateSchema};
+use super::QueueNameParam;
 use crate::broker::QueueState;
 use crate::broker::QueueStats;
 use crate::http::error::ApiError;
@@ -34,7 +34,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     summary = "Queue statistics",
     params(QueueNameParam),
     responses(
-        (status = 200, body = QueueStatisticsDoc),
+        (status = 200, body = QueueStatistics<'_>),
         (status = 400, description = "The queue name is invalid."),
         (status = 404, description = "No such queue."),
     )
@@ -48,48 +48,56 @@ async fn stats(
     let max_size = state.broker().queue_configs().await?.of(&name).max_size;
     let paused = queue.state == QueueState::Paused;
     let round = |ms: Option<f64>| ms.map(|v| v.round() as i64);
-    Ok(ok(serde_json::json!({
-        "queue": {
-            "name": queue.name, "state": queue.state, "paused": paused, "depth": c.depth(),
-            "available": c.available, "active": c.active, "scheduled": c.scheduled,
-            "retryable": c.retryable, "pending": c.pending, "completed": c.completed,
-            "discarded": c.discarded, "cancelled": c.cancelled, "dead_letter": c.dead_letter,
-            "max_size": max_size,
+    let counts = StateCounts {
+        depth: c.depth(),
+        available: c.available,
+        active: c.active,
+        scheduled: c.scheduled,
+        retryable: c.retryable,
+        pending: c.pending,
+        completed: c.completed,
+        discarded: c.discarded,
+        cancelled: c.cancelled,
+        dead_letter: c.dead_letter,
+    };
+    Ok(ok(QueueStatistics {
+        queue: StatisticsQueue {
+            name: &queue.name,
+            state: queue.state,
+            paused,
+            counts,
+            max_size,
         },
-        "stats": {
-            "queue": queue.name, "depth": c.depth(), "available": c.available,
-            "active": c.active, "scheduled": c.scheduled, "retryable": c.retryable,
-            "pending": c.pending, "completed": c.completed, "discarded": c.discarded,
-            "cancelled": c.cancelled, "dead_letter": c.dead_letter, "max_depth": max_size,
-            "completed_last_hour": c.completed_last_hour,
-            "failed_last_hour": c.failed_last_hour,
-            "avg_duration_ms": round(c.avg_duration_ms),
-            "avg_wait_ms": round(c.avg_wait_ms),
-            "throughput_per_second": c.completed_last_hour as f64 / 3600.0,
+        stats: StatisticsDetail {
+            queue: &queue.name,
+            counts,
+            max_depth: max_size,
+            completed_last_hour: c.completed_last_hour,
+            failed_last_hour: c.failed_last_hour,
+            avg_duration_ms: round(c.avg_duration_ms),
+            avg_wait_ms: round(c.avg_wait_ms),
+            throughput_per_second: c.completed_last_hour as f64 / 3600.0,
         },
-        "status": queue.state,
-        "computed_at": timestamp::format(Utc::now()),
-    }))
+        status: queue.state,
+        computed_at: timestamp::format(Utc::now()),
+    })
     .into_response())
 }
 
 /// `GET /ojs/v1/queues/{name}/stats`: the counts twice (under `queue` and under `stats`, for
 /// different clients), with the queue's state and when they were computed.
-#[derive(ToSchema, serde::Deserialize)]
-#[schema(as = QueueStatistics)]
-#[allow(dead_code)] // documentation: `stats` writes this with `json!`
-struct QueueStatisticsDoc {
-    queue: QueueStatisticsCounts,
-    stats: QueueStatisticsDetail,
-    #[schema(inline)]
-    status: QueueStateSchema,
+#[derive(Serialize, ToSchema)]
+struct QueueStatistics<'a> {
+    queue: StatisticsQueue<'a>,
+    stats: StatisticsDetail<'a>,
+    status: QueueState,
     computed_at: String,
 }
 
 /// A queue's retained jobs by state, in both parts of its statistics.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation
-struct QueueStatisticsStates {
+#[derive(Clone, Copy, Serialize, ToSchema)]
+#[schema(as = QueueStatisticsStates)]
+struct StateCounts {
     /// Jobs not yet finished.
     depth: i64,
     available: i64,
@@ -104,28 +112,27 @@ struct QueueStatisticsStates {
 }
 
 /// The `queue` of a queue's statistics: current counts of its retained jobs.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation
-struct QueueStatisticsCounts {
-    name: String,
-    #[schema(inline)]
-    state: QueueStateSchema,
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueStatisticsCounts)]
+struct StatisticsQueue<'a> {
+    name: &'a str,
+    state: QueueState,
     paused: bool,
     #[serde(flatten)]
-    counts: QueueStatisticsStates,
+    counts: StateCounts,
     /// The queue's bound; `null`: unbounded.
     #[schema(required = true)]
     max_size: Option<i64>,
 }
 
 /// The `stats` of a queue's statistics: current counts and the last hour.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation
-struct QueueStatisticsDetail {
+#[derive(Serialize, ToSchema)]
+#[schema(as = QueueStatisticsDetail)]
+struct StatisticsDetail<'a> {
     /// The queue's name.
-    queue: String,
+    queue: &'a str,
     #[serde(flatten)]
-    counts: QueueStatisticsStates,
+    counts: StateCounts,
     /// The queue's bound; `null`: unbounded.
     #[schema(required = true)]
     max_depth: Option<i64>,

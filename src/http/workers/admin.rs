@@ -114,10 +114,8 @@ async fn get_worker(
 #[schema(as = WorkerDirected)]
 struct Directed {
     /// The worker's directive now: `quiet` or `terminate` (directives only escalate).
-    #[schema(value_type = String)]
     directive: WorkerDirective,
     /// `running`, `quiet`, `terminate`, `drain` or `stale`.
-    #[schema(value_type = String)]
     state: EffectiveState,
     worker_id: String,
 }

@@ -143,7 +143,6 @@ struct Acked<'a> {
     acknowledged: bool,
     id: String,
     job_id: String,
-    #[schema(value_type = openapi::JobState)]
     state: JobState,
     completed_at: Option<String>,
     #[schema(value_type = openapi::Job)]
@@ -245,7 +244,6 @@ async fn nack(
 struct NackBody<'a> {
     id: String,
     job_id: String,
-    #[schema(value_type = openapi::JobState)]
     state: JobState,
     attempt: i32,
     max_attempts: i32,
@@ -444,7 +442,6 @@ enum AckItem {
     Done {
         job_id: String,
         acknowledged: bool,
-        #[schema(value_type = openapi::JobState)]
         state: JobState,
         completed_at: Option<String>,
     },

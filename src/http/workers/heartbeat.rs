@@ -197,10 +197,8 @@ async fn beat(
 #[derive(Serialize, ToSchema)]
 struct Heartbeat {
     /// The state the worker must move to: `running`, `quiet`, `terminate` or `drain`.
-    #[schema(value_type = String)]
     state: WorkerState,
     /// `quiet`, `terminate`, or `""`.
-    #[schema(value_type = String)]
     directive: WorkerDirective,
     acknowledged: bool,
     worker_id: String,

@@ -121,7 +121,6 @@ async fn worker_health(
 struct WorkerHealth {
     worker_id: String,
     /// `running`, `quiet`, `terminate`, `drain` or `stale`.
-    #[schema(value_type = String)]
     state: EffectiveState,
     #[serde(skip_serializing_if = "Option::is_none")]
     last_heartbeat_at: Option<String>,
@@ -138,13 +137,10 @@ pub struct WireWorker<'a> {
     id: &'a str,
     worker_id: &'a str,
     /// `running`, `quiet`, `terminate`, `drain`, or `stale` (no heartbeat for too long).
-    #[schema(value_type = String)]
     state: EffectiveState,
     /// What the server asks of the worker: `quiet`, `terminate`, or `""` for nothing.
-    #[schema(value_type = String)]
     directive: WorkerDirective,
     /// The state the worker last reported.
-    #[schema(value_type = String)]
     reported_state: WorkerState,
     #[serde(skip_serializing_if = "Option::is_none")]
     hostname: Option<&'a str>,
@@ -420,10 +416,8 @@ struct Registered<'a> {
     ok: bool,
     worker_id: &'a str,
     /// The state the worker must be in: `running`, `quiet`, `terminate` or `drain`.
-    #[schema(value_type = String)]
     state: WorkerState,
     /// `quiet`, `terminate`, or `""`.
-    #[schema(value_type = String)]
     directive: WorkerDirective,
     server_time: String,
     /// Seconds between heartbeats.

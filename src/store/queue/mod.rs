@@ -34,7 +34,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
 /// A queue's lifecycle state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type, serde::Serialize, utoipa::ToSchema)]
 #[sqlx(type_name = "ojs_queue_state", rename_all = "lowercase")]
 #[serde(rename_all = "lowercase")]
 pub enum QueueState {
