@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::Broker;
 use crate::error::{Error, Result};
@@ -254,26 +254,4 @@ async fn sync_fair_queues(tx: &mut sqlx::PgConnection) -> Result<()> {
         store::pool::make_fair(&mut *tx, fair).await?;
     }
     Ok(())
-}
-
-/// The wire form of a pool, with its usage. `id` repeats the name and `workers` the count of
-/// active members, the fields the OJS admin UI reads.
-pub fn pool_json(view: &PoolView) -> Value {
-    let p = &view.stored.pool;
-    json!({
-        "id": p.name,
-        "name": p.name,
-        "queues": p.queues,
-        "concurrency": p.concurrency,
-        "strategy": p.strategy.as_str(),
-        "weights": p.weights_json(),
-        "isolated": p.isolated,
-        "starvation_prevention": p.starvation_json(),
-        "tenant_fairness": p.tenant_fairness_json(),
-        "active_workers": view.usage.active_workers,
-        "workers": view.usage.active_workers,
-        "active_jobs": view.usage.active_jobs,
-        "created_at": crate::wire::timestamp::format(view.stored.created_at),
-        "updated_at": crate::wire::timestamp::format(view.stored.updated_at),
-    })
 }

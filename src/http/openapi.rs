@@ -32,7 +32,7 @@ const REQUEST_TYPES: [&str; 2] = ["application/json", OJS_JSON];
                        workers, queues, dead letters, events) and its admin API.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
-    components(schemas(ErrorBody, Job, JobError, RetryPolicy, UniquePolicy, crate::job::JobState, PrioritySchema)),
+    components(schemas(super::error::ErrorBody<'static>, Job, JobError, RetryPolicy, UniquePolicy, crate::job::JobState, PrioritySchema)),
     tags(
         (name = "system", description = "Manifest, health, readiness and metrics."),
         (name = "jobs", description = "Enqueue, read, cancel and reprioritise jobs."),
@@ -186,36 +186,6 @@ fn methods(
 
 fn operations(item: &mut utoipa::openapi::PathItem) -> impl Iterator<Item = &mut Operation> {
     methods(item).map(|(_, operation)| operation)
-}
-
-/// `{"error": {...}}`, the body of every failed request.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // a schema: the server writes this body with `ApiError::body`
-pub struct ErrorBody {
-    error: ErrorFields,
-}
-
-/// The fields of an OJS error.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)]
-struct ErrorFields {
-    /// What went wrong, e.g. `invalid_request`, `not_found`, `conflict`, `backend_error`.
-    code: String,
-    /// The same as `code`.
-    r#type: String,
-    /// A sentence for people.
-    message: String,
-    /// Whether the same request may succeed later.
-    retryable: bool,
-    /// Structured detail, e.g. the field at fault (`details.field`) or each violation.
-    #[schema(value_type = Option<Object>)]
-    details: Option<Value>,
-    /// The request's `X-Request-Id`.
-    request_id: String,
-    /// What to do about it.
-    hint: String,
-    /// A page about this code.
-    docs_url: String,
 }
 
 /// A job in its OJS JSON form, as every endpoint returns it. Attributes the client sent that

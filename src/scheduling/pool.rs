@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
+use utoipa::ToSchema;
 
 use crate::error::Error;
 use crate::scheduling::{MAX_WEIGHT, Strategy};
@@ -50,6 +52,28 @@ pub struct TenantFairness {
     /// Tenant weights keyed `tenant:<id>`.
     pub weights: BTreeMap<String, u32>,
     /// Weight of tenants not in `weights` (≥ 1; stored as 1 when absent).
+    pub default_weight: u32,
+}
+
+/// A pool's starvation prevention settings as the API shows them.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = PoolStarvationPrevention)]
+pub struct WireStarvation {
+    pub enabled: bool,
+    /// ISO 8601 duration.
+    pub rotation_interval: String,
+    pub min_dispatch_ratio: f64,
+}
+
+/// A pool's per-tenant fairness settings as the API shows them.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = PoolTenantFairness)]
+pub struct WireTenantFairness<'a> {
+    pub enabled: bool,
+    /// Always `fair-share`.
+    pub strategy: &'static str,
+    /// Tenant weights keyed `tenant:<id>`.
+    pub weights: &'a BTreeMap<String, u32>,
     pub default_weight: u32,
 }
 
@@ -174,25 +198,35 @@ impl WorkerPool {
     }
 
     /// The `starvation_prevention` object as stored and shown.
-    pub fn starvation_json(&self) -> Value {
-        json!({
-            "enabled": self.starvation.enabled,
-            "rotation_interval": duration::format_iso(self.starvation.rotation_interval_ms),
-            "min_dispatch_ratio": self.starvation.min_dispatch_ratio,
-        })
+    pub fn starvation_wire(&self) -> WireStarvation {
+        WireStarvation {
+            enabled: self.starvation.enabled,
+            rotation_interval: duration::format_iso(self.starvation.rotation_interval_ms),
+            min_dispatch_ratio: self.starvation.min_dispatch_ratio,
+        }
     }
 
     /// The `tenant_fairness` object as stored and shown.
-    pub fn tenant_fairness_json(&self) -> Value {
-        json!({
-            "enabled": self.tenant_fairness.enabled,
-            "strategy": "fair-share",
-            "weights": self.tenant_fairness.weights,
-            "default_weight": self.tenant_fairness.default_weight,
-        })
+    pub fn tenant_fairness_wire(&self) -> WireTenantFairness<'_> {
+        WireTenantFairness {
+            enabled: self.tenant_fairness.enabled,
+            strategy: "fair-share",
+            weights: &self.tenant_fairness.weights,
+            default_weight: self.tenant_fairness.default_weight,
+        }
     }
 
-    /// The queue weights as stored and shown.
+    /// The `starvation_prevention` object as stored.
+    pub fn starvation_json(&self) -> Value {
+        json!(self.starvation_wire())
+    }
+
+    /// The `tenant_fairness` object as stored.
+    pub fn tenant_fairness_json(&self) -> Value {
+        json!(self.tenant_fairness_wire())
+    }
+
+    /// The queue weights as stored.
     pub fn weights_json(&self) -> Value {
         json!(self.weights)
     }

@@ -9,18 +9,20 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::broker::pools::{STATS_WINDOW_SECS, pool_json};
+use crate::broker::pools::{PoolView, STATS_WINDOW_SECS};
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 use crate::http::extract::check_queue_name;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use crate::http::{AppState, Ojs, ok};
-use crate::scheduling::pool::WorkerPool;
+use crate::scheduling::Strategy;
+use crate::scheduling::pool::{WireStarvation, WireTenantFairness, WorkerPool};
 use crate::wire::duration;
+use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -39,25 +41,25 @@ struct PoolNameParam {
     name: String,
 }
 
-/// A worker pool with its usage, as `pool_json` writes it.
-#[derive(ToSchema)]
+/// A worker pool with its usage. `id` repeats the name and `workers` the count of active
+/// members, the fields the OJS admin UI reads.
+#[derive(Serialize, ToSchema)]
 #[schema(as = WorkerPool)]
-#[allow(dead_code)] // a schema: the server writes `pool_json`
-struct PoolSchema {
+struct WirePool<'a> {
     /// The same as `name`.
-    id: String,
-    name: String,
+    id: &'a str,
+    name: &'a str,
     /// In order of preference.
-    queues: Vec<String>,
+    queues: &'a [String],
     /// Most active jobs across all members; `null`: no limit.
+    #[schema(required = true)]
     concurrency: Option<i32>,
-    /// `strict`, `weighted`, `round-robin` or `least-loaded`.
-    strategy: String,
+    strategy: Strategy,
     /// Queue weights; a queue not named weighs 1.
-    weights: BTreeMap<String, u32>,
+    weights: &'a BTreeMap<String, u32>,
     isolated: bool,
-    starvation_prevention: StarvationSchema,
-    tenant_fairness: TenantFairnessSchema,
+    starvation_prevention: WireStarvation,
+    tenant_fairness: WireTenantFairness<'a>,
     /// Live members.
     active_workers: i64,
     /// The same as `active_workers`.
@@ -67,47 +69,43 @@ struct PoolSchema {
     updated_at: String,
 }
 
-/// Starvation prevention settings of a pool.
-#[derive(ToSchema)]
-#[schema(as = PoolStarvationPrevention)]
-#[allow(dead_code)] // a schema
-struct StarvationSchema {
-    enabled: bool,
-    /// ISO 8601 duration.
-    rotation_interval: String,
-    min_dispatch_ratio: f64,
-}
-
-/// Per-tenant fairness settings of a pool.
-#[derive(ToSchema)]
-#[schema(as = PoolTenantFairness)]
-#[allow(dead_code)] // a schema
-struct TenantFairnessSchema {
-    enabled: bool,
-    /// Always `fair-share`.
-    strategy: String,
-    /// Tenant weights keyed `tenant:<id>`.
-    weights: BTreeMap<String, u32>,
-    default_weight: u32,
+impl<'a> WirePool<'a> {
+    fn of(view: &'a PoolView) -> WirePool<'a> {
+        let p = &view.stored.pool;
+        WirePool {
+            id: &p.name,
+            name: &p.name,
+            queues: &p.queues,
+            concurrency: p.concurrency,
+            strategy: p.strategy,
+            weights: &p.weights,
+            isolated: p.isolated,
+            starvation_prevention: p.starvation_wire(),
+            tenant_fairness: p.tenant_fairness_wire(),
+            active_workers: view.usage.active_workers,
+            workers: view.usage.active_workers,
+            active_jobs: view.usage.active_jobs,
+            created_at: timestamp::format(view.stored.created_at),
+            updated_at: timestamp::format(view.stored.updated_at),
+        }
+    }
 }
 
 /// A page of pools, as `items` and again as `pools`.
-#[derive(ToSchema)]
+#[derive(Serialize, ToSchema)]
 #[schema(as = WorkerPoolList)]
-#[allow(dead_code)] // a schema
-struct PoolList {
-    items: Vec<PoolSchema>,
+struct PoolList<'a> {
+    items: &'a [WirePool<'a>],
     /// The same as `items`.
-    pools: Vec<PoolSchema>,
+    pools: &'a [WirePool<'a>],
     pagination: Pagination,
 }
 
 /// `{"pool": {...}}`.
-#[derive(ToSchema)]
+#[derive(Serialize, ToSchema)]
 #[schema(as = WorkerPoolBody)]
-#[allow(dead_code)] // a schema
-struct PoolBody {
-    pool: PoolSchema,
+struct PoolBody<'a> {
+    pool: WirePool<'a>,
 }
 
 /// A pool to create or replace. Every member but `queues` may be `null` (the default). A pool
@@ -233,7 +231,7 @@ fn pool_path(name: &str) -> Result<(), ApiError> {
     summary = "List worker pools",
     params(PageParams),
     responses(
-        (status = 200, description = "Pools by name, as `items` and again as `pools`.", body = PoolList),
+        (status = 200, description = "Pools by name, as `items` and again as `pools`.", body = PoolList<'_>),
         (status = 400, description = "A page parameter is invalid."),
     )
 )]
@@ -241,16 +239,18 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     let page = Page::from_query(&query, ADMIN)?;
     let pools = state.broker().pools().await?;
     let total = pools.len() as i64;
-    let items: Vec<Value> = pools
+    let items: Vec<WirePool<'_>> = pools
         .iter()
         .skip(usize::try_from(page.offset).unwrap_or(usize::MAX))
         .take(usize::try_from(page.limit).unwrap_or(usize::MAX))
-        .map(pool_json)
+        .map(WirePool::of)
         .collect();
-    Ok(
-        ok(json!({"items": items, "pools": items, "pagination": page.describe(total)}))
-            .into_response(),
-    )
+    Ok(ok(PoolList {
+        items: &items,
+        pools: &items,
+        pagination: page.describe(total),
+    })
+    .into_response())
 }
 
 /// `GET /ojs/v1/admin/pools/{name}`.
@@ -262,7 +262,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     summary = "Read a worker pool",
     params(PoolNameParam),
     responses(
-        (status = 200, body = PoolBody),
+        (status = 200, body = PoolBody<'_>),
         (status = 400, description = "The pool name is invalid."),
         (status = 404, description = "No such pool."),
     )
@@ -273,7 +273,10 @@ async fn show(
 ) -> Result<Response, ApiError> {
     pool_path(&name)?;
     let view = state.broker().pool_view(&name).await?;
-    Ok(ok(json!({"pool": pool_json(&view)})).into_response())
+    Ok(ok(PoolBody {
+        pool: WirePool::of(&view),
+    })
+    .into_response())
 }
 
 /// `PUT /ojs/v1/admin/pools/{name}`: creates (201) or replaces (200) a pool.
@@ -286,8 +289,8 @@ async fn show(
     params(PoolNameParam),
     request_body = PoolRequest,
     responses(
-        (status = 200, description = "Replaced.", body = PoolBody),
-        (status = 201, description = "Created; `Location` names the pool.", body = PoolBody),
+        (status = 200, description = "Replaced.", body = PoolBody<'_>),
+        (status = 201, description = "Created; `Location` names the pool.", body = PoolBody<'_>),
         (status = 400, description = "The pool is invalid."),
     )
 )]
@@ -302,7 +305,9 @@ async fn put(
         .map_err(|_| ApiError::invalid_field("$", "the body must be a JSON object"))?;
     let pool = WorkerPool::parse(&name, &value)?;
     let put = state.broker().put_pool(pool).await?;
-    let body = json!({"pool": pool_json(&put.view)});
+    let body = PoolBody {
+        pool: WirePool::of(&put.view),
+    };
     if !put.created {
         return Ok(ok(body).into_response());
     }
@@ -349,27 +354,22 @@ async fn remove(
     .into_response())
 }
 
-/// The scheduling statistics (written with `json!`).
-#[derive(ToSchema)]
-#[schema(as = SchedulingStats)]
-#[allow(dead_code)] // a schema
-struct SchedulingStatsSchema {
+/// The scheduling statistics.
+#[derive(Serialize, ToSchema)]
+struct SchedulingStats<'a> {
+    /// The server's default fetch strategy.
+    strategy: Strategy,
     /// Queues with dispatches in the window.
-    queues: Vec<SchedulingQueueSchema>,
-    stats: SchedulingTotalsSchema,
-    /// The server's default fetch strategy: `strict`, `weighted`, `round-robin` or
-    /// `least-loaded`.
-    strategy: String,
+    queues: Vec<SchedulingQueue<'a>>,
     /// The window, as an ISO 8601 duration (`PT1M`).
     window: String,
+    stats: SchedulingTotals<'a>,
 }
 
 /// One queue of the scheduling statistics.
-#[derive(ToSchema)]
-#[schema(as = SchedulingQueue)]
-#[allow(dead_code)] // a schema
-struct SchedulingQueueSchema {
-    name: String,
+#[derive(Serialize, ToSchema)]
+struct SchedulingQueue<'a> {
+    name: &'a str,
     dispatch_count_1m: i64,
     /// Of all dispatches in the window, to 4 decimals.
     dispatch_ratio_1m: f64,
@@ -379,30 +379,29 @@ struct SchedulingQueueSchema {
     dispatched: i64,
     starved: bool,
     /// The weight its pool gives it (1 when unnamed); `null` outside pools.
+    #[schema(required = true)]
     weight: Option<u32>,
 }
 
 /// Totals, starved queues and pools of the scheduling statistics.
-#[derive(ToSchema)]
-#[schema(as = SchedulingTotals)]
-#[allow(dead_code)] // a schema
-struct SchedulingTotalsSchema {
+#[derive(Serialize, ToSchema)]
+struct SchedulingTotals<'a> {
     total_dispatch_count_1m: i64,
-    queues_starved: Vec<String>,
-    pools: Vec<SchedulingPoolSchema>,
+    queues_starved: &'a [String],
+    pools: Vec<SchedulingPool<'a>>,
 }
 
 /// One pool of the scheduling statistics.
-#[derive(ToSchema)]
-#[schema(as = SchedulingPool)]
-#[allow(dead_code)] // a schema
-struct SchedulingPoolSchema {
-    name: String,
-    strategy: String,
+#[derive(Serialize, ToSchema)]
+struct SchedulingPool<'a> {
+    name: &'a str,
+    strategy: Strategy,
+    #[schema(required = true)]
     concurrency: Option<i32>,
     active_jobs: i64,
     active_workers: i64,
     /// Active jobs over `concurrency`; `null` without one.
+    #[schema(required = true)]
     utilization: Option<f64>,
 }
 
@@ -421,7 +420,7 @@ struct SchedulingPoolSchema {
     operation_id = "admin_scheduling_stats",
     summary = "Scheduling statistics",
     description = "Dispatches per queue over the last minute, over all replicas.",
-    responses((status = 200, body = SchedulingStatsSchema))
+    responses((status = 200, body = SchedulingStats<'_>))
 )]
 async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.broker().scheduling_stats().await?;
@@ -433,48 +432,44 @@ async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
             .find(|p| p.queues.iter().any(|q| q == queue))
             .map(|p| p.weights.get(queue).copied().unwrap_or(1))
     };
-    let window = duration::format_iso(STATS_WINDOW_SECS as u64 * 1_000);
-    let queues: Vec<Value> = stats
+    let queues = stats
         .queues
         .iter()
-        .map(|q| {
-            json!({
-                "name": q.queue,
-                "dispatch_count_1m": q.dispatched,
-                "dispatch_ratio_1m": (q.ratio * 10_000.0).round() / 10_000.0,
-                "avg_wait_ms": q.avg_wait_ms,
-                "active_jobs": q.active,
-                "dispatched": q.dispatched,
-                "starved": stats.starved.contains(&q.queue),
-                "weight": weight(&q.queue),
-            })
+        .map(|q| SchedulingQueue {
+            name: &q.queue,
+            dispatch_count_1m: q.dispatched,
+            dispatch_ratio_1m: (q.ratio * 10_000.0).round() / 10_000.0,
+            avg_wait_ms: q.avg_wait_ms,
+            active_jobs: q.active,
+            dispatched: q.dispatched,
+            starved: stats.starved.contains(&q.queue),
+            weight: weight(&q.queue),
         })
         .collect();
-    let pools: Vec<Value> = stats
+    let pools = stats
         .pools
         .iter()
         .map(|view| {
             let p = &view.stored.pool;
-            json!({
-                "name": p.name,
-                "strategy": p.strategy.as_str(),
-                "concurrency": p.concurrency,
-                "active_jobs": view.usage.active_jobs,
-                "active_workers": view.usage.active_workers,
-                "utilization": view.utilization(),
-            })
+            SchedulingPool {
+                name: &p.name,
+                strategy: p.strategy,
+                concurrency: p.concurrency,
+                active_jobs: view.usage.active_jobs,
+                active_workers: view.usage.active_workers,
+                utilization: view.utilization(),
+            }
         })
         .collect();
-    let strategy = state.broker().settings().fetch_strategy.unwrap_or_default();
-    Ok(ok(json!({
-        "strategy": strategy.as_str(),
-        "queues": queues,
-        "window": window,
-        "stats": {
-            "total_dispatch_count_1m": stats.total,
-            "queues_starved": stats.starved,
-            "pools": pools,
+    Ok(ok(SchedulingStats {
+        strategy: state.broker().settings().fetch_strategy.unwrap_or_default(),
+        queues,
+        window: duration::format_iso(STATS_WINDOW_SECS as u64 * 1_000),
+        stats: SchedulingTotals {
+            total_dispatch_count_1m: stats.total,
+            queues_starved: &stats.starved,
+            pools,
         },
-    }))
+    })
     .into_response())
 }

@@ -16,6 +16,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 /// A client-visible error (boxed: it travels through many `Result`s).
 #[derive(Debug, Clone)]
@@ -259,22 +260,32 @@ impl ApiError {
     }
 }
 
-/// `{"error": {...}}`.
-#[derive(Serialize)]
+/// `{"error": {...}}`, the body of every failed request.
+#[derive(Serialize, ToSchema)]
 pub struct ErrorBody<'a> {
     error: ErrorFields<'a>,
 }
 
-#[derive(Serialize)]
+/// The fields of an OJS error.
+#[derive(Serialize, ToSchema)]
 struct ErrorFields<'a> {
+    /// What went wrong, e.g. `invalid_request`, `not_found`, `conflict`, `backend_error`.
     code: &'a str,
+    /// The same as `code`.
     r#type: &'a str,
+    /// A sentence for people.
     message: &'a str,
+    /// Whether the same request may succeed later.
     retryable: bool,
+    /// Structured detail, e.g. the field at fault (`details.field`) or each violation.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     details: Option<&'a Value>,
+    /// The request's `X-Request-Id`.
     request_id: &'a str,
+    /// What to do about it.
     hint: &'a str,
+    /// A page about this code.
     docs_url: String,
 }
 
