@@ -24,6 +24,8 @@ hook sends (the fuzzed server requires one) from OJS_FUZZ_KEY. Requests are sent
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import random
 from datetime import datetime, timedelta, timezone
@@ -46,6 +48,7 @@ _connection: psycopg.Connection | None = None
 _statement: str | None = None
 _before: dict[str, str] | None = None
 _known: tuple[str, dict[str, str]] | None = None
+_event: str | None = None
 
 
 def _db() -> psycopg.Connection:
@@ -143,6 +146,8 @@ def _seed() -> None:
         _api("POST", "/ojs/v1/workers/nack", nack)
     _jobs.append([i for i in ids if i])
     del _jobs[:-KEEP_SEEDS]
+    global _event
+    _event = _api("GET", "/ojs/v1/events?limit=1").get("cursor") or _event
 
 
 def _maybe(value: object, choices: list[str]) -> object:
@@ -150,7 +155,8 @@ def _maybe(value: object, choices: list[str]) -> object:
 
 
 def _aim(case) -> None:
-    """Points the request, at random, at the seeded jobs, worker and queues."""
+    """Points the request, at random, at the seeded jobs, worker and queues, and replaces what
+    only the server issues (page cursors, event ids) with values it issued."""
     jobs = [i for seed in _jobs for i in seed]
     names = {"id": jobs, "worker_id": [WORKER], "name": QUEUES, "job_id": jobs}
     if case.path_parameters:
@@ -165,6 +171,67 @@ def _aim(case) -> None:
         for key in ("job_id", "worker_id", "id"):
             if key in body:
                 body[key] = _maybe(body[key], names[key])
+    _issued(case)
+
+
+def _storable(value: object) -> object:
+    """`value` without what no request may carry anywhere (the document's own rule): U+0000,
+    which PostgreSQL cannot store, and halves of UTF-16 surrogate pairs, which stand for no
+    character."""
+    if isinstance(value, str):
+        out, i = [], 0
+        while i < len(value):
+            c = value[i]
+            pair = (
+                "\ud800" <= c <= "\udbff" and i + 1 < len(value) and "\udc00" <= value[i + 1] <= "\udfff"
+            )
+            if pair:
+                out.append(value[i : i + 2])
+                i += 2
+                continue
+            if c != "\x00" and not "\ud800" <= c <= "\udfff":
+                out.append(c)
+            i += 1
+        return "".join(out)
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    return value
+
+
+def _issued(case) -> None:
+    """Rules the document states but a schema cannot: no string holds U+0000 or half a
+    surrogate pair, a page cursor and an event id are the server's own (any other is a 400 by
+    design), the paged event list takes no `job_id`, a pool body's `id` and `name` name the
+    pool of its path and its weights its own queues, and a bulk action picks its own states."""
+    if isinstance(case.body, (dict, list)):
+        case.body = _storable(case.body)
+    query = case.query if isinstance(case.query, dict) else {}
+    if "cursor" in query:
+        offset = _rng.randrange(0, 100)
+        cursor = json.dumps({"o": offset}, separators=(",", ":")).encode()
+        query["cursor"] = base64.urlsafe_b64encode(cursor).decode().rstrip("=")
+    if "after" in query:
+        if _event:
+            query["after"] = _event
+        else:
+            del query["after"]
+    if case.path == "/ojs/v1/events" and ("page" in query or "per_page" in query):
+        query.pop("job_id", None)
+    if "/pools/" in case.path and isinstance(case.body, dict) and case.path_parameters:
+        pool = case.path_parameters.get("name")
+        for key in ("id", "name"):
+            if key in case.body:
+                case.body[key] = pool
+        # Weights are for the pool's own queues.
+        queues, weights = case.body.get("queues"), case.body.get("weights")
+        if isinstance(queues, list) and isinstance(weights, dict):
+            case.body["weights"] = {q: w for q, w in weights.items() if q in queues}
+    if case.path.startswith("/ojs/v1/admin/jobs/bulk/") and isinstance(case.body, dict):
+        # Each action applies to its own states; a filter naming only others selects nothing.
+        if isinstance(case.body.get("filter"), dict):
+            case.body["filter"].pop("state", None)
 
 
 @schemathesis.hook

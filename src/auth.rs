@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::store;
+use crate::wire::names;
 
 /// How often a replica reloads the active keys.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -36,15 +37,13 @@ pub enum Role {
     Admin,
 }
 
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Producer => "producer",
-            Role::Worker => "worker",
-            Role::Admin => "admin",
-        }
-    }
+names!(Role {
+    Producer => "producer",
+    Worker => "worker",
+    Admin => "admin",
+});
 
+impl Role {
     /// Whether this role may use an endpoint that needs `needed`.
     pub fn covers(self, needed: Role) -> bool {
         self == Role::Admin || self == needed
@@ -55,13 +54,9 @@ impl std::str::FromStr for Role {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Role, String> {
-        match s {
-            "producer" => Ok(Role::Producer),
-            "worker" => Ok(Role::Worker),
-            "admin" => Ok(Role::Admin),
-            other => Err(format!(
-                "role must be producer, worker or admin, not {other:?}"
-            )),
+        match Role::from_name(s) {
+            Some(role) => Ok(role),
+            None => Err(format!("role must be producer, worker or admin, not {s:?}")),
         }
     }
 }

@@ -218,7 +218,12 @@ pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
 
 /// The whole HTTP API, with `GET /ojs/openapi.json` describing it.
 pub fn router(state: AppState) -> Router {
-    let (routes, _) = openapi::serve(api(state.settings()));
+    let limits = openapi::Limits {
+        max_fetch_count: state.settings().max_fetch_count,
+        max_batch_jobs: state.settings().max_batch_jobs,
+        max_priority: state.broker().settings().limits.max_priority,
+    };
+    let (routes, _) = openapi::serve(api(state.settings()), limits);
     routes
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -29,10 +29,13 @@ const REQUEST_TYPES: [&str; 2] = ["application/json", OJS_JSON];
     info(
         title = "ojsd",
         description = "An Open Job Spec job server on PostgreSQL: the OJS HTTP binding (jobs, \
-                       workers, queues, dead letters, events) and its admin API.",
+                       workers, queues, dead letters, events) and its admin API.\n\nEvery JSON \
+                       body is read whole and refused (400) when any string or member name in \
+                       it holds U+0000 or half of a UTF-16 surrogate pair, when it nests deeper \
+                       than 32 levels, or when a number is beyond what a double holds.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
-    components(schemas(super::error::ErrorBody<'static>, Job, JobError, RetryPolicy, UniquePolicy, crate::job::JobState, PrioritySchema)),
+    components(schemas(super::error::ErrorBody<'static>, Job, JobError, RetryPolicy, UniquePolicy, crate::job::JobState, values::Priority)),
     tags(
         (name = "system", description = "Manifest, health, readiness and metrics."),
         (name = "jobs", description = "Enqueue, read, cancel and reprioritise jobs."),
@@ -49,21 +52,122 @@ struct Base;
 #[derive(Clone)]
 struct Document(Arc<[u8]>);
 
+/// The limits of this server that its schemas state (they are settings, so the document is
+/// completed when the server starts).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most jobs one FETCH may ask for.
+    pub max_fetch_count: usize,
+    /// Most items of a batch (enqueue, ACK, NACK).
+    pub max_batch_jobs: usize,
+    /// The largest priority.
+    pub max_priority: i32,
+}
+
 /// Routes `GET /ojs/openapi.json` and completes `api`'s document; returns the router with the
 /// document attached, and the document.
-pub fn serve(api: OpenApiRouter<AppState>) -> (axum::Router<AppState>, OpenApi) {
+pub fn serve(api: OpenApiRouter<AppState>, limits: Limits) -> (axum::Router<AppState>, Value) {
     let (router, mut doc) = OpenApiRouter::with_openapi(Base::openapi())
         .routes(routes!(openapi_json))
         .merge(api)
         .split_for_parts();
     finish(&mut doc);
+    let mut doc = serde_json::to_value(&doc).expect("the document serializes");
+    with_limits(&mut doc, limits);
     let bytes = serde_json::to_vec(&doc).unwrap_or_default();
     (router.layer(Extension(Document(bytes.into()))), doc)
 }
 
 /// The document as `ojsd` would serve it with `api`'s routes (for tests and tooling).
-pub fn document(api: OpenApiRouter<AppState>) -> OpenApi {
-    serve(api).1
+pub fn document(api: OpenApiRouter<AppState>, limits: Limits) -> Value {
+    serve(api, limits).1
+}
+
+/// Writes this server's limits into the schemas that depend on them, and makes optional
+/// request bodies that may be left out, but are never `null`, say so.
+fn with_limits(value: &mut Value, limits: Limits) {
+    let schemas = &mut value["components"]["schemas"];
+    let mut set = |pointer: &str, member: &str, to: Value| {
+        if let Some(Value::Object(schema)) = schemas.pointer_mut(pointer) {
+            schema.insert(member.to_owned(), to);
+        }
+    };
+    set("/FetchCount", "maximum", limits.max_fetch_count.into());
+    for batch in [
+        "/BatchRequest/properties/jobs",
+        "/AckBatchRequest/properties/acks",
+        "/NackBatchRequest/properties/nacks",
+    ] {
+        set(batch, "maxItems", limits.max_batch_jobs.into());
+    }
+    set("/Priority/oneOf/0", "maximum", limits.max_priority.into());
+    either_or(schemas);
+    // An optional body (`request_body = Option<T>`) comes out as `T` or `null`; the server
+    // reads a body that is there as an object, so `null` is not one of its forms.
+    if let Some(Value::Object(paths)) = value.get_mut("paths") {
+        for operation in paths.values_mut().filter_map(Value::as_object_mut) {
+            for operation in operation.values_mut() {
+                let Some(Value::Object(content)) = operation.pointer_mut("/requestBody/content")
+                else {
+                    continue;
+                };
+                for media in content.values_mut() {
+                    let Some(schema) = media.get_mut("schema") else {
+                        continue;
+                    };
+                    if let Some(Value::Array(items)) = schema.get("oneOf") {
+                        let not_null: Vec<&Value> =
+                            items.iter().filter(|i| i["type"] != "null").collect();
+                        if not_null.len() == 1 && items.len() == 2 {
+                            *schema = not_null[0].clone();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes the request rules a derived schema cannot state: which members stand in for each
+/// other. Each component named here must exist (a test checks).
+fn either_or(schemas: &mut Value) {
+    let required = |member: &str| serde_json::json!({"required": [member]});
+    let requeued =
+        serde_json::json!({"required": ["requeue"], "properties": {"requeue": {"const": true}}});
+    for (component, any_of) in [
+        // A NACK's `error` may be left out only to requeue.
+        (
+            "NackRequestSchema",
+            vec![required("error"), requeued.clone()],
+        ),
+        ("NackBatchItem", vec![required("error"), requeued.clone()]),
+        // A progress report gives a fraction or a percentage.
+        (
+            "ProgressReportRequest",
+            vec![required("progress"), required("percentage")],
+        ),
+        // A worker registers under `worker_id` or `id`.
+        (
+            "RegisterFields",
+            vec![required("worker_id"), required("id")],
+        ),
+    ] {
+        if let Some(Value::Object(schema)) = schemas.get_mut(component) {
+            schema.insert("anyOf".to_owned(), Value::Array(any_of));
+        }
+    }
+    // A registration is the fields, or the same fields wrapped as `{"worker": {...}}`.
+    if let Some(Value::Object(register)) = schemas.get_mut("RegisterRequest") {
+        let fields = serde_json::json!({"$ref": "#/components/schemas/RegisterFields"});
+        register.remove("allOf");
+        register.insert(
+            "anyOf".to_owned(),
+            serde_json::json!([
+                fields,
+                {"type": "object", "required": ["worker"], "properties": {"worker": fields}},
+            ]),
+        );
+    }
 }
 
 /// This document.
@@ -311,6 +415,181 @@ pub struct JobBody {
     job: Job,
 }
 
+/// Named schemas of request values whose rules are written in code rather than in a Rust type
+/// (the parsers read them from the request's JSON), each built from the constants the parser
+/// checks against; `finish` fills in the limits that are server settings.
+pub mod values {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{
+        KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type,
+    };
+
+    use crate::wire::duration;
+
+    /// A positive number of milliseconds, at most 100 years.
+    pub struct Milliseconds;
+
+    impl utoipa::PartialSchema for Milliseconds {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(duration::MAX_MS))
+                .description(Some("Milliseconds, from 1 to 100 years."))
+                .into()
+        }
+    }
+
+    impl utoipa::ToSchema for Milliseconds {}
+
+    /// How many jobs a FETCH may ask for: 1 to the server's `limits.max_fetch_count`.
+    pub struct FetchCount;
+
+    impl utoipa::PartialSchema for FetchCount {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .description(Some("1 to the server's `limits.max_fetch_count`."))
+                .into()
+        }
+    }
+
+    impl utoipa::ToSchema for FetchCount {}
+
+    /// An RFC 3339 timestamp with a zone.
+    pub struct Timestamp;
+
+    impl utoipa::PartialSchema for Timestamp {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+                .min_length(Some(20))
+                .pattern(Some(crate::wire::timestamp::PATTERN))
+                .description(Some("RFC 3339, with a zone (`Z` or `±hh:mm`)."))
+                .into()
+        }
+    }
+
+    impl utoipa::ToSchema for Timestamp {}
+
+    /// A duration: ISO 8601 (`PT30S`, `P1DT2H`) or the short form (`500ms`, `30s`, `5m`).
+    pub struct Duration;
+
+    impl utoipa::PartialSchema for Duration {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .pattern(Some(duration::pattern()))
+                .description(Some(
+                    "ISO 8601 (`PT30S`, `P1DT2H`, weeks and days but no months or years) or one \
+                     number and unit (`500ms`, `30s`, `5m`, `2h`, `7d`).",
+                ))
+                .into()
+        }
+    }
+
+    impl utoipa::ToSchema for Duration {}
+
+    /// A whole number of seconds from 1, or a duration of at least a second.
+    pub struct Seconds;
+
+    impl utoipa::PartialSchema for Seconds {
+        fn schema() -> RefOr<Schema> {
+            OneOfBuilder::new()
+                .item(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1))
+                        .maximum(Some(duration::MAX_MS / 1_000)),
+                )
+                .item(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .min_length(Some(2))
+                        .pattern(Some(duration::pattern_at_least_a_second())),
+                )
+                .description(Some(
+                    "Whole seconds from 1, or a duration of at least a second (`PT30S`, `5m`).",
+                ))
+                .into()
+        }
+    }
+
+    impl utoipa::ToSchema for Seconds {}
+
+    /// A string that is not empty.
+    pub struct NonEmpty;
+
+    impl utoipa::PartialSchema for NonEmpty {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .into()
+        }
+    }
+
+    impl utoipa::ToSchema for NonEmpty {}
+
+    /// `true`: the request acts on many jobs at once, and says so.
+    pub struct Confirm;
+
+    impl utoipa::PartialSchema for Confirm {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::Boolean)
+                .enum_values(Some([true]))
+                .description(Some(
+                    "Must be `true`: the request acts on many jobs at once.",
+                ))
+                .into()
+        }
+    }
+
+    impl utoipa::ToSchema for Confirm {}
+
+    /// A priority: an integer from 0 (most urgent) to the server's maximum (the manifest's
+    /// `priority.max`), or an alias name in any case.
+    pub struct Priority;
+
+    impl utoipa::PartialSchema for Priority {
+        fn schema() -> RefOr<Schema> {
+            // Each letter of each name either way round: `^([cC][rR]...|...)$`.
+            let names: Vec<String> = crate::job::PRIORITY_ALIASES
+                .iter()
+                .map(|(name, _)| {
+                    name.chars()
+                        .map(|c| format!("[{}{}]", c, c.to_ascii_uppercase()))
+                        .collect()
+                })
+                .collect();
+            let aliases: Vec<String> = crate::job::PRIORITY_ALIASES
+                .iter()
+                .map(|(name, n)| format!("`{name}` ({n})"))
+                .collect();
+            OneOfBuilder::new()
+                .item(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(0))
+                        .description(Some("0 (most urgent) to the server's `priority.max`.")),
+                )
+                .item(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .pattern(Some(format!("^({})$", names.join("|"))))
+                        .description(Some(format!("{}, in any case.", aliases.join(", ")))),
+                )
+                .into()
+        }
+    }
+
+    impl utoipa::ToSchema for Priority {}
+}
+
 /// A number of seconds, or an ISO 8601 duration (`PT30S`); `*_ms` spellings take milliseconds.
 #[derive(ToSchema, serde::Deserialize)]
 #[schema(as = Duration)]
@@ -319,18 +598,6 @@ pub struct JobBody {
 pub enum DurationSchema {
     Number(i64),
     Text(String),
-}
-
-/// A priority: an integer from 0 (most urgent) to the server's maximum (the manifest's
-/// `priority.max`), or one of `critical` (0), `high` (1), `normal` (2), `low` (3), `bulk` (4),
-/// in any case.
-#[derive(ToSchema, serde::Deserialize)]
-#[schema(as = Priority)]
-#[serde(untagged)]
-#[allow(dead_code)]
-pub enum PrioritySchema {
-    Number(u32),
-    Alias(String),
 }
 
 /// A job to enqueue (the OJS job envelope). The options may also be given inside `options`;
@@ -362,7 +629,8 @@ pub struct EnqueueOptions {
     /// Default `default`.
     queue: Option<String>,
     /// Default 2; negative values are refused.
-    priority: Option<PrioritySchema>,
+    #[schema(value_type = Option<values::Priority>)]
+    priority: Option<serde_json::Value>,
     timeout: Option<DurationSchema>,
     timeout_ms: Option<i64>,
     visibility_timeout: Option<DurationSchema>,
@@ -393,6 +661,12 @@ mod tests {
     use crate::http::HttpSettings;
 
     /// Settings under which every optional route is on.
+    const LIMITS: Limits = Limits {
+        max_fetch_count: 100,
+        max_batch_jobs: 100,
+        max_priority: 255,
+    };
+
     pub(super) fn every_route() -> HttpSettings {
         HttpSettings {
             max_envelope_bytes: 1 << 20,
@@ -446,18 +720,12 @@ mod tests {
         routes
     }
 
-    fn documented(doc: &OpenApi) -> BTreeSet<(String, String)> {
+    fn documented(doc: &Value) -> BTreeSet<(String, String)> {
         let mut operations = BTreeSet::new();
-        for (path, item) in &doc.paths.paths {
-            for (method, operation) in [
-                ("GET", &item.get),
-                ("POST", &item.post),
-                ("PUT", &item.put),
-                ("PATCH", &item.patch),
-                ("DELETE", &item.delete),
-            ] {
-                if operation.is_some() {
-                    operations.insert((method.to_owned(), path.clone()));
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for method in ["get", "post", "put", "patch", "delete"] {
+                if item.get(method).is_some() {
+                    operations.insert((method.to_uppercase(), path.clone()));
                 }
             }
         }
@@ -465,8 +733,37 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_limits_are_in_the_schemas_and_optional_bodies_are_objects() {
+        let doc = document(crate::http::api(&every_route()), LIMITS);
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(schemas["FetchCount"]["maximum"], 100);
+        assert_eq!(schemas["Priority"]["oneOf"][0]["maximum"], 255);
+        assert_eq!(
+            schemas["BatchRequest"]["properties"]["jobs"]["maxItems"],
+            100
+        );
+        for component in [
+            "NackRequestSchema",
+            "NackBatchItem",
+            "ProgressReportRequest",
+            "RegisterFields",
+            "RegisterRequest",
+        ] {
+            assert!(
+                schemas[component]["anyOf"].is_array(),
+                "{component} states which members stand in for each other"
+            );
+        }
+        let delete = &doc["paths"]["/ojs/v1/queues/{name}"]["delete"]["requestBody"];
+        assert_eq!(
+            delete["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/QueueDeleteRequest"
+        );
+    }
+
+    #[test]
     fn every_route_of_the_router_is_in_the_document() {
-        let (router, doc) = serve(crate::http::api(&every_route()));
+        let (router, doc) = serve(crate::http::api(&every_route()), LIMITS);
         // The admin UI's routes serve its files, not the API.
         let routed: BTreeSet<_> = routed(&router)
             .into_iter()
@@ -501,8 +798,8 @@ mod tests {
 
     #[test]
     fn operation_ids_are_unique() {
-        let doc = document(crate::http::api(&every_route()));
-        let json = serde_json::to_value(&doc).expect("serializable");
+        let doc = document(crate::http::api(&every_route()), LIMITS);
+        let json = doc;
         let mut ids = BTreeSet::new();
         for (path, item) in json["paths"].as_object().expect("paths") {
             for (method, operation) in item.as_object().expect("path item") {
@@ -517,8 +814,8 @@ mod tests {
 
     #[test]
     fn every_operation_documents_the_error_body_and_ojs_media_types() {
-        let doc = document(crate::http::api(&every_route()));
-        let json = serde_json::to_value(&doc).expect("serializable");
+        let doc = document(crate::http::api(&every_route()), LIMITS);
+        let json = doc;
         assert_eq!(json["openapi"], "3.1.0");
         for (path, item) in json["paths"].as_object().expect("paths") {
             for (method, operation) in item.as_object().expect("path item") {

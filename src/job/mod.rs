@@ -310,15 +310,20 @@ pub const JOB_COLUMNS: &[&str] = &[
 
 /// Conventional priority names of the priority extension, accepted as input aliases.
 pub fn priority_alias(name: &str) -> Option<i32> {
-    Some(match name.to_ascii_lowercase().as_str() {
-        "critical" => 0,
-        "high" => 1,
-        "normal" => 2,
-        "low" => 3,
-        "bulk" => 4,
-        _ => return None,
-    })
+    PRIORITY_ALIASES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
+        .map(|&(_, priority)| priority)
 }
+
+/// The priority names accepted for numbers, in any case.
+pub const PRIORITY_ALIASES: [(&str, i32); 5] = [
+    ("critical", 0),
+    ("high", 1),
+    ("normal", 2),
+    ("low", 3),
+    ("bulk", 4),
+];
 
 /// The default priority (priority extension: lower is more urgent).
 pub const DEFAULT_PRIORITY: i32 = 2;
@@ -351,6 +356,73 @@ pub fn is_valid_queue(s: &str) -> bool {
 /// Whether `s` is a valid worker id: 1–255 chars without control characters.
 pub fn is_valid_worker_id(s: &str) -> bool {
     !s.is_empty() && s.chars().count() <= 255 && !s.chars().any(char::is_control)
+}
+
+/// The identifiers of the API as OpenAPI schemas: the same rules as [`JobId`]'s parser,
+/// [`is_valid_queue`] and [`is_valid_worker_id`] (the tests below hold them together), so a
+/// client generated from the document sends what the server accepts.
+pub mod id_schema {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+
+    /// A job id: a lowercase UUIDv7.
+    pub const JOB_ID_PATTERN: &str =
+        "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$";
+    /// A queue (or pool) name: lowercase letters, digits, `-` and `.`, starting with a letter
+    /// or digit, at most [`QUEUE_NAME_MAX`] characters.
+    pub const QUEUE_NAME_PATTERN: &str = "^[a-z0-9][a-z0-9.-]*$";
+    pub const QUEUE_NAME_MAX: usize = 128;
+    /// A worker id: no control characters, 1 to [`WORKER_ID_MAX`] characters.
+    pub const WORKER_ID_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
+    pub const WORKER_ID_MAX: usize = 255;
+
+    fn string(pattern: &str, max: Option<usize>, description: &str) -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(pattern))
+            .min_length(Some(1))
+            .max_length(max)
+            .description(Some(description))
+            .into()
+    }
+
+    impl utoipa::PartialSchema for super::JobId {
+        fn schema() -> RefOr<Schema> {
+            string(JOB_ID_PATTERN, Some(36), "A job id: a lowercase UUIDv7.")
+        }
+    }
+
+    impl utoipa::ToSchema for super::JobId {}
+
+    /// A queue name, as the API documents it.
+    pub struct QueueName;
+
+    impl utoipa::PartialSchema for QueueName {
+        fn schema() -> RefOr<Schema> {
+            string(
+                QUEUE_NAME_PATTERN,
+                Some(QUEUE_NAME_MAX),
+                "1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or digit.",
+            )
+        }
+    }
+
+    impl utoipa::ToSchema for QueueName {}
+
+    /// A worker id, as the API documents it.
+    pub struct WorkerId;
+
+    impl utoipa::PartialSchema for WorkerId {
+        fn schema() -> RefOr<Schema> {
+            string(
+                WORKER_ID_PATTERN,
+                Some(WORKER_ID_MAX),
+                "1 to 255 characters, none of them a control character.",
+            )
+        }
+    }
+
+    impl utoipa::ToSchema for WorkerId {}
 }
 
 #[cfg(test)]
@@ -462,5 +534,79 @@ mod tests {
             assert_eq!(JobState::parse(state.as_str()), Some(state));
         }
         assert_eq!(JobState::parse("done"), None);
+    }
+
+    #[test]
+    fn id_schemas_accept_exactly_what_the_parsers_accept() {
+        use utoipa::PartialSchema;
+        let check = |schema: utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+                     accepts: &dyn Fn(&str) -> bool,
+                     samples: &[&str]| {
+            let schema = serde_json::to_value(schema).unwrap();
+            let validator = jsonschema::validator_for(&schema).unwrap();
+            for sample in samples {
+                assert_eq!(
+                    validator.is_valid(&serde_json::json!(sample)),
+                    accepts(sample),
+                    "{sample:?} against {schema}"
+                );
+            }
+        };
+        let long_queue = "q".repeat(128);
+        let too_long_queue = "q".repeat(129);
+        check(
+            id_schema::QueueName::schema(),
+            &is_valid_queue,
+            &[
+                "default",
+                "a",
+                "0",
+                "a.b-c",
+                "a..b",
+                "9-",
+                &long_queue,
+                &too_long_queue,
+                "",
+                "A",
+                "-a",
+                ".a",
+                "a_b",
+                "a b",
+                "é",
+                "a/b",
+            ],
+        );
+        let long_worker = "w".repeat(255);
+        let too_long_worker = "ü".repeat(256);
+        check(
+            id_schema::WorkerId::schema(),
+            &is_valid_worker_id,
+            &[
+                "w",
+                "worker-1",
+                "ü ✓ spaces",
+                &long_worker,
+                &too_long_worker,
+                "",
+                "a\nb",
+                "a\u{7f}",
+                "a\u{85}",
+                "tab\there",
+                "\u{a0}",
+            ],
+        );
+        check(
+            JobId::schema(),
+            &|s: &str| s.parse::<JobId>().is_ok(),
+            &[
+                "019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f",
+                "019461a8-1a2b-7c3d-bfff-5a6b7c8d9e0f",
+                "019461A8-1A2B-7C3D-8E4F-5A6B7C8D9E0F",
+                "019461a8-1a2b-4c3d-8e4f-5a6b7c8d9e0f",
+                "019461a8-1a2b-7c3d-ce4f-5a6b7c8d9e0f",
+                "019461a81a2b7c3d8e4f5a6b7c8d9e0f",
+                "",
+            ],
+        );
     }
 }

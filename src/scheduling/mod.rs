@@ -64,6 +64,31 @@ pub const MAX_WEIGHT: u32 = 1_000_000;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Weights(pub HashMap<String, u32>);
 
+impl utoipa::PartialSchema for Weights {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use crate::job::id_schema::{QUEUE_NAME_MAX, QUEUE_NAME_PATTERN};
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let name = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(QUEUE_NAME_PATTERN))
+            .max_length(Some(QUEUE_NAME_MAX));
+        let weight = ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0))
+            .maximum(Some(MAX_WEIGHT));
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property_names(Some(name))
+            .additional_properties(Some(weight))
+            .description(Some(format!(
+                "Queue name to weight, 0 to {MAX_WEIGHT}; a queue not named weighs 1."
+            )))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Weights {}
+
 impl Weights {
     /// The weight of `queue`.
     pub fn of(&self, queue: &str) -> u32 {

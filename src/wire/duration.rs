@@ -34,6 +34,27 @@ pub fn parse_ms(input: &str) -> Result<u64, String> {
     Ok(ms)
 }
 
+/// The durations [`parse_ms`] accepts, as a regular expression for API schemas: an ISO 8601
+/// duration (weeks and days, then hours, minutes and seconds with up to 3 decimals), or the
+/// short form with one unit. Digit counts are bounded so that no match passes 100 years;
+/// longer spellings that parse (`1h30m`, more digits) are left out.
+pub fn pattern() -> String {
+    let time = "([0-9]{1,5}H([0-9]{1,6}M)?([0-9]{1,7}(\\.[0-9]{1,3})?S)?\
+                |[0-9]{1,6}M([0-9]{1,7}(\\.[0-9]{1,3})?S)?\
+                |[0-9]{1,7}(\\.[0-9]{1,3})?S)"
+        .replace(' ', "");
+    let iso = format!("P([0-9]{{1,3}}W([0-9]{{1,4}}D)?(T{time})?|[0-9]{{1,4}}D(T{time})?|T{time})");
+    format!("^({iso}|[0-9]{{1,6}}(ms|s|m)|[0-9]{{1,5}}h|[0-9]{{1,4}}d)$")
+}
+
+/// The durations of at least one second that [`parse_ms`] accepts, as a regular expression:
+/// one component, from 1 of its unit.
+pub fn pattern_at_least_a_second() -> String {
+    "^(PT[1-9][0-9]{0,6}S|PT[1-9][0-9]{0,5}M|PT[1-9][0-9]{0,4}H|P[1-9][0-9]{0,3}D\
+      |[1-9][0-9]{0,6}s|[1-9][0-9]{0,5}m|[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d)$"
+        .replace(' ', "")
+}
+
 /// Formats milliseconds as an ISO 8601 duration.
 pub fn format_iso(ms: u64) -> String {
     if ms == 0 {
@@ -319,6 +340,50 @@ mod tests {
             30 * 86_400_000,
         ] {
             assert_eq!(parse_ms(&format_iso(ms)), Ok(ms));
+        }
+    }
+
+    #[test]
+    fn the_patterns_match_only_what_parses() {
+        let validator = |pattern: String| {
+            jsonschema::validator_for(&serde_json::json!({"type": "string", "pattern": pattern}))
+                .unwrap()
+        };
+        let any = validator(pattern());
+        let second = validator(pattern_at_least_a_second());
+        let matches = |v: &jsonschema::Validator, s: &str| v.is_valid(&serde_json::json!(s));
+        for ok in [
+            "PT0S",
+            "PT1S",
+            "PT0.5S",
+            "PT0.05S",
+            "P7D",
+            "P1DT2H",
+            "P2W",
+            "P999W9999DT99999H999999M9999999.999S",
+            "PT1H30M",
+            "PT30M15.5S",
+            "0s",
+            "500ms",
+            "300s",
+            "999999m",
+            "99999h",
+            "9999d",
+        ] {
+            assert!(matches(&any, ok), "{ok}");
+            assert!(parse_ms(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", "P", "PT", "P1M", "1h30", "PT1.5M", "P1DT", "1w", "soon", "-1s",
+        ] {
+            assert!(!matches(&any, bad), "{bad}");
+        }
+        for ok in ["PT1S", "PT30S", "P1D", "1s", "9999999s", "9999d"] {
+            assert!(matches(&second, ok), "{ok}");
+            assert!(parse_ms(ok).is_ok_and(|ms| ms >= 1_000), "{ok}");
+        }
+        for bad in ["PT0S", "0s", "PT0.5S", "500ms", "P0D"] {
+            assert!(!matches(&second, bad), "{bad}");
         }
     }
 }

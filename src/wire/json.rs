@@ -354,10 +354,20 @@ pub fn decode<T: DeserializeOwned>(raw: &RawValue) -> Result<T, serde_json::Erro
 /// that do not denote an integer.
 pub fn as_integer(raw: &RawValue) -> Option<i64> {
     match serde_json::from_str::<serde_json::Number>(raw.get()) {
-        Ok(n) => n.as_i64(),
+        Ok(n) => n.as_i64().or_else(|| {
+            // JSON does not tell `2` from `2.0` or `2e0`, and neither does a JSON Schema
+            // `integer`: a whole number written with a fraction or exponent is that integer, as
+            // long as a double holds it exactly.
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() <= MAX_EXACT_INTEGER)
+                .map(|f| f as i64)
+        }),
         Err(_) => None,
     }
 }
+
+/// The largest integer every double holds exactly (2^53).
+const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 
 /// Writes `members` as a compact JSON object, in order.
 pub fn object_text<'m>(members: impl IntoIterator<Item = (&'m str, &'m RawValue)>) -> String {
@@ -548,6 +558,11 @@ mod tests {
         assert_eq!(as_integer(obj.get("i").unwrap()), Some(42));
         assert_eq!(as_integer(obj.get("n").unwrap()), None);
         assert_eq!(as_integer(obj.get("s").unwrap()), None);
+        let whole = Object::parse(r#"{"f":2.0,"e":1e3,"big":1e300,"neg":-7.0}"#).unwrap();
+        assert_eq!(as_integer(whole.get("f").unwrap()), Some(2));
+        assert_eq!(as_integer(whole.get("e").unwrap()), Some(1000));
+        assert_eq!(as_integer(whole.get("neg").unwrap()), Some(-7));
+        assert_eq!(as_integer(whole.get("big").unwrap()), None);
     }
 
     #[test]

@@ -67,6 +67,16 @@ pub fn parse_client(input: &str) -> Result<ClientTime, String> {
     })
 }
 
+/// The absolute timestamps [`parse_client`] accepts, as a regular expression for API schemas:
+/// RFC 3339 with a zone, in the years 0002-9998 (a zone may move 0001 and 9999 out of range).
+/// Dates past the end of their month (`02-30`) match but are refused.
+pub const PATTERN: &str = concat!(
+    "^(000[2-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])",
+    "-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+    "[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?",
+    "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$",
+);
+
 /// Formats a timestamp the way the server writes every timestamp.
 pub fn format(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
@@ -124,6 +134,35 @@ mod tests {
             "1700000000",
         ] {
             assert!(parse_client(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn the_pattern_matches_only_what_parses() {
+        let pattern = serde_json::json!({"type": "string", "pattern": PATTERN});
+        let validator = jsonschema::validator_for(&pattern).unwrap();
+        for ok in [
+            "2026-03-15T09:30:00Z",
+            "2026-03-15t09:30:00.123456789+13:45",
+            "0002-01-01T00:00:00-23:59",
+            "9998-12-31T23:59:59z",
+        ] {
+            assert!(validator.is_valid(&serde_json::json!(ok)), "{ok}");
+            assert!(
+                parse_client(ok).is_ok_and(|t| t.absolute().is_some()),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "",
+            "2026-03-15",
+            "2026-03-15T09:30:00",
+            "2026-13-15T09:30:00Z",
+            "2026-03-15T24:00:00Z",
+            "0001-01-01T00:00:00Z",
+            "+PT30S",
+        ] {
+            assert!(!validator.is_valid(&serde_json::json!(bad)), "{bad}");
         }
     }
 }

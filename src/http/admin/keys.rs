@@ -9,11 +9,12 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
-use crate::auth::KeyRequest;
+use crate::auth::{KeyRequest, Role};
 use crate::broker::keys::KeyRow;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 use crate::http::{AppState, Ojs, ok};
+use crate::job::id_schema::QueueName;
 use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -77,17 +78,46 @@ async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
     .into_response())
 }
 
-/// A key to create.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: read by `create`
-struct CreateKeyRequest {
-    /// `producer` (enqueue, read and cancel jobs), `worker` (the worker protocol) or `admin`.
-    role: String,
-    /// Limits a producer or worker key to these queues (1 to 100).
-    queues: Option<Vec<String>>,
-    /// What the key is for (at most 200 characters).
-    name: Option<String>,
+/// A key to create: a `producer` (enqueue, read and cancel jobs) or `worker` key (the worker
+/// protocol), optionally limited to some queues, or an `admin` key (every endpoint and every
+/// queue, so never limited); `name` says what it is for.
+struct CreateKeyRequest;
+
+impl utoipa::PartialSchema for CreateKeyRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let name = serde_json::json!({
+            "type": ["string", "null"], "maxLength": 200,
+            "description": "What the key is for (at most 200 characters)."
+        });
+        let queue = serde_json::to_value(<QueueName as utoipa::PartialSchema>::schema())
+            .unwrap_or_default();
+        let limited = serde_json::json!({
+            "type": "object",
+            "required": ["role"],
+            "properties": {
+                "role": {"type": "string", "enum": [Role::Producer.as_str(), Role::Worker.as_str()]},
+                "queues": {
+                    "type": ["array", "null"], "items": queue, "minItems": 1, "maxItems": 100,
+                    "description": "The queues the key may use (1 to 100); every queue when left out."
+                },
+                "name": name,
+            },
+        });
+        let admin = serde_json::json!({
+            "type": "object",
+            "required": ["role"],
+            "properties": {
+                "role": {"type": "string", "enum": [Role::Admin.as_str()]},
+                "queues": {"type": "null"},
+                "name": name,
+            },
+        });
+        serde_json::from_value(serde_json::json!({"oneOf": [limited, admin]}))
+            .expect("the key request schema is a schema")
+    }
 }
+
+impl ToSchema for CreateKeyRequest {}
 
 /// The created key: the secret is shown here only.
 #[derive(Serialize, ToSchema)]

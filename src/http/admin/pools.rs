@@ -19,6 +19,7 @@ use crate::http::extract::JsonBody;
 use crate::http::extract::check_queue_name;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use crate::http::{AppState, Ojs, ok};
+use crate::job::id_schema::QueueName;
 use crate::scheduling::Strategy;
 use crate::scheduling::pool::{WireStarvation, WireTenantFairness, WorkerPool};
 use crate::wire::duration;
@@ -36,8 +37,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)] // documentation: read by `pool_path`
 struct PoolNameParam {
-    /// The pool: 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or
-    /// digit (any other name is refused with 400).
+    /// The pool: a name with the rules of a queue name (any other name is refused with 400).
+    #[param(value_type = QueueName)]
     name: String,
 }
 
@@ -117,8 +118,10 @@ struct PoolBody<'a> {
 #[allow(dead_code)] // a schema: read by `WorkerPool::parse`
 struct PoolRequest {
     /// The pool of the path, if given.
+    #[schema(value_type = Option<QueueName>)]
     id: Option<String>,
     /// The pool of the path, if given.
+    #[schema(value_type = Option<QueueName>)]
     name: Option<String>,
     /// 1 to 100 queues (each once, not `_default`): names in order of preference, or an object
     /// of name to `{"weight": n}` (or `null`), which also sets `weights`.
@@ -154,7 +157,7 @@ fn pool_queues_schema() -> utoipa::openapi::schema::Schema {
         ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
     };
     let names = ArrayBuilder::new()
-        .items(ObjectBuilder::new().schema_type(Type::String))
+        .items(<QueueName as utoipa::PartialSchema>::schema())
         .min_items(Some(1))
         .max_items(Some(crate::scheduling::pool::MAX_QUEUES));
     let weight = ObjectBuilder::new()

@@ -15,6 +15,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::query::QueryParams;
 use crate::http::{AppState, ok};
+use crate::job::id_schema::QueueName;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -130,11 +131,16 @@ async fn history(State(state): State<AppState>, query: QueryParams) -> Result<Re
 #[allow(dead_code)] // documentation: read by `history`
 struct HistoryParams {
     /// The bucket size: a duration from 1s to 1d (`5m`, `1h`, `PT30S`...); default `5m`.
+    #[param(
+        pattern = "^([1-9][0-9]{0,3}s|[1-9][0-9]{0,2}m|([1-9]|1[0-9]|2[0-4])h|1d|PT[1-9][0-9]{0,3}S|PT[1-9][0-9]{0,2}M|PT([1-9]|1[0-9]|2[0-4])H|P1D)$"
+    )]
     period: Option<String>,
     /// RFC 3339 timestamp with a zone: the first bucket (at most 1,440 periods back); default
     /// the last 12 periods.
+    #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
     since: Option<String>,
     /// Only this queue's jobs.
+    #[param(value_type = Option<QueueName>)]
     queue: Option<String>,
 }
 

@@ -23,7 +23,9 @@ use super::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
 use super::{AppState, ok};
 use crate::broker::{DeadLetterFilter, RetryOverride};
 use crate::error::Error;
+use crate::http::openapi::values::Confirm;
 use crate::job::envelope::{self, Rejection};
+use crate::job::id_schema::QueueName;
 use crate::job::wire::WireJob;
 use crate::wire::Violation;
 use crate::wire::duration;
@@ -46,16 +48,17 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[allow(dead_code)] // documentation: read by `filter_from_query`
 pub(crate) struct DeadLetterFilterQuery {
     /// Only jobs of this queue.
+    #[param(value_type = Option<QueueName>)]
     queue: Option<String>,
     /// Only jobs of this type; a trailing `*` matches a prefix (`email.*`).
     r#type: Option<String>,
     /// Only jobs whose last error has this type.
     error_type: Option<String>,
     /// RFC 3339: only jobs dead-lettered at or after this.
-    #[param(format = DateTime)]
+    #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
     since: Option<String>,
     /// RFC 3339: only jobs dead-lettered before this.
-    #[param(format = DateTime)]
+    #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
     until: Option<String>,
 }
 
@@ -109,13 +112,14 @@ pub(crate) struct DeadLetterRetryRequest {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `parse_override`
 struct DeadLetterOverride {
+    #[schema(value_type = Option<QueueName>)]
     queue: Option<String>,
     #[schema(value_type = Option<Object>)]
     meta: Option<serde_json::Value>,
     #[schema(value_type = Option<crate::http::openapi::RetryPolicy>)]
     retry: Option<serde_json::Value>,
-    #[schema(minimum = 0)]
-    priority: Option<i32>,
+    #[schema(value_type = Option<crate::http::openapi::values::Priority>)]
+    priority: Option<serde_json::Value>,
     /// The job's arguments.
     args: Option<Vec<serde_json::Value>>,
 }
@@ -124,7 +128,7 @@ struct DeadLetterOverride {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `retry_all`
 pub(crate) struct DeadLetterBulkRetryRequest {
-    /// Must be `true`.
+    #[schema(value_type = Confirm)]
     confirm: bool,
     /// Which jobs to retry (all when left out).
     #[schema(nullable = false)]
@@ -135,7 +139,7 @@ pub(crate) struct DeadLetterBulkRetryRequest {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `retry_all`
 struct DeadLetterBodyFilter {
-    #[schema(nullable = false)]
+    #[schema(nullable = false, value_type = Option<QueueName>)]
     queue: Option<String>,
     /// A trailing `*` matches a prefix (`email.*`).
     #[schema(nullable = false)]
@@ -143,10 +147,10 @@ struct DeadLetterBodyFilter {
     #[schema(nullable = false)]
     error_type: Option<String>,
     /// RFC 3339.
-    #[schema(nullable = false, format = DateTime)]
+    #[schema(nullable = false, value_type = Option<crate::http::openapi::values::Timestamp>)]
     since: Option<String>,
     /// RFC 3339.
-    #[schema(nullable = false, format = DateTime)]
+    #[schema(nullable = false, value_type = Option<crate::http::openapi::values::Timestamp>)]
     until: Option<String>,
 }
 
@@ -179,12 +183,14 @@ struct Removed {
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // documentation: read by `purge`
 pub(crate) struct PurgeQuery {
-    /// Must be `true` unless the body gives `confirm`.
+    /// Required unless the body gives `confirm`.
+    #[param(value_type = Option<Confirm>)]
     confirm: Option<bool>,
     /// RFC 3339: only jobs dead-lettered before this.
-    #[param(format = DateTime)]
+    #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
     older_than: Option<String>,
     /// Only jobs of this queue.
+    #[param(value_type = Option<QueueName>)]
     queue: Option<String>,
 }
 
@@ -192,14 +198,14 @@ pub(crate) struct PurgeQuery {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `purge`
 pub(crate) struct DeadLetterPurgeRequest {
-    /// Must be `true` (here, or in the query when left out here).
-    #[schema(nullable = false)]
+    /// Here, or in the query string when the body is left out.
+    #[schema(value_type = Confirm)]
     confirm: Option<bool>,
     /// RFC 3339: only jobs dead-lettered before this.
-    #[schema(nullable = false, format = DateTime)]
+    #[schema(nullable = false, value_type = Option<crate::http::openapi::values::Timestamp>)]
     older_than: Option<String>,
     /// Only jobs of this queue.
-    #[schema(nullable = false)]
+    #[schema(nullable = false, value_type = Option<QueueName>)]
     queue: Option<String>,
 }
 

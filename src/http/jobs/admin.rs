@@ -18,9 +18,11 @@ use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::extract::{Fields, JobIdPath, JsonBody, OptionalJsonBody};
 use crate::http::jobs::{JobIdParam, PriorityResponse, WrappedJob};
+use crate::http::openapi::values::Confirm;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use crate::http::{AppState, jobs, ok, openapi};
 use crate::job::JobState;
+use crate::job::id_schema::QueueName;
 use crate::job::wire::WireJob;
 use crate::wire::json::Object;
 use crate::wire::timestamp;
@@ -124,16 +126,22 @@ impl<'a> Item<'a> {
 #[allow(dead_code)] // documentation: read by `filter_from_query` and `list`
 struct ListParams {
     /// Only this queue's jobs.
+    #[param(value_type = Option<QueueName>)]
     queue: Option<String>,
     /// Comma-separated job states.
+    #[param(
+        pattern = "^(scheduled|available|pending|active|completed|retryable|cancelled|discarded)(,(scheduled|available|pending|active|completed|retryable|cancelled|discarded))*$"
+    )]
     state: Option<String>,
     /// A job type, exact (`email.send`) or a prefix (`email.*`, `email*`).
     r#type: Option<String>,
     /// Only jobs whose last error has this code.
     error_type: Option<String>,
     /// RFC 3339 timestamp with a zone: created at or after.
+    #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
     since: Option<String>,
     /// RFC 3339 timestamp with a zone: created at or before.
+    #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
     until: Option<String>,
     /// Default `created_at`.
     #[param(pattern = "^(created_at|scheduled_at|priority)$")]
@@ -287,13 +295,14 @@ struct RetryRequest {
 #[schema(as = AdminRetryOverride)]
 #[allow(dead_code)] // a schema: read by `parse_override`
 struct RetryOverrideSchema {
+    #[schema(value_type = Option<QueueName>)]
     queue: Option<String>,
     #[schema(value_type = Option<Object>)]
     meta: Option<serde_json::Value>,
     #[schema(value_type = Option<crate::http::openapi::RetryPolicy>)]
     retry: Option<serde_json::Value>,
     /// As `priority` of a priority change.
-    #[schema(value_type = Option<crate::http::openapi::PrioritySchema>)]
+    #[schema(value_type = Option<crate::http::openapi::values::Priority>)]
     priority: Option<serde_json::Value>,
     #[schema(value_type = Option<Vec<serde_json::Value>>)]
     args: Option<Vec<serde_json::Value>>,
@@ -471,7 +480,7 @@ struct BulkParams {
 #[schema(as = BulkRequest)]
 #[allow(dead_code)] // a schema: read by `bulk`
 struct BulkRequest {
-    /// Must be `true`.
+    #[schema(value_type = Confirm)]
     confirm: bool,
     /// Which jobs (default: every job in a state the action applies to).
     filter: Option<BulkFilterSchema>,
@@ -483,14 +492,17 @@ struct BulkRequest {
 #[schema(as = BulkFilter)]
 #[allow(dead_code)] // a schema: read by `bulk_filter`
 struct BulkFilterSchema {
+    #[schema(value_type = Option<QueueName>)]
     queue: Option<String>,
     /// A job state or an array of job states.
     state: Option<BulkStatesSchema>,
     /// A job type, exact (`email.send`) or a prefix (`email.*`, `email*`).
     r#type: Option<String>,
     /// RFC 3339 timestamp with a zone: created at or after.
+    #[schema(value_type = Option<crate::http::openapi::values::Timestamp>)]
     since: Option<String>,
     /// RFC 3339 timestamp with a zone: created at or before.
+    #[schema(value_type = Option<crate::http::openapi::values::Timestamp>)]
     until: Option<String>,
     /// Only jobs whose last error has this code.
     error_type: Option<String>,

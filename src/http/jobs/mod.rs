@@ -20,6 +20,7 @@ use super::openapi;
 use super::{AppState, HttpSettings, Ojs, ok};
 use crate::broker::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 use crate::error::Error;
+use crate::job::JobId;
 use crate::job::envelope::{self, NewJob};
 use crate::job::wire::WireJob;
 use crate::wire::json::{Kind, Object};
@@ -45,8 +46,9 @@ pub fn router(settings: &HttpSettings) -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Header)]
 #[allow(dead_code)] // documentation: read by `push_context`
 struct PushHeaders {
-    /// Who is enqueueing (checked against a queue's `producers`).
-    #[param(rename = "OJS-Producer")]
+    /// Who is enqueueing (checked against a queue's `producers`): 1 to 255 printable ASCII
+    /// characters.
+    #[param(rename = "OJS-Producer", pattern = "^[ -~]{1,255}$")]
     producer: Option<String>,
     /// Seconds (0–30) to wait for room when a `block` queue is full.
     #[param(rename = "OJS-Block-Timeout", maximum = 30)]
@@ -58,7 +60,8 @@ struct PushHeaders {
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)] // documentation: read by `JobIdPath`
 pub(super) struct JobIdParam {
-    /// The job's UUIDv7.
+    /// The job's id.
+    #[param(value_type = JobId)]
     id: String,
 }
 
@@ -82,7 +85,8 @@ struct BatchResponse {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)]
 pub(super) struct PriorityRequest {
-    priority: openapi::PrioritySchema,
+    #[schema(value_type = openapi::values::Priority)]
+    priority: serde_json::Value,
 }
 
 /// The changed job, with its old and new priority.

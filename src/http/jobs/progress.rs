@@ -24,6 +24,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JobIdPath, JsonBody};
 use crate::http::sse;
 use crate::http::{AppState, ok};
+use crate::job::id_schema::WorkerId;
 use crate::job::{JobId, JobState};
 use crate::wire::json::{self, Kind};
 use crate::wire::timestamp;
@@ -43,9 +44,11 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `parse_report`
 struct ProgressReportRequest {
-    /// 0 to 1 (clamped). Required unless `percentage` is given.
+    /// 0 to 1 (clamped). Give this or `percentage`.
+    #[schema(nullable = false)]
     progress: Option<f64>,
     /// 0 to 100 (clamped); used when `progress` is absent.
+    #[schema(nullable = false)]
     percentage: Option<f64>,
     /// At most 1000 characters.
     #[schema(max_length = 1000)]
@@ -53,9 +56,8 @@ struct ProgressReportRequest {
     /// Anything the worker wants to attach.
     #[schema(value_type = Option<Object>)]
     data: Option<serde_json::Value>,
-    /// The reporting worker: when given, it must be the worker holding the job (1-255
-    /// characters without control characters).
-    #[schema(min_length = 1, max_length = 255)]
+    /// The reporting worker: when given, it must be the worker holding the job.
+    #[schema(value_type = Option<WorkerId>)]
     worker_id: Option<String>,
 }
 
@@ -65,7 +67,7 @@ struct ProgressReportRequest {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `report_for_body`
 struct WorkerProgressRequest {
-    /// The job's id (a UUIDv7).
+    #[schema(value_type = JobId)]
     job_id: String,
     #[serde(flatten)]
     report: ProgressReportRequest,

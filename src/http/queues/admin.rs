@@ -18,6 +18,7 @@ use crate::http::dead_letter::body_timestamp;
 use crate::http::error::ApiError;
 use crate::http::extract::OptionalJsonBody;
 use crate::http::extract::queue_path;
+use crate::http::openapi::values::{Confirm, Timestamp};
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use crate::http::{AppState, ok};
 use crate::job::JobState;
@@ -293,14 +294,30 @@ struct PurgeParams {
 #[schema(as = QueuePurgeRequest)]
 #[allow(dead_code)] // a schema
 struct PurgeRequest {
-    /// Must be `true` (here or in the query string).
-    confirm: Option<bool>,
+    /// Here, or in the query string when the body is left out.
+    #[schema(value_type = Confirm)]
+    confirm: bool,
     /// Job states, not `active` (default: every other state).
-    #[schema(min_items = 1)]
+    #[schema(min_items = 1, value_type = Option<Vec<PurgeableState>>)]
     states: Option<Vec<String>>,
-    /// RFC 3339 timestamp with a zone: only jobs created before it.
+    /// Only jobs created before it.
+    #[schema(value_type = Option<Timestamp>)]
     older_than: Option<String>,
 }
+
+/// A state a purge may name: any but `active`.
+struct PurgeableState;
+
+impl utoipa::PartialSchema for PurgeableState {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(PURGEABLE.iter().map(|s| s.as_str())))
+            .into()
+    }
+}
+
+impl ToSchema for PurgeableState {}
 
 /// What a purge deleted.
 #[derive(Serialize, ToSchema)]

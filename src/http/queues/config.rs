@@ -18,8 +18,9 @@ use utoipa_axum::routes;
 use super::QueueBody;
 use crate::http::error::ApiError;
 use crate::http::extract::{JsonBody, queue_path};
-use crate::http::openapi::DurationSchema;
+use crate::http::openapi::values::{Duration, NonEmpty, Seconds};
 use crate::http::{AppState, ok};
+use crate::job::id_schema::QueueName;
 use crate::queue_config::{DEFAULT_QUEUE, OverflowPolicy, WireConfig};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -42,6 +43,7 @@ struct ConfigQueueNameParam {
 /// field to the inherited value, and the members of `retention`, `default_retry` and
 /// `rate_limit` merge one by one with those already set.
 #[derive(ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // documentation: read by `queue_config::apply_patch`
 pub(super) struct QueueConfigUpdate {
     /// Most jobs waiting in the queue.
@@ -65,26 +67,29 @@ pub(super) struct QueueConfigUpdate {
     #[schema(value_type = Option<Object>)]
     rate_limit: Option<serde_json::Value>,
     /// Integer seconds (at least 1) or an ISO 8601 duration of at least a second.
-    visibility_timeout: Option<DurationSchema>,
+    #[schema(value_type = Option<Seconds>)]
+    visibility_timeout: Option<serde_json::Value>,
     /// Integer seconds (at least 1) or an ISO 8601 duration of at least a second.
-    default_timeout: Option<DurationSchema>,
+    #[schema(value_type = Option<Seconds>)]
+    default_timeout: Option<serde_json::Value>,
     /// Retry policy fields jobs of the queue get when they set none of their own.
     #[schema(value_type = Option<Object>)]
     default_retry: Option<serde_json::Value>,
     /// How long terminal jobs are kept.
     retention: Option<QueueRetentionUpdate>,
     /// The queue that receives the queue's dead letters (not the queue itself).
-    #[schema(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    #[schema(value_type = Option<QueueName>)]
     dead_letter_queue: Option<String>,
     #[schema(minimum = 1)]
     dead_letter_max_size: Option<i64>,
     /// ISO 8601 duration.
+    #[schema(value_type = Option<Duration>)]
     dead_letter_ttl: Option<String>,
     /// Job type patterns the queue accepts (`*` matches any run of characters).
-    #[schema(min_items = 1)]
+    #[schema(min_items = 1, value_type = Option<Vec<NonEmpty>>)]
     allowed_job_types: Option<Vec<String>>,
     /// Producer patterns the queue accepts (`OJS-Producer`; `*` accepts any).
-    #[schema(min_items = 1)]
+    #[schema(min_items = 1, value_type = Option<Vec<NonEmpty>>)]
     producers: Option<Vec<String>>,
     /// Alias of `max_size` (`max_depth`, 0 meaning unlimited), `max_size_bytes`,
     /// `overflow_policy` (`strategy`) and `warning_threshold`; the plain fields win.
@@ -94,15 +99,20 @@ pub(super) struct QueueConfigUpdate {
 
 /// Retention of terminal jobs: ISO 8601 durations, `null` to reset one.
 #[derive(ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // documentation
 struct QueueRetentionUpdate {
+    #[schema(value_type = Option<Duration>)]
     completed: Option<String>,
+    #[schema(value_type = Option<Duration>)]
     discarded: Option<String>,
+    #[schema(value_type = Option<Duration>)]
     cancelled: Option<String>,
 }
 
 /// The backpressure alias of a configuration update.
 #[derive(ToSchema, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // documentation
 struct QueueBackpressureUpdate {
     /// `max_size`; 0 means unlimited.

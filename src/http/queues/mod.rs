@@ -23,6 +23,7 @@ use super::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
 use super::{AppState, Ojs, ok};
 use crate::broker::{DeleteStrategy, Queue, QueueConfigs, QueueStats};
 use crate::broker::{QueueCounts, QueueState};
+use crate::job::id_schema::QueueName;
 use crate::job::is_valid_queue;
 use crate::queue_config::WireConfig;
 use crate::wire::names;
@@ -45,9 +46,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)] // documentation: read by `queue_path`
 pub(crate) struct QueueNameParam {
-    /// The queue: 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or
-    /// digit (any other name is refused with 400).
-    #[param(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    /// The queue (any other name is refused with 400).
+    #[param(value_type = QueueName)]
     name: String,
 }
 
@@ -70,6 +70,7 @@ struct QueueDeleteQuery {
     #[param(inline)]
     strategy: Option<QueueDeleteStrategy>,
     /// With `move`: the queue that receives the jobs.
+    #[param(value_type = Option<QueueName>)]
     target_queue: Option<String>,
 }
 
@@ -92,8 +93,7 @@ names!(QueueDeleteStrategy {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `create`
 struct QueueCreateRequest {
-    /// 1 to 128 lowercase letters, digits, `-` and `.`, starting with a letter or digit.
-    #[schema(pattern = r"^[a-z0-9][a-z0-9.-]{0,127}$", max_length = 128)]
+    #[schema(value_type = QueueName)]
     name: String,
     /// The queue's own configuration, as for `PUT /ojs/v1/queues/{name}/config`.
     #[schema(nullable = false)]
@@ -349,11 +349,12 @@ names!(QueueDeletionState {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `delete_queue`
 struct QueueDeleteRequest {
-    /// What to do with the queue's waiting jobs; required here or in the query.
-    #[schema(inline, nullable = false, value_type = Option<QueueDeleteStrategy>)]
+    /// What to do with the queue's waiting jobs (in the query string when the body is left
+    /// out).
+    #[schema(inline, value_type = QueueDeleteStrategy)]
     strategy: Option<String>,
     /// With `move`: the queue that receives the jobs (not the deleted one).
-    #[schema(nullable = false)]
+    #[schema(nullable = false, value_type = Option<QueueName>)]
     target_queue: Option<String>,
 }
 

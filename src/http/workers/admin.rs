@@ -14,6 +14,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{OptionalJsonBody, WorkerIdPath};
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use crate::http::{AppState, ok};
+use crate::job::id_schema::WorkerId;
 use crate::worker::{EffectiveState, WorkerDirective};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -29,6 +30,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[allow(dead_code)] // documentation: read by `direct`
 struct DirectiveParams {
     /// The worker's id.
+    #[param(value_type = WorkerId)]
     worker_id: String,
     /// `quiet` or `terminate` (any other segment is not a route: 404).
     #[param(pattern = "^(quiet|terminate)$")]

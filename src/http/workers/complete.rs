@@ -16,6 +16,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JsonBody};
 use crate::http::{AppState, ok, openapi};
 use crate::job::failure::JobError;
+use crate::job::id_schema::WorkerId;
 use crate::job::wire::WireJob;
 use crate::job::{JobId, JobState};
 use crate::wire::json::Object;
@@ -33,8 +34,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `ack`
 struct AckRequest {
+    #[schema(value_type = JobId)]
     job_id: String,
     /// When given, must be the worker holding the job.
+    #[schema(value_type = Option<WorkerId>)]
     worker_id: Option<String>,
     /// What the job produced (at most 1 MiB).
     result: Option<serde_json::Value>,
@@ -44,9 +47,12 @@ struct AckRequest {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `nack_request`
 struct NackRequestSchema {
+    #[schema(value_type = JobId)]
     job_id: String,
+    #[schema(value_type = Option<WorkerId>)]
     worker_id: Option<String>,
-    /// Required unless `requeue` is true.
+    /// May be left out only when `requeue` is true.
+    #[schema(nullable = false)]
     error: Option<ErrorReport>,
     /// Put the job back without spending an attempt.
     requeue: Option<bool>,
@@ -69,7 +75,9 @@ struct ErrorReport {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `ack_batch`
 struct AckBatchRequest {
+    #[schema(value_type = Option<WorkerId>)]
     worker_id: Option<String>,
+    /// 1 to the server's `limits.max_batch_size` items.
     #[schema(min_items = 1)]
     acks: Vec<AckBatchItem>,
 }
@@ -77,6 +85,7 @@ struct AckBatchRequest {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)]
 struct AckBatchItem {
+    #[schema(value_type = JobId)]
     job_id: String,
     result: Option<serde_json::Value>,
 }
@@ -85,7 +94,9 @@ struct AckBatchItem {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `nack_batch`
 struct NackBatchRequest {
+    #[schema(value_type = Option<WorkerId>)]
     worker_id: Option<String>,
+    /// 1 to the server's `limits.max_batch_size` items.
     #[schema(min_items = 1)]
     nacks: Vec<NackBatchItem>,
 }
@@ -93,7 +104,10 @@ struct NackBatchRequest {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)]
 struct NackBatchItem {
+    #[schema(value_type = JobId)]
     job_id: String,
+    /// May be left out only when `requeue` is true.
+    #[schema(nullable = false)]
     error: Option<ErrorReport>,
     requeue: Option<bool>,
 }

@@ -11,12 +11,14 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::{MAX_FETCH_QUEUES, positive_ms};
-use crate::broker::{FetchRequest, MAX_WEIGHT, Weights};
+use crate::broker::{FetchRequest, MAX_WEIGHT, Strategy, Weights};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::extract::{Fields, JsonBody};
+use crate::http::openapi::values::{FetchCount, Milliseconds};
 use crate::http::{AppState, ok, openapi};
+use crate::job::id_schema::{QueueName, WorkerId};
 use crate::job::wire::WireJob;
 use crate::wire::json::{self, Kind, Object};
 
@@ -28,22 +30,25 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `parse_fetch`
 struct FetchRequestSchema {
-    /// Queues to take from (1–100); a pool member may leave them out to use its pool's.
+    /// Queues to take from (1–100, a repeated name counts once). A member of a configured
+    /// pool may leave them out to use its pool's; anyone else must name them.
+    #[schema(value_type = Vec<QueueName>, min_items = 1, max_items = 100)]
     queues: Option<Vec<String>>,
-    /// Most jobs to claim (1 to the server's limit); default 1.
-    #[schema(minimum = 1)]
+    /// Most jobs to claim (1 to the server's `limits.max_fetch_count`); default 1.
+    #[schema(value_type = Option<FetchCount>)]
     count: Option<u32>,
+    #[schema(value_type = Option<WorkerId>)]
     worker_id: Option<String>,
     /// How long the claim lasts before the job is offered again; default the job's.
-    #[schema(minimum = 1)]
+    #[schema(value_type = Option<Milliseconds>)]
     visibility_timeout_ms: Option<i64>,
     /// Long poll: wait up to this long for a job when none is ready (capped by the server).
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
     wait_ms: Option<i64>,
-    /// `strict`, `round-robin`, `weighted` or `least-loaded`.
+    /// For this FETCH only; the server's setting, if any, wins.
+    #[schema(value_type = Option<Strategy>)]
     strategy: Option<String>,
-    /// Queue name to weight (0–1000), for `weighted`.
-    #[schema(value_type = Option<std::collections::HashMap<String, u32>>)]
+    #[schema(value_type = Option<Weights>)]
     weights: Option<serde_json::Value>,
 }
 

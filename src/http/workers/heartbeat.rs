@@ -14,8 +14,10 @@ use crate::broker::HeartbeatParams;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JsonBody};
+use crate::http::openapi::values::Milliseconds;
 use crate::http::{AppState, ok};
 use crate::job::JobId;
+use crate::job::id_schema::WorkerId;
 use crate::wire::json::{self, Kind};
 use crate::wire::timestamp;
 use crate::worker::{WorkerDirective, WorkerState, required_state};
@@ -27,30 +29,48 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// A heartbeat's `active_jobs`: the held job ids, or a count (which names none).
-#[derive(ToSchema, serde::Deserialize)]
-#[serde(untagged)]
-#[allow(dead_code)]
-enum ActiveJobs {
-    Ids(Vec<String>),
-    Count(u32),
+fn active_jobs_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
+    use utoipa::{PartialSchema, openapi::RefOr};
+    let ids = ArrayBuilder::new().items(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+        <JobId as ToSchema>::name(),
+    )));
+    let count = ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .minimum(Some(0))
+        .maximum(Some(i64::MAX));
+    let _ = JobId::schema;
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(ids)
+            .item(count)
+            .description(Some(
+                "The job ids the worker holds (a count is accepted and names none).",
+            ))
+            .build(),
+    )
 }
 
 /// A heartbeat.
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `heartbeat`
 struct HeartbeatRequest {
+    #[schema(value_type = WorkerId)]
     worker_id: String,
-    /// `running`, `quiet`, `terminate` or `drain`.
+    /// The state the worker is in.
+    #[schema(value_type = Option<WorkerState>)]
     state: Option<String>,
     /// True means `drain`.
     shutdown: Option<bool>,
-    /// The job ids the worker holds (a number is accepted and names none).
-    active_jobs: Option<ActiveJobs>,
+    #[schema(schema_with = active_jobs_schema)]
+    active_jobs: Option<serde_json::Value>,
+    #[schema(value_type = Option<Vec<JobId>>)]
     active_job_ids: Option<Vec<String>>,
     /// A single held job: 409 when the worker no longer holds it.
+    #[schema(value_type = Option<JobId>)]
     job_id: Option<String>,
     /// Extend held jobs' claims by this much.
-    #[schema(minimum = 1)]
+    #[schema(value_type = Option<Milliseconds>)]
     visibility_timeout_ms: Option<i64>,
     #[serde(flatten)]
     report: WorkerReportSchema,

@@ -14,6 +14,7 @@ use utoipa_axum::router::OpenApiRouter;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::Fields;
+use crate::job::id_schema::WorkerId;
 use crate::wire::duration;
 
 pub use registry::WireWorker;
@@ -37,7 +38,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)] // documentation: read by `WorkerIdPath`
 pub(super) struct WorkerIdParam {
-    /// The worker's id (1 to 255 characters, no control characters; any other names no worker).
+    /// The worker's id (any other string names no worker).
+    #[param(value_type = WorkerId)]
     worker_id: String,
 }
 

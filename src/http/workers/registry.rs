@@ -17,8 +17,10 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JsonBody, WorkerIdPath};
 use crate::http::{AppState, Ojs, ok};
+use crate::job::id_schema::{QueueName, WorkerId};
 use crate::job::{JobId, is_valid_queue};
 use crate::scheduling::DEFAULT_WORKER_CONCURRENCY;
+use crate::scheduling::Weights;
 use crate::wire::json::{self, Kind, Object};
 use crate::wire::timestamp;
 use crate::worker::{EffectiveState, WorkerDirective, WorkerState, required_state};
@@ -36,12 +38,17 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub(super) struct WorkerReportSchema {
     hostname: Option<String>,
     pid: Option<i32>,
+    #[schema(value_type = Option<Vec<QueueName>>)]
     queues: Option<Vec<String>>,
     #[schema(minimum = 0)]
     concurrency: Option<i32>,
-    labels: Option<Labels>,
+    #[schema(schema_with = labels_schema)]
+    labels: Option<serde_json::Value>,
+    /// The pool the worker belongs to (a pool name follows the rules of a queue name).
+    #[schema(value_type = Option<QueueName>)]
     pool: Option<String>,
     /// RFC 3339.
+    #[schema(value_type = Option<crate::http::openapi::values::Timestamp>)]
     started_at: Option<String>,
 }
 
@@ -58,24 +65,47 @@ struct RegisterRequest {
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)] // documentation: read by `register`
 struct RegisterFields {
-    /// Required (or `id`).
+    /// The worker's id (`id` is accepted instead).
+    #[schema(value_type = Option<WorkerId>, nullable = false)]
     worker_id: Option<String>,
+    /// The same as `worker_id`, which wins.
+    #[schema(value_type = Option<WorkerId>, nullable = false)]
     id: Option<String>,
-    /// `strict`, `round-robin`, `weighted` or `least-loaded`.
+    /// The worker's preferred fetch strategy.
+    #[schema(value_type = Option<Strategy>)]
     strategy: Option<String>,
-    #[schema(value_type = Option<std::collections::HashMap<String, u32>>)]
+    #[schema(value_type = Option<Weights>)]
     weights: Option<serde_json::Value>,
     #[serde(flatten)]
     report: WorkerReportSchema,
 }
 
 /// A worker's labels: strings, or names to strings (at most 100, of at most 255 characters).
-#[derive(ToSchema, serde::Deserialize)]
-#[serde(untagged)]
-#[allow(dead_code)]
-enum Labels {
-    List(Vec<String>),
-    Map(std::collections::HashMap<String, String>),
+fn labels_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
+    let label = || {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .max_length(Some(MAX_LABEL_CHARS))
+    };
+    let list = ArrayBuilder::new()
+        .items(label())
+        .max_items(Some(MAX_LABELS));
+    let map = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property_names(Some(label()))
+        .additional_properties(Some(label()))
+        .max_properties(Some(MAX_LABELS));
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(list)
+            .item(map)
+            .description(Some(format!(
+                "Strings, or names to strings: at most {MAX_LABELS}, of at most \
+                 {MAX_LABEL_CHARS} characters."
+            )))
+            .build(),
+    )
 }
 
 /// `GET /ojs/v1/workers/{worker_id}/health`: 200 while the worker is running, 503 when it is
