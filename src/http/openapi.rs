@@ -140,7 +140,7 @@ fn either_or(schemas: &mut Value) {
             "NackRequestSchema",
             vec![required("error"), requeued.clone()],
         ),
-        ("NackBatchItem", vec![required("error"), requeued.clone()]),
+        ("NackBatchItem", vec![required("error"), requeued]),
         // A progress report gives a fraction or a percentage.
         (
             "ProgressReportRequest",
