@@ -189,8 +189,8 @@ def _storable(value: object) -> object:
                 out.append(value[i : i + 2])
                 i += 2
                 continue
-            if c != "\x00" and not "\ud800" <= c <= "\udfff":
-                out.append(c)
+            # Replaced rather than dropped, so a string keeps its length.
+            out.append("?" if c == "\x00" or "\ud800" <= c <= "\udfff" else c)
             i += 1
         return "".join(out)
     if isinstance(value, dict):
@@ -204,9 +204,13 @@ def _issued(case) -> None:
     """Rules the document states but a schema cannot: no string holds U+0000 or half a
     surrogate pair, a page cursor and an event id are the server's own (any other is a 400 by
     design), the paged event list takes no `job_id`, a pool body's `id` and `name` name the
-    pool of its path and its weights its own queues, and a bulk action picks its own states."""
+    pool of its path and its weights its own queues, a bulk action picks its own states, a purge
+    is confirmed and a queue deletion has a strategy, in the body or the query, and a queue is neither moved into itself nor its own
+    dead-letter queue. Long polls are kept short."""
     if isinstance(case.body, (dict, list)):
         case.body = _storable(case.body)
+    if isinstance(case.query, dict):
+        case.query = _storable(case.query)
     query = case.query if isinstance(case.query, dict) else {}
     if "cursor" in query:
         offset = _rng.randrange(0, 100)
@@ -228,6 +232,33 @@ def _issued(case) -> None:
         queues, weights = case.body.get("queues"), case.body.get("weights")
         if isinstance(queues, list) and isinstance(weights, dict):
             case.body["weights"] = {q: w for q, w in weights.items() if q in queues}
+    if case.headers and "OJS-Block-Timeout" in case.headers:
+        case.headers["OJS-Block-Timeout"] = "0"
+    if isinstance(case.body, dict) and isinstance(case.body.get("wait_ms"), int):
+        # A long poll is served as documented; the fuzz need not wait for it.
+        case.body["wait_ms"] = min(case.body["wait_ms"], 50)
+    purges = ("/ojs/v1/dead-letter", "/ojs/v1/admin/dead-letter", "/ojs/v1/admin/queues/{name}/jobs")
+    if case.method == "DELETE" and case.path in purges:
+        # `confirm` is required, in the body or (when the body is left out) the query.
+        if not (isinstance(case.body, dict) and "confirm" in case.body) and "confirm" not in query:
+            query["confirm"] = "true"
+            case.query = query
+    if case.method == "DELETE" and case.path == "/ojs/v1/queues/{name}":
+        # `strategy` is required, in the body or (when the body is left out) the query.
+        if not (isinstance(case.body, dict) and "strategy" in case.body) and "strategy" not in query:
+            query["strategy"] = "reject"
+            case.query = query
+    if case.method == "DELETE" and case.path == "/ojs/v1/queues/{name}" and case.path_parameters:
+        # `move` needs a target other than the queue deleted.
+        name = case.path_parameters.get("name")
+        for holder in (case.body if isinstance(case.body, dict) else {}, query):
+            if holder.get("target_queue") == name:
+                holder["target_queue"] = name + "-target" if len(name) < 120 else "target"
+    if case.path.endswith("/queues/{name}/config") and isinstance(case.body, dict):
+        # A queue's dead letters go to another queue.
+        name = (case.path_parameters or {}).get("name")
+        if name and case.body.get("dead_letter_queue") == name:
+            case.body["dead_letter_queue"] = name + "-dlq" if len(name) < 120 else "dlq"
     if case.path.startswith("/ojs/v1/admin/jobs/bulk/") and isinstance(case.body, dict):
         # Each action applies to its own states; a filter naming only others selects nothing.
         if isinstance(case.body.get("filter"), dict):

@@ -13,8 +13,8 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::job::retry::RetryPolicy;
-use crate::wire::duration;
 use crate::wire::{Violation, names};
+use crate::wire::{duration, json};
 
 /// Name of the virtual queue holding the policy every queue inherits.
 pub const DEFAULT_QUEUE: &str = "_default";
@@ -488,7 +488,7 @@ pub fn apply_patch(
                 continue;
             }
             // A depth bound of 0 means unlimited: the inherited value.
-            let value = if target == "max_size" && value.as_i64() == Some(0) {
+            let value = if target == "max_size" && json::whole(value) == Some(0) {
                 Value::Null
             } else {
                 value.clone()
@@ -524,7 +524,7 @@ fn canonical(
     path: &str,
     queue: Option<&str>,
 ) -> Result<Value, ConfigError> {
-    let positive = |min: i64, what: &str| match value.as_i64() {
+    let positive = |min: i64, what: &str| match json::whole(value) {
         Some(n) if n >= min => Ok(json!(n)),
         _ => Err(invalid(
             path,
@@ -699,7 +699,7 @@ fn rate_limit(value: &Value, path: &str) -> Result<Value, ConfigError> {
             "limit".to_owned(),
             match limit {
                 Value::Null => Value::Null,
-                _ => match limit.as_i64() {
+                _ => match json::whole(limit) {
                     Some(n) if n >= 1 => json!(n),
                     _ => {
                         return Err(invalid(

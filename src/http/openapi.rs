@@ -156,6 +156,16 @@ fn either_or(schemas: &mut Value) {
             schema.insert("anyOf".to_owned(), Value::Array(any_of));
         }
     }
+    // Moving a queue's jobs needs the queue they move to.
+    if let Some(Value::Object(delete)) = schemas.get_mut("QueueDeleteRequest") {
+        delete.insert(
+            "anyOf".to_owned(),
+            serde_json::json!([
+                {"properties": {"strategy": {"enum": ["reject", "discard"]}}},
+                {"required": ["target_queue"]},
+            ]),
+        );
+    }
     // A registration is the fields, or the same fields wrapped as `{"worker": {...}}`.
     if let Some(Value::Object(register)) = schemas.get_mut("RegisterRequest") {
         let fields = serde_json::json!({"$ref": "#/components/schemas/RegisterFields"});

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use crate::error::Error;
 use crate::scheduling::{MAX_WEIGHT, Strategy};
-use crate::wire::duration;
+use crate::wire::{duration, json};
 
 /// Most queues a pool may list.
 pub const MAX_QUEUES: usize = 100;
@@ -150,7 +150,7 @@ impl WorkerPool {
         let concurrency = match body.get("concurrency") {
             None | Some(Value::Null) => None,
             Some(v) => Some(
-                v.as_i64()
+                json::whole(v)
                     .and_then(|n| i32::try_from(n).ok())
                     .filter(|n| *n >= 0)
                     .ok_or_else(|| {
@@ -280,8 +280,8 @@ fn settings<'a>(
 }
 
 fn positive_weight(value: &Value, path: &str) -> Result<u32, Error> {
-    value
-        .as_u64()
+    json::whole(value)
+        .and_then(|w| u64::try_from(w).ok())
         .filter(|w| (1..=u64::from(MAX_WEIGHT)).contains(w))
         .map(|w| w as u32)
         .ok_or_else(|| {

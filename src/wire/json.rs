@@ -366,6 +366,16 @@ pub fn as_integer(raw: &RawValue) -> Option<i64> {
     }
 }
 
+/// The whole number `value` is, written `2`, `2.0` or `2e0` (see [`as_integer`]).
+pub fn whole(value: &serde_json::Value) -> Option<i64> {
+    value.as_i64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() <= MAX_EXACT_INTEGER)
+            .map(|f| f as i64)
+    })
+}
+
 /// The largest integer every double holds exactly (2^53).
 const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 

@@ -115,6 +115,7 @@ struct PoolBody<'a> {
 /// are accepted and ignored; any other member is refused.
 #[derive(ToSchema, serde::Deserialize)]
 #[schema(as = WorkerPoolRequest)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // a schema: read by `WorkerPool::parse`
 struct PoolRequest {
     /// The pool of the path, if given.
@@ -154,12 +155,13 @@ struct PoolRequest {
 /// The `queues` of a pool to set, inline: names, or an object of name to `{"weight": n}`.
 fn pool_queues_schema() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{
-        ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+        AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
     };
     let names = ArrayBuilder::new()
         .items(<QueueName as utoipa::PartialSchema>::schema())
         .min_items(Some(1))
-        .max_items(Some(crate::scheduling::pool::MAX_QUEUES));
+        .max_items(Some(crate::scheduling::pool::MAX_QUEUES))
+        .unique_items(true);
     let weight = ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::Integer, Type::Null]))
         .minimum(Some(1))
@@ -167,9 +169,11 @@ fn pool_queues_schema() -> utoipa::openapi::schema::Schema {
         .description(Some("1 to 1,000,000; default 1."));
     let spec = ObjectBuilder::new()
         .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
-        .property("weight", weight);
+        .property("weight", weight)
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)));
     let weighted = ObjectBuilder::new()
         .schema_type(Type::Object)
+        .property_names(Some(<QueueName as utoipa::PartialSchema>::schema()))
         .additional_properties(Some(spec))
         .min_properties(Some(1))
         .max_properties(Some(crate::scheduling::pool::MAX_QUEUES));
@@ -188,11 +192,15 @@ fn pool_queues_schema() -> utoipa::openapi::schema::Schema {
 /// Starvation prevention settings to set; omitted members keep their defaults.
 #[derive(ToSchema, serde::Deserialize)]
 #[schema(as = PoolStarvationPreventionRequest)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // a schema
 struct StarvationRequest {
     /// Default `false`.
     enabled: Option<bool>,
     /// A duration of at least 100 ms (`PT30S`); default `PT30S`.
+    #[schema(
+        pattern = "^(PT0\\.[1-9][0-9]{0,2}S|PT[1-9][0-9]{0,6}(\\.[0-9]{1,3})?S|PT[1-9][0-9]{0,5}M|PT[1-9][0-9]{0,4}H|P[1-9][0-9]{0,3}D|[1-9][0-9]{2,6}ms|[1-9][0-9]{0,6}s|[1-9][0-9]{0,5}m|[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d)$"
+    )]
     rotation_interval: Option<String>,
     /// 0 to 1, and at most 1 over all the pool's queues; default 0.05.
     #[schema(minimum = 0, maximum = 1)]
@@ -202,6 +210,7 @@ struct StarvationRequest {
 /// Per-tenant fairness settings to set.
 #[derive(ToSchema, serde::Deserialize)]
 #[schema(as = PoolTenantFairnessRequest)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // a schema
 struct TenantFairnessRequest {
     /// Default `false`.
@@ -209,12 +218,34 @@ struct TenantFairnessRequest {
     /// Only `fair-share`.
     #[schema(pattern = "^fair-share$")]
     strategy: Option<String>,
-    /// Weights (1 to 1,000,000) by tenant, keyed `tenant:<id>` or `<id>`.
-    #[schema(value_type = Option<BTreeMap<String, u32>>)]
+    /// Weights (1 to 1,000,000) by tenant, keyed `tenant:<id>` (or `<id>`).
+    #[schema(schema_with = tenant_weights_schema)]
     weights: Option<BTreeMap<String, u32>>,
     /// 1 to 1,000,000; default 1.
     #[schema(minimum = 1, maximum = 1_000_000)]
     default_weight: Option<u32>,
+}
+
+/// The weights of a pool's tenants: `tenant:<id>` (the id at most 255 bytes) to 1..=1,000,000.
+fn tenant_weights_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^tenant:.{1,63}$")),
+        ))
+        .additional_properties(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(crate::scheduling::MAX_WEIGHT)),
+        ))
+        .description(Some(
+            "Weights (1 to 1,000,000) by tenant, keyed `tenant:<id>`; a bare `<id>` is accepted too.",
+        ))
+        .build()
 }
 
 /// Pool names follow the [queue-name pattern].

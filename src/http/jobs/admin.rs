@@ -488,8 +488,9 @@ struct BulkRequest {
 
 /// The jobs a bulk action applies to (among those in a state it applies to). No other
 /// member is accepted.
-#[derive(ToSchema)]
+#[derive(ToSchema, serde::Deserialize)]
 #[schema(as = BulkFilter)]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)] // a schema: read by `bulk_filter`
 struct BulkFilterSchema {
     #[schema(value_type = Option<QueueName>)]

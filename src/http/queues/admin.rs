@@ -281,11 +281,16 @@ fn purge_states(names: Option<Vec<String>>, field: &str) -> Result<Vec<JobState>
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // documentation: read by `purge`
 struct PurgeParams {
-    /// Must be `true` unless the body says `"confirm": true`.
+    /// Required unless the body says `"confirm": true`.
+    #[param(value_type = Option<Confirm>)]
     confirm: Option<bool>,
     /// Comma-separated job states, not `active` (default: every other state).
+    #[param(
+        pattern = "^(scheduled|available|pending|completed|retryable|cancelled|discarded)(,(scheduled|available|pending|completed|retryable|cancelled|discarded))*$"
+    )]
     states: Option<String>,
-    /// RFC 3339 timestamp with a zone: only jobs created before it.
+    /// Only jobs created before it.
+    #[param(value_type = Option<Timestamp>)]
     older_than: Option<String>,
 }
 

@@ -29,6 +29,86 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(admin_show_config, admin_put_config))
 }
 
+/// A queue's `rate_limit`: `{"limit", "period"}`, or the shorthands `{"rate": {"limit",
+/// "period"}}`, `{"rate": N, "period"}` and `{"max_per_second": N}`, or `null` to reset it.
+/// (A `PUT` may also give one member, or reset one with `null`, and keep the other as set
+/// before; the schema asks for both.)
+fn rate_limit_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{
+        AdditionalProperties, AnyOfBuilder, ObjectBuilder, OneOfBuilder, Schema, Type,
+    };
+    let limit = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(1))
+            .maximum(Some(i64::MAX))
+    };
+    let period = || {
+        AnyOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["second", "minute", "hour", "day"])),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .min_length(Some(2))
+                    .pattern(Some(crate::wire::duration::pattern_at_least_a_second())),
+            )
+    };
+    let plain = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("limit", limit())
+            .property("period", period())
+            .required("limit")
+            .required("period")
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+    };
+    let object = |name: &str, value: ObjectBuilder| {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(name, value)
+            .required(name)
+    };
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(plain())
+            .item(
+                object("rate", plain().schema_type(Type::Object))
+                    .additional_properties(Some(AdditionalProperties::FreeForm(false))),
+            )
+            .item(
+                object(
+                    "rate",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1)),
+                )
+                .property("period", period())
+                .required("period")
+                .additional_properties(Some(AdditionalProperties::FreeForm(false))),
+            )
+            .item(
+                object(
+                    "max_per_second",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(1)),
+                )
+                .additional_properties(Some(AdditionalProperties::FreeForm(false))),
+            )
+            .item(ObjectBuilder::new().schema_type(Type::Null))
+            .description(Some(
+                "`{\"limit\": N, \"period\": \"PT1M\"}` (`period` may also be `second`, \
+                 `minute`, `hour` or `day`); also accepted as `{\"rate\": {\"limit\", \
+                 \"period\"}}`, `{\"rate\": N, \"period\"}` or `{\"max_per_second\": N}`.",
+            ))
+            .build(),
+    )
+}
+
 /// The queue name of a configuration path.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -64,13 +144,13 @@ pub(super) struct QueueConfigUpdate {
     /// `{"limit": N, "period": "PT1M"}` (`period` may also be `second`, `minute`, `hour` or
     /// `day`); also accepted as `{"rate": {"limit", "period"}}`, `{"rate": N, "period"}` or
     /// `{"max_per_second": N}`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = rate_limit_schema)]
     rate_limit: Option<serde_json::Value>,
     /// Integer seconds (at least 1) or an ISO 8601 duration of at least a second.
-    #[schema(value_type = Option<Seconds>)]
+    #[schema(value_type = Option<Seconds>, inline)]
     visibility_timeout: Option<serde_json::Value>,
     /// Integer seconds (at least 1) or an ISO 8601 duration of at least a second.
-    #[schema(value_type = Option<Seconds>)]
+    #[schema(value_type = Option<Seconds>, inline)]
     default_timeout: Option<serde_json::Value>,
     /// Retry policy fields jobs of the queue get when they set none of their own.
     #[schema(value_type = Option<Object>)]
@@ -83,7 +163,7 @@ pub(super) struct QueueConfigUpdate {
     #[schema(minimum = 1)]
     dead_letter_max_size: Option<i64>,
     /// ISO 8601 duration.
-    #[schema(value_type = Option<Duration>)]
+    #[schema(value_type = Option<Duration>, inline)]
     dead_letter_ttl: Option<String>,
     /// Job type patterns the queue accepts (`*` matches any run of characters).
     #[schema(min_items = 1, value_type = Option<Vec<NonEmpty>>)]
@@ -102,11 +182,11 @@ pub(super) struct QueueConfigUpdate {
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // documentation
 struct QueueRetentionUpdate {
-    #[schema(value_type = Option<Duration>)]
+    #[schema(value_type = Option<Duration>, inline)]
     completed: Option<String>,
-    #[schema(value_type = Option<Duration>)]
+    #[schema(value_type = Option<Duration>, inline)]
     discarded: Option<String>,
-    #[schema(value_type = Option<Duration>)]
+    #[schema(value_type = Option<Duration>, inline)]
     cancelled: Option<String>,
 }
 
