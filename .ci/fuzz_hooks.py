@@ -205,8 +205,8 @@ def _issued(case) -> None:
     surrogate pair, a page cursor and an event id are the server's own (any other is a 400 by
     design), the paged event list takes no `job_id`, a pool body's `id` and `name` name the
     pool of its path and its weights its own queues, a bulk action picks its own states, a purge
-    is confirmed and a queue deletion has a strategy, in the body or the query, and a queue is neither moved into itself nor its own
-    dead-letter queue. Long polls are kept short."""
+    is confirmed and a queue deletion has a strategy, in the body or the query, a queue is neither moved into itself nor its own
+    dead-letter queue, and a FETCH by a worker of no pool names its queues. Long polls are kept short."""
     if isinstance(case.body, (dict, list)):
         case.body = _storable(case.body)
     if isinstance(case.query, dict):
@@ -234,6 +234,10 @@ def _issued(case) -> None:
             case.body["weights"] = {q: w for q, w in weights.items() if q in queues}
     if case.headers and "OJS-Block-Timeout" in case.headers:
         case.headers["OJS-Block-Timeout"] = "0"
+    if case.path == "/ojs/v1/workers/fetch" and isinstance(case.body, dict):
+        # Only a member of a configured pool may leave `queues` out.
+        if not case.body.get("queues"):
+            case.body["queues"] = [QUEUES[0]]
     if isinstance(case.body, dict) and isinstance(case.body.get("wait_ms"), int):
         # A long poll is served as documented; the fuzz need not wait for it.
         case.body["wait_ms"] = min(case.body["wait_ms"], 50)

@@ -3,7 +3,7 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{Resp, TestApp, job};
+use crate::support::{Resp, TestApp, ids, job};
 
 /// DELETE with a JSON body.
 async fn delete_with(app: &TestApp, path: &str, body: Value) -> Resp {
@@ -22,9 +22,7 @@ async fn complete_one(app: &TestApp, queue: &str) -> String {
         .as_str()
         .unwrap()
         .to_owned();
-    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": id})).await.expect(200);
     id
 }
 
@@ -35,27 +33,15 @@ async fn fail_one(app: &TestApp, queue: &str, code: &str) -> String {
         .as_str()
         .unwrap()
         .to_owned();
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"message": "boom", "code": code}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "error": {"message": "boom", "code": code}}))
+        .await
+        .expect(200);
     id
 }
 
 /// A one-attempt job on `queue`, so that its first failure discards it.
 fn fragile(job_type: &str, queue: &str) -> Value {
     json!({"type": job_type, "args": [], "queue": queue, "retry": {"max_attempts": 1}})
-}
-
-fn ids(items: &Value) -> Vec<&str> {
-    items
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["id"].as_str().unwrap())
-        .collect()
 }
 
 #[tokio::test]
@@ -75,11 +61,8 @@ async fn stats_count_queues_workers_jobs_and_recent_throughput() {
     );
     assert!(empty["uptime_seconds"].is_u64());
 
-    app.post(
-        "/ojs/v1/workers/register",
-        json!({"worker_id": "w-1", "queues": ["a"]}),
-    )
-    .await;
+    app.register(json!({"worker_id": "w-1", "queues": ["a"]}))
+        .await;
     for _ in 0..3 {
         app.push(job("a.b", "a")).await;
     }

@@ -8,7 +8,7 @@ use ojsd::config::Config;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{Resp, TestApp, job};
+use crate::support::{Resp, TestApp, job};
 
 /// Creates a key through the admin API (with `admin`, or openly while there is none).
 async fn create_key(app: &TestApp, admin: Option<&str>, body: Value) -> String {

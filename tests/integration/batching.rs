@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, count, job, statuses};
+use crate::support::{TestApp, count, job, statuses};
 
 /// Pushes `n` jobs to `queue` and fetches them all as `worker`; returns their ids.
 async fn claimed(app: &TestApp, queue: &str, worker: &str, n: usize) -> Vec<String> {
@@ -253,6 +253,18 @@ async fn concurrent_single_pushes_share_commits_and_each_gets_its_own_job() {
     }
     assert_eq!(ids.len(), 64);
     assert_eq!(app.job_count().await, 64);
+    // Rows a transaction wrote carry its id (`xmin`): fewer transactions than jobs means
+    // requests shared commits.
+    let transactions: i64 = sqlx::query_scalar(
+        "select count(distinct xmin::text) from ojs_job where queue = 'grouped'",
+    )
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert!(
+        transactions < 64,
+        "64 concurrent pushes were committed in {transactions} transactions"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -7,8 +7,8 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, TestDb};
-use crate::processes::Replica;
+use crate::support::processes::Replica;
+use crate::support::{TestApp, TestDb};
 use ojsd::maintenance::{PlannerStats, PlannerStatsConfig, Service};
 
 fn normal(name: &str) -> Value {

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::TestApp;
+use crate::support::TestApp;
 
 /// The job attributes of a wrapped-and-bare body: `job`, and the same attributes beside it.
 fn assert_wrapped_and_bare(body: &Value) {
@@ -46,12 +46,9 @@ async fn job_reads_cancels_and_dead_letter_retries_answer_wrapped_and_bare() {
         )
         .await;
     app.fetch_one("shape-dl", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": dead, "error": {"message": "boom"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": dead, "error": {"message": "boom"}}))
+        .await
+        .expect(200);
     let retried = app
         .post(&format!("/ojs/v1/dead-letter/{dead}/retry"), json!({}))
         .await
@@ -85,12 +82,9 @@ async fn the_admin_job_detail_has_errors_metadata_and_retry_policy() {
     assert!(metadata.get("started_at").is_none(), "{fresh}");
 
     app.fetch_one("detail", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"message": "boom", "type": "Flaky"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "error": {"message": "boom", "type": "Flaky"}}))
+        .await
+        .expect(200);
     let failed = app
         .get(&format!("/ojs/v1/admin/jobs/{id}"))
         .await
@@ -127,7 +121,7 @@ async fn every_worker_lists_its_queues() {
         json!({"worker_id": "member", "pool": "crew"}),
         json!({"worker_id": "bare"}),
     ] {
-        app.post("/ojs/v1/workers/register", body).await.expect(201);
+        app.register(body).await.expect(201);
     }
     let listed = app.get("/ojs/v1/admin/workers").await.expect(200).json;
     let queues = |id: &str| {
@@ -233,16 +227,11 @@ async fn stats_history_counts_enqueued_processed_and_failed_per_period() {
         .await;
     }
     let done = app.fetch_one("hist", "w").await;
-    app.post("/ojs/v1/workers/ack", json!({"job_id": done["id"]}))
+    app.ack(json!({"job_id": done["id"]})).await.expect(200);
+    let failed = app.fetch_one("hist", "w").await;
+    app.nack(json!({"job_id": failed["id"], "error": {"message": "boom"}}))
         .await
         .expect(200);
-    let failed = app.fetch_one("hist", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": failed["id"], "error": {"message": "boom"}}),
-    )
-    .await
-    .expect(200);
     app.push(json!({"type": "a.b", "args": [], "queue": "elsewhere"}))
         .await;
 
@@ -331,9 +320,7 @@ async fn unique_jobs_lists_the_holders_of_unique_keys() {
     for (queue, id) in [("uq-done", &kept), ("uq-done2", &done)] {
         let j = app.fetch_one(queue, "w").await;
         assert_eq!(j["id"], id.as_str());
-        app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
-            .await
-            .expect(200);
+        app.ack(json!({"job_id": id})).await.expect(200);
     }
 
     let body = app

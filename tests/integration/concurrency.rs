@@ -1,10 +1,11 @@
 //! Exclusive claims under real concurrency, and fencing of stale claims.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, count, job, spawn_fetch, statuses};
+use crate::support::{TestApp, count, job, spawn_fetch, statuses};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
@@ -72,83 +73,67 @@ async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
     assert_eq!(active, 2000);
 }
 
-/// What a reaper does to a job whose reservation expired (the maintenance service that runs
-/// this on a timer is not part of these tests): back to available, claim forgotten.
-async fn reclaim(app: &TestApp, id: &str) {
-    app.sql(&format!(
-        "update ojs_job set state = 'available', started_at = null, visible_until = null, enqueued_at = now() where id = '{id}'"
-    ))
-    .await;
+/// `worker` claims the job of `queue` for a second, and the reaper takes it back once that
+/// second is over (as the leader's reaper would), so the job is available again.
+async fn claim_and_lose(app: &TestApp, queue: &str, worker: &str) {
+    let claimed = app
+        .fetch(json!({"queues": [queue], "worker_id": worker, "visibility_timeout_ms": 1000}))
+        .await;
+    assert_eq!(claimed.len(), 1);
+    let pass = app.reap_after(Duration::from_secs(5)).await;
+    assert_eq!(pass.processed, 1, "the reaper took the claim back");
 }
 
 #[tokio::test]
 async fn a_worker_whose_claim_was_reclaimed_cannot_ack_nack_or_heartbeat_it() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "q")).await;
-    app.fetch_one("q", "old").await;
-    reclaim(&app, &id).await;
+    claim_and_lose(&app, "q", "old").await;
+    let reclaimed = app.job(&id).await;
     let again = app.fetch_one("q", "new").await;
     assert_eq!(again["attempt"], 2);
 
     let resp = app
-        .post(
-            "/ojs/v1/workers/ack",
-            json!({"job_id": id, "worker_id": "old", "result": "late"}),
-        )
+        .ack(json!({"job_id": id, "worker_id": "old", "result": "late"}))
         .await
         .expect_error(409, "conflict");
     assert_eq!(resp.json["error"]["details"]["worker_id"], "new");
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "worker_id": "old", "error": {"message": "late"}}),
-    )
-    .await
-    .expect_error(409, "conflict");
+    app.nack(json!({"job_id": id, "worker_id": "old", "error": {"message": "late"}}))
+        .await
+        .expect_error(409, "conflict");
     let resp = app
-        .post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "old", "job_id": id}),
-        )
+        .heartbeat(json!({"worker_id": "old", "job_id": id}))
         .await
         .expect_error(409, "conflict");
     assert_eq!(resp.json["error"]["details"]["current_state"], "active");
 
-    // Nothing changed: still the new worker's claim, no result, no error.
+    // Nothing changed: still the new worker's claim, no result, only the reclaim's error.
     let j = app.job(&id).await;
     assert_eq!(j["state"], "active");
     assert_eq!(j["worker_id"], "new");
     assert_eq!(j["visible_until"], again["visible_until"]);
-    assert!(j.get("result").is_none() && j.get("error").is_none());
+    assert!(j.get("result").is_none());
+    assert_eq!(j["errors"], reclaimed["errors"]);
     // The current holder is unaffected.
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "worker_id": "new"}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": id, "worker_id": "new"}))
+        .await
+        .expect(200);
 }
 
 #[tokio::test]
 async fn a_worker_whose_job_was_reclaimed_but_not_refetched_cannot_finish_it() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "q")).await;
-    app.fetch_one("q", "old").await;
-    reclaim(&app, &id).await;
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "worker_id": "old"}),
-    )
-    .await
-    .expect_error(409, "conflict");
-    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
+    claim_and_lose(&app, "q", "old").await;
+    app.ack(json!({"job_id": id, "worker_id": "old"}))
         .await
         .expect_error(409, "conflict");
-    app.post(
-        "/ojs/v1/workers/heartbeat",
-        json!({"worker_id": "old", "job_id": id}),
-    )
-    .await
-    .expect_error(409, "conflict");
+    app.ack(json!({"job_id": id}))
+        .await
+        .expect_error(409, "conflict");
+    app.heartbeat(json!({"worker_id": "old", "job_id": id}))
+        .await
+        .expect_error(409, "conflict");
     assert_eq!(app.job(&id).await["state"], "available");
 }
 
@@ -159,23 +144,14 @@ async fn a_worker_cannot_ack_nack_or_heartbeat_a_cancelled_job() {
     app.fetch_one("q", "w").await;
     app.delete(&format!("/ojs/v1/jobs/{id}")).await.expect(200);
     let before = app.job(&id).await;
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "worker_id": "w", "result": 1}),
-    )
-    .await
-    .expect_error(409, "conflict");
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "worker_id": "w", "error": {"message": "m"}}),
-    )
-    .await
-    .expect_error(409, "conflict");
+    app.ack(json!({"job_id": id, "worker_id": "w", "result": 1}))
+        .await
+        .expect_error(409, "conflict");
+    app.nack(json!({"job_id": id, "worker_id": "w", "error": {"message": "m"}}))
+        .await
+        .expect_error(409, "conflict");
     let resp = app
-        .post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w", "job_id": id}),
-        )
+        .heartbeat(json!({"worker_id": "w", "job_id": id}))
         .await
         .expect_error(409, "conflict");
     assert_eq!(resp.json["error"]["details"]["current_state"], "cancelled");
@@ -293,12 +269,9 @@ async fn a_fetch_waits_for_a_promotion_in_flight_instead_of_missing_its_job() {
                         "retry": {"max_attempts": 3, "initial_interval": "PT1S", "jitter": false}}))
         .await;
     app.fetch_one("inflight", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"message": "boom"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "error": {"message": "boom"}}))
+        .await
+        .expect(200);
     app.sql(&format!(
         "update ojs_job set next_retry_at = now() - interval '1 second' where id = '{id}'"
     ))

@@ -5,7 +5,7 @@ use std::time::Duration;
 use ojsd::db::{DbHealth, HotConnection, HotConnections, PoolSettings};
 use sqlx::PgPool;
 
-use crate::harness::TestDb;
+use crate::support::TestDb;
 
 /// The backend behind `conn`, asked with a statement whose outcome is recorded.
 async fn backend(conn: &mut HotConnection) -> Result<i32, sqlx::Error> {

@@ -1,35 +1,18 @@
 //! The dead-letter queue API.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::harness::TestApp;
+use crate::support::{TestApp, ids};
 
-/// Enqueues a one-attempt job of `job_type` on `queue`, fails it, and returns its id.
+/// A job of `job_type` on `queue` whose only attempt failed with `error_type`; its id.
 async fn dead_letter(app: &TestApp, job_type: &str, queue: &str, error_type: &str) -> String {
-    let id = app
-        .push_id(
-            json!({"type": job_type, "args": [1], "queue": queue, "retry": {"max_attempts": 1}}),
-        )
+    let job = app
+        .factory(queue)
+        .of_type(job_type)
+        .discarded_with(json!({"message": "boom", "type": error_type}))
         .await;
-    app.fetch_one(queue, "w").await;
-    let resp = app
-        .post(
-            "/ojs/v1/workers/nack",
-            json!({"job_id": id, "error": {"message": "boom", "type": error_type}}),
-        )
-        .await
-        .expect(200);
-    assert_eq!(resp.json["dead_lettered"], true);
-    id
-}
-
-fn ids(body: &Value) -> Vec<&str> {
-    body["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["id"].as_str().unwrap())
-        .collect()
+    assert!(job["dead_lettered_at"].is_string(), "dead-lettered: {job}");
+    job["id"].as_str().unwrap().to_owned()
 }
 
 #[tokio::test]
@@ -43,16 +26,13 @@ async fn lists_filters_and_counts_dead_letters() {
         .push_id(json!({"type": "email.send", "args": [], "queue": "email"}))
         .await;
     app.fetch_one("email", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": skipped, "error": {"message": "no", "code": "DISCARD"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": skipped, "error": {"message": "no", "code": "DISCARD"}}))
+        .await
+        .expect(200);
 
     let all = app.get("/ojs/v1/dead-letter").await.expect(200).json;
     assert_eq!(
-        ids(&all),
+        ids(&all["jobs"]),
         [c.as_str(), b.as_str(), a.as_str()],
         "newest first"
     );
@@ -65,25 +45,25 @@ async fn lists_filters_and_counts_dead_letters() {
         .await
         .expect(200)
         .json;
-    assert_eq!(ids(&billing), [b.as_str(), a.as_str()]);
+    assert_eq!(ids(&billing["jobs"]), [b.as_str(), a.as_str()]);
     let typed = app
         .get("/ojs/v1/dead-letter?type=billing.*")
         .await
         .expect(200)
         .json;
-    assert_eq!(ids(&typed).len(), 2);
+    assert_eq!(ids(&typed["jobs"]).len(), 2);
     let exact = app
         .get("/ojs/v1/dead-letter?type=email.send")
         .await
         .expect(200)
         .json;
-    assert_eq!(ids(&exact), [c.as_str()]);
+    assert_eq!(ids(&exact["jobs"]), [c.as_str()]);
     let timeouts = app
         .get("/ojs/v1/dead-letter?error_type=Timeout&limit=1")
         .await
         .expect(200)
         .json;
-    assert_eq!(ids(&timeouts), [c.as_str()]);
+    assert_eq!(ids(&timeouts["jobs"]), [c.as_str()]);
     assert_eq!(timeouts["pagination"]["has_more"], true);
     app.get("/ojs/v1/dead-letter?since=yesterday")
         .await

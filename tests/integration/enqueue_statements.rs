@@ -6,7 +6,7 @@ use ojsd::store::job::{HandTo, Handoffs, insert_many};
 use ojsd::wire::json::Object;
 use serde_json::{Map, Value};
 
-use crate::harness::TestDb;
+use crate::support::TestDb;
 
 const LIMITS: Limits = Limits {
     max_priority: 255,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::TestApp;
+use crate::support::TestApp;
 
 /// Every event the API serves, paging with `limit` (waits until at least `n` are visible).
 async fn all_events(app: &TestApp, query: &str, limit: usize, n: usize) -> Vec<Value> {
@@ -56,12 +56,9 @@ async fn served_events_match_the_operators_view_and_page_inside_a_batch() {
         } else {
             json!(i)
         };
-        app.post(
-            "/ojs/v1/workers/ack",
-            json!({"job_id": job["id"], "worker_id": "w-1", "result": result}),
-        )
-        .await
-        .expect(200);
+        app.ack(json!({"job_id": job["id"], "worker_id": "w-1", "result": result}))
+            .await
+            .expect(200);
     }
     // 2 queue.created, 4 job.enqueued, 1 job.scheduled, 3 job.started, 3 job.completed.
     let served = all_events(&app, "", 2, 13).await;

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, job};
+use crate::support::{TestApp, job, sse_data};
 
 /// Polls `GET /ojs/v1/events?{query}` until `n` events are visible (events of transactions still
 /// running anywhere on the server are held back until those finish).
@@ -48,12 +48,9 @@ async fn lifecycle_events_are_written_with_each_change() {
                         "meta": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}))
         .await;
     app.fetch_one("mail", "w-1").await;
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "result": {"sent": true}}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": id, "result": {"sent": true}}))
+        .await
+        .expect(200);
 
     let body = poll(&app, "queues=mail", 4).await;
     assert_eq!(
@@ -110,23 +107,17 @@ async fn failures_retries_discards_and_cancellations_are_events() {
                         "retry": {"max_attempts": 2, "initial_interval": "PT1S", "jitter": false}}))
         .await;
     app.fetch_one("q", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"code": "E1", "message": "first"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "error": {"code": "E1", "message": "first"}}))
+        .await
+        .expect(200);
     app.sql(&format!(
         "update ojs_job set next_retry_at = now() where id = '{id}'"
     ))
     .await;
     app.fetch_one("q", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"code": "E2", "message": "second"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "error": {"code": "E2", "message": "second"}}))
+        .await
+        .expect(200);
     let cancelled = app.push_id(job("a.b", "c")).await;
     app.delete(&format!("/ojs/v1/jobs/{cancelled}"))
         .await
@@ -290,18 +281,6 @@ async fn read_sse(mut resp: reqwest::Response, done: impl Fn(&str) -> bool) -> S
     text
 }
 
-fn sse_data(text: &str, event: &str) -> Vec<Value> {
-    text.split("\n\n")
-        .filter(|block| block.lines().any(|l| l == format!("event: {event}")))
-        .filter_map(|block| {
-            block
-                .lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .and_then(|d| serde_json::from_str(d).ok())
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn a_job_stream_follows_the_job_until_it_finishes() {
     let app = TestApp::spawn().await;
@@ -320,15 +299,10 @@ async fn a_job_stream_follows_the_job_until_it_finishes() {
     let worker = async {
         tokio::time::sleep(Duration::from_millis(600)).await;
         app.fetch_one("s", "w").await;
-        app.post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w", "active_jobs": [id]}),
-        )
-        .await
-        .expect(200);
-        app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
+        app.heartbeat(json!({"worker_id": "w", "active_jobs": [id]}))
             .await
             .expect(200);
+        app.ack(json!({"job_id": id})).await.expect(200);
     };
     let (text, ()) = tokio::join!(
         read_sse(resp, |t| t.contains("\"to\":\"completed\"")),
@@ -337,7 +311,7 @@ async fn a_job_stream_follows_the_job_until_it_finishes() {
     assert!(text.starts_with("retry: 3000"), "{text}");
     // A stream starts at the newest event every transaction has finished writing; under load
     // that can be just before the enqueue committed, so it may or may not be included.
-    let changes: Vec<Value> = sse_data(&text, "job.state_changed")
+    let changes: Vec<Value> = sse_data(&text, Some("job.state_changed"))
         .into_iter()
         .filter(|c| c["to"] != "available")
         .collect();
@@ -355,7 +329,7 @@ async fn a_job_stream_follows_the_job_until_it_finishes() {
     );
     assert_eq!(changes[0]["job_id"], id.as_str());
     assert_eq!(changes[0]["type"], "a.b");
-    assert_eq!(sse_data(&text, "job.heartbeat")[0]["worker_id"], "w");
+    assert_eq!(sse_data(&text, Some("job.heartbeat"))[0]["worker_id"], "w");
     assert!(text.contains("id: evt_"));
 }
 
@@ -364,9 +338,7 @@ async fn a_finished_job_streams_its_state_once_and_a_resumed_stream_replays() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "s")).await;
     app.fetch_one("s", "w").await;
-    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": id})).await.expect(200);
     let resp = app
         .client
         .get(format!("{}/ojs/v1/jobs/{id}/events", app.base))
@@ -374,7 +346,7 @@ async fn a_finished_job_streams_its_state_once_and_a_resumed_stream_replays() {
         .await
         .unwrap();
     let text = read_sse(resp, |_| false).await;
-    let changes = sse_data(&text, "job.state_changed");
+    let changes = sse_data(&text, Some("job.state_changed"));
     assert_eq!(changes.len(), 1, "{text}");
     assert_eq!(changes[0]["to"], "completed");
 
@@ -389,7 +361,7 @@ async fn a_finished_job_streams_its_state_once_and_a_resumed_stream_replays() {
         .await
         .unwrap();
     let text = read_sse(resp, |t| t.contains("\"to\":\"completed\"")).await;
-    let moves: Vec<Value> = sse_data(&text, "job.state_changed")
+    let moves: Vec<Value> = sse_data(&text, Some("job.state_changed"))
         .iter()
         .map(|c| c["to"].clone())
         .collect();
@@ -404,10 +376,10 @@ async fn a_finished_job_streams_its_state_once_and_a_resumed_stream_replays() {
         .await
         .unwrap();
     let text = read_sse(resp, |t| t.contains("\"to\":\"completed\"")).await;
-    let gap = sse_data(&text, "system.gap");
+    let gap = sse_data(&text, Some("system.gap"));
     assert_eq!(gap.len(), 1, "{text}");
     assert_eq!(gap[0]["channel"], format!("job:{id}"));
-    assert_eq!(sse_data(&text, "job.state_changed").len(), 3);
+    assert_eq!(sse_data(&text, Some("job.state_changed")).len(), 3);
 }
 
 #[tokio::test]
@@ -443,7 +415,7 @@ async fn a_queue_stream_follows_the_queue() {
     };
     let (text, ()) = tokio::join!(read_sse(resp, |t| t.contains("c.d")), producer);
     // The job enqueued just before connecting may show up too (see the job stream test).
-    let changes: Vec<Value> = sse_data(&text, "job.state_changed")
+    let changes: Vec<Value> = sse_data(&text, Some("job.state_changed"))
         .into_iter()
         .filter(|c| c["type"] != "a.b")
         .collect();
@@ -506,16 +478,11 @@ async fn hot_path_event_payloads_match_the_transition_function() {
     }
     let first = fetched[0]["id"].as_str().unwrap();
     let second = fetched[1]["id"].as_str().unwrap();
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": first, "worker_id": "w-1", "result": {"ok": true, "nested": {"gone": null}}}),
-    )
+    app.ack(json!({"job_id": first, "worker_id": "w-1", "result": {"ok": true, "nested": {"gone": null}}}))
     .await
     .expect(200);
     newest_matches(&app, first, "job.completed").await;
-    app.post("/ojs/v1/workers/ack", json!({"job_id": second}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": second})).await.expect(200);
     newest_matches(&app, second, "job.completed").await;
 }
 

@@ -13,97 +13,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use crate::harness::{Resp, TestApp, TestDb, job};
-use crate::processes::Replica;
+use crate::support::processes::Replica;
+use crate::support::{self, Client, TestApp, TestDb, job};
 
 const POOLS: &str = "/ojs/v1/admin/pools";
 
-/// A server to talk to: the in-process test server or a replica process.
-#[derive(Clone)]
-struct Api {
-    client: reqwest::Client,
-    base: String,
-}
-
-impl Api {
-    fn of(app: &TestApp) -> Api {
-        Api {
-            client: app.client.clone(),
-            base: app.base.clone(),
-        }
-    }
-
-    fn at(replica: &Replica, client: &reqwest::Client) -> Api {
-        Api {
-            client: client.clone(),
-            base: replica.base.clone(),
-        }
-    }
-
-    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Resp {
-        let mut request = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("request reaches the server");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let text = response.text().await.expect("response body");
-        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Resp {
-            status,
-            headers,
-            text,
-            json,
-        }
-    }
-
-    async fn get(&self, path: &str) -> Resp {
-        self.send(Method::GET, path, None).await
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> Resp {
-        self.send(Method::POST, path, Some(body)).await
-    }
-
-    async fn put(&self, path: &str, body: &Value) -> Resp {
-        self.send(Method::PUT, path, Some(body)).await
-    }
-
-    async fn delete(&self, path: &str) -> Resp {
-        self.send(Method::DELETE, path, None).await
-    }
-
-    /// FETCH with `body`; the jobs claimed (asserts 200).
-    async fn fetch(&self, body: Value) -> Vec<Value> {
-        self.post("/ojs/v1/workers/fetch", &body)
-            .await
-            .expect(200)
-            .json["jobs"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    async fn ack(&self, job: &Value, worker_id: &str) {
-        self.post(
-            "/ojs/v1/workers/ack",
-            &json!({"job_id": job["id"], "worker_id": worker_id}),
-        )
-        .await
-        .expect(200);
-    }
-}
-
 /// PUTs pool `name`, asserts `status` (201 created, 200 replaced) and returns the pool.
-async fn put_pool(api: &Api, name: &str, body: Value, status: u16) -> Value {
-    api.put(&format!("{POOLS}/{name}"), &body)
+async fn put_pool(api: &Client, name: &str, body: Value, status: u16) -> Value {
+    api.put(&format!("{POOLS}/{name}"), body.clone())
         .await
         .expect(status)
         .json["pool"]
@@ -111,7 +31,7 @@ async fn put_pool(api: &Api, name: &str, body: Value, status: u16) -> Value {
 }
 
 /// Registers `worker_id`, a member of `pool` when given (asserts 201).
-async fn register(api: &Api, worker_id: &str, pool: Option<&str>, concurrency: Option<i64>) {
+async fn register(api: &Client, worker_id: &str, pool: Option<&str>, concurrency: Option<i64>) {
     let mut body = json!({"worker_id": worker_id});
     if let Some(pool) = pool {
         body["pool"] = json!(pool);
@@ -119,7 +39,7 @@ async fn register(api: &Api, worker_id: &str, pool: Option<&str>, concurrency: O
     if let Some(concurrency) = concurrency {
         body["concurrency"] = json!(concurrency);
     }
-    api.post("/ojs/v1/workers/register", &body)
+    api.post("/ojs/v1/workers/register", body.clone())
         .await
         .expect(201);
 }
@@ -140,11 +60,11 @@ fn tenant_jobs(queue: &str, tenant: &str, n: usize, priority: Option<i64>) -> Ve
 }
 
 /// Enqueues `jobs` in batches of 500 and returns their ids in order.
-async fn enqueue(api: &Api, jobs: Vec<Value>) -> Vec<String> {
+async fn enqueue(api: &Client, jobs: Vec<Value>) -> Vec<String> {
     let mut ids = Vec::with_capacity(jobs.len());
     for batch in jobs.chunks(500) {
         let resp = api
-            .post("/ojs/v1/jobs/batch", &json!({ "jobs": batch }))
+            .post("/ojs/v1/jobs/batch", json!({ "jobs": batch }))
             .await
             .expect(201);
         assert_eq!(resp.json["count"], batch.len());
@@ -224,7 +144,7 @@ impl Run {
 /// A worker: FETCHes with `fetch` (plus its `worker_id`) until the run is done, records what it
 /// was given, holds it for `hold` and ACKs it.
 fn spawn_worker(
-    api: Api,
+    api: Client,
     worker_id: String,
     fetch: &Value,
     hold: Duration,
@@ -244,7 +164,7 @@ fn spawn_worker(
                 tokio::time::sleep(hold).await;
             }
             for j in &jobs {
-                api.ack(j, &worker_id).await;
+                api.ack_job(j, &worker_id).await;
             }
         }
     })
@@ -253,7 +173,7 @@ fn spawn_worker(
 /// Registers `workers` members of `pool` (the i-th on `apis[i % apis.len()]`), starts them with
 /// `fetch`, and waits until they dispatched `target` jobs; returns the dispatches.
 async fn measure(
-    apis: &[Api],
+    apis: &[Client],
     pool: &str,
     workers: usize,
     fetch: &Value,
@@ -292,24 +212,16 @@ async fn join(tasks: Vec<JoinHandle<()>>) {
 /// Asserts that `queue` got `expected` of `dispatched`, within `points` percentage points.
 #[track_caller]
 fn assert_share(dispatched: &[Dispatch], queue: &str, expected: f64, points: f64) {
-    let got = dispatched.iter().filter(|d| d.queue == queue).count();
-    let share = got as f64 / dispatched.len() as f64;
-    let mut by_queue: HashMap<&str, usize> = HashMap::new();
+    let mut by_queue: HashMap<String, usize> = HashMap::new();
     for d in dispatched {
-        *by_queue.entry(&d.queue).or_default() += 1;
+        *by_queue.entry(d.queue.clone()).or_default() += 1;
     }
-    assert!(
-        (share - expected).abs() * 100.0 <= points,
-        "{queue} got {got} of {} dispatches ({:.1}%), expected {:.1}% ± {points}: {by_queue:?}",
-        dispatched.len(),
-        share * 100.0,
-        expected * 100.0
-    );
+    support::assert_share(&by_queue, queue, dispatched.len(), expected, points / 100.0);
 }
 
 /// Polls `GET /ojs/v1/events?types={event_type}` until at least `n` events are listed or
 /// `within` passes; returns them.
-async fn events_of_type(api: &Api, event_type: &str, n: usize, within: Duration) -> Vec<Value> {
+async fn events_of_type(api: &Client, event_type: &str, n: usize, within: Duration) -> Vec<Value> {
     let deadline = Instant::now() + within;
     loop {
         let events = api
@@ -330,11 +242,11 @@ async fn events_of_type(api: &Api, event_type: &str, n: usize, within: Duration)
 #[tokio::test]
 async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_event() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
 
     // Created: 201 + Location, every default shown.
     let created = api
-        .put(&format!("{POOLS}/zeta"), &json!({"queues": ["z"]}))
+        .put(&format!("{POOLS}/zeta"), json!({"queues": ["z"]}))
         .await
         .expect(201);
     assert_eq!(created.header("location"), Some("/ojs/v1/admin/pools/zeta"));
@@ -368,12 +280,15 @@ async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_eve
         zeta
     );
     // What GET answers may be sent back unchanged; an `id` naming another pool may not.
-    let again = api.put(&format!("{POOLS}/zeta"), &zeta).await.expect(200);
+    let again = api
+        .put(&format!("{POOLS}/zeta"), zeta.clone())
+        .await
+        .expect(200);
     assert_eq!(again.json["pool"]["queues"], json!(["z"]));
     let mut other = zeta.clone();
     other["id"] = json!("alpha");
     let refused = api
-        .put(&format!("{POOLS}/zeta"), &other)
+        .put(&format!("{POOLS}/zeta"), other.clone())
         .await
         .expect_error(400, "invalid_request");
     assert_eq!(refused.json["error"]["details"]["field"], "$.id");
@@ -407,7 +322,7 @@ async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_eve
     let replaced = api
         .put(
             &format!("{POOLS}/mid"),
-            &json!({"name": "mid", "queues": ["a-q"], "strategy": "strict", "concurrency": 5}),
+            json!({"name": "mid", "queues": ["a-q"], "strategy": "strict", "concurrency": 5}),
         )
         .await
         .expect(200)
@@ -478,7 +393,7 @@ async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_eve
     // A body naming another pool is refused and changes nothing.
     api.put(
         &format!("{POOLS}/alpha"),
-        &json!({"name": "beta", "queues": ["x"]}),
+        json!({"name": "beta", "queues": ["x"]}),
     )
     .await
     .expect_error(400, "invalid_request");
@@ -550,7 +465,7 @@ async fn pools_are_created_replaced_listed_and_deleted_and_rebalancing_is_an_eve
 #[tokio::test]
 async fn invalid_pool_definitions_are_refused_and_store_nothing() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     let original = put_pool(
         &api,
         "v",
@@ -591,10 +506,10 @@ async fn invalid_pool_definitions_are_refused_and_store_nothing() {
         json!({"name": "other", "queues": ["a"]}),
     ];
     for body in cases {
-        api.put(&format!("{POOLS}/v"), &body)
+        api.put(&format!("{POOLS}/v"), body.clone())
             .await
             .expect_error(400, "invalid_request");
-        api.put(&format!("{POOLS}/fresh"), &body)
+        api.put(&format!("{POOLS}/fresh"), body.clone())
             .await
             .expect_error(400, "invalid_request");
         assert_eq!(
@@ -616,7 +531,7 @@ async fn invalid_pool_definitions_are_refused_and_store_nothing() {
         ),
     ] {
         let err = api
-            .put(&format!("{POOLS}/fresh"), &body)
+            .put(&format!("{POOLS}/fresh"), body.clone())
             .await
             .expect_error(400, "invalid_request");
         let named = err.json["error"]["details"]["field"].as_str().unwrap_or("");
@@ -629,10 +544,10 @@ async fn invalid_pool_definitions_are_refused_and_store_nothing() {
     // A body that is not a JSON object is a payload error (`invalid_payload`, ojsd's code for a
     // body it cannot take as an object, as the conformance suite expects); a bad pool name in
     // the path is a request error.
-    api.put(&format!("{POOLS}/v"), &json!([1]))
+    api.put(&format!("{POOLS}/v"), json!([1]))
         .await
         .expect_error(400, "invalid_payload");
-    api.put(&format!("{POOLS}/UPPER"), &json!({"queues": ["a"]}))
+    api.put(&format!("{POOLS}/UPPER"), json!({"queues": ["a"]}))
         .await
         .expect_error(400, "invalid_request");
     assert_eq!(
@@ -665,7 +580,7 @@ async fn invalid_pool_definitions_are_refused_and_store_nothing() {
 #[tokio::test]
 async fn weighted_five_three_one_splits_saturated_dispatch_five_three_one() {
     let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "mix",
@@ -690,7 +605,7 @@ async fn weighted_five_three_one_splits_saturated_dispatch_five_three_one() {
 #[tokio::test]
 async fn round_robin_is_the_pool_default_and_splits_dispatch_evenly() {
     let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     let pool = put_pool(&api, "even", json!({"queues": ["r-a", "r-b", "r-c"]}), 201).await;
     assert_eq!(pool["strategy"], "round-robin");
     let mut jobs = jobs_on("r-a", 600);
@@ -709,9 +624,8 @@ async fn round_robin_is_the_pool_default_and_splits_dispatch_evenly() {
 async fn weighted_shares_hold_across_two_replicas() {
     let db = TestDb::new().await;
     let url = db.url();
-    let client = reqwest::Client::new();
     let a = Replica::start(&url, "fs-weighted-a", &[("OJS_SKIP_MIGRATIONS", "true")]);
-    let api_a = Api::at(&a, &client);
+    let api_a = Client::new(&a.base);
     put_pool(
         &api_a,
         "mix",
@@ -726,7 +640,7 @@ async fn weighted_shares_hold_across_two_replicas() {
     enqueue(&api_a, jobs).await;
     // Started after the pool exists, so it cannot hold an older view of it.
     let b = Replica::start(&url, "fs-weighted-b", &[("OJS_SKIP_MIGRATIONS", "true")]);
-    let api_b = Api::at(&b, &client);
+    let api_b = api_a.of(&b.base);
 
     let fetch = json!({"queues": ["w-a", "w-b", "w-c"], "count": 1});
     let dispatched = measure(&[api_a, api_b], "mix", 6, &fetch, 900).await;
@@ -788,7 +702,7 @@ fn starved_windows(starts: &[(f64, String)], queue: &str, width: f64, ratio: f64
 #[tokio::test]
 async fn strict_with_starvation_prevention_gives_each_queue_its_share_of_every_window() {
     let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "tiers",
@@ -889,7 +803,7 @@ async fn a_queue_with_work_and_no_dispatch_for_the_rotation_interval_is_reported
         c.leader_elect_interval_ms = 500;
     })
     .await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "heat",
@@ -960,7 +874,7 @@ async fn tenant_catch_up(
     a_jobs: usize,
     cap: usize,
 ) -> Option<usize> {
-    let api = Api::of(app);
+    let api = app.api.clone();
     enqueue(&api, tenant_jobs(queue, "A", a_jobs, None)).await;
     let run = Run::new(cap, Duration::from_secs(30));
     let mut tasks = Vec::new();
@@ -1026,7 +940,7 @@ async fn tenant_catch_up(
 #[tokio::test]
 async fn a_tenant_arriving_behind_a_large_backlog_is_served_within_its_fair_share() {
     let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "tenants",
@@ -1055,7 +969,7 @@ async fn a_tenant_arriving_behind_a_large_backlog_is_served_within_its_fair_shar
 #[tokio::test]
 async fn tenant_weights_five_to_one_split_dispatch_five_to_one() {
     let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "weighted-tenants",
@@ -1085,7 +999,7 @@ async fn tenant_weights_five_to_one_split_dispatch_five_to_one() {
 #[tokio::test]
 async fn tenant_fairness_never_dispatches_a_less_urgent_priority_first() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     // B's bulk jobs first; then A's and C's critical ones.
     enqueue(&api, tenant_jobs("tp", "B", 20, Some(4))).await;
     enqueue(&api, tenant_jobs("tp", "A", 20, Some(0))).await;
@@ -1108,7 +1022,7 @@ async fn tenant_fairness_never_dispatches_a_less_urgent_priority_first() {
         }
         for j in &jobs {
             tenants.push(j["meta"]["tenant_id"].as_str().unwrap().to_owned());
-            api.ack(j, "tp-1").await;
+            api.ack_job(j, "tp-1").await;
         }
     }
     assert_eq!(tenants.len(), 60);
@@ -1128,9 +1042,8 @@ async fn tenant_fairness_never_dispatches_a_less_urgent_priority_first() {
 async fn pool_concurrency_four_holds_across_two_replicas_and_twelve_workers() {
     let db = TestDb::new().await;
     let url = db.url();
-    let client = reqwest::Client::new();
     let a = Replica::start(&url, "fs-narrow-a", &[("OJS_SKIP_MIGRATIONS", "true")]);
-    let api_a = Api::at(&a, &client);
+    let api_a = Client::new(&a.base);
     put_pool(
         &api_a,
         "narrow",
@@ -1140,7 +1053,7 @@ async fn pool_concurrency_four_holds_across_two_replicas_and_twelve_workers() {
     .await;
     enqueue(&api_a, jobs_on("cq", 100)).await;
     let b = Replica::start(&url, "fs-narrow-b", &[("OJS_SKIP_MIGRATIONS", "true")]);
-    let api_b = Api::at(&b, &client);
+    let api_b = api_a.of(&b.base);
 
     let run = Run::new(100, Duration::from_secs(30));
     let mut tasks = Vec::new();
@@ -1202,7 +1115,7 @@ async fn pool_concurrency_four_holds_across_two_replicas_and_twelve_workers() {
 #[tokio::test]
 async fn an_isolated_pool_serves_its_queues_only_to_members_and_its_settings_win() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "gpu",
@@ -1253,7 +1166,7 @@ async fn an_isolated_pool_serves_its_queues_only_to_members_and_its_settings_win
     );
     api.post(
         "/ojs/v1/workers/heartbeat",
-        &json!({"worker_id": "loner", "pool": "gpu"}),
+        json!({"worker_id": "loner", "pool": "gpu"}),
     )
     .await
     .expect(200);
@@ -1265,7 +1178,7 @@ async fn an_isolated_pool_serves_its_queues_only_to_members_and_its_settings_win
 #[tokio::test]
 async fn workers_without_a_pool_follow_the_pool_named_default() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     let mine = app.push_id(job("fs.work", "mine")).await;
     let pooled = app.push_id(job("fs.work", "dq")).await;
     register(&api, "free", None, None).await;
@@ -1289,7 +1202,7 @@ async fn workers_without_a_pool_follow_the_pool_named_default() {
 #[tokio::test]
 async fn least_loaded_gives_a_member_only_its_free_concurrency_from_the_fullest_queue() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "ll",
@@ -1310,7 +1223,7 @@ async fn least_loaded_gives_a_member_only_its_free_concurrency_from_the_fullest_
             .is_empty(),
         "a member at its concurrency got more"
     );
-    api.ack(&first[0], "ll-1").await;
+    api.ack_job(&first[0], "ll-1").await;
     let next = api.fetch(json!({"worker_id": "ll-1", "count": 5})).await;
     let queues: Vec<&str> = next.iter().map(|j| j["queue"].as_str().unwrap()).collect();
     assert_eq!(queues, ["big"]);
@@ -1324,7 +1237,7 @@ async fn least_loaded_gives_a_member_only_its_free_concurrency_from_the_fullest_
 #[tokio::test]
 async fn scheduling_stats_count_dispatches_ratios_waits_and_active_jobs() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "st",
@@ -1345,7 +1258,7 @@ async fn scheduling_stats_count_dispatches_ratios_waits_and_active_jobs() {
     assert!(held[..30].iter().all(|j| j["queue"] == "sa"));
     assert!(held[30..].iter().all(|j| j["queue"] == "sb"));
     for j in &held[..25] {
-        api.ack(j, "st-1").await;
+        api.ack_job(j, "st-1").await;
     }
 
     let stats = api
@@ -1402,7 +1315,7 @@ async fn scheduling_stats_count_dispatches_ratios_waits_and_active_jobs() {
 #[tokio::test]
 async fn dispatches_through_a_pool_are_counted_in_metrics() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(&api, "fs-metrics", json!({"queues": ["fs-metrics-q"]}), 201).await;
     enqueue(&api, jobs_on("fs-metrics-q", 3)).await;
     enqueue(&api, jobs_on("fs-metrics-plain", 1)).await;
@@ -1458,7 +1371,7 @@ async fn dispatches_through_a_pool_are_counted_in_metrics() {
 #[tokio::test]
 async fn a_job_available_again_in_a_tenant_fair_queue_takes_a_new_place_behind_its_tenant() {
     let app = TestApp::spawn().await;
-    let api = Api::of(&app);
+    let api = app.api.clone();
     put_pool(
         &api,
         "requeued",
@@ -1476,7 +1389,7 @@ async fn a_job_available_again_in_a_tenant_fair_queue_takes_a_new_place_behind_i
     let later = enqueue(&api, tenant_jobs("tr", "A", 2, None)).await;
     api.post(
         "/ojs/v1/workers/nack",
-        &json!({"job_id": first, "worker_id": "w", "requeue": true}),
+        json!({"job_id": first, "worker_id": "w", "requeue": true}),
     )
     .await
     .expect(200);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::harness::{TestApp, job, spawn_fetch};
+use crate::support::{TestApp, job};
 
 /// Lets long polls started in the background reach the server and park.
 async fn settle() {
@@ -17,7 +17,7 @@ async fn settle() {
 
 /// A long poll with `body`, started in the background and parked when this returns.
 async fn parked(app: &TestApp, body: Value) -> tokio::task::JoinHandle<Value> {
-    let fetch = spawn_fetch(&app.client, &app.base, &body);
+    let fetch = app.spawn_fetch(&body);
     settle().await;
     fetch
 }
@@ -25,11 +25,8 @@ async fn parked(app: &TestApp, body: Value) -> tokio::task::JoinHandle<Value> {
 /// A worker registered on `relay` and told to quiet, long-polling it for `wait_ms` (parked
 /// when this returns).
 async fn quiet_worker_waiting(app: &TestApp, wait_ms: u64) -> tokio::task::JoinHandle<Value> {
-    app.post(
-        "/ojs/v1/workers/register",
-        json!({"worker_id": "quiet-one", "queues": ["relay"]}),
-    )
-    .await;
+    app.register(json!({"worker_id": "quiet-one", "queues": ["relay"]}))
+        .await;
     app.sql("update ojs_worker set directive = 'quiet' where id = 'quiet-one'")
         .await;
     parked(
@@ -98,12 +95,9 @@ async fn a_job_pushed_while_a_fetch_waits_is_handed_to_it_as_a_claim_would_start
     .unwrap();
     assert_eq!(started, ("w1".to_owned(), 1));
 
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "worker_id": "w1", "result": {"ok": true}}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": id, "worker_id": "w1", "result": {"ok": true}}))
+        .await
+        .expect(200);
     assert_eq!(app.job(&id).await["state"], "completed");
 }
 

@@ -10,8 +10,8 @@ use tokio::net::TcpStream;
 use ojsd::app::Application;
 use ojsd::config::Config;
 
-use crate::harness::{TestApp, job};
-use crate::processes::PrivateCluster;
+use crate::support::processes::PrivateCluster;
+use crate::support::{TestApp, job};
 
 #[tokio::test]
 async fn values_postgres_cannot_store_are_refused_naming_the_field_and_change_nothing() {
@@ -118,12 +118,9 @@ async fn values_postgres_cannot_store_are_refused_naming_the_field_and_change_no
         .await
         .expect_error(400, "invalid_request");
     // The held job completes normally afterwards.
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "worker_id": "w1", "result": {"r": 1}}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": id, "worker_id": "w1", "result": {"r": 1}}))
+        .await
+        .expect(200);
 }
 
 #[tokio::test]
@@ -136,34 +133,22 @@ async fn worker_fields_are_checked_strictly() {
         json!({"zone": 1}),
         json!([["a"]]),
     ] {
-        app.post(
-            "/ojs/v1/workers/register",
-            json!({"worker_id": "w", "labels": labels}),
-        )
-        .await
-        .expect_error(400, "invalid_request");
+        app.register(json!({"worker_id": "w", "labels": labels}))
+            .await
+            .expect_error(400, "invalid_request");
     }
     for labels in [json!(["v2.1", "gpu"]), json!({"zone": "eu-1"})] {
-        app.post(
-            "/ojs/v1/workers/register",
-            json!({"worker_id": "w", "labels": labels}),
-        )
-        .await;
+        app.register(json!({"worker_id": "w", "labels": labels}))
+            .await;
     }
     for active_jobs in [json!(-1), json!(1.5), json!("3"), json!([1])] {
-        app.post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w", "active_jobs": active_jobs}),
-        )
-        .await
-        .expect_error(400, "invalid_request");
+        app.heartbeat(json!({"worker_id": "w", "active_jobs": active_jobs}))
+            .await
+            .expect_error(400, "invalid_request");
     }
-    app.post(
-        "/ojs/v1/workers/heartbeat",
-        json!({"worker_id": "w", "active_jobs": 3}),
-    )
-    .await
-    .expect(200);
+    app.heartbeat(json!({"worker_id": "w", "active_jobs": 3}))
+        .await
+        .expect(200);
     let worker = app.get("/ojs/v1/admin/workers/w").await.expect(200);
     assert_eq!(worker.json["labels"], json!({"zone": "eu-1"}));
 }
@@ -439,22 +424,16 @@ async fn a_heartbeat_refused_for_a_job_not_held_records_nothing() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "q")).await;
     // A worker never seen, naming a job it does not hold.
-    app.post(
-        "/ojs/v1/workers/heartbeat",
-        json!({"worker_id": "stranger", "job_id": id}),
-    )
-    .await
-    .expect_error(409, "conflict");
+    app.heartbeat(json!({"worker_id": "stranger", "job_id": id}))
+        .await
+        .expect_error(409, "conflict");
     app.get("/ojs/v1/admin/workers/stranger")
         .await
         .expect_error(404, "not_found");
     // A registered worker keeps its last heartbeat, and the job is untouched.
-    app.post(
-        "/ojs/v1/workers/register",
-        json!({"worker_id": "w", "queues": ["q"]}),
-    )
-    .await
-    .expect(201);
+    app.register(json!({"worker_id": "w", "queues": ["q"]}))
+        .await
+        .expect(201);
     let heartbeat_at = || async {
         sqlx::query_scalar::<_, chrono::DateTime<chrono::Utc>>(
             "select last_heartbeat_at from ojs_worker where id = 'w'",
@@ -474,12 +453,9 @@ async fn a_heartbeat_refused_for_a_job_not_held_records_nothing() {
     assert_eq!(app.job(&id).await, job_before);
     // Once it holds the job, the same heartbeat is answered and recorded.
     app.fetch_one("q", "w").await;
-    app.post(
-        "/ojs/v1/workers/heartbeat",
-        json!({"worker_id": "w", "job_id": id}),
-    )
-    .await
-    .expect(200);
+    app.heartbeat(json!({"worker_id": "w", "job_id": id}))
+        .await
+        .expect(200);
     assert!(heartbeat_at().await > before);
 }
 

@@ -3,7 +3,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::harness::{TestApp, job};
+use crate::support::{TestApp, job};
 
 #[tokio::test]
 async fn push_returns_201_with_the_complete_envelope_and_location() {
@@ -270,9 +270,7 @@ async fn cancel_of_a_finished_job_is_409_and_of_an_unknown_job_404() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "q")).await;
     app.fetch_one("q", "w1").await;
-    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": id})).await.expect(200);
     let resp = app
         .delete(&format!("/ojs/v1/jobs/{id}"))
         .await
@@ -296,20 +294,14 @@ async fn cancelling_an_active_job_records_an_error_and_tells_the_worker() {
     assert_eq!(j["errors"][0]["attempt"], 1);
     assert!(j["started_at"].is_string(), "kept on cancel");
     let beat = app
-        .post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w1", "active_jobs": [id]}),
-        )
+        .heartbeat(json!({"worker_id": "w1", "active_jobs": [id]}))
         .await
         .expect(200);
     assert_eq!(beat.json["jobs_cancelled"], json!([id]));
     assert_eq!(beat.json["jobs_extended"], json!([]));
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "worker_id": "w1"}),
-    )
-    .await
-    .expect_error(409, "conflict");
+    app.ack(json!({"job_id": id, "worker_id": "w1"}))
+        .await
+        .expect_error(409, "conflict");
     assert_eq!(app.job(&id).await["state"], "cancelled");
 }
 

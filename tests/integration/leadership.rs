@@ -9,7 +9,7 @@ use ojsd::wakeup::Notifier;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::TestDb;
+use crate::support::TestDb;
 
 const LEASE: Duration = Duration::from_secs(10);
 

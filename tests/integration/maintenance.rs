@@ -8,7 +8,7 @@ use ojsd::maintenance::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, job, spawn_fetch};
+use crate::support::{TestApp, job};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -96,12 +96,9 @@ async fn promoter_makes_due_jobs_available() {
                          "retry": {"initial_interval": "PT10M", "jitter": false}}))
         .await;
     app.fetch_one("r", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": retried, "error": {"message": "later"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": retried, "error": {"message": "later"}}))
+        .await
+        .expect(200);
 
     let nothing = run_later(&app, &promoter(&app), Duration::from_secs(60)).await;
     assert_eq!(nothing.processed, 0);
@@ -137,11 +134,7 @@ async fn promoter_wakes_long_polling_fetchers() {
         .push_id(json!({"type": "a.b", "args": [], "queue": "wake", "scheduled_at": "+PT1H"}))
         .await;
     let started = Instant::now();
-    let waiter = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["wake"], "wait_ms": 10_000}),
-    );
+    let waiter = app.spawn_fetch(&json!({"queues": ["wake"], "wait_ms": 10_000}));
     tokio::time::sleep(Duration::from_millis(300)).await;
     run_later(&app, &promoter(&app), Duration::from_secs(7200)).await;
     let body = waiter.await.unwrap();
@@ -173,17 +166,11 @@ async fn reaper_returns_jobs_whose_reservation_expired() {
     assert!(job.get("next_retry_at").is_none(), "no backoff");
 
     // The worker that lost the reservation can no longer report on it.
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "worker_id": "w1"}),
-    )
-    .await
-    .expect_error(409, "conflict");
+    app.ack(json!({"job_id": id, "worker_id": "w1"}))
+        .await
+        .expect_error(409, "conflict");
     let beat = app
-        .post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w1", "active_jobs": [id]}),
-        )
+        .heartbeat(json!({"worker_id": "w1", "active_jobs": [id]}))
         .await
         .expect(200);
     assert_eq!(beat.json["jobs_lost"], json!([id]));
@@ -230,12 +217,9 @@ async fn reaper_enforces_the_execution_timeout_despite_heartbeats() {
     fetch_as(&app, "q", "w", 60_000).await;
     fetch_as(&app, "final", "w", 60_000).await;
     // Heartbeats extend the reservation, never the execution timeout.
-    app.post(
-        "/ojs/v1/workers/heartbeat",
-        json!({"worker_id": "w", "active_jobs": [id, final_id]}),
-    )
-    .await
-    .expect(200);
+    app.heartbeat(json!({"worker_id": "w", "active_jobs": [id, final_id]}))
+        .await
+        .expect(200);
     let pass = run_later(&app, &reaper(&app), Duration::from_millis(1_500)).await;
     assert_eq!(pass.processed, 2);
 
@@ -313,12 +297,9 @@ async fn expirer_discards_waiting_jobs_past_their_deadlines() {
         .push_id(json!({"type": "a.b", "args": [], "queue": "claimed", "enqueue_ttl": 5}))
         .await;
     app.fetch_one("claimed", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": claimed, "requeue": true}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": claimed, "requeue": true}))
+        .await
+        .expect(200);
 
     assert_eq!(
         run_later(&app, &expirer(&app), Duration::from_secs(2))
@@ -370,9 +351,7 @@ async fn pruner_deletes_finished_jobs_past_their_retention() {
     let app = TestApp::spawn().await;
     let completed = app.push_id(job("a.b", "done")).await;
     app.fetch_one("done", "w").await;
-    app.post("/ojs/v1/workers/ack", json!({"job_id": completed}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": completed})).await.expect(200);
     let cancelled = app.push_id(job("a.b", "gone")).await;
     app.delete(&format!("/ojs/v1/jobs/{cancelled}"))
         .await
@@ -381,12 +360,9 @@ async fn pruner_deletes_finished_jobs_past_their_retention() {
         .push_id(json!({"type": "a.b", "args": [], "queue": "dlq", "retry": {"max_attempts": 1}}))
         .await;
     app.fetch_one("dlq", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": discarded, "error": {"message": "no"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": discarded, "error": {"message": "no"}}))
+        .await
+        .expect(200);
     let waiting = app.push_id(job("a.b", "waiting")).await;
     let running = app.push_id(job("a.b", "running")).await;
     app.fetch_one("running", "w").await;
@@ -484,9 +460,7 @@ async fn stale_workers_lose_their_jobs() {
         .push_id(json!({"type": "a.b", "args": [], "queue": "q", "retry": {"max_attempts": 3}}))
         .await;
     let by_fetcher = app.push_id(job("a.b", "other")).await;
-    app.post("/ojs/v1/workers/heartbeat", json!({"worker_id": "w1"}))
-        .await
-        .expect(200);
+    app.heartbeat(json!({"worker_id": "w1"})).await.expect(200);
     fetch_as(&app, "q", "w1", 3_600_000).await;
     // A worker only ever seen fetching is listed but never declared stale.
     fetch_as(&app, "other", "fetch-only", 3_600_000).await;
@@ -523,10 +497,7 @@ async fn stale_workers_lose_their_jobs() {
 
     // A stale worker that heartbeats again runs again, but its lost reservation stays lost.
     let beat = app
-        .post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w1", "active_jobs": [held]}),
-        )
+        .heartbeat(json!({"worker_id": "w1", "active_jobs": [held]}))
         .await
         .expect(200);
     assert_eq!(beat.json["state"], "running");
@@ -537,9 +508,7 @@ async fn stale_workers_lose_their_jobs() {
     );
 
     // Stale workers are listed for a day, then deleted (and fetch-only ones not seen for a day).
-    app.post("/ojs/v1/workers/heartbeat", json!({"worker_id": "w3"}))
-        .await
-        .expect(200);
+    app.heartbeat(json!({"worker_id": "w3"})).await.expect(200);
     run_later(&app, &stale_workers(&app), Duration::from_secs(46)).await;
     let pruner = Pruner::new(app.maintenance(), pruner_config());
     run_later(&app, &pruner, DAY + Duration::from_secs(3600)).await;
@@ -598,12 +567,9 @@ async fn dead_letter_one(app: &TestApp, queue: &str) -> String {
         .push_id(json!({"type": "a.b", "args": [], "queue": queue, "retry": {"max_attempts": 1}}))
         .await;
     app.fetch_one(queue, "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"code": "boom", "message": "no"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "error": {"code": "boom", "message": "no"}}))
+        .await
+        .expect(200);
     id
 }
 
@@ -633,9 +599,7 @@ async fn pruner_follows_each_queues_retention_and_dead_letter_settings() {
     for queue in ["plain", "keep"] {
         let id = app.push_id(job("a.b", queue)).await;
         app.fetch_one(queue, "w").await;
-        app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
-            .await
-            .expect(200);
+        app.ack(json!({"job_id": id})).await.expect(200);
         done.push(id);
     }
     let kept_dead = dead_letter_one(&app, "keep").await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{Resp, TestApp, job, spawn_fetch};
+use crate::support::{Resp, TestApp, assert_share, job, spawn_fetch};
 
 fn with_priority(queue: &str, priority: &Value) -> Value {
     json!({"type": "p.work", "args": [], "queue": queue, "priority": priority})
@@ -154,9 +154,7 @@ async fn concurrent_fetchers_dispatch_by_priority_then_time_available() {
     while dispatched < expected.len() {
         let fetches: Vec<_> = (0..4)
             .map(|w| {
-                spawn_fetch(
-                    &app.client,
-                    &app.base,
+                app.spawn_fetch(
                     &json!({"queues": ["order"], "count": 5, "worker_id": format!("w{w}")}),
                 )
             })
@@ -260,12 +258,9 @@ async fn priority_changes_only_where_it_can_still_matter() {
     app.fetch_one("act", "w1").await;
     let completed = app.push_id(job("p.work", "done")).await;
     app.fetch_one("done", "w1").await;
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": completed, "worker_id": "w1"}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": completed, "worker_id": "w1"}))
+        .await
+        .expect(200);
     let mut retry = job("p.work", "rt");
     retry["retry"] = json!({"max_attempts": 3});
     let retryable = app.push_id(retry).await;
@@ -274,13 +269,10 @@ async fn priority_changes_only_where_it_can_still_matter() {
     let discarded = app.push_id(once).await;
     for (queue, id) in [("rt", &retryable), ("dis", &discarded)] {
         app.fetch_one(queue, "w1").await;
-        app.post(
-            "/ojs/v1/workers/nack",
-            json!({"job_id": id, "worker_id": "w1",
-                   "error": {"code": "boom", "message": "failed"}}),
-        )
-        .await
-        .expect(200);
+        app.nack(json!({"job_id": id, "worker_id": "w1",
+                   "error": {"code": "boom", "message": "failed"}}))
+            .await
+            .expect(200);
     }
     let cancelled = app.push_id(job("p.work", "st")).await;
     app.delete(&format!("/ojs/v1/jobs/{cancelled}"))
@@ -370,20 +362,6 @@ async fn fill(app: &TestApp, queues: &[&str], per_queue: usize) {
 }
 
 #[track_caller]
-fn assert_share(
-    shares: &HashMap<String, usize>,
-    queue: &str,
-    total: usize,
-    expected: f64,
-    tolerance: f64,
-) {
-    let got = *shares.get(queue).unwrap_or(&0) as f64 / total as f64;
-    assert!(
-        (got - expected).abs() <= tolerance,
-        "{queue}: share {got:.3}, expected {expected:.3} ± {tolerance}: {shares:?}"
-    );
-}
-
 #[tokio::test]
 async fn weighted_fetches_follow_the_weights_under_saturation() {
     let app = TestApp::spawn().await;
@@ -618,8 +596,7 @@ async fn priority_metrics_are_exposed() {
 async fn a_worker_registered_with_a_strategy_fetches_by_it_unless_the_fetch_says_otherwise() {
     let app = TestApp::spawn().await;
     fill(&app, &["reg-a", "reg-b"], 50).await;
-    app.post(
-        "/ojs/v1/workers/register",
+    app.register(
         json!({"worker_id": "weighted-worker", "strategy": "weighted",
                "weights": {"reg-a": 1, "reg-b": 1}}),
     )
@@ -638,21 +615,15 @@ async fn a_worker_registered_with_a_strategy_fetches_by_it_unless_the_fetch_says
         .await;
     assert!(strict.iter().all(|j| j["queue"] == "reg-a"), "{strict:?}");
     // Registering again with other defaults applies at once.
-    app.post(
-        "/ojs/v1/workers/register",
-        json!({"worker_id": "weighted-worker", "strategy": "strict"}),
-    )
-    .await
-    .expect(200);
+    app.register(json!({"worker_id": "weighted-worker", "strategy": "strict"}))
+        .await
+        .expect(200);
     let again = app
         .fetch(json!({"queues": ["reg-a", "reg-b"], "count": 10, "worker_id": "weighted-worker"}))
         .await;
     assert!(again.iter().all(|j| j["queue"] == "reg-a"), "{again:?}");
     // Invalid registration weights are refused like a FETCH's.
-    app.post(
-        "/ojs/v1/workers/register",
-        json!({"worker_id": "w2", "weights": {"reg-a": -1}}),
-    )
-    .await
-    .expect_error(400, "invalid_request");
+    app.register(json!({"worker_id": "w2", "weights": {"reg-a": -1}}))
+        .await
+        .expect_error(400, "invalid_request");
 }

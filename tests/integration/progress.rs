@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{Resp, TestApp};
+use crate::support::{Resp, TestApp, sse_data};
 
 async fn put(app: &TestApp, id: &str, body: Value) -> Resp {
     app.send(
@@ -85,12 +85,9 @@ async fn a_running_job_reports_progress_and_anyone_reads_it() {
     );
 
     // A retry starts from nothing; a completed job reads as done.
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"message": "boom"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "error": {"message": "boom"}}))
+        .await
+        .expect(200);
     app.sql(&format!(
         "update ojs_job set state = 'available', next_retry_at = null where id = '{id}'"
     ))
@@ -102,9 +99,7 @@ async fn a_running_job_reports_progress_and_anyone_reads_it() {
         .expect(200)
         .json;
     assert_eq!(fresh["progress"], 0.0, "{fresh}");
-    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": id})).await.expect(200);
     let done = app
         .get(&format!("/ojs/v1/jobs/{id}/progress"))
         .await
@@ -163,18 +158,10 @@ async fn bad_progress_reports_are_refused_and_change_nothing() {
     assert_eq!(read["message"], "half");
 }
 
-/// `data:` of every event of an SSE text.
-fn sse_data(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str(d).ok())
-        .collect()
-}
-
 /// Reads the stream until `n` data events arrived or it ends (10 s at most).
 async fn read_events(resp: &mut reqwest::Response, text: &mut String, n: usize) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while sse_data(text).len() < n && std::time::Instant::now() < deadline {
+    while sse_data(text, None).len() < n && std::time::Instant::now() < deadline {
         match tokio::time::timeout(std::time::Duration::from_millis(500), resp.chunk()).await {
             Ok(Ok(Some(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
             Ok(Ok(None)) | Ok(Err(_)) => return false,
@@ -203,21 +190,19 @@ async fn progress_streams_until_the_job_finishes() {
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let mut text = String::new();
     assert!(read_events(&mut resp, &mut text, 1).await);
-    assert_eq!(sse_data(&text)[0]["progress"], 0.0);
+    assert_eq!(sse_data(&text, None)[0]["progress"], 0.0);
 
     put(&app, &id, json!({"progress": 0.4, "message": "going"}))
         .await
         .expect(200);
     assert!(read_events(&mut resp, &mut text, 2).await);
-    let second = &sse_data(&text)[1];
+    let second = &sse_data(&text, None)[1];
     assert_eq!(second["progress"], 0.4, "{text}");
     assert_eq!(second["message"], "going");
 
-    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": id})).await.expect(200);
     assert!(read_events(&mut resp, &mut text, 3).await);
-    let last = &sse_data(&text)[2];
+    let last = &sse_data(&text, None)[2];
     assert_eq!(last["state"], "completed", "{text}");
     assert_eq!(last["progress"], 1.0);
     let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {

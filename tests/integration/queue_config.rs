@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, count, job, statuses};
-use crate::processes::Replica;
+use crate::support::processes::Replica;
+use crate::support::{TestApp, count, job, statuses};
 
 impl TestApp {
-    async fn put(&self, path: &str, body: Value) -> crate::harness::Resp {
+    async fn put(&self, path: &str, body: Value) -> crate::support::Resp {
         self.send(
             Method::PUT,
             path,
@@ -30,7 +30,7 @@ impl TestApp {
         path: &str,
         body: Value,
         headers: &[(&str, &str)],
-    ) -> crate::harness::Resp {
+    ) -> crate::support::Resp {
         let mut all = vec![("content-type", "application/json")];
         all.extend_from_slice(headers);
         self.send(
@@ -54,12 +54,9 @@ impl TestApp {
     async fn ack_then_info_status(&self, queue: &str) -> u16 {
         let id = self.push_id(job("a.b", queue)).await;
         self.fetch_one(queue, "w1").await;
-        self.post(
-            "/ojs/v1/workers/ack",
-            json!({"job_id": id, "worker_id": "w1"}),
-        )
-        .await
-        .expect(200);
+        self.ack(json!({"job_id": id, "worker_id": "w1"}))
+            .await
+            .expect(200);
         self.get(&format!("/ojs/v1/jobs/{id}")).await.status
     }
 
@@ -404,12 +401,9 @@ async fn twenty_concurrent_producers_never_take_a_queue_past_max_size() {
     let jobs = app
         .fetch(json!({"queues": ["bounded"], "count": 3, "worker_id": "w"}))
         .await;
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": jobs[0]["id"], "worker_id": "w"}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": jobs[0]["id"], "worker_id": "w"}))
+        .await
+        .expect(200);
     app.delete(&format!("/ojs/v1/jobs/{}", jobs[1]["id"].as_str().unwrap()))
         .await
         .expect(200);
@@ -740,7 +734,7 @@ async fn concurrency_three_with_ten_workers_never_has_more_than_three_active() {
 
 #[tokio::test]
 async fn a_rate_limit_of_ten_per_second_holds_across_two_replicas() {
-    let db = crate::harness::TestDb::new().await;
+    let db = crate::support::TestDb::new().await;
     let url = db.url();
     let a = Replica::start(&url, "rate-a", &[("OJS_SKIP_MIGRATIONS", "true")]);
     let b = Replica::start(&url, "rate-b", &[("OJS_SKIP_MIGRATIONS", "true")]);
@@ -852,10 +846,7 @@ async fn a_zero_completed_retention_deletes_jobs_on_ack_and_keeps_their_events()
     let id = app.push_id(job("a.b", "gone")).await;
     app.fetch_one("gone", "w1").await;
     let acked = app
-        .post(
-            "/ojs/v1/workers/ack",
-            json!({"job_id": id, "worker_id": "w1", "result": {"sent": [1, 2]}}),
-        )
+        .ack(json!({"job_id": id, "worker_id": "w1", "result": {"sent": [1, 2]}}))
         .await
         .expect(200);
     assert_eq!(acked.json["state"], "completed");
@@ -879,12 +870,9 @@ async fn a_zero_completed_retention_deletes_jobs_on_ack_and_keeps_their_events()
     .unwrap();
     assert_eq!(result, Some(json!({"sent": [1, 2]})));
     // A second ACK finds nothing to complete.
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "worker_id": "w1"}),
-    )
-    .await
-    .expect_error(404, "not_found");
+    app.ack(json!({"job_id": id, "worker_id": "w1"}))
+        .await
+        .expect_error(404, "not_found");
     // The queue's bound counts the job out.
     assert_eq!(app.capacity_counter("gone").await, 0);
 
@@ -916,23 +904,17 @@ async fn a_zero_completed_retention_deletes_jobs_on_ack_and_keeps_their_events()
     // Other queues keep theirs; a NACK keeps the job whatever the retention.
     let kept = app.push_id(job("a.b", "kept")).await;
     app.fetch_one("kept", "w1").await;
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": kept, "worker_id": "w1"}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": kept, "worker_id": "w1"}))
+        .await
+        .expect(200);
     assert_eq!(app.job(&kept).await["state"], "completed");
     let failed = app
         .push_id(json!({"type": "a.b", "args": [], "options": {"queue": "gone", "retry": {"max_attempts": 1}}}))
         .await;
     app.fetch_one("gone", "w1").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": failed, "worker_id": "w1", "error": {"message": "no"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": failed, "worker_id": "w1", "error": {"message": "no"}}))
+        .await
+        .expect(200);
     assert_eq!(app.job(&failed).await["state"], "discarded");
 }
 

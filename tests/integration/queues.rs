@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::{TestApp, job, spawn_fetch};
+use crate::support::{TestApp, job};
 
 #[tokio::test]
 async fn the_first_enqueue_creates_the_queue_once() {
@@ -73,12 +73,9 @@ async fn a_paused_queue_accepts_jobs_but_fetch_skips_it_until_resumed() {
     let jobs = app.fetch(json!({"queues": ["pq", "other"]})).await;
     assert_eq!(jobs[0]["queue"], "other");
     // The job that was running finishes normally.
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": running, "worker_id": "w1"}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": running, "worker_id": "w1"}))
+        .await
+        .expect(200);
     let shown = app.get("/ojs/v1/queues/pq").await.expect(200).json;
     assert_eq!(shown["state"], "paused");
     let manifest = app.get("/ojs/manifest").await.expect(200).json;
@@ -86,11 +83,7 @@ async fn a_paused_queue_accepts_jobs_but_fetch_skips_it_until_resumed() {
     assert_eq!(shown["paused_at"], paused_at.as_str());
 
     // A long poll on the paused queue is answered as soon as it resumes.
-    let poll = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["pq"], "wait_ms": 10000}),
-    );
+    let poll = app.spawn_fetch(&json!({"queues": ["pq"], "wait_ms": 10000}));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
     let resumed = app
@@ -230,22 +223,16 @@ async fn queue_stats_count_every_state_and_the_last_hour() {
     let app = TestApp::spawn().await;
     let done = app.push_id(job("a.b", "st")).await;
     app.fetch_one("st", "w").await;
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": done, "worker_id": "w"}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": done, "worker_id": "w"}))
+        .await
+        .expect(200);
     let mut once = job("a.b", "st");
     once["retry"] = json!({"max_attempts": 1});
     let dead = app.push_id(once).await;
     app.fetch_one("st", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": dead, "worker_id": "w", "error": {"code": "x", "message": "no"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": dead, "worker_id": "w", "error": {"code": "x", "message": "no"}}))
+        .await
+        .expect(200);
     app.push(job("a.b", "st")).await;
     let mut later = job("a.b", "st");
     later["scheduled_at"] = json!("+1h");
@@ -298,12 +285,9 @@ async fn a_dead_letter_retry_into_a_new_queue_creates_it() {
     once["retry"] = json!({"max_attempts": 1});
     let id = app.push_id(once).await;
     app.fetch_one("src", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "worker_id": "w", "error": {"code": "x", "message": "no"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "worker_id": "w", "error": {"code": "x", "message": "no"}}))
+        .await
+        .expect(200);
     app.get("/ojs/v1/queues/elsewhere")
         .await
         .expect_error(404, "not_found");
@@ -318,7 +302,7 @@ async fn a_dead_letter_retry_into_a_new_queue_creates_it() {
 }
 
 impl TestApp {
-    async fn delete_queue(&self, name: &str, body: serde_json::Value) -> crate::harness::Resp {
+    async fn delete_queue(&self, name: &str, body: serde_json::Value) -> crate::support::Resp {
         self.send(
             reqwest::Method::DELETE,
             &format!("/ojs/v1/queues/{name}"),
@@ -446,12 +430,9 @@ async fn deleting_with_discard_drains_active_jobs_then_removes_the_queue() {
         "draining",
         "an active job remains"
     );
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": running, "worker_id": "w"}),
-    )
-    .await
-    .expect(200);
+    app.ack(json!({"job_id": running, "worker_id": "w"}))
+        .await
+        .expect(200);
     app.expire().await;
     app.get("/ojs/v1/queues/dq")
         .await
@@ -482,11 +463,7 @@ async fn deleting_with_move_sends_waiting_jobs_to_the_target() {
     let a = app.push_id(job("a.b", "old")).await;
     let b = app.push_id(job("a.b", "old")).await;
     app.push(job("a.b", "new")).await;
-    let poll = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["fresh"], "wait_ms": 10000}),
-    );
+    let poll = app.spawn_fetch(&json!({"queues": ["fresh"], "wait_ms": 10000}));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let resp = app
         .delete_queue("old", json!({"strategy": "move", "target_queue": "fresh"}))

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::harness::TestDb;
-use crate::processes::{PrivateCluster, Replica};
+use crate::support::TestDb;
+use crate::support::processes::{PrivateCluster, Replica};
 
 /// Lease used by [`Replica::start`] (OJS_LEADER_LEASE_MS) and the follower's elect interval.
 const LEASE: Duration = Duration::from_millis(2_000);

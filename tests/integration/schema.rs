@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::harness::{TestApp, TestDb, job};
+use crate::support::{TestApp, TestDb, job};
 
 #[tokio::test]
 async fn job_row_type_matches_the_table_column_for_column() {
@@ -171,12 +171,9 @@ async fn operator_views_answer_the_usual_questions() {
     ))
     .await;
     app.fetch_one("mail", "w1").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": dead, "error": {"code": "boom", "message": "it broke"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": dead, "error": {"code": "boom", "message": "it broke"}}))
+        .await
+        .expect(200);
 
     let counts: Vec<(String, String, i64)> =
         sqlx::query_as("select queue, state::text, jobs from ojs_job_counts order by queue, state")

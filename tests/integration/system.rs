@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{TestApp, job};
+use crate::support::{TestApp, job};
 
 #[tokio::test]
 async fn manifest_describes_the_server() {
@@ -75,9 +75,7 @@ async fn health_and_readiness() {
     app.post("/ojs/v1/queues/h-two/pause", json!({}))
         .await
         .expect(200);
-    app.post("/ojs/v1/workers/register", json!({"worker_id": "h-w"}))
-        .await
-        .expect(201);
+    app.register(json!({"worker_id": "h-w"})).await.expect(201);
     for path in ["/ojs/v1/health", "/health"] {
         let resp = app.get(path).await.expect(200);
         assert_eq!(resp.json["status"], "ok");
@@ -144,9 +142,7 @@ async fn metrics_are_prometheus_text() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("metered.job", "metered")).await;
     app.fetch_one("metered", "w").await;
-    app.post("/ojs/v1/workers/ack", json!({"job_id": id}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": id})).await.expect(200);
     let resp = app.get("/metrics").await.expect(200);
     assert_eq!(resp.header("content-type"), Some("text/plain"));
     assert!(
@@ -166,9 +162,7 @@ async fn metrics_are_prometheus_text() {
 async fn reset_exists_only_with_test_hooks() {
     let app = TestApp::spawn().await;
     app.push(job("a.b", "q")).await;
-    app.post("/ojs/v1/workers/heartbeat", json!({"worker_id": "w"}))
-        .await
-        .expect(200);
+    app.heartbeat(json!({"worker_id": "w"})).await.expect(200);
     assert_eq!(
         app.post("/ojs/v1/admin/reset", json!({}))
             .await

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, count, statuses};
+use crate::support::{TestApp, count, statuses};
 
 fn unique_job(args: Value, unique: Value) -> Value {
     let mut job = json!({"type": "report.build", "queue": "u"});
@@ -122,9 +122,7 @@ async fn period_and_states_limit_what_counts_as_a_duplicate() {
         .push(json!({"type": "done.job", "args": [], "queue": "d", "unique": {}}))
         .await;
     app.fetch_one("d", "w").await;
-    app.post("/ojs/v1/workers/ack", json!({"job_id": done["id"]}))
-        .await
-        .expect(200);
+    app.ack(json!({"job_id": done["id"]})).await.expect(200);
     app.push(json!({"type": "done.job", "args": [], "queue": "d", "unique": {}}))
         .await;
     app.post(

@@ -3,7 +3,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::harness::{TestApp, job};
+use crate::support::{TestApp, job};
 
 #[tokio::test]
 async fn envelope_field_errors_are_400_invalid_request_naming_the_field() {
@@ -278,10 +278,7 @@ async fn retry_intervals_in_milliseconds_are_applied() {
     assert!(j["retry"].get("initial_interval_ms").is_none(), "{j}");
     app.fetch_one("ms", "w").await;
     let nacked = app
-        .post(
-            "/ojs/v1/workers/nack",
-            json!({"job_id": j["id"], "error": {"code": "boom", "message": "x"}}),
-        )
+        .nack(json!({"job_id": j["id"], "error": {"code": "boom", "message": "x"}}))
         .await
         .expect(200);
     assert_eq!(

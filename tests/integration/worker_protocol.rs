@@ -2,17 +2,14 @@
 
 use serde_json::json;
 
-use crate::harness::{TestApp, job};
+use crate::support::{TestApp, job};
 
 #[tokio::test]
 async fn registration_creates_then_updates_the_worker() {
     let app = TestApp::spawn().await;
     let resp = app
-        .post(
-            "/ojs/v1/workers/register",
-            json!({"worker_id": "w-1", "hostname": "pod-a", "pid": 42, "queues": ["default", "email"],
-                   "labels": ["v2"], "strategy": "weighted", "weights": {"email": 3}}),
-        )
+        .register(json!({"worker_id": "w-1", "hostname": "pod-a", "pid": 42, "queues": ["default", "email"],
+                   "labels": ["v2"], "strategy": "weighted", "weights": {"email": 3}}))
         .await
         .expect(201);
     let body = &resp.json;
@@ -25,12 +22,9 @@ async fn registration_creates_then_updates_the_worker() {
     assert!(body["server_time"].is_string());
 
     // The wrapped form, for a known id: 200, and what it omits is kept.
-    app.post(
-        "/ojs/v1/workers/register",
-        json!({"worker": {"id": "w-1", "concurrency": 4}}),
-    )
-    .await
-    .expect(200);
+    app.register(json!({"worker": {"id": "w-1", "concurrency": 4}}))
+        .await
+        .expect(200);
     let worker = app.get("/ojs/v1/admin/workers/w-1").await.expect(200).json;
     assert_eq!(worker["id"], "w-1");
     assert_eq!(worker["hostname"], "pod-a");
@@ -74,7 +68,7 @@ async fn registration_rejects_bad_fields() {
         (json!({"worker": 5}), "$.worker"),
     ] {
         let resp = app
-            .post("/ojs/v1/workers/register", body.clone())
+            .register(body.clone())
             .await
             .expect_error(400, "invalid_request");
         assert_eq!(resp.json["error"]["details"]["field"], field, "{body}");
@@ -85,9 +79,7 @@ async fn registration_rejects_bad_fields() {
 async fn directives_reach_the_worker_and_only_escalate() {
     let app = TestApp::spawn().await;
     app.push(job("a.b", "q")).await;
-    app.post("/ojs/v1/workers/register", json!({"worker_id": "w"}))
-        .await
-        .expect(201);
+    app.register(json!({"worker_id": "w"})).await.expect(201);
     app.post("/ojs/v1/admin/workers/nobody/quiet", json!({}))
         .await
         .expect_error(404, "not_found");
@@ -105,10 +97,7 @@ async fn directives_reach_the_worker_and_only_escalate() {
         resp.json,
         json!({"worker_id": "w", "directive": "quiet", "state": "quiet"})
     );
-    let beat = app
-        .post("/ojs/v1/workers/heartbeat", json!({"worker_id": "w"}))
-        .await
-        .expect(200);
+    let beat = app.heartbeat(json!({"worker_id": "w"})).await.expect(200);
     assert_eq!(
         (beat.json["state"].as_str(), beat.json["directive"].as_str()),
         (Some("quiet"), Some("quiet"))
@@ -148,10 +137,7 @@ async fn a_worker_reporting_drain_or_quiet_gets_no_work() {
     let app = TestApp::spawn().await;
     app.push(job("a.b", "q")).await;
     let beat = app
-        .post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w", "state": "drain"}),
-        )
+        .heartbeat(json!({"worker_id": "w", "state": "drain"}))
         .await
         .expect(200);
     assert_eq!(beat.json["state"], "terminate");
@@ -161,12 +147,9 @@ async fn a_worker_reporting_drain_or_quiet_gets_no_work() {
             .await
             .is_empty()
     );
-    app.post(
-        "/ojs/v1/workers/heartbeat",
-        json!({"worker_id": "w", "state": "running"}),
-    )
-    .await
-    .expect(200);
+    app.heartbeat(json!({"worker_id": "w", "state": "running"}))
+        .await
+        .expect(200);
     assert_eq!(
         app.fetch(json!({"queues": ["q"], "worker_id": "w"}))
             .await
@@ -185,10 +168,7 @@ async fn test_directives_from_job_metadata_need_test_hooks() {
             .await;
         app.fetch_one("q", "w").await;
         let beat = app
-            .post(
-                "/ojs/v1/workers/heartbeat",
-                json!({"worker_id": "w", "active_jobs": [id]}),
-            )
+            .heartbeat(json!({"worker_id": "w", "active_jobs": [id]}))
             .await
             .expect(200);
         let expected = if hooks { "terminate" } else { "running" };
@@ -205,9 +185,7 @@ async fn deregistration_releases_the_workers_jobs() {
     let b = app
         .push_id(json!({"type": "a.b", "args": [], "queue": "q", "retry": {"max_attempts": 1}}))
         .await;
-    app.post("/ojs/v1/workers/register", json!({"worker_id": "w"}))
-        .await
-        .expect(201);
+    app.register(json!({"worker_id": "w"})).await.expect(201);
     let jobs = app
         .fetch(json!({"queues": ["q"], "worker_id": "w", "count": 2}))
         .await;
@@ -239,12 +217,9 @@ async fn deregistration_releases_the_workers_jobs() {
 async fn the_worker_list_pages_and_counts_by_state() {
     let app = TestApp::spawn().await;
     for i in 0..5 {
-        app.post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": format!("w{i}")}),
-        )
-        .await
-        .expect(200);
+        app.heartbeat(json!({"worker_id": format!("w{i}")}))
+            .await
+            .expect(200);
     }
     app.post("/ojs/v1/admin/workers/w1/quiet", json!({}))
         .await

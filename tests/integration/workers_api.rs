@@ -4,13 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, job, spawn_fetch};
-
-fn ids(jobs: &[Value]) -> Vec<String> {
-    jobs.iter()
-        .map(|j| j["id"].as_str().unwrap().to_owned())
-        .collect()
-}
+use crate::support::{TestApp, ids, job};
 
 #[tokio::test]
 async fn fetch_hands_out_lower_priority_numbers_first_then_fifo() {
@@ -123,11 +117,7 @@ async fn long_poll_is_woken_by_an_enqueue() {
     // With a 60 s poll interval only the notification can deliver the job within the wait.
     let app = TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 60_000).await;
     let started = Instant::now();
-    let waiter = spawn_fetch(
-        &app.client,
-        &app.base,
-        &json!({"queues": ["other", "wake"], "wait_ms": 10_000}),
-    );
+    let waiter = app.spawn_fetch(&json!({"queues": ["other", "wake"], "wait_ms": 10_000}));
     tokio::time::sleep(Duration::from_millis(300)).await;
     app.push(job("a.b", "unrelated")).await;
     let id = app.push_id(job("a.b", "wake")).await;
@@ -175,12 +165,9 @@ async fn fetch_promotes_due_scheduled_and_retryable_jobs() {
     assert_eq!(got["id"], scheduled.as_str());
     assert!(got["enqueued_at"].is_string());
 
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": scheduled, "error": {"message": "try later"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": scheduled, "error": {"message": "try later"}}))
+        .await
+        .expect(200);
     assert_eq!(app.job(&scheduled).await["state"], "retryable");
     assert!(
         app.fetch(json!({"queues": ["q"]})).await.is_empty(),
@@ -228,12 +215,9 @@ async fn ack_completes_with_result_and_removes_the_error() {
         .push_id(json!({"type": "a.b", "args": [], "queue": "q", "retry": {"initial_interval": "PT1S", "jitter": false}}))
         .await;
     app.fetch_one("q", "w").await;
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"message": "flaky"}}),
-    )
-    .await
-    .expect(200);
+    app.nack(json!({"job_id": id, "error": {"message": "flaky"}}))
+        .await
+        .expect(200);
     app.sql(&format!(
         "update ojs_job set next_retry_at = now() where id = '{id}'"
     ))
@@ -269,30 +253,24 @@ async fn ack_and_nack_need_an_active_job() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "q")).await;
     let resp = app
-        .post("/ojs/v1/workers/ack", json!({"job_id": id}))
+        .ack(json!({"job_id": id}))
         .await
         .expect_error(409, "conflict");
     let details = &resp.json["error"]["details"];
     assert_eq!(details["current_state"], "available");
     assert_eq!(details["expected_state"], "active");
     assert_eq!(details["allowed_states"], json!(["active"]));
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": id, "error": {"message": "m"}}),
-    )
-    .await
-    .expect_error(409, "conflict");
+    app.nack(json!({"job_id": id, "error": {"message": "m"}}))
+        .await
+        .expect_error(409, "conflict");
     assert_eq!(app.job(&id).await["state"], "available");
     let unknown = "019539a4-0000-7000-8000-000000000000";
-    app.post("/ojs/v1/workers/ack", json!({"job_id": unknown}))
+    app.ack(json!({"job_id": unknown}))
         .await
         .expect_error(404, "not_found");
-    app.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": unknown, "error": {"message": "m"}}),
-    )
-    .await
-    .expect_error(404, "not_found");
+    app.nack(json!({"job_id": unknown, "error": {"message": "m"}}))
+        .await
+        .expect_error(404, "not_found");
 }
 
 #[tokio::test]
@@ -300,12 +278,9 @@ async fn ack_result_over_1_mib_is_413() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "q")).await;
     app.fetch_one("q", "w").await;
-    app.post(
-        "/ojs/v1/workers/ack",
-        json!({"job_id": id, "result": "x".repeat(1024 * 1024 + 1)}),
-    )
-    .await
-    .expect_error(413, "envelope_too_large");
+    app.ack(json!({"job_id": id, "result": "x".repeat(1024 * 1024 + 1)}))
+        .await
+        .expect_error(413, "envelope_too_large");
     assert_eq!(app.job(&id).await["state"], "active");
 }
 
@@ -318,7 +293,7 @@ async fn nack_with_retries_left_is_retryable_with_backoff() {
     for (attempt, delay) in [(1, 2_000), (2, 6_000)] {
         app.fetch_one("q", "w").await;
         let resp = app
-            .post("/ojs/v1/workers/nack", json!({"job_id": id, "worker_id": "w", "error": {"code": "E_NET", "message": format!("failure {attempt}"), "details": {"error_class": "NetworkError"}, "backtrace": ["a", "b"]}}))
+            .nack(json!({"job_id": id, "worker_id": "w", "error": {"code": "E_NET", "message": format!("failure {attempt}"), "details": {"error_class": "NetworkError"}, "backtrace": ["a", "b"]}}))
             .await
             .expect(200);
         assert_eq!(resp.json["state"], "retryable");
@@ -354,10 +329,7 @@ async fn nack_on_the_last_attempt_discards_into_the_dead_letter_queue() {
         .await;
     app.fetch_one("q", "w").await;
     let resp = app
-        .post(
-            "/ojs/v1/workers/nack",
-            json!({"job_id": id, "error": {"message": "fatal"}}),
-        )
+        .nack(json!({"job_id": id, "error": {"message": "fatal"}}))
         .await
         .expect(200);
     assert_eq!(resp.json["state"], "discarded");
@@ -428,10 +400,7 @@ async fn non_retryable_errors_and_directives_skip_retries() {
             .await;
         app.fetch_one("q", "w").await;
         let resp = app
-            .post(
-                "/ojs/v1/workers/nack",
-                json!({"job_id": id, "error": error}),
-            )
+            .nack(json!({"job_id": id, "error": error}))
             .await
             .expect(200);
         assert_eq!(resp.json["state"], state, "{error}");
@@ -447,10 +416,7 @@ async fn nack_requeue_returns_the_job_immediately() {
     let id = app.push_id(job("a.b", "q")).await;
     app.fetch_one("q", "w").await;
     let resp = app
-        .post(
-            "/ojs/v1/workers/nack",
-            json!({"job_id": id, "requeue": true}),
-        )
+        .nack(json!({"job_id": id, "requeue": true}))
         .await
         .expect(200);
     assert_eq!(resp.json["state"], "available");
@@ -479,7 +445,7 @@ async fn heartbeat_extends_the_reservation_and_registers_the_worker() {
         .unwrap()
         .to_owned();
     let resp = app
-        .post("/ojs/v1/workers/heartbeat", json!({"worker_id": "w1", "active_jobs": [id], "visibility_timeout_ms": 600000, "hostname": "h1", "pid": 42}))
+        .heartbeat(json!({"worker_id": "w1", "active_jobs": [id], "visibility_timeout_ms": 600000, "hostname": "h1", "pid": 42}))
         .await
         .expect(200);
     assert_eq!(resp.json["state"], "running");
@@ -520,10 +486,7 @@ async fn heartbeat_reports_jobs_the_worker_no_longer_holds() {
     app.fetch_one("q", "w2").await;
     let unknown = "019539a4-0000-7000-8000-000000000000";
     let resp = app
-        .post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w1", "active_jobs": [mine, theirs, unknown]}),
-        )
+        .heartbeat(json!({"worker_id": "w1", "active_jobs": [mine, theirs, unknown]}))
         .await
         .expect(200);
     assert_eq!(resp.json["jobs_extended"], json!([mine]));
@@ -534,10 +497,7 @@ async fn heartbeat_reports_jobs_the_worker_no_longer_holds() {
     assert_eq!(lost, expected);
     // The drain state ranks as terminate.
     let resp = app
-        .post(
-            "/ojs/v1/workers/heartbeat",
-            json!({"worker_id": "w1", "shutdown": true}),
-        )
+        .heartbeat(json!({"worker_id": "w1", "shutdown": true}))
         .await
         .expect(200);
     assert_eq!(resp.json["state"], "terminate");
@@ -549,9 +509,7 @@ async fn worker_health_reflects_the_reported_state() {
     app.get("/ojs/v1/workers/nobody/health")
         .await
         .expect_error(404, "not_found");
-    app.post("/ojs/v1/workers/heartbeat", json!({"worker_id": "w1"}))
-        .await
-        .expect(200);
+    app.heartbeat(json!({"worker_id": "w1"})).await.expect(200);
     let resp = app.get("/ojs/v1/workers/w1/health").await.expect(200);
     assert_eq!(resp.json["state"], "running");
     assert_eq!(resp.json["active_jobs"], 0);

@@ -226,7 +226,8 @@ struct TenantFairnessRequest {
     default_weight: Option<u32>,
 }
 
-/// The weights of a pool's tenants: `tenant:<id>` (the id at most 255 bytes) to 1..=1,000,000.
+/// The weights of a pool's tenants: `tenant:<id>` or `<id>` (the id 1 to 255 bytes) to
+/// 1..=1,000,000.
 fn tenant_weights_schema() -> utoipa::openapi::schema::Object {
     use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
     ObjectBuilder::new()
@@ -234,7 +235,7 @@ fn tenant_weights_schema() -> utoipa::openapi::schema::Object {
         .property_names(Some(
             ObjectBuilder::new()
                 .schema_type(Type::String)
-                .pattern(Some("^tenant:.{1,63}$")),
+                .pattern(Some("^(tenant:.{1,63}|.{1,63})$")),
         ))
         .additional_properties(Some(
             ObjectBuilder::new()
@@ -243,7 +244,8 @@ fn tenant_weights_schema() -> utoipa::openapi::schema::Object {
                 .maximum(Some(crate::scheduling::MAX_WEIGHT)),
         ))
         .description(Some(
-            "Weights (1 to 1,000,000) by tenant, keyed `tenant:<id>`; a bare `<id>` is accepted too.",
+            "Weights (1 to 1,000,000) by tenant, keyed `tenant:<id>` or `<id>` (an id of 1 to 255 \
+             bytes).",
         ))
         .build()
 }

@@ -32,7 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 struct FetchRequestSchema {
     /// Queues to take from (1–100, a repeated name counts once). A member of a configured
     /// pool may leave them out to use its pool's; anyone else must name them.
-    #[schema(value_type = Vec<QueueName>, min_items = 1, max_items = 100)]
+    #[schema(value_type = Option<Vec<QueueName>>, min_items = 1, max_items = 100)]
     queues: Option<Vec<String>>,
     /// Most jobs to claim (1 to the server's `limits.max_fetch_count`); default 1.
     #[schema(value_type = Option<FetchCount>)]

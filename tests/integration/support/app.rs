@@ -1,0 +1,240 @@
+//! The real server in this process, on its own database and port, and what tests need around
+//! it: replicas on the same database, SQL against its database, its maintenance services.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use ojsd::app::Application;
+use ojsd::config::Config;
+use serde_json::Value;
+use sqlx::{ConnectOptions, Connection, PgPool};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::client::Client;
+use super::db::{TestDb, server_options};
+
+/// Another server on a [`TestApp`]'s database, in the same process (see
+/// [`TestApp::spawn_replica`]).
+pub struct InProcessReplica {
+    pub base: String,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<anyhow::Result<()>>,
+}
+
+impl InProcessReplica {
+    /// Stops the replica gracefully and asserts it ended cleanly.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.server.await.unwrap().unwrap();
+    }
+}
+
+/// The real server, on its own database and port. It derefs to its [`Client`], so tests
+/// call the API on it directly (`app.post(...)`, `app.ack(...)`).
+pub struct TestApp {
+    pub db: TestDb,
+    pub api: Client,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl std::ops::Deref for TestApp {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.api
+    }
+}
+
+impl TestApp {
+    /// A server with test hooks on and default settings, except that it never runs the
+    /// maintenance services (tests drive them with `run_once`; see [`TestApp::spawn_with`]).
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// A server whose configuration `configure` adjusts.
+    pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> TestApp {
+        init_test_logging();
+        let db = TestDb::new().await;
+        let mut config = Config {
+            database_url: db.url(),
+            listen_addr: "127.0.0.1:0".parse().unwrap(),
+            skip_migrations: true,
+            test_hooks: true,
+            db_max_connections: 10,
+            db_min_connections: 1,
+            maintenance: false,
+            ..Config::default()
+        };
+        configure(&mut config);
+        let app = Application::build(&config).await.expect("build the server");
+        let addr = app.local_addr().expect("bound address");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        TestApp {
+            db,
+            api: Client::new(format!("http://{addr}")),
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    /// A second server in this process on the same database (another replica), with the
+    /// settings `configure` adjusts (no migrations, no maintenance, 6 connections by default).
+    pub async fn spawn_replica(&self, configure: impl FnOnce(&mut Config)) -> InProcessReplica {
+        let mut config = Config {
+            database_url: self.db.url(),
+            listen_addr: "127.0.0.1:0".parse().unwrap(),
+            skip_migrations: true,
+            db_max_connections: 6,
+            db_min_connections: 1,
+            maintenance: false,
+            ..Config::default()
+        };
+        configure(&mut config);
+        let app = Application::build(&config)
+            .await
+            .expect("build the replica");
+        let base = format!("http://{}", app.local_addr().expect("bound address"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        InProcessReplica { base, stop, server }
+    }
+
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.server.take() {
+            Some(server) => server.await?,
+            None => Ok(()),
+        }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.db.pool
+    }
+
+    /// Number of rows in `ojs_job`.
+    pub async fn job_count(&self) -> i64 {
+        sqlx::query_scalar("select count(*) from ojs_job")
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
+    }
+
+    /// Runs SQL on the server's `postgres` database (for statements about the test database
+    /// itself, which cannot run while connected to it).
+    pub async fn admin_sql(&self, statement: &str) {
+        let mut conn = server_options()
+            .connect()
+            .await
+            .expect("connect to the test server");
+        sqlx::raw_sql(statement)
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        let _ = conn.close().await;
+    }
+
+    /// Runs SQL against the test database (to arrange a situation, e.g. move time).
+    pub async fn sql(&self, statement: &str) {
+        sqlx::raw_sql(statement)
+            .execute(self.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn init_test_logging() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        if std::env::var_os("TEST_LOG").is_some() {
+            ojsd::telemetry::init(ojsd::telemetry::LogFormat::Text);
+        }
+    });
+}
+
+/// A minimal valid job of `job_type` on `queue`.
+pub fn job(job_type: &str, queue: &str) -> Value {
+    serde_json::json!({"type": job_type, "args": [], "queue": queue})
+}
+
+/// Waits for concurrently started requests and returns their statuses.
+pub async fn statuses(tasks: Vec<JoinHandle<u16>>) -> Vec<u16> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.expect("request task"));
+    }
+    out
+}
+
+/// How many of `statuses` equal `status`.
+pub fn count(statuses: &[u16], status: u16) -> usize {
+    statuses.iter().filter(|s| **s == status).count()
+}
+
+impl TestApp {
+    /// What the maintenance services need, on this test's database.
+    pub fn maintenance(&self) -> ojsd::maintenance::Context {
+        ojsd::maintenance::Context::new(self.pool().clone(), "ojs-server", "test-instance")
+    }
+
+    /// Runs the reaper once as if `offset` had passed: every claim whose reservation (or
+    /// timeout) ended by then is taken back, exactly as the leader's reaper takes it back.
+    pub async fn reap_after(&self, offset: Duration) -> ojsd::maintenance::Pass {
+        use ojsd::maintenance::{Reaper, ReaperConfig, Service};
+        let reaper = Reaper::new(
+            self.maintenance(),
+            ReaperConfig {
+                interval: Duration::from_secs(1),
+                batch_size: 100,
+            },
+        );
+        let now = self.db_now_plus(offset).await;
+        reaper.run_once(Some(now)).await.expect("a reaper pass")
+    }
+
+    /// The database clock plus `offset` (to run a service "later" without sleeping).
+    pub async fn db_now_plus(&self, offset: Duration) -> chrono::DateTime<chrono::Utc> {
+        let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()")
+            .fetch_one(self.pool())
+            .await
+            .unwrap();
+        now + chrono::Duration::from_std(offset).unwrap()
+    }
+
+    /// Event types written so far, in delivery order (all transactions have committed).
+    pub async fn event_types(&self) -> Vec<String> {
+        sqlx::query_scalar("select type from ojs_event_log order by xid, seq")
+            .fetch_all(self.pool())
+            .await
+            .unwrap()
+    }
+
+    /// Event types written about one job, in delivery order.
+    pub async fn job_event_types(&self, id: &str) -> Vec<String> {
+        sqlx::query_scalar(
+            "select type from ojs_event_log where job_id = $1::uuid order by xid, seq",
+        )
+        .bind(id)
+        .fetch_all(self.pool())
+        .await
+        .unwrap()
+    }
+}
