@@ -226,17 +226,12 @@ async fn concurrent_single_pushes_share_commits_and_each_gets_its_own_job() {
     let app = TestApp::spawn().await;
     let tasks: Vec<_> = (0..64)
         .map(|i| {
-            let (client, url) = (app.client.clone(), format!("{}/ojs/v1/jobs", app.base));
+            let api = app.api.clone();
             tokio::spawn(async move {
-                let resp = client
-                    .post(&url)
-                    .json(&json!({"type": "a.b", "args": [i], "queue": "grouped"}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(resp.status(), 201);
-                let body: Value = resp.json().await.unwrap();
-                (i, body["job"].clone())
+                let job = api
+                    .push(json!({"type": "a.b", "args": [i], "queue": "grouped"}))
+                    .await;
+                (i, job)
             })
         })
         .collect();

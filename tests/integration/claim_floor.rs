@@ -8,7 +8,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support::processes::Replica;
-use crate::support::{TestApp, TestDb};
+use crate::support::{Client, TestApp, TestDb};
 use ojsd::maintenance::{PlannerStats, PlannerStatsConfig, Service};
 
 fn normal(name: &str) -> Value {
@@ -101,38 +101,21 @@ async fn a_more_urgent_job_enqueued_on_another_replica_reaches_a_waiting_fetch()
     ];
     let a = Replica::start(&url, "floor-a", &env);
     let b = Replica::start(&url, "floor-b", &env);
-    let client = reqwest::Client::new();
-    let post = |base: &str, path: &str, body: Value| {
-        let request = client.post(format!("{base}{path}")).json(&body);
-        async move {
-            let resp = request.send().await.expect("request");
-            let status = resp.status().as_u16();
-            (status, resp.json::<Value>().await.expect("json body"))
-        }
-    };
+    let api_a = Client::new(&a.base);
+    let api_b = api_a.of(&b.base);
     // A claims one job, raising its floor to it.
-    let (status, _) = post(&a.base, "/ojs/v1/jobs", normal("first")).await;
-    assert_eq!(status, 201);
+    api_a.push(normal("first")).await;
     let fetch = json!({"queues": ["q"], "worker_id": "w", "count": 1});
-    let (_, body) = post(&a.base, "/ojs/v1/workers/fetch", fetch.clone()).await;
-    assert_eq!(body["jobs"].as_array().map(Vec::len), Some(1));
+    assert_eq!(api_a.fetch(fetch).await.len(), 1);
     // A waits; B enqueues a job that goes before A's floor.
-    let waiting = {
-        let request = client
-            .post(format!("{}/ojs/v1/workers/fetch", a.base))
-            .json(&json!({"queues": ["q"], "worker_id": "w", "count": 1, "wait_ms": 10_000}));
-        tokio::spawn(async move { request.send().await.expect("fetch").json::<Value>().await })
-    };
+    let waiting = api_a
+        .spawn_fetch(&json!({"queues": ["q"], "worker_id": "w", "count": 1, "wait_ms": 10_000}));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, body) = post(
-        &b.base,
-        "/ojs/v1/jobs",
-        json!({"type": "a.b", "args": [], "queue": "q", "priority": 0}),
-    )
-    .await;
-    assert_eq!(status, 201);
-    let urgent = body["job"]["id"].clone();
-    let got = waiting.await.expect("fetch task").expect("json body");
+    let urgent = api_b
+        .push(json!({"type": "a.b", "args": [], "queue": "q", "priority": 0}))
+        .await["id"]
+        .clone();
+    let got = waiting.await.expect("fetch task");
     assert_eq!(got["jobs"][0]["id"], urgent);
 }
 

@@ -285,11 +285,7 @@ async fn a_fetch_waits_for_a_promotion_in_flight_instead_of_missing_its_job() {
     .execute(&mut *promoter)
     .await
     .unwrap();
-    let fetch = spawn_fetch(
-        &reqwest::Client::new(),
-        &app.base,
-        &json!({"queues": ["inflight"], "count": 1, "worker_id": "w"}),
-    );
+    let fetch = app.spawn_fetch(&json!({"queues": ["inflight"], "count": 1, "worker_id": "w"}));
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     promoter.commit().await.unwrap();
     let got = fetch.await.unwrap();

@@ -12,7 +12,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support::processes::Replica;
-use crate::support::{TestApp, count, job, statuses};
+use crate::support::{Client, TestApp, count, job, statuses};
 
 impl TestApp {
     async fn put(&self, path: &str, body: Value) -> crate::support::Resp {
@@ -643,8 +643,7 @@ async fn pressure_headers_appear_past_the_warning_threshold() {
 
 /// Fetches one job at a time from `base` until `stop`, holding each for `hold` before acking.
 fn worker(
-    client: reqwest::Client,
-    base: String,
+    api: Client,
     queue: &'static str,
     id: String,
     hold: Duration,
@@ -653,27 +652,14 @@ fn worker(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
-            let resp: Value = client
-                .post(format!("{base}/ojs/v1/workers/fetch"))
-                .json(&json!({"queues": [queue], "worker_id": id}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let Some(job) = resp["jobs"].as_array().and_then(|j| j.first()).cloned() else {
+            let jobs = api.fetch(json!({"queues": [queue], "worker_id": id})).await;
+            let Some(job) = jobs.first() else {
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 continue;
             };
             fetched.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(hold).await;
-            client
-                .post(format!("{base}/ojs/v1/workers/ack"))
-                .json(&json!({"job_id": job["id"], "worker_id": id}))
-                .send()
-                .await
-                .unwrap();
+            api.ack_job(job, &id).await;
         }
     })
 }
@@ -695,8 +681,7 @@ async fn concurrency_three_with_ten_workers_never_has_more_than_three_active() {
     let workers: Vec<_> = (0..10)
         .map(|i| {
             worker(
-                app.client.clone(),
-                app.base.clone(),
+                app.api.clone(),
                 "narrow",
                 format!("w{i}"),
                 Duration::from_millis(20),
@@ -738,34 +723,31 @@ async fn a_rate_limit_of_ten_per_second_holds_across_two_replicas() {
     let url = db.url();
     let a = Replica::start(&url, "rate-a", &[("OJS_SKIP_MIGRATIONS", "true")]);
     let b = Replica::start(&url, "rate-b", &[("OJS_SKIP_MIGRATIONS", "true")]);
-    let client = reqwest::Client::new();
-    let put = client
-        .put(format!("{}/ojs/v1/queues/metered/config", a.base))
-        .json(&json!({"rate_limit": {"limit": 10, "period": "PT1S"}}))
-        .send()
+    let api_a = Client::new(&a.base);
+    let api_b = api_a.of(&b.base);
+    api_a
+        .put(
+            "/ojs/v1/queues/metered/config",
+            json!({"rate_limit": {"limit": 10, "period": "PT1S"}}),
+        )
         .await
-        .unwrap();
-    assert_eq!(put.status().as_u16(), 200);
-    client
-        .post(format!("{}/ojs/v1/jobs/batch", b.base))
-        .json(&json!({"jobs": vec![job("a.b", "metered"); 200]}))
-        .send()
+        .expect(200);
+    api_b
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": vec![job("a.b", "metered"); 200]}),
+        )
         .await
-        .unwrap();
+        .expect(201);
     // Let replica b see the new configuration (it checks at least every 250 ms).
     tokio::time::sleep(Duration::from_millis(400)).await;
     let stop = Arc::new(AtomicBool::new(false));
     let fetched = Arc::new(AtomicI64::new(0));
     let workers: Vec<_> = (0..8)
         .map(|i| {
-            let base = if i % 2 == 0 {
-                a.base.clone()
-            } else {
-                b.base.clone()
-            };
+            let api = if i % 2 == 0 { &api_a } else { &api_b };
             worker(
-                client.clone(),
-                base,
+                api.clone(),
                 "metered",
                 format!("w{i}"),
                 Duration::ZERO,

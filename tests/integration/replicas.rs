@@ -9,39 +9,42 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::support::TestDb;
 use crate::support::processes::{PrivateCluster, Replica};
+use crate::support::{Client, TestDb};
 
 /// Lease used by [`Replica::start`] (OJS_LEADER_LEASE_MS) and the follower's elect interval.
 const LEASE: Duration = Duration::from_millis(2_000);
 const ELECT_INTERVAL: Duration = Duration::from_millis(1_000);
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(15))
-        .build()
-        .unwrap()
+/// A contract-checked client of `replica`, with timeouts: a replica may be gone.
+fn api(replica: &Replica) -> Client {
+    Client::with_http(
+        &replica.base,
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(15))
+            .build()
+            .unwrap(),
+    )
 }
 
 /// Whether the replica says it leads (`None`: it does not answer).
-async fn leads(client: &reqwest::Client, replica: &Replica) -> Option<bool> {
-    let resp = client
-        .get(format!("{}/ojs/v1/health", replica.base))
-        .send()
+async fn leads(replica: &Client) -> Option<bool> {
+    let resp = replica
+        .try_send(reqwest::Method::GET, "/ojs/v1/health", None, &[])
         .await
         .ok()?;
-    let body: Value = resp.json().await.ok()?;
-    body["instance"]["leader"].as_bool()
+    resp.json["instance"]["leader"].as_bool()
 }
 
 /// Waits until exactly one of `replicas` leads and returns its index; fails if two ever do.
-async fn one_leader(client: &reqwest::Client, replicas: &[&Replica], within: Duration) -> usize {
+async fn one_leader(replicas: &[&Replica], within: Duration) -> usize {
+    let apis: Vec<Client> = replicas.iter().map(|r| api(r)).collect();
     let deadline = Instant::now() + within;
     loop {
         let mut leaders = Vec::new();
-        for (i, r) in replicas.iter().enumerate() {
-            if leads(client, r).await == Some(true) {
+        for (i, r) in apis.iter().enumerate() {
+            if leads(r).await == Some(true) {
                 leaders.push(i);
             }
         }
@@ -54,17 +57,6 @@ async fn one_leader(client: &reqwest::Client, replicas: &[&Replica], within: Dur
     }
 }
 
-async fn post(client: &reqwest::Client, base: &str, path: &str, body: Value) -> (u16, Value) {
-    let resp = client
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .expect("request reaches the replica");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
 #[tokio::test]
 async fn three_replicas_keep_one_leader_through_a_sigkill() {
     let db = TestDb::new().await;
@@ -73,12 +65,11 @@ async fn three_replicas_keep_one_leader_through_a_sigkill() {
         .into_iter()
         .map(|id| Replica::start(&url, id, &[("OJS_SKIP_MIGRATIONS", "true")]))
         .collect();
-    let client = client();
     let refs: Vec<&Replica> = replicas.iter().collect();
-    let leader = one_leader(&client, &refs, Duration::from_secs(10)).await;
+    let leader = one_leader(&refs, Duration::from_secs(10)).await;
     // Exactly one, and it stays that way.
     for _ in 0..20 {
-        assert_eq!(one_leader(&client, &refs, Duration::ZERO).await, leader);
+        assert_eq!(one_leader(&refs, Duration::ZERO).await, leader);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (leader_id, held): (String, bool) =
@@ -91,16 +82,10 @@ async fn three_replicas_keep_one_leader_through_a_sigkill() {
 
     // A scheduled job, due after the leader is gone: only a new leader's promoter can move it,
     // since nobody fetches.
-    let survivor = &replicas[(leader + 1) % 3].base;
-    let (status, body) = post(
-        &client,
-        survivor,
-        "/ojs/v1/jobs",
-        json!({"type": "a.b", "args": [], "queue": "later", "scheduled_at": "+PT1S"}),
-    )
-    .await;
-    assert_eq!(status, 201, "{body}");
-    let id = body["job"]["id"].as_str().unwrap().to_owned();
+    let survivor = api(&replicas[(leader + 1) % 3]);
+    let id = survivor
+        .push_id(json!({"type": "a.b", "args": [], "queue": "later", "scheduled_at": "+PT1S"}))
+        .await;
 
     let killed = Instant::now();
     replicas[leader].kill();
@@ -110,7 +95,7 @@ async fn three_replicas_keep_one_leader_through_a_sigkill() {
         .filter(|(i, _)| *i != leader)
         .map(|(_, r)| r)
         .collect();
-    let next = one_leader(&client, &rest, Duration::from_secs(10)).await;
+    let next = one_leader(&rest, Duration::from_secs(10)).await;
     let failover = killed.elapsed();
     eprintln!("replicas: new leader {failover:?} after SIGKILL of the old one (lease {LEASE:?})");
     assert!(
@@ -126,16 +111,10 @@ async fn three_replicas_keep_one_leader_through_a_sigkill() {
     assert_eq!(term, 2);
 
     let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = api(rest[next]);
     loop {
-        let job: Value = client
-            .get(format!("{}/ojs/v1/jobs/{id}", rest[next].base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if job["job"]["state"] == "available" {
+        let job = leader.job(&id).await;
+        if job["state"] == "available" {
             break;
         }
         assert!(
@@ -154,32 +133,22 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
     let url = db.url();
     let mut a = Replica::start(&url, "ra", &[("OJS_SKIP_MIGRATIONS", "true")]);
     let b = Replica::start(&url, "rb", &[("OJS_SKIP_MIGRATIONS", "true")]);
-    let client = client();
     let jobs: Vec<Value> = (0..JOBS)
         .map(|i| json!({"type": "a.b", "args": [i], "queue": "load"}))
         .collect();
-    let (status, _) = post(
-        &client,
-        &a.base,
-        "/ojs/v1/jobs/batch",
-        json!({"jobs": jobs}),
-    )
-    .await;
-    assert_eq!(status, 201);
+    api(&a)
+        .post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
+        .await
+        .expect(201);
 
-    let bases = Arc::new([a.base.clone(), b.base.clone()]);
+    let apis = Arc::new([api(&a), api(&b)]);
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     let handled = Arc::new(AtomicUsize::new(0));
     let stop = tokio_util::sync::CancellationToken::new();
     let mut workers = Vec::new();
     for w in 0..WORKERS {
-        let (client, bases, acked, handled, stop) = (
-            client.clone(),
-            bases.clone(),
-            acked.clone(),
-            handled.clone(),
-            stop.clone(),
-        );
+        let (apis, acked, handled, stop) =
+            (apis.clone(), acked.clone(), handled.clone(), stop.clone());
         workers.push(tokio::spawn(async move {
             // Half the workers start on each replica and move to the other when theirs dies.
             // The first two are tied to the first replica: each takes ten jobs, works on them
@@ -189,31 +158,21 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
             let pinned = w < 2;
             let worker_id = format!("worker-{w}");
             if pinned {
-                let held: Value = client
-                    .post(format!("{}/ojs/v1/workers/fetch", bases[0]))
-                    .json(
-                        &json!({"queues": ["load"], "count": 10, "worker_id": worker_id,
+                let held = apis[0]
+                    .fetch(
+                        json!({"queues": ["load"], "count": 10, "worker_id": worker_id,
                                   "visibility_timeout_ms": 2000}),
                     )
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                let ids: Vec<Value> = held["jobs"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|j| j["id"].clone())
-                    .collect();
+                    .await;
+                let ids: Vec<Value> = held.iter().map(|j| j["id"].clone()).collect();
                 assert_eq!(ids.len(), 10);
                 loop {
                     tokio::time::sleep(Duration::from_millis(300)).await;
-                    let beat = client
-                        .post(format!("{}/ojs/v1/workers/heartbeat", bases[0]))
-                        .json(&json!({"worker_id": worker_id, "active_jobs": ids}))
-                        .send()
+                    let beat = apis[0]
+                        .try_post(
+                            "/ojs/v1/workers/heartbeat",
+                            json!({"worker_id": worker_id, "active_jobs": ids}),
+                        )
                         .await;
                     if beat.is_err() {
                         return;
@@ -221,16 +180,15 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
                 }
             }
             while !stop.is_cancelled() {
-                let fetched = client
-                    .post(format!("{}/ojs/v1/workers/fetch", bases[replica]))
-                    .json(
-                        &json!({"queues": ["load"], "count": 5, "worker_id": worker_id,
-                                  "visibility_timeout_ms": 2000, "wait_ms": 200}),
+                let fetched = apis[replica]
+                    .try_post(
+                        "/ojs/v1/workers/fetch",
+                        json!({"queues": ["load"], "count": 5, "worker_id": worker_id,
+                               "visibility_timeout_ms": 2000, "wait_ms": 200}),
                     )
-                    .send()
                     .await;
                 let body: Value = match fetched {
-                    Ok(resp) if resp.status() == 200 => resp.json().await.unwrap_or_default(),
+                    Ok(resp) if resp.status == 200 => resp.json,
                     _ => {
                         replica = 1 - replica;
                         continue;
@@ -242,12 +200,13 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
                     // Report until some replica answers; a 409 means the reservation was lost
                     // and the job went back to the queue for another worker.
                     loop {
-                        let ack = client
-                            .post(format!("{}/ojs/v1/workers/ack", bases[replica]))
-                            .json(&json!({"job_id": id, "worker_id": worker_id}))
-                            .send()
+                        let ack = apis[replica]
+                            .try_post(
+                                "/ojs/v1/workers/ack",
+                                json!({"job_id": id, "worker_id": worker_id}),
+                            )
                             .await;
-                        match ack.map(|r| r.status().as_u16()) {
+                        match ack.map(|r| r.status) {
                             Ok(200) => {
                                 acked.lock().await.push(id.clone());
                                 break;
@@ -339,25 +298,24 @@ async fn sigterm_finishes_in_flight_requests_resigns_and_exits_zero() {
         ("OJS_LEADER_ELECT_INTERVAL_MS", "10000"),
     ];
     let mut a = Replica::start(&url, "term-a", &slow_lease);
-    let client = client();
-    assert_eq!(one_leader(&client, &[&a], Duration::from_secs(10)).await, 0);
+    assert_eq!(one_leader(&[&a], Duration::from_secs(10)).await, 0);
     let b = Replica::start(&url, "term-b", &slow_lease);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(leads(&client, &b).await, Some(false));
+    assert_eq!(leads(&api(&b)).await, Some(false));
 
     // A long poll in flight on the replica about to stop.
     let poll = {
-        let client = client.clone();
-        let url = format!("{}/ojs/v1/workers/fetch", a.base);
+        let api = api(&a);
         tokio::spawn(async move {
             let started = Instant::now();
-            let resp = client
-                .post(url)
-                .json(&json!({"queues": ["idle"], "wait_ms": 20000}))
-                .send()
+            let resp = api
+                .try_post(
+                    "/ojs/v1/workers/fetch",
+                    json!({"queues": ["idle"], "wait_ms": 20000}),
+                )
                 .await
                 .expect("the in-flight request is answered");
-            (resp.status().as_u16(), started.elapsed())
+            (resp.status, started.elapsed())
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -378,14 +336,13 @@ async fn sigterm_finishes_in_flight_requests_resigns_and_exits_zero() {
     assert!(a.logged("resigned maintenance leadership"));
     // It no longer accepts connections.
     assert!(
-        client
-            .get(format!("{}/health", a.base))
-            .send()
+        api(&a)
+            .try_send(reqwest::Method::GET, "/health", None, &[])
             .await
             .is_err()
     );
     // The other replica took over at once, not after the 20 s lease.
-    assert_eq!(one_leader(&client, &[&b], Duration::from_secs(3)).await, 0);
+    assert_eq!(one_leader(&[&b], Duration::from_secs(3)).await, 0);
     let handover = stopped.elapsed();
     eprintln!("replicas: SIGTERM to exit 0 and new leader in {handover:?} (lease 20 s)");
     assert!(handover < Duration::from_secs(5), "{handover:?}");
@@ -404,28 +361,28 @@ async fn a_postgres_restart_under_load_loses_nothing() {
         "pg-restart",
         &[("OJS_DB_ACQUIRE_TIMEOUT_MS", "2000")],
     );
-    let client = client();
-    let base = replica.base.clone();
+    let pg = api(&replica);
     let outcomes = Arc::new(Mutex::new(Vec::<(u16, bool, Duration)>::new()));
 
     // Producer: client-chosen ids, retried until acknowledged (201, or 409 duplicate when an
     // earlier try had committed but its answer was lost).
     let producer = {
-        let (client, base, outcomes) = (client.clone(), base.clone(), outcomes.clone());
+        let (pg, outcomes) = (pg.clone(), outcomes.clone());
         tokio::spawn(async move {
             let mut ids = Vec::new();
             for i in 0..JOBS {
                 let id = uuid::Uuid::now_v7().to_string();
                 loop {
                     let started = Instant::now();
-                    let resp = client
-                        .post(format!("{base}/ojs/v1/jobs"))
-                        .json(&json!({"id": id, "type": "a.b", "args": [i], "queue": "pg"}))
-                        .send()
+                    let resp = pg
+                        .try_post(
+                            "/ojs/v1/jobs",
+                            json!({"id": id, "type": "a.b", "args": [i], "queue": "pg"}),
+                        )
                         .await
                         .expect("ojsd answers while the database is away");
-                    let status = resp.status().as_u16();
-                    let retry_after = resp.headers().contains_key("retry-after");
+                    let status = resp.status;
+                    let retry_after = resp.headers.contains_key("retry-after");
                     outcomes
                         .lock()
                         .await
@@ -443,24 +400,23 @@ async fn a_postgres_restart_under_load_loses_nothing() {
     };
     // Consumer: fetch and acknowledge, retrying the same way.
     let consumer = {
-        let (client, base, outcomes) = (client.clone(), base.clone(), outcomes.clone());
+        let (pg, outcomes) = (pg.clone(), outcomes.clone());
         tokio::spawn(async move {
             let mut done = HashSet::new();
             let deadline = Instant::now() + Duration::from_secs(90);
             while done.len() < JOBS && Instant::now() < deadline {
                 let started = Instant::now();
-                let resp = client
-                    .post(format!("{base}/ojs/v1/workers/fetch"))
-                    .json(
-                        &json!({"queues": ["pg"], "count": 10, "worker_id": "pg-worker",
-                                  "visibility_timeout_ms": 3000, "wait_ms": 100}),
+                let resp = pg
+                    .try_post(
+                        "/ojs/v1/workers/fetch",
+                        json!({"queues": ["pg"], "count": 10, "worker_id": "pg-worker",
+                               "visibility_timeout_ms": 3000, "wait_ms": 100}),
                     )
-                    .send()
                     .await
                     .expect("ojsd answers while the database is away");
-                let status = resp.status().as_u16();
-                let retry_after = resp.headers().contains_key("retry-after");
-                let body: Value = resp.json().await.unwrap_or_default();
+                let status = resp.status;
+                let retry_after = resp.headers.contains_key("retry-after");
+                let body = resp.json;
                 outcomes
                     .lock()
                     .await
@@ -473,14 +429,15 @@ async fn a_postgres_restart_under_load_loses_nothing() {
                     let id = job["id"].as_str().unwrap().to_owned();
                     loop {
                         let started = Instant::now();
-                        let resp = client
-                            .post(format!("{base}/ojs/v1/workers/ack"))
-                            .json(&json!({"job_id": id, "worker_id": "pg-worker"}))
-                            .send()
+                        let resp = pg
+                            .try_post(
+                                "/ojs/v1/workers/ack",
+                                json!({"job_id": id, "worker_id": "pg-worker"}),
+                            )
                             .await
                             .expect("ojsd answers while the database is away");
-                        let status = resp.status().as_u16();
-                        let retry_after = resp.headers().contains_key("retry-after");
+                        let status = resp.status;
+                        let retry_after = resp.headers.contains_key("retry-after");
                         outcomes
                             .lock()
                             .await
@@ -552,7 +509,6 @@ async fn a_postgres_restart_under_load_loses_nothing() {
         outcomes.len(),
         errors.len()
     );
-    let ready = client.get(format!("{base}/ready")).send().await.unwrap();
-    assert_eq!(ready.status(), 200);
+    pg.get("/ready").await.expect(200);
     drop(replica);
 }

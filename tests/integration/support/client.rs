@@ -45,6 +45,15 @@ impl Client {
         }
     }
 
+    /// A client of the server at `base` that sends with `http` (for timeouts of its own).
+    pub fn with_http(base: impl Into<String>, http: reqwest::Client) -> Client {
+        Client {
+            base: base.into(),
+            client: http,
+            contract: Arc::new(tokio::sync::OnceCell::new()),
+        }
+    }
+
     /// A client of another server (a replica of the same build), sharing this one's
     /// connection pool and document.
     pub fn of(&self, base: impl Into<String>) -> Client {
@@ -55,20 +64,19 @@ impl Client {
         }
     }
 
-    /// The server's OpenAPI document as a [`Contract`].
-    async fn contract(&self) -> &Contract {
+    /// The server's OpenAPI document as a [`Contract`], read before the first request (a
+    /// server may be gone by the time an answer came).
+    async fn contract(&self) -> Result<&Contract, reqwest::Error> {
         self.contract
-            .get_or_init(|| async {
+            .get_or_try_init(|| async {
                 let doc: Value = self
                     .client
                     .get(format!("{}/ojs/openapi.json", self.base))
                     .send()
-                    .await
-                    .expect("the OpenAPI document is served")
+                    .await?
                     .json()
-                    .await
-                    .expect("the OpenAPI document is JSON");
-                Contract::new(doc)
+                    .await?;
+                Ok(Contract::new(doc))
             })
             .await
     }
@@ -82,6 +90,21 @@ impl Client {
         body: Option<Vec<u8>>,
         headers: &[(&str, &str)],
     ) -> Resp {
+        self.try_send(method, path, body, headers)
+            .await
+            .expect("request reaches the server")
+    }
+
+    /// [`Client::send`] for a server that may be away: `Err` when no answer came (refused,
+    /// reset, timed out); an answer is checked against the document.
+    pub async fn try_send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Result<Resp, reqwest::Error> {
+        let contract = self.contract().await?;
         let mut request = self
             .client
             .request(method.clone(), format!("{}{path}", self.base));
@@ -91,12 +114,12 @@ impl Client {
         if let Some(body) = &body {
             request = request.body(body.clone());
         }
-        let response = request.send().await.expect("request reaches the server");
+        let response = request.send().await?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let text = response.text().await.expect("response body");
+        let text = response.text().await?;
         let json = serde_json::from_str(&text).unwrap_or(Value::Null);
-        self.contract().await.check(&Exchange {
+        contract.check(&Exchange {
             method: method.as_str(),
             path,
             request_body: body.as_deref(),
@@ -106,12 +129,23 @@ impl Client {
                 .and_then(|v| v.to_str().ok()),
             body: &text,
         });
-        Resp {
+        Ok(Resp {
             status,
             headers,
             text,
             json,
-        }
+        })
+    }
+
+    /// A POST of JSON to a server that may be away (see [`Client::try_send`]).
+    pub async fn try_post(&self, path: &str, body: Value) -> Result<Resp, reqwest::Error> {
+        self.try_send(
+            Method::POST,
+            path,
+            Some(body.to_string().into_bytes()),
+            &[("content-type", "application/json")],
+        )
+        .await
     }
 
     /// A JSON request with `method` and `body`.
