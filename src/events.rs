@@ -1,9 +1,11 @@
 //! Lifecycle events ([OJS events]): their wire form, and the in-process tail that feeds the SSE
 //! streams.
 //!
-//! Events are written to `ojs_event` by the statements that make the change they describe (the
-//! V3 migration's `ojs_*_data` functions build their `data`), so a change and its events commit or roll back together
-//! and every replica — and every operator with `psql` — sees the same log. Reading it in
+//! Events are written to `ojs_event` by the statements that make the change they describe, so a
+//! change and its events commit or roll back together. The hot path (enqueue, claim, ACK) writes
+//! one batch row per statement whose events `store::event` renders in Rust (migration V10);
+//! the rarer statements write single events built by the V3 migration's `ojs_*_data`
+//! functions. Either way every replica — and every operator with `psql` — sees the same log. Reading it in
 //! `(xid, seq)` order, bounded by the oldest running transaction, gives a cursor that never skips
 //! an event that commits late (see `store::event`).
 //!
@@ -86,8 +88,8 @@ impl EventKey {
 }
 
 /// The delivery position of the event `key` names, if the log still has it.
-pub async fn locate(pool: &PgPool, key: EventKey) -> Result<Option<Position>, sqlx::Error> {
-    Ok(store::event::locate(pool, key.seq)
+pub async fn locate(db: &PgPool, key: EventKey) -> Result<Option<Position>, sqlx::Error> {
+    Ok(store::event::locate(db, key.seq)
         .await?
         .filter(|(_, time)| time.timestamp_millis() == key.unix_ms)
         .map(|(position, _)| position))
@@ -143,18 +145,18 @@ impl Serialize for WireEvent<'_> {
 #[derive(Debug, Clone)]
 pub struct EventTail {
     tx: broadcast::Sender<Arc<EventRow>>,
-    pool: PgPool,
+    db: PgPool,
     health: DbHealth,
     poll_interval: Duration,
 }
 
 impl EventTail {
-    pub fn new(pool: PgPool, health: DbHealth, poll_interval: Duration) -> EventTail {
+    pub fn new(db: PgPool, health: DbHealth, poll_interval: Duration) -> EventTail {
         // Capacity bounds how far a slow stream may lag; a lagging stream re-reads the database.
         let (tx, _) = broadcast::channel(4_096);
         EventTail {
             tx,
-            pool,
+            db,
             health,
             poll_interval,
         }
@@ -163,11 +165,6 @@ impl EventTail {
     /// Events deliverable from now on (the receiver sees those the tail reads after this call).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<EventRow>> {
         self.tx.subscribe()
-    }
-
-    /// The pool streams use to replay.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
     }
 
     /// Polls for new events while anyone listens, until `shutdown`.
@@ -198,11 +195,11 @@ impl EventTail {
     /// One poll; returns whether the batch was full (more may be waiting).
     async fn poll(&self, cursor: &mut Option<Option<Position>>) -> Result<bool, sqlx::Error> {
         let Some(after) = *cursor else {
-            *cursor = Some(store::event::head(&self.pool).await?);
+            *cursor = Some(store::event::head(&self.db).await?);
             return Ok(false);
         };
         let events =
-            store::event::list(&self.pool, &EventFilter::default(), after, TAIL_BATCH).await?;
+            store::event::list(&self.db, &EventFilter::default(), after, TAIL_BATCH).await?;
         let full = events.len() as i64 >= TAIL_BATCH;
         if let Some(last) = events.last() {
             *cursor = Some(Some(last.position));

@@ -95,7 +95,7 @@ impl Role {
 
 /// Runs the election for one replica.
 pub struct Elector {
-    pool: PgPool,
+    db: PgPool,
     instance_id: String,
     config: LeaderConfig,
     notifier: Notifier,
@@ -110,14 +110,14 @@ pub fn jittered(d: Duration) -> Duration {
 
 impl Elector {
     pub fn new(
-        pool: PgPool,
+        db: PgPool,
         instance_id: String,
         config: LeaderConfig,
         notifier: Notifier,
         health: DbHealth,
     ) -> Elector {
         Elector {
-            pool,
+            db,
             instance_id,
             config,
             notifier,
@@ -163,7 +163,7 @@ impl Elector {
                 return None;
             }
             let sent = Instant::now();
-            let attempt = store::leader::elect(&self.pool, &self.instance_id, self.config.lease);
+            let attempt = store::leader::elect(&self.db, &self.instance_id, self.config.lease);
             let wait = match tokio::time::timeout(self.config.lease, attempt).await {
                 Ok(Ok(Election::Elected { term })) => return Some((term, sent)),
                 // Wake just after the lease runs out, unless that is later than the interval.
@@ -218,7 +218,7 @@ impl Elector {
                 return false;
             }
             let renewal =
-                store::leader::reelect(&self.pool, &self.instance_id, term, self.config.lease);
+                store::leader::reelect(&self.db, &self.instance_id, term, self.config.lease);
             match tokio::time::timeout(trusted_until - sent, renewal).await {
                 Ok(Ok(true)) => {
                     trusted_until = sent + self.config.trust();
@@ -242,7 +242,7 @@ impl Elector {
     }
 
     async fn resign(&self, term: i64) {
-        let resignation = store::leader::resign(&self.pool, &self.instance_id, term);
+        let resignation = store::leader::resign(&self.db, &self.instance_id, term);
         match tokio::time::timeout(Duration::from_secs(2), resignation).await {
             Ok(Ok(true)) => tracing::info!(term, "resigned maintenance leadership"),
             Ok(Ok(false)) => {}

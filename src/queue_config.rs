@@ -17,7 +17,7 @@ use crate::wire::{Violation, names};
 use crate::wire::{duration, json};
 
 /// Name of the virtual queue holding the policy every queue inherits.
-pub const DEFAULT_QUEUE: &str = "_default";
+pub const DEFAULT_LAYER: &str = "_default";
 
 /// What a config body got wrong.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,7 +20,7 @@ use crate::job::failure::JobError;
 use crate::job::lifecycle::{self, FailTarget};
 use crate::job::{Job, JobId, JobState};
 use crate::store;
-use crate::store::job::{CompleteParams, FailParams, Forget};
+use crate::store::job::{CompleteParams, DeleteOnAck, FailParams};
 use crate::telemetry;
 
 /// Most ACKs written by one statement.
@@ -78,12 +78,12 @@ struct CompletedRetention {
 
 impl CompletedRetention {
     /// The queues whose completed jobs are deleted on ACK.
-    async fn forget(&self, db: &PgPool) -> std::result::Result<Forget, sqlx::Error> {
+    async fn delete_on_ack(&self, db: &PgPool) -> std::result::Result<DeleteOnAck, sqlx::Error> {
         Ok(self
             .configs
             .current(db)
             .await?
-            .forget_completed(self.keep_by_default))
+            .delete_on_ack(self.keep_by_default))
     }
 }
 
@@ -161,8 +161,8 @@ impl Completer {
                 result: *result,
             })
             .collect();
-        let forget = self.retention.forget(&self.db).await?;
-        let completed = complete_group(&self.hot, &params, &forget).await?;
+        let delete_on_ack = self.retention.delete_on_ack(&self.db).await?;
+        let completed = complete_group(&self.hot, &params, &delete_on_ack).await?;
         let mut out = Vec::with_capacity(acks.len());
         for ((id, _), job) in acks.iter().zip(completed) {
             out.push(match job {
@@ -326,7 +326,7 @@ fn invalid_for_worker(job: &Job, operation: &'static str) -> Error {
 async fn complete_group(
     hot: &HotConnections,
     acks: &[CompleteParams<'_>],
-    forget: &Forget,
+    delete_on_ack: &DeleteOnAck,
 ) -> std::result::Result<Vec<Option<Job>>, sqlx::Error> {
     let mut seen: HashSet<Uuid> = HashSet::with_capacity(acks.len());
     let first: Vec<bool> = acks.iter().map(|a| seen.insert(a.id.0)).collect();
@@ -337,7 +337,7 @@ async fn complete_group(
         .map(|(a, _)| *a)
         .collect();
     let mut conn = hot.acquire().await?;
-    let done = store::job::complete_many(&mut *conn, &distinct, forget).await;
+    let done = store::job::complete_many(&mut *conn, &distinct, delete_on_ack).await;
     conn.answered(&done);
     let mut done: HashMap<Uuid, Job> = done?.into_iter().map(|j| (j.id.0, j)).collect();
     Ok(acks
@@ -365,18 +365,18 @@ async fn flush_acks(
     let group: Vec<CompleteParams<'_>> = acks.iter().map(params).collect();
     // Without the configurations the ACKs keep their jobs; the pruner deletes those of a
     // zero retention at its next pass.
-    let forget = retention.forget(&db).await.unwrap_or_else(|e| {
+    let delete_on_ack = retention.delete_on_ack(&db).await.unwrap_or_else(|e| {
         tracing::debug!(error = %e, "queue configurations unavailable; keeping completed jobs");
-        Forget::none()
+        DeleteOnAck::nothing()
     });
-    match complete_group(&hot, &group, &forget).await {
+    match complete_group(&hot, &group, &delete_on_ack).await {
         Ok(done) => done.into_iter().map(Ok).collect(),
         Err(e) if acks.len() == 1 => vec![Err(e.into())],
         Err(_) => {
             let mut out = Vec::with_capacity(acks.len());
             for ack in &group {
                 out.push(
-                    complete_group(&hot, std::slice::from_ref(ack), &forget)
+                    complete_group(&hot, std::slice::from_ref(ack), &delete_on_ack)
                         .await
                         .map(|mut done| done.pop().flatten())
                         .map_err(Error::from),

@@ -15,7 +15,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
-use crate::queue_config::{DEFAULT_QUEUE, QueueConfig};
+use crate::queue_config::{DEFAULT_LAYER, QueueConfig};
 use crate::scheduling;
 use crate::scheduling::pool::WorkerPool;
 use crate::store;
@@ -73,7 +73,7 @@ impl Snapshot {
     /// The queues whose completed jobs are deleted on ACK: those whose `retention.completed`
     /// is zero — their own layer's value, else `_default`'s, else the server's
     /// (`server_keeps_completed` is false when `OJS_RETENTION_COMPLETED` is zero).
-    pub fn forget_completed(&self, server_keeps_completed: bool) -> store::job::Forget {
+    pub fn delete_on_ack(&self, server_keeps_completed: bool) -> store::job::DeleteOnAck {
         let all = self
             .default_completed_retention
             .map_or(!server_keeps_completed, |ms| ms == 0);
@@ -90,7 +90,7 @@ impl Snapshot {
         } else {
             (listed, Vec::new())
         };
-        store::job::Forget {
+        store::job::DeleteOnAck {
             all,
             queues,
             except,
@@ -111,7 +111,7 @@ impl Snapshot {
         let empty = Value::Object(Default::default());
         let default_layer = layers
             .iter()
-            .find(|(name, _)| name == DEFAULT_QUEUE)
+            .find(|(name, _)| name == DEFAULT_LAYER)
             .map_or_else(|| empty.clone(), |(_, layer)| layer.clone());
         // Stored layers were validated when written; one that no longer resolves (edited by
         // hand) falls back to what is beneath it rather than stopping the server.
@@ -128,12 +128,12 @@ impl Snapshot {
         let default_completed_retention = completed_retention_of(&default_layer);
         let completed_retention = layers
             .iter()
-            .filter(|(name, _)| name != DEFAULT_QUEUE)
+            .filter(|(name, _)| name != DEFAULT_LAYER)
             .filter_map(|(name, own)| completed_retention_of(own).map(|ms| (name.clone(), ms)))
             .collect();
         let queues = layers
             .into_iter()
-            .filter(|(name, _)| name != DEFAULT_QUEUE)
+            .filter(|(name, _)| name != DEFAULT_LAYER)
             .map(|(name, own)| {
                 let config = QueueConfig::resolve(&default_layer, &own).unwrap_or_else(|e| {
                     tracing::warn!(queue = %name, error = ?e, "queue configuration does not resolve; using _default");

@@ -9,7 +9,7 @@ use super::Broker;
 use super::configs::Snapshot;
 use crate::error::{Error, Result};
 use crate::job::DispatchPlace;
-use crate::queue_config::{self, DEFAULT_QUEUE, QueueConfig};
+use crate::queue_config::{self, DEFAULT_LAYER, QueueConfig};
 use crate::store;
 use crate::store::queue::{Bounds, QueueCounts, QueueRow, QueueState};
 
@@ -92,11 +92,11 @@ impl Broker {
     /// The resolved configuration of `name` (`_default`: what queues without their own values
     /// get); `QueueNotFound` for an unknown queue.
     pub async fn queue_config(&self, name: &str) -> Result<Arc<QueueConfig>> {
-        if name != DEFAULT_QUEUE {
+        if name != DEFAULT_LAYER {
             self.queue(name).await?;
         }
         let configs = self.configs.current(&self.db).await?;
-        Ok(if name == DEFAULT_QUEUE {
+        Ok(if name == DEFAULT_LAYER {
             configs.default.clone()
         } else {
             configs.of(name).clone()
@@ -121,7 +121,7 @@ impl Broker {
         name: &str,
         body: &Value,
     ) -> Result<QueueConfig> {
-        let is_default = name == DEFAULT_QUEUE;
+        let is_default = name == DEFAULT_LAYER;
         let (stored, created) = store::queue::lock_config(&mut *tx, name).await?;
         crate::telemetry::queues_created(i64::from(created));
         if !is_default

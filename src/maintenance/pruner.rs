@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{Context, Pass, Service};
 use crate::job::JobState;
-use crate::queue_config::DEFAULT_QUEUE;
+use crate::queue_config::DEFAULT_LAYER;
 use crate::store;
 use crate::store::job::PruneCutoffs;
 use crate::wire::duration;
@@ -132,7 +132,7 @@ impl<'a> Retention<'a> {
         dead_letter_ttl: Duration,
     ) -> PruneCutoffs {
         let field = format!("/retention/{}", state.as_str());
-        let defaults = self.layer(DEFAULT_QUEUE);
+        let defaults = self.layer(DEFAULT_LAYER);
         let default_retention = defaults
             .and_then(|l| Self::duration(l, &field))
             .unwrap_or(retention);
@@ -142,7 +142,7 @@ impl<'a> Retention<'a> {
         let queues = self
             .layers
             .iter()
-            .filter(|(q, _)| q != DEFAULT_QUEUE)
+            .filter(|(q, _)| q != DEFAULT_LAYER)
             .filter_map(|(queue, layer)| {
                 let own = Self::duration(layer, &field);
                 let own_ttl = Self::duration(layer, "/dead_letter_ttl");
@@ -172,7 +172,7 @@ impl<'a> Retention<'a> {
     fn own_dead_letter_max_sizes(&self) -> Vec<(String, i64)> {
         self.layers
             .iter()
-            .filter(|(q, _)| q != DEFAULT_QUEUE)
+            .filter(|(q, _)| q != DEFAULT_LAYER)
             .filter_map(|(q, _)| self.dead_letter_max_size(q).map(|n| (q.clone(), n)))
             .collect()
     }
@@ -208,7 +208,7 @@ impl Service for Pruner {
             Target::Jobs(retention.cutoffs(now, JobState::Cancelled, c.cancelled, c.discarded)),
             Target::Jobs(retention.cutoffs(now, JobState::Discarded, c.discarded, c.discarded)),
         ];
-        if let Some(keep) = retention.dead_letter_max_size(DEFAULT_QUEUE) {
+        if let Some(keep) = retention.dead_letter_max_size(DEFAULT_LAYER) {
             // `_default` bounds every queue's dead letters, except those with their own bound.
             for queue in store::dead_letter::queues(&self.context.db).await? {
                 let keep = retention.dead_letter_max_size(&queue).unwrap_or(keep);

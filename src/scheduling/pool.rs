@@ -350,7 +350,7 @@ fn parse_queues(value: Option<&Value>) -> Result<(Vec<String>, BTreeMap<String, 
         ));
     }
     for (i, name) in names.iter().enumerate() {
-        if !crate::job::is_valid_queue(name) || name == crate::queue_config::DEFAULT_QUEUE {
+        if !crate::job::is_valid_queue(name) || name == crate::queue_config::DEFAULT_LAYER {
             return Err(Error::invalid(
                 format!("$.queues[{i}]"),
                 format!("{name:?} is not a valid queue name"),

@@ -4,6 +4,17 @@
 //! alone or inside a transaction. Time-dependent statements use the database clock (`now()`):
 //! replicas never compare their own clocks. Maintenance statements take an optional `now` that
 //! overrides it, so tests can move time without sleeping.
+//!
+//! # Write for the generic plan
+//!
+//! Every connection runs with `plan_cache_mode = force_generic_plan` (and `jit = off`; see
+//! `app.rs`): a statement is planned once, blind to its parameters, and that plan serves every
+//! execution. Write each statement so that its generic plan is the right one: literal state
+//! predicates that match the partial indexes, a condition hidden from the planner when it
+//! would pick the wrong index (`state::text = 'active'` in `job::transition`), sets of ids
+//! read through arrays so their row estimate is right (`job::claim`), and a plan test for a new
+//! hot statement. `migrations/README.md` ("Statements are planned once, generically") says
+//! more.
 
 pub mod admin;
 pub mod api_key;
@@ -62,8 +73,10 @@ pub async fn other_listeners(
 
 /// Notifies [`JOB_AVAILABLE_CHANNEL`] once with each of `payloads`: `"<queue> <sender>"`, so the
 /// sending process can recognize (and skip) its own notifications, optionally followed by
-/// `" <priority> <time_ms>"`, where the new jobs start in the queue's dispatch order
-/// ([`crate::wakeup::floors`]).
+/// `" <priority> <time_ms> <jobs>"`: where the new jobs start in the queue's dispatch order
+/// ([`crate::wakeup::floors`]; `- -` when unknown) and how many there are. Statements that
+/// notify in-statement send `"<queue>"` or `"<queue> - - - <jobs>"`; `migrations/README.md`
+/// lists every form and sender.
 pub async fn notify_available(
     db: impl sqlx::PgExecutor<'_>,
     payloads: &[String],

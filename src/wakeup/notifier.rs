@@ -132,12 +132,12 @@ impl Notifier {
     }
 
     /// Listens for notifications until `shutdown`, reconnecting with backoff on failure.
-    pub async fn listen(self, pool: PgPool, health: DbHealth, shutdown: CancellationToken) {
+    pub async fn listen(self, db: PgPool, health: DbHealth, shutdown: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {
             let result = tokio::select! {
                 () = shutdown.cancelled() => return,
-                r = self.listen_once(&pool, &health, &shutdown) => r,
+                r = self.listen_once(&db, &health, &shutdown) => r,
             };
             self.listener_pid.store(0, Ordering::Relaxed);
             match result {
@@ -158,11 +158,11 @@ impl Notifier {
 
     async fn listen_once(
         &self,
-        pool: &PgPool,
+        db: &PgPool,
         health: &DbHealth,
         shutdown: &CancellationToken,
     ) -> Result<(), sqlx::Error> {
-        let mut listener = PgListener::connect_with(pool).await?;
+        let mut listener = PgListener::connect_with(db).await?;
         // Named, so that announcers can tell whether any other replica listens.
         let pid: i32 = sqlx::query_scalar(
             "select pg_backend_pid() from set_config('application_name', $1, false)",
@@ -313,7 +313,7 @@ impl Announcer {
     }
 
     /// Sends the coalesced notifications until `shutdown` (then once more for what is left).
-    pub async fn run(self, pool: PgPool, shutdown: CancellationToken) {
+    pub async fn run(self, db: PgPool, shutdown: CancellationToken) {
         let mut peers = PeerCheck::default();
         loop {
             let stopping = tokio::select! {
@@ -336,8 +336,8 @@ impl Announcer {
                 })
                 .collect();
             if !payloads.is_empty()
-                && peers.any(&pool, &self.notifier).await
-                && let Err(e) = store::notify_available(&pool, &payloads).await
+                && peers.any(&db, &self.notifier).await
+                && let Err(e) = store::notify_available(&db, &payloads).await
             {
                 tracing::debug!(error = %e, queues = payloads.len(), "cannot notify other replicas");
             }
@@ -360,7 +360,7 @@ struct PeerCheck {
 impl PeerCheck {
     /// Whether another replica may be listening. Unknown (this process is not listening, or
     /// the check fails) counts as yes: a needless NOTIFY costs little, a missing one a poll.
-    async fn any(&mut self, pool: &PgPool, notifier: &Notifier) -> bool {
+    async fn any(&mut self, db: &PgPool, notifier: &Notifier) -> bool {
         if let Some((at, answer)) = self.checked
             && at.elapsed() < PEER_CHECK_INTERVAL
         {
@@ -370,7 +370,7 @@ impl PeerCheck {
         if own == 0 {
             return true;
         }
-        let answer = store::other_listeners(pool, own).await.unwrap_or(true);
+        let answer = store::other_listeners(db, own).await.unwrap_or(true);
         self.checked = Some((Instant::now(), answer));
         answer
     }

@@ -21,7 +21,7 @@ use crate::http::extract::{JsonBody, queue_path};
 use crate::http::openapi::values::{Duration, NonEmpty, Seconds};
 use crate::http::{AppState, ok};
 use crate::job::id_schema::QueueName;
-use crate::queue_config::{DEFAULT_QUEUE, OverflowPolicy, WireConfig};
+use crate::queue_config::{DEFAULT_LAYER, OverflowPolicy, WireConfig};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -217,7 +217,7 @@ struct ConfigBody<'a> {
 
 /// A queue name of a configuration path: a queue, or `_default`.
 fn config_path(name: &str) -> Result<(), ApiError> {
-    if name == DEFAULT_QUEUE {
+    if name == DEFAULT_LAYER {
         Ok(())
     } else {
         queue_path(name)
@@ -307,7 +307,7 @@ async fn put_config(
         .map_err(|_| ApiError::invalid_field("$", "the body must be a JSON object"))?;
     let broker = state.broker();
     let config = broker.set_queue_config(&name, &value).await?;
-    if name == DEFAULT_QUEUE {
+    if name == DEFAULT_LAYER {
         return Ok(ok(ConfigBody {
             config: config.wire(),
             name: &name,

@@ -36,8 +36,8 @@ pub use enqueue::{
 };
 pub use retention::{PruneCutoffs, prune_finished};
 pub use transition::{
-    CompleteParams, FailParams, Forget, PriorityChange, activate, cancel, complete_many, fail_many,
-    give_back, release_many, set_priority,
+    CompleteParams, DeleteOnAck, FailParams, PriorityChange, activate, cancel, complete_many,
+    fail_many, give_back, release_many, set_priority,
 };
 
 use sqlx::PgExecutor;

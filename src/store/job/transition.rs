@@ -23,16 +23,16 @@ pub struct CompleteParams<'a> {
 /// The queues whose completed jobs are deleted on ACK instead of kept (a `retention.completed`
 /// of zero): `queues`, or, when `all`, every queue but `except`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Forget {
+pub struct DeleteOnAck {
     pub all: bool,
     pub queues: Vec<String>,
     pub except: Vec<String>,
 }
 
-impl Forget {
-    /// Keeps every completed job.
-    pub fn none() -> Forget {
-        Forget::default()
+impl DeleteOnAck {
+    /// Deletes nothing: every completed job is kept.
+    pub fn nothing() -> DeleteOnAck {
+        DeleteOnAck::default()
     }
 
     /// Whether every queue keeps its completed jobs.
@@ -42,7 +42,7 @@ impl Forget {
 }
 
 /// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`; jobs
-/// of the queues in `forget` are deleted instead (their `job.completed` events are written all
+/// of the queues in `delete_on_ack` are deleted instead (their `job.completed` events are written all
 /// the same).
 ///
 /// Fenced on the reservation: a `worker_id` other than the owner's matches nothing. Returns the
@@ -53,9 +53,9 @@ impl Forget {
 pub async fn complete_many(
     db: impl PgExecutor<'_>,
     acks: &[CompleteParams<'_>],
-    forget: &Forget,
+    delete_on_ack: &DeleteOnAck,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    if let ([ack], true) = (acks, forget.keeps_all()) {
+    if let ([ack], true) = (acks, delete_on_ack.keeps_all()) {
         return complete_one(db, ack)
             .await
             .map(|job| job.into_iter().collect());
@@ -133,9 +133,9 @@ pub async fn complete_many(
         &ids,
         &workers as &[Option<&str>],
         &results as &[Option<&str>],
-        forget.all,
-        &forget.queues,
-        &forget.except,
+        delete_on_ack.all,
+        &delete_on_ack.queues,
+        &delete_on_ack.except,
     )
     .fetch_all(db)
     .await?;

@@ -40,7 +40,7 @@ pub async fn lock_config(
     db: &mut sqlx::PgConnection,
     name: &str,
 ) -> Result<(serde_json::Value, bool), sqlx::Error> {
-    let created = if name == crate::queue_config::DEFAULT_QUEUE {
+    let created = if name == crate::queue_config::DEFAULT_LAYER {
         sqlx::query!("insert into ojs_queue (name) values ('_default') on conflict do nothing")
             .execute(&mut *db)
             .await?;
@@ -125,7 +125,7 @@ pub async fn set_bounds(
     )
     .fetch_one(&mut *db)
     .await?;
-    if inserted && queue != crate::queue_config::DEFAULT_QUEUE {
+    if inserted && queue != crate::queue_config::DEFAULT_LAYER {
         // From now on every transition of these jobs adjusts the counters (trigger
         // ojs_job_capacity_move); a job finishing concurrently waits for this row lock.
         sqlx::query!(
