@@ -1387,12 +1387,9 @@ async fn a_job_available_again_in_a_tenant_fair_queue_takes_a_new_place_behind_i
         .await;
     assert_eq!(claimed[0]["id"], first);
     let later = enqueue(&api, tenant_jobs("tr", "A", 2, None)).await;
-    api.post(
-        "/ojs/v1/workers/nack",
-        json!({"job_id": first, "worker_id": "w", "requeue": true}),
-    )
-    .await
-    .expect(200);
+    api.nack(json!({"job_id": first, "worker_id": "w", "requeue": true}))
+        .await
+        .expect(200);
 
     let (fair, tenant, requeued_key) = fair_tag(&app, &first).await;
     let (_, _, last_key) = fair_tag(&app, &later[1]).await;
