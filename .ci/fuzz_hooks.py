@@ -230,7 +230,7 @@ def _issued(case) -> None:
                 case.body[key] = pool
         # Weights are for the pool's own queues.
         queues, weights = case.body.get("queues"), case.body.get("weights")
-        if isinstance(queues, list) and isinstance(weights, dict):
+        if isinstance(queues, (list, dict)) and isinstance(weights, dict):
             case.body["weights"] = {q: w for q, w in weights.items() if q in queues}
     if case.headers and "OJS-Block-Timeout" in case.headers:
         case.headers["OJS-Block-Timeout"] = "0"

@@ -337,16 +337,29 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
     })
 }
 
+/// An extension of the OJS specification, by name: its URI is `urn:ojs:ext:<name>`.
+macro_rules! official {
+    ($name:literal) => {
+        Extension {
+            name: $name,
+            uri: concat!("urn:ojs:ext:", $name),
+            version: "1.0.0-rc.1",
+            description: None,
+            endpoints: &[],
+        }
+    };
+}
+
 /// The extensions this server serves.
 const EXTENSIONS: ExtensionDetails = ExtensionDetails {
     official: &[
-        official("priority", "urn:ojs:ext:priority"),
-        official("queue-config", "urn:ojs:ext:queue-config"),
-        official("fair-scheduling", "urn:ojs:ext:fair-scheduling"),
-        official("dead-letter", "urn:ojs:ext:dead-letter"),
-        official("backpressure", "urn:ojs:ext:backpressure"),
-        official("graceful-shutdown", "urn:ojs:ext:graceful-shutdown"),
-        official("timeouts", "urn:ojs:ext:timeouts"),
+        official!("priority"),
+        official!("queue-config"),
+        official!("fair-scheduling"),
+        official!("dead-letter"),
+        official!("backpressure"),
+        official!("graceful-shutdown"),
+        official!("timeouts"),
     ],
     // ojsd's own extensions (not part of OJS).
     experimental: &[Extension {
@@ -362,17 +375,6 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         ],
     }],
 };
-
-/// An extension of the OJS specification.
-const fn official(name: &'static str, uri: &'static str) -> Extension {
-    Extension {
-        name,
-        uri,
-        version: "1.0.0-rc.1",
-        description: None,
-        endpoints: &[],
-    }
-}
 
 /// Probes the database; returns the round-trip time or the failure.
 async fn probe(state: &AppState) -> Result<Duration, String> {

@@ -122,6 +122,18 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [JobState; 8] = [
+        JobState::Scheduled,
+        JobState::Available,
+        JobState::Pending,
+        JobState::Active,
+        JobState::Completed,
+        JobState::Retryable,
+        JobState::Cancelled,
+        JobState::Discarded,
+    ];
+
     /// The state's name as the specification spells it.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -47,12 +47,25 @@ pub fn pattern() -> String {
     format!("^({iso}|[0-9]{{1,6}}(ms|s|m)|[0-9]{{1,5}}h|[0-9]{{1,4}}d)$")
 }
 
+/// One component, from 1 of its unit: durations of at least a second.
+const WHOLE_UNITS: &str = "PT[1-9][0-9]{0,6}S|PT[1-9][0-9]{0,5}M|PT[1-9][0-9]{0,4}H\
+                           |P[1-9][0-9]{0,3}D|[1-9][0-9]{0,6}s|[1-9][0-9]{0,5}m\
+                           |[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d";
+
 /// The durations of at least one second that [`parse_ms`] accepts, as a regular expression:
 /// one component, from 1 of its unit.
 pub fn pattern_at_least_a_second() -> String {
-    "^(PT[1-9][0-9]{0,6}S|PT[1-9][0-9]{0,5}M|PT[1-9][0-9]{0,4}H|P[1-9][0-9]{0,3}D\
-      |[1-9][0-9]{0,6}s|[1-9][0-9]{0,5}m|[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d)$"
-        .replace(' ', "")
+    format!("^({})$", WHOLE_UNITS.replace(' ', ""))
+}
+
+/// The durations of at least 100 ms that [`parse_ms`] accepts, as a regular expression: those
+/// of at least a second (whole or with up to 3 decimals), a tenth of a second or more below it,
+/// or 100 ms and more.
+pub fn pattern_at_least_100_ms() -> String {
+    format!(
+        "^({}|PT[1-9][0-9]{{0,6}}\\.[0-9]{{1,3}}S|PT0\\.[1-9][0-9]{{0,2}}S|[1-9][0-9]{{2,6}}ms)$",
+        WHOLE_UNITS.replace(' ', "")
+    )
 }
 
 /// Formats milliseconds as an ISO 8601 duration.
@@ -384,6 +397,14 @@ mod tests {
         }
         for bad in ["PT0S", "0s", "PT0.5S", "500ms", "P0D"] {
             assert!(!matches(&second, bad), "{bad}");
+        }
+        let tenth = validator(pattern_at_least_100_ms());
+        for ok in ["PT0.1S", "PT0.25S", "PT1.5S", "100ms", "PT2S", "1s"] {
+            assert!(matches(&tenth, ok), "{ok}");
+            assert!(parse_ms(ok).is_ok_and(|ms| ms >= 100), "{ok}");
+        }
+        for bad in ["PT0.05S", "99ms", "PT0S", "soon"] {
+            assert!(!matches(&tenth, bad), "{bad}");
         }
     }
 }

@@ -353,20 +353,14 @@ pub fn decode<T: DeserializeOwned>(raw: &RawValue) -> Result<T, serde_json::Erro
 /// Reads a raw value as a non-negative or negative integer, rejecting fractions and exponents
 /// that do not denote an integer.
 pub fn as_integer(raw: &RawValue) -> Option<i64> {
-    match serde_json::from_str::<serde_json::Number>(raw.get()) {
-        Ok(n) => n.as_i64().or_else(|| {
-            // JSON does not tell `2` from `2.0` or `2e0`, and neither does a JSON Schema
-            // `integer`: a whole number written with a fraction or exponent is that integer, as
-            // long as a double holds it exactly.
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && f.abs() <= MAX_EXACT_INTEGER)
-                .map(|f| f as i64)
-        }),
-        Err(_) => None,
-    }
+    // JSON does not tell `2` from `2.0` or `2e0`, and neither does a JSON Schema `integer`.
+    serde_json::from_str::<serde_json::Number>(raw.get())
+        .ok()
+        .and_then(|n| whole(&serde_json::Value::Number(n)))
 }
 
-/// The whole number `value` is, written `2`, `2.0` or `2e0` (see [`as_integer`]).
+/// The whole number `value` is, written `2`, `2.0` or `2e0`, as long as a double holds it
+/// exactly.
 pub fn whole(value: &serde_json::Value) -> Option<i64> {
     value.as_i64().or_else(|| {
         value

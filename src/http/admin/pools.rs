@@ -198,13 +198,23 @@ struct StarvationRequest {
     /// Default `false`.
     enabled: Option<bool>,
     /// A duration of at least 100 ms (`PT30S`); default `PT30S`.
-    #[schema(
-        pattern = "^(PT0\\.[1-9][0-9]{0,2}S|PT[1-9][0-9]{0,6}(\\.[0-9]{1,3})?S|PT[1-9][0-9]{0,5}M|PT[1-9][0-9]{0,4}H|P[1-9][0-9]{0,3}D|[1-9][0-9]{2,6}ms|[1-9][0-9]{0,6}s|[1-9][0-9]{0,5}m|[1-9][0-9]{0,4}h|[1-9][0-9]{0,3}d)$"
-    )]
+    #[schema(schema_with = rotation_interval_schema)]
     rotation_interval: Option<String>,
     /// 0 to 1, and at most 1 over all the pool's queues; default 0.05.
     #[schema(minimum = 0, maximum = 1)]
     min_dispatch_ratio: Option<f64>,
+}
+
+/// A rotation interval: a duration of at least 100 ms (`PT30S`).
+fn rotation_interval_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .pattern(Some(crate::wire::duration::pattern_at_least_100_ms()))
+        .description(Some(
+            "A duration of at least 100 ms (`PT30S`); default `PT30S`.",
+        ))
+        .build()
 }
 
 /// Per-tenant fairness settings to set.

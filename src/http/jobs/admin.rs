@@ -59,6 +59,11 @@ fn parse_states(names: &[String], field: &str) -> Result<Vec<JobState>, ApiError
         .collect()
 }
 
+/// A comma-separated list of any job states.
+fn every_state() -> utoipa::openapi::schema::Object {
+    crate::http::openapi::values::job_states(&JobState::ALL, "Comma-separated job states.")
+}
+
 /// The filter of a listing, from the query string.
 fn filter_from_query(q: &QueryParams) -> Result<JobFilter, ApiError> {
     let mut filter = JobFilter {
@@ -129,9 +134,7 @@ struct ListParams {
     #[param(value_type = Option<QueueName>)]
     queue: Option<String>,
     /// Comma-separated job states.
-    #[param(
-        pattern = "^(scheduled|available|pending|active|completed|retryable|cancelled|discarded)(,(scheduled|available|pending|active|completed|retryable|cancelled|discarded))*$"
-    )]
+    #[param(schema_with = every_state)]
     state: Option<String>,
     /// A job type, exact (`email.send`) or a prefix (`email.*`, `email*`).
     r#type: Option<String>,

@@ -103,6 +103,24 @@ impl utoipa::PartialSchema for Seconds {
 
 impl utoipa::ToSchema for Seconds {}
 
+/// A comma-separated list of job states from `states` (a query parameter), described by
+/// `description`.
+pub fn job_states(
+    states: &[crate::job::JobState],
+    description: &str,
+) -> utoipa::openapi::schema::Object {
+    let one = states
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join("|");
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(format!("^({one})(,({one}))*$")))
+        .description(Some(description))
+        .build()
+}
+
 /// A string that is not empty.
 pub struct NonEmpty;
 

@@ -285,9 +285,7 @@ struct PurgeParams {
     #[param(value_type = Option<Confirm>)]
     confirm: Option<bool>,
     /// Comma-separated job states, not `active` (default: every other state).
-    #[param(
-        pattern = "^(scheduled|available|pending|completed|retryable|cancelled|discarded)(,(scheduled|available|pending|completed|retryable|cancelled|discarded))*$"
-    )]
+    #[param(schema_with = purgeable_states)]
     states: Option<String>,
     /// Only jobs created before it.
     #[param(value_type = Option<Timestamp>)]
@@ -308,6 +306,14 @@ struct PurgeRequest {
     /// Only jobs created before it.
     #[schema(value_type = Option<Timestamp>)]
     older_than: Option<String>,
+}
+
+/// A comma-separated list of the states a purge may name.
+fn purgeable_states() -> utoipa::openapi::schema::Object {
+    crate::http::openapi::values::job_states(
+        &PURGEABLE,
+        "Comma-separated job states, not `active` (default: every other state).",
+    )
 }
 
 /// A state a purge may name: any but `active`.

@@ -154,12 +154,17 @@ impl Factory<'_> {
 
     /// NACKs `job`, held by this factory's worker; the job after the failure.
     pub async fn fail(&self, job: &Value) -> Value {
+        self.fail_with(
+            job,
+            json!({"code": "factory_error", "message": "it failed"}),
+        )
+        .await
+    }
+
+    /// NACKs `job`, held by this factory's worker, with `error`; the job after the failure.
+    pub async fn fail_with(&self, job: &Value, error: Value) -> Value {
         self.api
-            .nack(json!({
-                "job_id": job["id"],
-                "worker_id": self.worker,
-                "error": {"code": "factory_error", "message": "it failed"},
-            }))
+            .nack(json!({"job_id": job["id"], "worker_id": self.worker, "error": error}))
             .await
             .expect(200)
             .json["job"]
