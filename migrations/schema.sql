@@ -1099,6 +1099,200 @@ COMMENT ON COLUMN public.ojs_api_key.created_at IS 'When the key was created.';
 COMMENT ON COLUMN public.ojs_api_key.revoked_at IS 'When the key was revoked; a revoked key authenticates nothing.';
 
 --
+-- Name: ojs_cron; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_cron (
+    name text NOT NULL,
+    expression text NOT NULL,
+    timezone text DEFAULT 'UTC'::text NOT NULL,
+    overlap_policy text DEFAULT 'skip'::text NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    description text,
+    job_template json NOT NULL,
+    next_run_at timestamp with time zone,
+    next_local timestamp without time zone,
+    last_run_at timestamp with time zone,
+    run_count bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_cron_disabled_not_due CHECK ((enabled OR (next_run_at IS NULL))),
+    CONSTRAINT ojs_cron_name_format CHECK (((name ~ '^[a-z0-9][a-z0-9.-]*$'::text) AND (length(name) <= 255))),
+    CONSTRAINT ojs_cron_next_both_or_neither CHECK (((next_run_at IS NULL) = (next_local IS NULL))),
+    CONSTRAINT ojs_cron_overlap_policy_known CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'allow'::text, 'cancel_previous'::text, 'enqueue'::text]))),
+    CONSTRAINT ojs_cron_template_object CHECK ((json_typeof(job_template) = 'object'::text))
+);
+
+--
+-- Name: TABLE ojs_cron; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_cron IS 'Cron entries: a job template enqueued at every occurrence of a schedule. Managed with /ojs/v1/cron; fired by the leader (ojs_cron_run records each occurrence).';
+
+--
+-- Name: COLUMN ojs_cron.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.name IS 'The entry''s name and key: lowercase letters, digits, ''-'' and ''.''.';
+
+--
+-- Name: COLUMN ojs_cron.expression; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.expression IS 'The schedule as registered: 5 cron fields, 6 with leading seconds, an @ alias or @every <duration>.';
+
+--
+-- Name: COLUMN ojs_cron.timezone; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.timezone IS 'IANA zone the fields are read in (wall-clock time); @every ignores it.';
+
+--
+-- Name: COLUMN ojs_cron.overlap_policy; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.overlap_policy IS 'What an occurrence does while an earlier run is active: skip (no run), allow, cancel_previous (cancel the active runs first) or enqueue (run held pending until earlier runs finish).';
+
+--
+-- Name: COLUMN ojs_cron.enabled; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.enabled IS 'A disabled entry fires nothing and has no next occurrence.';
+
+--
+-- Name: COLUMN ojs_cron.description; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.description IS 'What the entry is for, as registered.';
+
+--
+-- Name: COLUMN ojs_cron.job_template; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.job_template IS 'The enqueue body (POST /ojs/v1/jobs, without id) each run is made from; runs also get meta.cron_name and meta.cron_triggered_at.';
+
+--
+-- Name: COLUMN ojs_cron.next_run_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.next_run_at IS 'When the next occurrence falls due; null when disabled or when the schedule never fires again. For a wall-clock time skipped by a change to daylight saving time, the instant of the change (it is then recorded as skipped, and the API shows the next occurrence that fires).';
+
+--
+-- Name: COLUMN ojs_cron.next_local; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.next_local IS 'The next occurrence''s wall-clock time in the entry''s zone (UTC for @every).';
+
+--
+-- Name: COLUMN ojs_cron.last_run_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.last_run_at IS 'The occurrence (scheduled instant) of the latest run enqueued.';
+
+--
+-- Name: COLUMN ojs_cron.run_count; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.run_count IS 'Runs enqueued since the entry was registered.';
+
+--
+-- Name: COLUMN ojs_cron.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.created_at IS 'When the entry was first registered.';
+
+--
+-- Name: COLUMN ojs_cron.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.updated_at IS 'When the entry was last registered again, changed, enabled or disabled.';
+
+--
+-- Name: ojs_cron_run; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_cron_run (
+    cron_name text NOT NULL,
+    scheduled_at timestamp with time zone NOT NULL,
+    outcome text NOT NULL,
+    reason text,
+    job_id uuid,
+    missed bigint DEFAULT 0 NOT NULL,
+    error jsonb,
+    fired_at timestamp with time zone NOT NULL,
+    open boolean DEFAULT false NOT NULL,
+    held boolean DEFAULT false NOT NULL,
+    CONSTRAINT ojs_cron_run_held_is_open CHECK ((open OR (NOT held))),
+    CONSTRAINT ojs_cron_run_outcome_known CHECK ((((outcome = 'enqueued'::text) AND (reason IS NULL) AND (job_id IS NOT NULL)) OR ((outcome = 'skipped'::text) AND (reason = ANY (ARRAY['overlap_skip'::text, 'enqueue_failed'::text])) AND (NOT open))))
+);
+
+--
+-- Name: TABLE ojs_cron_run; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_cron_run IS 'The run ledger: one row per occurrence of a cron entry that came due and existed, written in the transaction that enqueued its job (or decided not to). Its key makes a second job for one occurrence impossible. Kept OJS_CRON_HISTORY_RETENTION (7 days by default); rows of runs that may still be running are kept.';
+
+--
+-- Name: COLUMN ojs_cron_run.cron_name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.cron_name IS 'The entry (rows outlive a deleted entry until retention removes them, so a re-registered entry never repeats an occurrence).';
+
+--
+-- Name: COLUMN ojs_cron_run.scheduled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.scheduled_at IS 'The occurrence: the instant the schedule names (meta.cron_triggered_at of its job), not when it was fired.';
+
+--
+-- Name: COLUMN ojs_cron_run.outcome; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.outcome IS 'enqueued (a job was made) or skipped (none was: see reason).';
+
+--
+-- Name: COLUMN ojs_cron_run.reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.reason IS 'Why a skipped occurrence made no job: overlap_skip (an earlier run was active) or enqueue_failed (the queue refused it: see error).';
+
+--
+-- Name: COLUMN ojs_cron_run.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.job_id IS 'The job enqueued for the occurrence.';
+
+--
+-- Name: COLUMN ojs_cron_run.missed; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.missed IS 'Earlier occurrences this run stands for (fired once after downtime).';
+
+--
+-- Name: COLUMN ojs_cron_run.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.error IS 'For enqueue_failed: the OJS error the enqueue got.';
+
+--
+-- Name: COLUMN ojs_cron_run.fired_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.fired_at IS 'When the occurrence was handled.';
+
+--
+-- Name: COLUMN ojs_cron_run.open; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.open IS 'The job may not have finished: overlap policies check it; cleared once the job is seen finished or gone.';
+
+--
+-- Name: COLUMN ojs_cron_run.held; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron_run.held IS 'overlap_policy enqueue: the job waits pending until every earlier run of the entry has finished, then the firer makes it available.';
+
+--
 -- Name: ojs_dead_letter; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -2630,6 +2824,20 @@ ALTER TABLE ONLY public.ojs_api_key
     ADD CONSTRAINT ojs_api_key_pkey PRIMARY KEY (id);
 
 --
+-- Name: ojs_cron ojs_cron_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_cron
+    ADD CONSTRAINT ojs_cron_pkey PRIMARY KEY (name);
+
+--
+-- Name: ojs_cron_run ojs_cron_run_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_cron_run
+    ADD CONSTRAINT ojs_cron_run_pkey PRIMARY KEY (cron_name, scheduled_at);
+
+--
 -- Name: ojs_dispatch_second ojs_dispatch_second_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2705,6 +2913,24 @@ ALTER TABLE ONLY public.ojs_queue
 
 ALTER TABLE ONLY public.ojs_worker
     ADD CONSTRAINT ojs_worker_pkey PRIMARY KEY (id);
+
+--
+-- Name: ojs_cron_due_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_cron_due_idx ON public.ojs_cron USING btree (next_run_at) WHERE (enabled AND (next_run_at IS NOT NULL));
+
+--
+-- Name: ojs_cron_run_fired_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_cron_run_fired_idx ON public.ojs_cron_run USING btree (fired_at);
+
+--
+-- Name: ojs_cron_run_open_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_cron_run_open_idx ON public.ojs_cron_run USING btree (cron_name, scheduled_at) WHERE open;
 
 --
 -- Name: ojs_dispatch_second_queue_idx; Type: INDEX; Schema: public; Owner: -
