@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
+use crate::broker::cron::CronFirer;
 use crate::broker::{Broker, Settings};
 use crate::config::{self, Config};
 use crate::db::{self, DbHealth, HotConnections, PoolSettings};
@@ -124,25 +125,7 @@ impl Application {
         let broker = Broker::new(
             db.clone(),
             HotConnections::new(db.clone(), health.clone()),
-            Settings {
-                limits: Limits {
-                    max_priority: config.max_priority,
-                    default_timeout_ms: (config.default_timeout_secs * 1_000) as i64,
-                    hyphenated_types: config.hyphenated_types(),
-                    priority_aging_ms: config
-                        .priority_aging_interval
-                        .map(|span| i64::try_from(span.0.as_millis()).unwrap_or(i64::MAX)),
-                },
-                default_visibility_timeout_ms: (config.default_visibility_timeout_secs * 1_000)
-                    as i64,
-                fetch_poll_interval: Duration::from_millis(config.fetch_poll_interval_ms),
-                heartbeat_timeout,
-                test_hooks: config.test_hooks,
-                fetch_strategy: config.fetch_strategy,
-                queue_weights: config.queue_weights.clone(),
-                strict_queues: config.strict_queues,
-                keep_completed: !config.retention_completed.0.is_zero(),
-            },
+            broker_settings(config),
             announcer.clone(),
         );
         let elector = Elector::new(
@@ -184,6 +167,7 @@ impl Application {
                 events: config.event_retention.0,
                 max_events: i64::try_from(config.event_max_count).unwrap_or(i64::MAX),
                 stale_workers: config.stale_worker_retention.0,
+                cron_runs: config.cron_history_retention.0,
                 batch_size: batch,
             },
             starvation: maintenance::StarvationConfig::default(),
@@ -303,9 +287,21 @@ impl Application {
         );
         if let Some((elector, config, context)) = elector {
             let role = elector.subscribe();
+            let cron = {
+                let broker = state.broker().clone();
+                let context = context.clone();
+                maintenance::extra(move || CronFirer::new(broker.clone(), context.clone()))
+            };
             background.spawn(
                 "maintenance supervisor",
-                maintenance::supervise(context, config, health.clone(), role, shutdown.clone()),
+                maintenance::supervise(
+                    context,
+                    config,
+                    vec![cron],
+                    health.clone(),
+                    role,
+                    shutdown.clone(),
+                ),
             );
             background.spawn("leader elector", elector.run(shutdown.clone()));
         }
@@ -376,6 +372,28 @@ impl Application {
         }
         tracing::info!("ojsd stopped");
         Ok(())
+    }
+}
+
+/// The broker's settings from the server's.
+pub fn broker_settings(config: &Config) -> Settings {
+    Settings {
+        limits: Limits {
+            max_priority: config.max_priority,
+            default_timeout_ms: (config.default_timeout_secs * 1_000) as i64,
+            hyphenated_types: config.hyphenated_types(),
+            priority_aging_ms: config
+                .priority_aging_interval
+                .map(|span| i64::try_from(span.0.as_millis()).unwrap_or(i64::MAX)),
+        },
+        default_visibility_timeout_ms: (config.default_visibility_timeout_secs * 1_000) as i64,
+        fetch_poll_interval: Duration::from_millis(config.fetch_poll_interval_ms),
+        heartbeat_timeout: config.heartbeat_timeout(),
+        test_hooks: config.test_hooks,
+        fetch_strategy: config.fetch_strategy,
+        queue_weights: config.queue_weights.clone(),
+        strict_queues: config.strict_queues,
+        keep_completed: !config.retention_completed.0.is_zero(),
     }
 }
 

@@ -46,6 +46,8 @@ pub const DEFAULT_RETENTION_DISCARDED: &str = "P30D";
 pub const DEFAULT_EVENT_RETENTION: &str = "P7D";
 pub const DEFAULT_EVENT_MAX_COUNT: u64 = 1_000_000;
 pub const DEFAULT_STALE_WORKER_RETENTION: &str = "P1D";
+/// How long cron run-ledger rows are kept.
+pub const DEFAULT_CRON_HISTORY_RETENTION: &str = "P7D";
 pub const DEFAULT_EVENT_POLL_INTERVAL_MS: u64 = 250;
 
 /// Most jobs one FETCH may claim.
@@ -330,6 +332,11 @@ pub struct Config {
     #[arg(long, env = "OJS_STALE_WORKER_RETENTION", default_value = DEFAULT_STALE_WORKER_RETENTION)]
     pub stale_worker_retention: Span,
 
+    /// How long the cron run ledger (`ojs_cron_run`, one row per occurrence of each entry)
+    /// keeps a row; rows of runs that may still be running are kept.
+    #[arg(long, env = "OJS_CRON_HISTORY_RETENTION", default_value = DEFAULT_CRON_HISTORY_RETENTION)]
+    pub cron_history_retention: Span,
+
     /// A worker without a heartbeat for this long is stale and loses its jobs (seconds).
     /// Default: three heartbeat intervals.
     #[arg(long, env = "OJS_HEARTBEAT_TIMEOUT_SECS")]
@@ -393,6 +400,7 @@ impl Default for Config {
             event_retention: Span::parse_default(DEFAULT_EVENT_RETENTION),
             event_max_count: DEFAULT_EVENT_MAX_COUNT,
             stale_worker_retention: Span::parse_default(DEFAULT_STALE_WORKER_RETENTION),
+            cron_history_retention: Span::parse_default(DEFAULT_CRON_HISTORY_RETENTION),
             heartbeat_timeout_secs: None,
             event_poll_interval_ms: DEFAULT_EVENT_POLL_INTERVAL_MS,
         }

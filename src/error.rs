@@ -29,6 +29,9 @@ pub enum Error {
     /// The queue is unknown.
     #[error("queue {0} not found")]
     QueueNotFound(String),
+    /// The cron entry is unknown.
+    #[error("cron entry {0} not found")]
+    CronNotFound(String),
     /// The worker pool is unknown.
     #[error("pool {0} not found")]
     PoolNotFound(String),

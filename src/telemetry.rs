@@ -251,6 +251,12 @@ pub fn leader_changed(leader: bool) {
     gauge!("ojs_leader").set(if leader { 1.0 } else { 0.0 });
 }
 
+/// An occurrence of cron entry `cron` handled: `enqueued`, `overlap_skip`, `enqueue_failed`
+/// or `dst_skip` (`ojs_cron_runs_total`).
+pub fn cron_run(cron: &str, outcome: &'static str) {
+    counter!("ojs_cron_runs_total", "cron" => cron.to_owned(), "outcome" => outcome).increment(1);
+}
+
 /// One pass of a maintenance service: its duration, and rows handled (`None`: it failed).
 pub fn maintenance_pass(
     service: &'static str,

@@ -184,6 +184,69 @@ impl Enqueuer {
         }
     }
 
+    /// PUSH inside the caller's transaction (the cron firer's): the queue configuration
+    /// applied, the jobs written in `tx`, which the caller commits, then calls
+    /// [`Enqueuer::after_commit`]. A full `drop_oldest` queue makes room in `tx`; any other
+    /// full queue refuses at once (nothing waits). Each attempt runs in a savepoint, so a
+    /// refusal leaves `tx` usable.
+    pub(super) async fn push_in(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        jobs: &[NewJob],
+        ctx: &PushContext,
+    ) -> Result<(Vec<Pushed>, Arc<Snapshot>)> {
+        use sqlx::Connection;
+        let mut stale = 0;
+        loop {
+            let configs = self.configs.current(&self.db).await?;
+            let prepared = prepare(jobs, &configs, ctx, &self.limits)?;
+            let mut attempt = tx.begin().await?;
+            let mut result = self.write_pushed(&prepared, Some(&mut attempt)).await;
+            if let Err(Error::QueueFull {
+                policy: OverflowPolicy::DropOldest,
+                ..
+            }) = result
+            {
+                attempt.rollback().await?;
+                attempt = tx.begin().await?;
+                result = self.write_dropping_oldest(&mut attempt, &prepared).await;
+            }
+            match result {
+                Ok(pushed) => {
+                    attempt.commit().await?;
+                    return Ok((pushed, configs));
+                }
+                Err(e) if is_stale_config(&e) && stale < 3 => {
+                    attempt.rollback().await?;
+                    stale += 1;
+                    self.configs.reload(&self.db).await?;
+                }
+                Err(e) => {
+                    attempt.rollback().await?;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Whether the queue configuration admits `job` from `ctx` (job type and producer rules),
+    /// without writing it.
+    pub(super) async fn admissible(&self, job: &NewJob, ctx: &PushContext) -> Result<()> {
+        let configs = self.configs.current(&self.db).await?;
+        prepare(std::slice::from_ref(job), &configs, ctx, &self.limits).map(|_| ())
+    }
+
+    /// What a PUSH made with [`Enqueuer::push_in`] tells once its transaction committed:
+    /// metrics, wake-ups, back-pressure.
+    pub(super) async fn after_commit(&self, jobs: Vec<Pushed>, configs: &Snapshot) -> PushResult {
+        let mut out = PushResult {
+            jobs,
+            pressure: None,
+        };
+        self.after_push(&mut out, configs).await;
+        out
+    }
+
     /// Writes prepared jobs (in `tx` when given, which the caller commits).
     async fn write_pushed(
         &self,
@@ -352,6 +415,18 @@ impl Enqueuer {
     /// larger than the bound).
     async fn push_dropping_oldest(&self, jobs: &[NewJob]) -> Result<Vec<Pushed>> {
         let mut tx = self.db.begin().await?;
+        let pushed = self.write_dropping_oldest(&mut tx, jobs).await?;
+        tx.commit().await?;
+        Ok(pushed)
+    }
+
+    /// [`Enqueuer::push_dropping_oldest`] in `tx` (the caller commits; the drops are counted
+    /// in the metrics as soon as they are written).
+    async fn write_dropping_oldest(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Pushed>> {
         let mut queues: Vec<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
         queues.sort_unstable();
         queues.dedup();
@@ -363,13 +438,12 @@ impl Enqueuer {
                 .map(|j| (j.args.len() + j.meta.len()) as i64)
                 .sum();
             let mut freed =
-                store::queue::drop_oldest(&mut tx, queue, incoming.len() as i64, bytes).await?;
+                store::queue::drop_oldest(&mut *tx, queue, incoming.len() as i64, bytes).await?;
             dropped.append(&mut freed);
         }
-        let result = self.write_pushed(jobs, Some(&mut tx)).await;
+        let result = self.write_pushed(jobs, Some(tx)).await;
         match result {
             Ok(pushed) => {
-                tx.commit().await?;
                 for (queue, job_type) in &dropped {
                     telemetry::queue_overflow(queue, OverflowPolicy::DropOldest);
                     tracing::debug!(queue, job_type, "dropped the oldest job to make room");

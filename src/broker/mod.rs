@@ -12,12 +12,14 @@
 //! | `enqueue.rs`, `unique.rs` | PUSH: queue configuration applied, group commit, overflow policies, the unique-job planner |
 //! | `fetch.rs`, `claim.rs` | FETCH: long polls, routing (policy in [`crate::scheduling`]), claims under dispatch limits |
 //! | `complete.rs` | ACK (group commit) and NACK, fenced on the claim |
+//! | `cron.rs` | cron entries, and the leader's firer that enqueues their runs exactly once per occurrence |
 //! | `admin.rs`, `dead_letter.rs`, `events.rs`, `gauges.rs`, `pools.rs`, `queues.rs`, `workers.rs` | the rest of the API, one concern each |
 
 mod admin;
 mod claim;
 mod complete;
 pub mod configs;
+pub mod cron;
 mod dead_letter;
 mod dispatch_stats;
 mod enqueue;
@@ -309,9 +311,11 @@ impl Broker {
         })
     }
 
-    /// Deletes all jobs, workers, events and queues with their configuration (test hook).
+    /// Deletes all jobs, workers, events, queues with their configuration, and cron entries
+    /// with their runs (test hook).
     pub async fn reset(&self) -> Result<()> {
         let mut tx = self.db.begin().await?;
+        store::cron::delete_all(&mut tx).await?;
         store::job::delete_all(&mut *tx).await?;
         store::worker::delete_all(&mut *tx).await?;
         store::event::delete_all(&mut *tx).await?;

@@ -32,6 +32,8 @@ mod unread;
 mod admin;
 // The built admin UI's files, when `OJS_ADMIN_UI_DIR` names them.
 mod admin_ui;
+// Cron entries, at /ojs/v1/cron and (the admin UI's shapes) /ojs/v1/crons.
+mod cron;
 // The dead-letter queue.
 mod dead_letter;
 // The event log, polled with a cursor or paged, and the SSE routes of jobs and queues.
@@ -210,6 +212,7 @@ pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
         .merge(jobs::router(settings))
         .merge(workers::router())
         .merge(dead_letter::router())
+        .merge(cron::router())
         .merge(events::router())
         .merge(queues::router())
         .merge(admin::router(settings.test_hooks))

@@ -69,6 +69,9 @@ struct Implementation {
 #[derive(Serialize, ToSchema)]
 struct Capabilities {
     batch_enqueue: bool,
+    /// Cron entries (the key the OJS admin UI reads to show its cron page).
+    cron: bool,
+    /// The same as `cron`.
     cron_jobs: bool,
     dead_letter: bool,
     delayed_jobs: bool,
@@ -281,13 +284,14 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             language: "rust",
             homepage: "https://openjobspec.org",
         },
-        conformance_level: 1,
+        conformance_level: 2,
         conformance_tier: "runtime",
         protocols: &["http"],
         backend: "postgres",
         capabilities: Capabilities {
             batch_enqueue: true,
-            cron_jobs: false,
+            cron: true,
+            cron_jobs: true,
             dead_letter: true,
             delayed_jobs: true,
             job_ttl: true,
@@ -360,6 +364,7 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         official!("backpressure"),
         official!("graceful-shutdown"),
         official!("timeouts"),
+        official!("cron"),
     ],
     // ojsd's own extensions (not part of OJS).
     experimental: &[Extension {

@@ -83,6 +83,21 @@ pub trait Service: Send + Sync + 'static {
         &self,
         now: Option<DateTime<Utc>>,
     ) -> impl Future<Output = Result<Pass, sqlx::Error>> + Send;
+    /// How long to wait after a pass that left no work: the interval with ±10 % jitter, unless
+    /// the service keeps a timetable of its own.
+    fn pause(&self) -> Duration {
+        jittered(self.interval())
+    }
+}
+
+/// A service defined outside this module (the broker's cron firer), started and stopped with
+/// the others: makes the service and spawns its loop.
+pub type Extra =
+    std::sync::Arc<dyn Fn(&mut JoinSet<()>, &DbHealth, &CancellationToken) + Send + Sync>;
+
+/// An [`Extra`] that runs the service `make` builds, anew at every election.
+pub fn extra<S: Service>(make: impl Fn() -> S + Send + Sync + 'static) -> Extra {
+    std::sync::Arc::new(move |tasks, health, stop| spawn(tasks, make(), health, stop))
 }
 
 /// What every service needs: the database and who it is (for the `source` of the events it
@@ -150,10 +165,11 @@ pub struct MaintenanceConfig {
     pub planner_stats: PlannerStatsConfig,
 }
 
-/// Runs the services while this replica leads, until `shutdown`.
+/// Runs the services (and `extras`) while this replica leads, until `shutdown`.
 pub async fn supervise(
     context: Context,
     config: MaintenanceConfig,
+    extras: Vec<Extra>,
     health: DbHealth,
     mut role: watch::Receiver<Role>,
     shutdown: CancellationToken,
@@ -214,6 +230,9 @@ pub async fn supervise(
             &health,
             &services,
         );
+        for start in &extras {
+            start(&mut tasks, &health, &services);
+        }
         // Lead until the role changes (or we shut down).
         loop {
             tokio::select! {
@@ -267,7 +286,7 @@ async fn run_loop<S: Service>(service: S, health: DbHealth, stop: CancellationTo
             );
             match result {
                 Ok(pass) if pass.more => Duration::ZERO,
-                Ok(_) => jittered(service.interval()),
+                Ok(_) => service.pause(),
                 Err(Some(e)) => {
                     health.report(&e);
                     tracing::warn!(service = name, error = %e, "maintenance pass failed");

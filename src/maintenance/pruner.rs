@@ -1,5 +1,5 @@
-//! The pruner: retention of finished jobs, events and stale workers, and the progress reports
-//! of jobs that are gone.
+//! The pruner: retention of finished jobs, events, stale workers and the cron run ledger, and
+//! the progress reports of jobs that are gone.
 
 use std::time::Duration;
 
@@ -35,6 +35,9 @@ pub struct PrunerConfig {
     pub max_events: i64,
     /// Stale workers are listed this long before they are deleted (default 24 hours).
     pub stale_workers: Duration,
+    /// Cron run-ledger rows are kept this long after their occurrence was handled (default
+    /// 7 days; rows of runs that may still be running are kept).
+    pub cron_runs: Duration,
     /// Rows per statement.
     pub batch_size: i64,
 }
@@ -71,6 +74,9 @@ impl Pruner {
                         }
                         Target::Workers(cutoff) => store::worker::prune(conn, cutoff, size).await?,
                         Target::Progress => store::progress::prune(conn, size).await?,
+                        Target::CronRuns(cutoff) => {
+                            store::cron::prune_runs(conn, cutoff, size).await?
+                        }
                     };
                     Ok((deleted as u64, deleted >= size))
                 })
@@ -92,6 +98,8 @@ enum Target {
     Workers(DateTime<Utc>),
     /// Progress reports of jobs that no longer exist.
     Progress,
+    /// Cron run-ledger rows handled before the cutoff.
+    CronRuns(DateTime<Utc>),
 }
 
 /// The retention fields of the queue configuration layers ([OJS retention] and [dead-letter]
@@ -222,6 +230,7 @@ impl Service for Pruner {
         targets.push(Target::Events(since(now, c.events), c.max_events));
         targets.push(Target::Workers(since(now, c.stale_workers)));
         targets.push(Target::Progress);
+        targets.push(Target::CronRuns(since(now, c.cron_runs)));
         let mut pass = Pass::default();
         for target in targets {
             let done = self.prune(target).await?;

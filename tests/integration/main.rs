@@ -7,6 +7,7 @@ mod batching;
 mod claim_floor;
 mod client_shapes;
 mod concurrency;
+mod cron;
 mod db_connections;
 mod dead_letter;
 mod enqueue_statements;

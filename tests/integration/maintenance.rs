@@ -62,6 +62,7 @@ fn pruner_config() -> PrunerConfig {
         events: 7 * DAY,
         max_events: 1_000_000,
         stale_workers: DAY,
+        cron_runs: 7 * DAY,
         batch_size: 2,
     }
 }

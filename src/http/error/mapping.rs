@@ -192,6 +192,7 @@ impl From<Error> for ApiError {
             )),
             Error::QueueNotFound(name) => ApiError::not_found("queue", &name),
             Error::PoolNotFound(name) => ApiError::not_found("pool", &name),
+            Error::CronNotFound(name) => ApiError::not_found("cron entry", &name),
             Error::UnknownQueue(name) => ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",

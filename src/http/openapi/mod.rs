@@ -165,6 +165,17 @@ fn either_or(schemas: &mut Value) {
             schema.insert("anyOf".to_owned(), Value::Array(any_of));
         }
     }
+    // A cron registration names its schedule (under one of three names) and its job (as
+    // `job_template` or by its top-level `type`).
+    if let Some(Value::Object(cron)) = schemas.get_mut("CronRequest") {
+        cron.insert(
+            "allOf".to_owned(),
+            serde_json::json!([
+                {"anyOf": [required("expression"), required("cron"), required("schedule")]},
+                {"anyOf": [required("job_template"), required("type")]},
+            ]),
+        );
+    }
     // Moving a queue's jobs needs the queue they move to.
     if let Some(Value::Object(delete)) = schemas.get_mut("QueueDeleteRequest") {
         delete.insert(

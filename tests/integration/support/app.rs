@@ -210,6 +210,21 @@ impl TestApp {
         reaper.run_once(Some(now)).await.expect("a reaper pass")
     }
 
+    /// A cron firer on this test's database, as the leader runs it: tests call its
+    /// `run_once(Some(now))` to fire what is due at `now`. Each call makes another firer (as
+    /// another replica would be).
+    pub fn cron_firer(&self) -> ojsd::broker::cron::CronFirer {
+        let config = Config::default();
+        let health = ojsd::db::DbHealth::default();
+        let broker = ojsd::broker::Broker::new(
+            self.pool().clone(),
+            ojsd::db::HotConnections::new(self.pool().clone(), health),
+            ojsd::app::broker_settings(&config),
+            ojsd::wakeup::Announcer::new(ojsd::wakeup::Notifier::new("test-cron")),
+        );
+        ojsd::broker::cron::CronFirer::new(broker, self.maintenance())
+    }
+
     /// The database clock plus `offset` (to run a service "later" without sleeping).
     pub async fn db_now_plus(&self, offset: Duration) -> chrono::DateTime<chrono::Utc> {
         let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()")
