@@ -12,8 +12,9 @@ Left out of the fingerprint:
 
 Generated identifiers almost never name anything, so most requests would only meet "not found".
 Every SEED_EVERY requests the hook makes real things through the API (jobs available, scheduled,
-active under a registered worker, completed, dead-lettered and cancelled), and before each request
-it puts their ids, at random, in the request's path parameters (`id`, `worker_id`, `name`) and in
+active under a registered worker, completed, dead-lettered and cancelled, and a cron entry), and
+before each request it puts their ids, at random, in the request's path parameters (`id`,
+`worker_id`, `name`; an entry's name on the cron routes) and in
 its body's `job_id`, `worker_id` and `id` fields, so that refusals of real jobs in every state are
 fuzzed too. The randomness is seeded: the same seed makes the same choices.
 
@@ -40,6 +41,7 @@ SEED_EVERY = 40
 KEEP_SEEDS = 3
 WORKER = "fuzz-worker"
 QUEUES = ["fuzz", "fuzz-held"]
+CRONS = ["fuzz-cron"]
 
 _rng = random.Random(20261125)
 _calls = 0
@@ -144,6 +146,9 @@ def _seed() -> None:
     if len(fetched) > 1:
         nack = {"job_id": fetched[1]["id"], "worker_id": WORKER, "error": {"message": "seed"}}
         _api("POST", "/ojs/v1/workers/nack", nack)
+    # A cron entry (registered again each time: fuzzed requests may change or delete it).
+    template = {"type": "fuzz.seed", "args": [], "options": {"queue": QUEUES[0]}}
+    _api("POST", "/ojs/v1/cron", {"name": CRONS[0], "expression": "0 0 1 1 *", "job_template": template})
     _jobs.append([i for i in ids if i])
     del _jobs[:-KEEP_SEEDS]
     global _event
@@ -159,6 +164,8 @@ def _aim(case) -> None:
     only the server issues (page cursors, event ids) with values it issued."""
     jobs = [i for seed in _jobs for i in seed]
     names = {"id": jobs, "worker_id": [WORKER], "name": QUEUES, "job_id": jobs}
+    if case.path.startswith("/ojs/v1/cron"):
+        names = {**names, "id": CRONS, "name": CRONS}
     if case.path_parameters:
         for key in case.path_parameters:
             case.path_parameters[key] = _maybe(case.path_parameters[key], names.get(key, []))

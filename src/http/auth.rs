@@ -26,6 +26,9 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
         // The UI's files; the API calls it makes are checked like any other.
         return None;
     }
+    if spans_queues(path) {
+        return Some(Role::Admin);
+    }
     let producer = matches!(
         (method, path),
         (
@@ -50,6 +53,17 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
         return Some(Role::Worker);
     }
     Some(Role::Admin)
+}
+
+/// Routes whose resources are not bound to one queue: cron entries, which enqueue into any
+/// queue on their schedule with no producer's key behind the jobs, and whose templates may
+/// hold what a producer should not read. Reading them too needs an `admin` key (which is never
+/// limited to some queues).
+pub fn spans_queues(route: &str) -> bool {
+    route == "/ojs/v1/cron"
+        || route == "/ojs/v1/crons"
+        || route.starts_with("/ojs/v1/cron/")
+        || route.starts_with("/ojs/v1/crons/")
 }
 
 /// The key from `Authorization: Bearer <key>`.

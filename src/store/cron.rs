@@ -435,8 +435,9 @@ pub struct RunRow {
     pub fired_at: DateTime<Utc>,
 }
 
-/// Deletes at most `limit` ledger rows handled before `before`, except those of runs that may
-/// still be running; returns how many.
+/// Deletes at most `limit` ledger rows handled before `before`, except those of runs still
+/// unfinished (a row marked open whose job has finished, or is gone, goes: its entry may have
+/// been deleted, and nothing would settle it); returns how many.
 pub async fn prune_runs(
     db: impl PgExecutor<'_>,
     before: DateTime<Utc>,
@@ -445,9 +446,13 @@ pub async fn prune_runs(
     let done = sqlx::query!(
         r#"
         delete from ojs_cron_run r
-         using (select cron_name, scheduled_at from ojs_cron_run
-                 where fired_at < $1 and not open
-                 order by fired_at
+         using (select o.cron_name, o.scheduled_at from ojs_cron_run o
+                 where o.fired_at < $1
+                   and (not o.open
+                        or not exists (select 1 from ojs_job j
+                                        where j.id = o.job_id
+                                          and j.state not in ('completed', 'cancelled', 'discarded')))
+                 order by o.fired_at
                  limit $2) old
          where r.cron_name = old.cron_name and r.scheduled_at = old.scheduled_at
         "#,

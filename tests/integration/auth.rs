@@ -127,6 +127,19 @@ async fn the_role_matrix_holds_for_every_documented_route() {
         role(Method::DELETE, "/ojs/v1/admin/workers/{worker_id}"),
         Some(Admin)
     );
+    // Cron entries, reads included, are for admin keys.
+    for (method, path) in [
+        (Method::GET, "/ojs/v1/cron"),
+        (Method::POST, "/ojs/v1/cron"),
+        (Method::GET, "/ojs/v1/cron/{name}"),
+        (Method::PATCH, "/ojs/v1/cron/{name}"),
+        (Method::DELETE, "/ojs/v1/cron/{name}"),
+        (Method::GET, "/ojs/v1/cron/{name}/runs"),
+        (Method::GET, "/ojs/v1/crons"),
+        (Method::GET, "/ojs/v1/crons/{id}"),
+    ] {
+        assert_eq!(role(method.clone(), path), Some(Admin), "{method} {path}");
+    }
     assert_eq!(role(Method::GET, "/metrics"), None);
     assert_eq!(
         ojsd::http::auth::needed(&Method::GET, "/metrics", true),
