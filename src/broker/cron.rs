@@ -257,6 +257,12 @@ impl CronFirer {
         now: DateTime<Utc>,
     ) -> Result<Option<(Vec<Pushed>, std::sync::Arc<super::configs::Snapshot>)>> {
         let policy = OverlapPolicy::parse(&row.overlap_policy).unwrap_or(OverlapPolicy::Skip);
+        let occasion = Occasion {
+            row,
+            slot,
+            missed,
+            now,
+        };
         let live = settle(tx, &row.name).await?;
         let active: Vec<_> = live
             .iter()
@@ -265,28 +271,9 @@ impl CronFirer {
         let mut held = false;
         match policy {
             OverlapPolicy::Skip if !active.is_empty() => {
-                let run = NewRun {
-                    cron_name: &row.name,
-                    scheduled_at: slot,
-                    skipped: Some("overlap_skip"),
-                    job_id: None,
-                    missed,
-                    error: None,
-                    fired_at: now,
-                    held: false,
-                };
-                store::cron::insert_run(&mut *tx, &run).await?;
-                let data = serde_json::json!({
-                    "cron_name": row.name,
-                    "cron_expression": row.expression,
-                    "timezone": row.timezone,
-                    "reason": "overlap_skip",
-                    "active_job_id": active[0].job_id,
-                    "existing_job_id": active[0].job_id,
-                    "scheduled_time": crate::wire::timestamp::format(slot),
-                });
-                store::cron::insert_event(&mut *tx, "cron.skipped", &row.name, None, &data).await?;
-                telemetry::cron_run(&row.name, "overlap_skip");
+                let job_id = active[0].job_id;
+                let extra = serde_json::json!({"active_job_id": job_id, "existing_job_id": job_id});
+                skip(tx, &occasion, "overlap_skip", None, extra).await?;
                 return Ok(None);
             }
             OverlapPolicy::CancelPrevious => {
@@ -339,19 +326,19 @@ impl CronFirer {
                     held,
                 };
                 store::cron::insert_run(&mut *tx, &run).await?;
-                let data = serde_json::json!({
-                    "cron_name": row.name,
-                    "cron_expression": row.expression,
-                    "timezone": row.timezone,
-                    "job_id": job.id.0,
-                    "job_type": job.r#type,
-                    "queue": job.queue,
-                    "run_count": row.run_count + 1,
-                    "scheduled_time": crate::wire::timestamp::format(slot),
-                    "actual_time": crate::wire::timestamp::format(now),
-                    "missed": missed,
-                    "held": held,
-                });
+                let data = event_data(
+                    row,
+                    serde_json::json!({
+                        "job_id": job.id.0,
+                        "job_type": job.r#type,
+                        "queue": job.queue,
+                        "run_count": row.run_count + 1,
+                        "scheduled_time": crate::wire::timestamp::format(slot),
+                        "actual_time": crate::wire::timestamp::format(now),
+                        "missed": missed,
+                        "held": held,
+                    }),
+                );
                 store::cron::insert_event(
                     &mut *tx,
                     "cron.triggered",
@@ -373,27 +360,8 @@ impl CronFirer {
             Err(Error::Database(e)) => Err(Error::Database(e)),
             Err(e) => {
                 let error = serde_json::json!({"message": e.to_string(), "kind": refusal_kind(&e)});
-                let run = NewRun {
-                    cron_name: &row.name,
-                    scheduled_at: slot,
-                    skipped: Some("enqueue_failed"),
-                    job_id: None,
-                    missed,
-                    error: Some(&error),
-                    fired_at: now,
-                    held: false,
-                };
-                store::cron::insert_run(&mut *tx, &run).await?;
-                let data = serde_json::json!({
-                    "cron_name": row.name,
-                    "cron_expression": row.expression,
-                    "timezone": row.timezone,
-                    "reason": "enqueue_failed",
-                    "error": error,
-                    "scheduled_time": crate::wire::timestamp::format(slot),
-                });
-                store::cron::insert_event(&mut *tx, "cron.skipped", &row.name, None, &data).await?;
-                telemetry::cron_run(&row.name, "enqueue_failed");
+                let extra = serde_json::json!({"error": error});
+                skip(tx, &occasion, "enqueue_failed", Some(&error), extra).await?;
                 tracing::warn!(cron = row.name, error = %e, "cron run could not be enqueued");
                 Ok(None)
             }
@@ -438,19 +406,75 @@ async fn dst_skipped(
     n: u64,
     now: DateTime<Utc>,
 ) -> Result<()> {
-    let data = serde_json::json!({
-        "cron_name": row.name,
-        "cron_expression": row.expression,
-        "timezone": row.timezone,
-        "reason": "dst_skip",
-        "scheduled_time": crate::wire::timestamp::format(first.at),
-        "local_time": first.local.format("%Y-%m-%dT%H:%M:%S").to_string(),
-        "occurrences": n,
-        "actual_time": crate::wire::timestamp::format(now),
-    });
+    let data = event_data(
+        row,
+        serde_json::json!({
+            "reason": "dst_skip",
+            "scheduled_time": crate::wire::timestamp::format(first.at),
+            "local_time": first.local.format("%Y-%m-%dT%H:%M:%S").to_string(),
+            "occurrences": n,
+            "actual_time": crate::wire::timestamp::format(now),
+        }),
+    );
     store::cron::insert_event(&mut *tx, "cron.skipped", &row.name, None, &data).await?;
     telemetry::cron_run(&row.name, "dst_skip");
     Ok(())
+}
+
+/// An occurrence of an entry being handled.
+struct Occasion<'a> {
+    row: &'a CronRow,
+    /// Its scheduled instant.
+    slot: DateTime<Utc>,
+    /// Earlier occurrences it stands for.
+    missed: i64,
+    /// When it is handled.
+    now: DateTime<Utc>,
+}
+
+/// An occurrence that makes no job: its ledger row, `cron.skipped` (with `extra`), the metric.
+async fn skip(
+    tx: &mut PgConnection,
+    at: &Occasion<'_>,
+    reason: &'static str,
+    error: Option<&serde_json::Value>,
+    extra: serde_json::Value,
+) -> Result<()> {
+    let run = NewRun {
+        cron_name: &at.row.name,
+        scheduled_at: at.slot,
+        skipped: Some(reason),
+        job_id: None,
+        missed: at.missed,
+        error,
+        fired_at: at.now,
+        held: false,
+    };
+    store::cron::insert_run(&mut *tx, &run).await?;
+    let mut data = serde_json::json!({
+        "reason": reason,
+        "scheduled_time": crate::wire::timestamp::format(at.slot),
+    });
+    if let (Some(data), serde_json::Value::Object(extra)) = (data.as_object_mut(), extra) {
+        data.extend(extra);
+    }
+    let data = event_data(at.row, data);
+    store::cron::insert_event(&mut *tx, "cron.skipped", &at.row.name, None, &data).await?;
+    telemetry::cron_run(&at.row.name, reason);
+    Ok(())
+}
+
+/// What every cron event says of its entry, then `extra`.
+fn event_data(row: &CronRow, extra: serde_json::Value) -> serde_json::Value {
+    let mut data = serde_json::json!({
+        "cron_name": row.name,
+        "cron_expression": row.expression,
+        "timezone": row.timezone,
+    });
+    if let (Some(data), serde_json::Value::Object(extra)) = (data.as_object_mut(), extra) {
+        data.extend(extra);
+    }
+    data
 }
 
 /// A short name for why an enqueue was refused.

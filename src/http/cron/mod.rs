@@ -211,6 +211,21 @@ fn entry_body(entry: &CronEntry, status: StatusCode) -> Response {
 struct CronRequest {
     #[schema(value_type = CronName)]
     name: String,
+    #[serde(flatten)]
+    fields: CronPatch,
+    /// The job type, when the job is given at the top level instead of as `job_template`.
+    #[serde(rename = "type")]
+    job_type: Option<String>,
+}
+
+/// The fields of an entry to change: any of a registration's, the name excepted (it may be
+/// sent if unchanged). `job_template`, and enqueue attributes at the top level, are merged key
+/// by key over the stored template.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)] // documentation: `cron::patched` reads the body
+struct CronPatch {
+    #[schema(value_type = Option<CronName>)]
+    name: Option<String>,
     /// 5 fields (`minute hour day-of-month month day-of-week`), 6 with a leading `second`, an
     /// alias (`@yearly`, `@annually`, `@monthly`, `@weekly`, `@daily`, `@midnight`, `@hourly`)
     /// or `@every <duration>` (whole seconds, at least 1 s). Fields take `*`, `,`, `-`, `/`,
@@ -235,37 +250,6 @@ struct CronRequest {
     description: Option<String>,
     /// The job each run enqueues: an enqueue body (`type`, `args` (default `[]`), `meta`,
     /// `options`, ...) without `id`, `scheduled_at`, `delay_until` or `unique`.
-    #[schema(value_type = Object, required = false)]
-    job_template: Option<serde_json::Value>,
-    /// The job type, when the job is given at the top level instead of as `job_template`.
-    #[serde(rename = "type")]
-    job_type: Option<String>,
-}
-
-/// The fields of an entry to change: any of a registration's, the name excepted (it may be
-/// sent if unchanged). `job_template`, and enqueue attributes at the top level, are merged key
-/// by key over the stored template.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: `cron::patched` reads the body
-struct CronPatch {
-    #[schema(value_type = Option<CronName>)]
-    name: Option<String>,
-    /// As in a registration.
-    #[schema(min_length = 1)]
-    expression: Option<String>,
-    /// The same as `expression`.
-    #[schema(min_length = 1)]
-    cron: Option<String>,
-    /// The same as `expression`.
-    #[schema(min_length = 1)]
-    schedule: Option<String>,
-    #[schema(min_length = 1)]
-    timezone: Option<String>,
-    #[schema(pattern = "^(skip|allow|cancel_previous|cancel|enqueue)$")]
-    overlap_policy: Option<String>,
-    enabled: Option<bool>,
-    #[schema(max_length = 10000)]
-    description: Option<String>,
     #[schema(value_type = Object, required = false)]
     job_template: Option<serde_json::Value>,
 }
@@ -333,6 +317,20 @@ fn enabled_filter(query: &QueryParams) -> Result<Option<bool>, ApiError> {
     }
 }
 
+/// The page of entries a list asks for (`enabled`, pages), and its `pagination`.
+pub(super) async fn page_of(
+    state: &AppState,
+    query: &QueryParams,
+) -> Result<(Vec<CronEntry>, Pagination), ApiError> {
+    let enabled = enabled_filter(query)?;
+    let page = Page::from_query(query, ADMIN)?;
+    let (entries, total) = state
+        .broker()
+        .cron_entries(enabled, page.offset, page.limit)
+        .await?;
+    Ok((entries, page.describe(total)))
+}
+
 /// A page of entries.
 #[derive(Serialize, ToSchema)]
 #[schema(as = CronList)]
@@ -360,18 +358,13 @@ struct CronList<'a> {
     )
 )]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
-    let enabled = enabled_filter(&query)?;
-    let page = Page::from_query(&query, ADMIN)?;
-    let (entries, total) = state
-        .broker()
-        .cron_entries(enabled, page.offset, page.limit)
-        .await?;
+    let (entries, pagination) = page_of(&state, &query).await?;
     let wire: Vec<WireCron<'_>> = entries.iter().map(WireCron::of).collect();
     Ok(ok(CronList {
         crons: &wire,
         cron_jobs: &wire,
-        count: total,
-        pagination: page.describe(total),
+        count: pagination.total,
+        pagination,
     })
     .into_response())
 }

@@ -9,10 +9,10 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{EnabledParam, WireCron, enabled_filter, name_of};
+use super::{EnabledParam, WireCron, name_of, page_of};
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{PageParams, Pagination, QueryParams};
 use crate::http::{AppState, ok};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -54,16 +54,11 @@ struct CronPage<'a> {
     )
 )]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
-    let enabled = enabled_filter(&query)?;
-    let page = Page::from_query(&query, ADMIN)?;
-    let (entries, total) = state
-        .broker()
-        .cron_entries(enabled, page.offset, page.limit)
-        .await?;
+    let (entries, pagination) = page_of(&state, &query).await?;
     let wire: Vec<WireCron<'_>> = entries.iter().map(WireCron::of).collect();
     Ok(ok(CronPage {
         items: &wire,
-        pagination: page.describe(total),
+        pagination,
     })
     .into_response())
 }

@@ -168,13 +168,16 @@ fn either_or(schemas: &mut Value) {
     // A cron registration names its schedule (under one of three names) and its job (as
     // `job_template` or by its top-level `type`).
     if let Some(Value::Object(cron)) = schemas.get_mut("CronRequest") {
-        cron.insert(
-            "allOf".to_owned(),
-            serde_json::json!([
-                {"anyOf": [required("expression"), required("cron"), required("schedule")]},
-                {"anyOf": [required("job_template"), required("type")]},
-            ]),
-        );
+        let rules = [
+            serde_json::json!({"anyOf": [required("expression"), required("cron"), required("schedule")]}),
+            serde_json::json!({"anyOf": [required("job_template"), required("type")]}),
+        ];
+        match cron.get_mut("allOf") {
+            Some(Value::Array(all)) => all.extend(rules),
+            _ => {
+                cron.insert("allOf".to_owned(), Value::Array(rules.to_vec()));
+            }
+        }
     }
     // Moving a queue's jobs needs the queue they move to.
     if let Some(Value::Object(delete)) = schemas.get_mut("QueueDeleteRequest") {
