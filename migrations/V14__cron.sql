@@ -86,3 +86,6 @@ comment on column ojs_cron_run.error is 'For enqueue_failed: the OJS error the e
 comment on column ojs_cron_run.fired_at is 'When the occurrence was handled.';
 comment on column ojs_cron_run.open is 'The job may not have finished: overlap policies check it; cleared once the job is seen finished or gone.';
 comment on column ojs_cron_run.held is 'overlap_policy enqueue: the job waits pending until every earlier run of the entry has finished, then the firer makes it available.';
+
+comment on table ojs_event is
+    'Lifecycle events (OJS event vocabulary). Job and dead-letter events are written by an events CTE in the same SQL statement that changes the job, worker events by the ojs_worker_events triggers, queue changes (queue.created, queue.paused, ...) in the statement that makes them, cron.triggered and cron.skipped by the cron firer in the transaction of the occurrence, and queue.full, backpressure, pool and scheduling events by inserts of their own. Served by GET /ojs/v1/events and the SSE streams; pruned after 7 days or beyond 1,000,000 events (the defaults).';

@@ -1445,7 +1445,7 @@ CREATE TABLE public.ojs_event (
 -- Name: TABLE ojs_event; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.ojs_event IS 'Lifecycle events (OJS event vocabulary). Job and dead-letter events are written by an events CTE in the same SQL statement that changes the job, worker events by the ojs_worker_events triggers, queue changes (queue.created, queue.paused, ...) in the statement that makes them, and queue.full, backpressure, pool and scheduling events by inserts of their own. Served by GET /ojs/v1/events and the SSE streams; pruned after 7 days or beyond 1,000,000 events (the defaults).';
+COMMENT ON TABLE public.ojs_event IS 'Lifecycle events (OJS event vocabulary). Job and dead-letter events are written by an events CTE in the same SQL statement that changes the job, worker events by the ojs_worker_events triggers, queue changes (queue.created, queue.paused, ...) in the statement that makes them, cron.triggered and cron.skipped by the cron firer in the transaction of the occurrence, and queue.full, backpressure, pool and scheduling events by inserts of their own. Served by GET /ojs/v1/events and the SSE streams; pruned after 7 days or beyond 1,000,000 events (the defaults).';
 
 --
 -- Name: COLUMN ojs_event.seq; Type: COMMENT; Schema: public; Owner: -
