@@ -77,8 +77,14 @@ impl Broker {
     }
 
     /// Changes an entry: `patch` holds the fields to change (a `job_template` is merged key by
-    /// key over the stored one); the result is validated as a registration.
-    pub async fn patch_cron(&self, name: &str, patch: &Object<'_>) -> Result<CronEntry> {
+    /// key over the stored one); the result is validated as a registration (its template at
+    /// most `max_template_bytes`).
+    pub async fn patch_cron(
+        &self,
+        name: &str,
+        patch: &Object<'_>,
+        max_template_bytes: usize,
+    ) -> Result<CronEntry> {
         let mut tx = self.db.begin().await?;
         let Some(row) = store::cron::get(&mut *tx, name, true).await? else {
             return Err(Error::CronNotFound(name.to_owned()));
@@ -90,9 +96,11 @@ impl Broker {
             })?;
         let obj = Object::parse(&merged).map_err(|e| Error::invalid("$", e.to_string()))?;
         let def =
-            cron::parse(&obj, &self.settings.limits).map_err(|rejection| Error::Rejected {
-                index: None,
-                rejection,
+            cron::parse(&obj, &self.settings.limits, max_template_bytes).map_err(|rejection| {
+                Error::Rejected {
+                    index: None,
+                    rejection,
+                }
             })?;
         let now = store::now(&mut *tx).await?;
         self.check_template(&def, now).await?;

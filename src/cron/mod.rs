@@ -164,7 +164,14 @@ pub fn is_valid_name(name: &str) -> bool {
 /// name), `timezone`, `overlap_policy`, `enabled`, `description`; the job is `job_template`, or
 /// else every other top-level attribute (`type`, `args`, `meta`, `options`, ...). Read-only
 /// fields echoed back (`next_run_at`, `run_count`, ...) are ignored.
-pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Rejection> {
+///
+/// A template larger than `max_template_bytes` (compact; the server's largest enqueue envelope)
+/// is refused as too large.
+pub fn parse(
+    obj: &Object<'_>,
+    limits: &Limits,
+    max_template_bytes: usize,
+) -> Result<Definition, Rejection> {
     let mut v: Vec<Violation> = Vec::new();
 
     let name = match string(obj, "name", &mut v) {
@@ -290,7 +297,17 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Rejection>
         }),
     };
 
-    let template = template(obj, limits, &mut v);
+    let template = template(obj, limits, &mut v).and_then(|text| {
+        if text.len() > max_template_bytes {
+            Err(Rejection::TooLarge {
+                field: "job_template",
+                size: text.len(),
+                max: max_template_bytes,
+            })
+        } else {
+            Ok(text)
+        }
+    });
 
     if !v.is_empty() {
         return Err(Rejection::Invalid(v));
@@ -531,7 +548,7 @@ mod tests {
     }
 
     fn parse_text(text: &str) -> Result<Definition, Rejection> {
-        parse(&Object::parse(text).expect("an object"), &limits())
+        parse(&Object::parse(text).expect("an object"), &limits(), 1024)
     }
 
     fn paths(r: Rejection) -> Vec<String> {
@@ -613,6 +630,18 @@ mod tests {
         assert_eq!(paths(e), ["$.cron"]);
         let e = parse_text(r#"{"name":"a","job_template":[]}"#).expect_err("invalid");
         assert_eq!(paths(e), ["$.expression", "$.job_template"]);
+        let big = format!(
+            r#"{{"name":"a","cron":"@daily","job_template":{{"type":"a.b","args":["{}"]}}}}"#,
+            "x".repeat(2000)
+        );
+        assert!(matches!(
+            parse_text(&big),
+            Err(Rejection::TooLarge {
+                field: "job_template",
+                max: 1024,
+                ..
+            })
+        ));
     }
 
     #[test]

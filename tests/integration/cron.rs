@@ -302,6 +302,13 @@ async fn bad_registrations_are_refused_naming_the_field_and_write_nothing() {
         );
     }
     app.post("/ojs/v1/cron", json!([1])).await.expect(400);
+    // A template larger than the largest enqueue envelope (1 MiB by default).
+    let big = "x".repeat(1024 * 1024 + 1);
+    let mut too_large = entry("big", "@daily", "q");
+    too_large["job_template"]["args"] = json!([big]);
+    app.post("/ojs/v1/cron", too_large)
+        .await
+        .expect_error(413, "envelope_too_large");
     assert_eq!(scalar_i64(&app, "select count(*) from ojs_cron").await, 0);
 
     // A bad change leaves the entry as it was.

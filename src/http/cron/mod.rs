@@ -270,12 +270,18 @@ struct CronPatch {
         (status = 201, description = "Registered; `Location` names the entry.", body = CronBody<'_>),
         (status = 200, description = "Updated (or unchanged).", body = CronBody<'_>),
         (status = 400, description = "A field is invalid; `details` names it."),
+        (status = 413, description = "The template is larger than the largest enqueue envelope."),
         (status = 422, description = "The template's retry policy is invalid."),
     )
 )]
 async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
     let fields = body.object()?;
-    let def = cron::parse(fields.object(), &state.broker().settings().limits).map_err(rejected)?;
+    let def = cron::parse(
+        fields.object(),
+        &state.broker().settings().limits,
+        state.settings().max_envelope_bytes,
+    )
+    .map_err(rejected)?;
     let (entry, created) = state.broker().register_cron(&def).await?;
     if !created {
         return Ok(entry_body(&entry, StatusCode::OK));
@@ -410,6 +416,7 @@ async fn show(
         (status = 200, body = CronBody<'_>),
         (status = 400, description = "A field is invalid; `details` names it."),
         (status = 404, description = "No such entry."),
+        (status = 413, description = "The template is larger than the largest enqueue envelope."),
         (status = 422, description = "The template's retry policy is invalid."),
     )
 )]
@@ -420,7 +427,11 @@ async fn change(
 ) -> Result<Response, ApiError> {
     name_of("path.name", &name)?;
     let fields = body.object()?;
-    let entry = state.broker().patch_cron(&name, fields.object()).await?;
+    let max = state.settings().max_envelope_bytes;
+    let entry = state
+        .broker()
+        .patch_cron(&name, fields.object(), max)
+        .await?;
     Ok(entry_body(&entry, StatusCode::OK))
 }
 

@@ -96,6 +96,7 @@ async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
         (status = 200, body = WireCron<'_>),
         (status = 400, description = "A field is invalid; `details` names it."),
         (status = 404, description = "No such entry."),
+        (status = 413, description = "The template is larger than the largest enqueue envelope."),
         (status = 422, description = "The template's retry policy is invalid."),
     )
 )]
@@ -106,7 +107,8 @@ async fn change(
 ) -> Result<Response, ApiError> {
     name_of("path.id", &id)?;
     let fields = body.object()?;
-    let entry = state.broker().patch_cron(&id, fields.object()).await?;
+    let max = state.settings().max_envelope_bytes;
+    let entry = state.broker().patch_cron(&id, fields.object(), max).await?;
     Ok(ok(WireCron::of(&entry)).into_response())
 }
 
