@@ -26,7 +26,7 @@ use crate::broker::cron::{CronEntry, CronRun};
 use crate::cron;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
 use crate::http::{AppState, Ojs, ok};
 use crate::job::JobId;
 use crate::job::envelope::DEFAULT_QUEUE;
@@ -329,7 +329,7 @@ pub(super) async fn page_of(
     query: &QueryParams,
 ) -> Result<(Vec<CronEntry>, Pagination), ApiError> {
     let enabled = enabled_filter(query)?;
-    let page = Page::from_query(query, ADMIN)?;
+    let page = Page::from_query(query, DATA_PLANE)?;
     let (entries, total) = state
         .broker()
         .cron_entries(enabled, page.offset, page.limit)
@@ -530,7 +530,7 @@ struct Runs {
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // documentation: read by `runs`
 struct RunsParams {
-    /// At most this many (default 20, at most 100; larger values are lowered to 100).
+    /// At most this many (default 50, at most 200; larger values are lowered to 200).
     #[param(minimum = 0)]
     limit: Option<i64>,
 }
@@ -560,8 +560,8 @@ async fn runs(
     name_of("path.name", &name)?;
     let limit = query
         .count("limit")?
-        .unwrap_or(ADMIN.default)
-        .clamp(1, ADMIN.max);
+        .unwrap_or(DATA_PLANE.default)
+        .clamp(1, DATA_PLANE.max);
     let runs = state.broker().cron_runs(&name, limit).await?;
     Ok(ok(Runs {
         runs: runs.iter().map(WireRun::of).collect(),
