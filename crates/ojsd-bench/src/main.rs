@@ -118,6 +118,10 @@ struct Args {
     /// Long-polling workers of w3-latency.
     #[arg(long, default_value_t = 4)]
     pollers: usize,
+    /// Scrape `/metrics` every this many milliseconds during w3-latency, as a monitoring system
+    /// would (0: never). The server reads its database-backed gauges at most every 5 s.
+    #[arg(long, default_value_t = 0)]
+    scrape_ms: u64,
     /// Spread enqueued jobs over this many priorities (job n gets priority n mod N); 1 leaves
     /// every job at the default priority. With priority aging on in the server, this measures
     /// FETCH over a backlog whose order depends on aging.

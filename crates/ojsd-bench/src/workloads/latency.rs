@@ -59,6 +59,17 @@ impl Bench {
                 anyhow::Ok(latencies)
             }));
         }
+        // A monitoring system scraping the server meanwhile (`--scrape-ms`).
+        let scraper = (self.args.scrape_ms > 0).then(|| {
+            let (bench, stop) = (self.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(bench.args.scrape_ms));
+                while !stop.load(Ordering::Relaxed) {
+                    tick.tick().await;
+                    bench.fetch_counters().await;
+                }
+            })
+        });
         // Let the pollers start waiting.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let url = self.url("/ojs/v1/jobs");
@@ -88,6 +99,9 @@ impl Bench {
         }
         let elapsed = started.elapsed();
         stop.store(true, Ordering::Relaxed);
+        if let Some(scraper) = scraper {
+            scraper.abort();
+        }
         let latencies = joined(pollers).await?;
         if latencies.0.len() < total {
             bail!("only {} of {total} jobs were fetched", latencies.0.len());
@@ -96,7 +110,8 @@ impl Bench {
             jobs: total,
             elapsed,
             latencies,
-            extra: json!({"rate": self.args.rate, "pollers": self.args.pollers}),
+            extra: json!({"rate": self.args.rate, "pollers": self.args.pollers,
+                          "scrape_ms": self.args.scrape_ms}),
         })
     }
 }
