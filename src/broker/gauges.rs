@@ -26,13 +26,8 @@ impl Broker {
         if read_at.is_some_and(|at| at.elapsed() < GAUGE_REFRESH) {
             return;
         }
-        match store::queue::available_by_priority(&self.db, None).await {
-            Ok(rows) => telemetry::available_by_priority(&rows),
-            Err(e) => tracing::debug!(error = %e, "cannot read the available-by-priority gauge"),
-        }
-        match store::queue::depth_gauges(&self.db).await {
-            Ok((depth, bounds)) => telemetry::queue_depth(&depth, &bounds),
-            Err(e) => tracing::debug!(error = %e, "cannot read the queue depth gauges"),
+        if let Err(e) = self.read_depth_gauges().await {
+            tracing::debug!(error = %e, "cannot read the queue depth gauges");
         }
         match self.scheduling_stats().await {
             Ok(stats) => {
@@ -52,6 +47,20 @@ impl Broker {
             Err(e) => tracing::debug!(error = %e, "cannot read the scheduling gauges"),
         }
         *read_at = Some(Instant::now());
+    }
+
+    /// The counts behind the available-by-priority and queue-depth gauges, in one transaction
+    /// whose scans use no parallel workers (they count whole backlogs; see
+    /// [`store::serial_reads`]).
+    async fn read_depth_gauges(&self) -> Result<(), sqlx::Error> {
+        let mut tx = self.db.begin().await?;
+        store::serial_reads(&mut tx).await?;
+        let available = store::queue::available_by_priority(&mut *tx, None).await?;
+        let (depth, bounds) = store::queue::depth_gauges(&mut tx).await?;
+        tx.commit().await?;
+        telemetry::available_by_priority(&available);
+        telemetry::queue_depth(&depth, &bounds);
+        Ok(())
     }
 
     /// Available jobs of `queue` per stored priority, most urgent first, only the priorities

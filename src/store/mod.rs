@@ -51,6 +51,18 @@ pub async fn now(
         .await
 }
 
+/// Runs the rest of the current transaction's statements on one process: no parallel workers.
+/// For the counts of whole tables that monitoring reads: on a server with few cores, the workers
+/// of a parallel scan would take every core from the job statements for the scan's duration.
+pub async fn serial_reads(db: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select set_config('max_parallel_workers_per_gather', '0', true) as "set!""#
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(())
+}
+
 /// Whether a listening connection of another replica (any but backend `own_pid`) is open on
 /// this database.
 pub async fn other_listeners(

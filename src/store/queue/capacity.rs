@@ -191,7 +191,7 @@ pub async fn record_starts(
 /// Unfinished jobs by queue and state, and each bounded queue's bound: the `ojs_queue_depth`,
 /// `ojs_queue_max_size` and `ojs_queue_utilization` gauges.
 pub async fn depth_gauges(
-    db: impl PgExecutor<'_> + Copy,
+    db: &mut sqlx::PgConnection,
 ) -> Result<(Vec<(String, String, i64)>, Vec<(String, i64)>), sqlx::Error> {
     let depth = sqlx::query!(
         r#"
@@ -201,7 +201,7 @@ pub async fn depth_gauges(
          group by queue, state
         "#,
     )
-    .fetch_all(db)
+    .fetch_all(&mut *db)
     .await?
     .into_iter()
     .map(|r| (r.queue, r.state, r.jobs))
@@ -212,7 +212,7 @@ pub async fn depth_gauges(
          where queue <> '_default' and max_jobs is not null
         "#,
     )
-    .fetch_all(db)
+    .fetch_all(&mut *db)
     .await?
     .into_iter()
     .map(|r| (r.queue, r.max_jobs))
