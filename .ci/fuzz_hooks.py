@@ -213,7 +213,7 @@ def _issued(case) -> None:
     design), the paged event list takes no `job_id`, a pool body's `id` and `name` name the
     pool of its path and its weights its own queues, a bulk action picks its own states, a purge
     is confirmed and a queue deletion has a strategy, in the body or the query, a queue is neither moved into itself nor its own
-    dead-letter queue, and a FETCH by a worker of no pool names its queues. Long polls are kept short."""
+    dead-letter queue, tenant-fair pools agree on their tenant weights, and a FETCH by a worker of no pool names its queues. Long polls are kept short."""
     if isinstance(case.body, (dict, list)):
         case.body = _storable(case.body)
     if isinstance(case.query, dict):
@@ -239,6 +239,12 @@ def _issued(case) -> None:
         queues, weights = case.body.get("queues"), case.body.get("weights")
         if isinstance(queues, (list, dict)) and isinstance(weights, dict):
             case.body["weights"] = {q: w for q, w in weights.items() if q in queues}
+        # Pools sharing a queue must agree on its tenant weights: every tenant-fair pool the
+        # fuzz makes uses the same ones.
+        fairness = case.body.get("tenant_fairness")
+        if isinstance(fairness, dict) and fairness.get("enabled") is True:
+            fairness["weights"] = {}
+            fairness["default_weight"] = 1
     if case.headers and "OJS-Block-Timeout" in case.headers:
         case.headers["OJS-Block-Timeout"] = "0"
     if case.path == "/ojs/v1/workers/fetch" and isinstance(case.body, dict):

@@ -23,6 +23,7 @@ use super::sse::{self, Channel};
 use super::{AppState, ok};
 use crate::broker::EventFilter;
 use crate::events::{EventKey, WireEvent};
+use crate::job::JobId;
 use crate::wire::timestamp;
 
 /// Default and largest `limit` of a poll.
@@ -59,6 +60,7 @@ struct PollQuery {
     job_types: Option<String>,
     /// Cursor form only: one job's events (a job id; a malformed id is a 400). Refused (400)
     /// in the paged form.
+    #[param(value_type = Option<JobId>)]
     job_id: Option<String>,
     /// Cursor form: most events returned, default 100, clamped to 1..=1000. Paged form: the
     /// page size when `per_page` is absent, default 20, clamped to 1..=100.
