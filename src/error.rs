@@ -130,6 +130,16 @@ pub enum Error {
 /// Result alias of the broker.
 pub type Result<T = (), E = Error> = std::result::Result<T, E>;
 
+/// A single request's refused body (no batch index).
+impl From<Rejection> for Error {
+    fn from(rejection: Rejection) -> Error {
+        Error::Rejected {
+            index: None,
+            rejection,
+        }
+    }
+}
+
 impl Error {
     /// A field-level request error.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {

@@ -89,19 +89,10 @@ impl Broker {
         let Some(row) = store::cron::get(&mut *tx, name, true).await? else {
             return Err(Error::CronNotFound(name.to_owned()));
         };
-        let merged =
-            cron::patched(&registration_of(&row), patch).map_err(|rejection| Error::Rejected {
-                index: None,
-                rejection,
-            })?;
+        let merged = cron::patched(&registration_of(&row), patch).map_err(Error::from)?;
         let obj = Object::parse(&merged).map_err(|e| Error::invalid("$", e.to_string()))?;
         let def =
-            cron::parse(&obj, &self.settings.limits, max_template_bytes).map_err(|rejection| {
-                Error::Rejected {
-                    index: None,
-                    rejection,
-                }
-            })?;
+            cron::parse(&obj, &self.settings.limits, max_template_bytes).map_err(Error::from)?;
         let now = store::now(&mut *tx).await?;
         self.check_template(&def, now).await?;
         let (row, _) = store::cron::upsert(&mut *tx, &new_cron(&def, now)).await?;
@@ -147,12 +138,8 @@ impl Broker {
 
     /// Refuses a template its queue would refuse (job type, producers) at every run.
     async fn check_template(&self, def: &Definition, now: DateTime<Utc>) -> Result<()> {
-        let job = Definition::job(&def.name, &def.template, now, &self.settings.limits).map_err(
-            |rejection| Error::Rejected {
-                index: None,
-                rejection,
-            },
-        )?;
+        let job = Definition::job(&def.name, &def.template, now, &self.settings.limits)
+            .map_err(Error::from)?;
         self.enqueuer.admissible(&job, &cron_context()).await
     }
 }
@@ -306,10 +293,7 @@ impl CronFirer {
         }
         let broker = &self.broker;
         let job = Definition::job(&row.name, &row.job_template, slot, &broker.settings.limits)
-            .map_err(|rejection| Error::Rejected {
-                index: None,
-                rejection,
-            });
+            .map_err(Error::from);
         let pushed = match job {
             Ok(mut job) => {
                 job.pending |= held;
@@ -459,14 +443,13 @@ async fn skip(
         held: false,
     };
     store::cron::insert_run(&mut *tx, &run).await?;
-    let mut data = serde_json::json!({
-        "reason": reason,
-        "scheduled_time": crate::wire::timestamp::format(at.slot),
-    });
-    if let (Some(data), serde_json::Value::Object(extra)) = (data.as_object_mut(), extra) {
-        data.extend(extra);
+    let mut extra = extra;
+    if let Some(fields) = extra.as_object_mut() {
+        fields.insert("reason".into(), reason.into());
+        let slot = crate::wire::timestamp::format(at.slot);
+        fields.insert("scheduled_time".into(), slot.into());
     }
-    let data = event_data(at.row, data);
+    let data = event_data(at.row, extra);
     store::cron::insert_event(&mut *tx, "cron.skipped", &at.row.name, None, &data).await?;
     telemetry::cron_run(&at.row.name, reason);
     Ok(())

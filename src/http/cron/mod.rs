@@ -281,7 +281,7 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
         &state.broker().settings().limits,
         state.settings().max_envelope_bytes,
     )
-    .map_err(rejected)?;
+    .map_err(crate::Error::from)?;
     let (entry, created) = state.broker().register_cron(&def).await?;
     if !created {
         return Ok(entry_body(&entry, StatusCode::OK));
@@ -291,15 +291,6 @@ async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Respo
         response.headers_mut().insert(header::LOCATION, location);
     }
     Ok(response)
-}
-
-/// A refused registration as its API error.
-fn rejected(rejection: crate::job::envelope::Rejection) -> ApiError {
-    crate::Error::Rejected {
-        index: None,
-        rejection,
-    }
-    .into()
 }
 
 /// The `enabled` filter of a list.

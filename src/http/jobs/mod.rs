@@ -440,11 +440,7 @@ pub(super) async fn change_priority(
         ));
     };
     let max = state.broker().settings().limits.max_priority;
-    let priority =
-        envelope::parse_priority("$.priority", raw, max).map_err(|rejection| Error::Rejected {
-            index: None,
-            rejection,
-        })?;
+    let priority = envelope::parse_priority("$.priority", raw, max).map_err(Error::from)?;
     let (job, previous_priority) = state.broker().set_priority(id, priority).await?;
 
     #[derive(Serialize)]
