@@ -9,9 +9,9 @@
 //! mid-way leaves nothing behind: the next one fires the occurrence. After downtime an entry
 //! fires once, for the latest occurrence it missed (`missed` counts the others).
 //!
-//! Overlap (an earlier run of the entry is `active` when an occurrence falls due), per the
-//! entry's policy: `skip` writes no job, `allow` enqueues anyway, `cancel_previous` cancels the
-//! active runs first, and `enqueue` enqueues the run `pending` while any earlier run is
+//! Overlap (an earlier run of the entry is unfinished — waiting or `active` — when an
+//! occurrence falls due), per the entry's policy: `skip` writes no job, `allow` enqueues
+//! anyway, `cancel_previous` cancels the unfinished runs first, and `enqueue` enqueues the run `pending` while any earlier run is
 //! unfinished; the firer makes it available once they have all finished, so runs never
 //! overlap and none is lost.
 
@@ -259,10 +259,9 @@ impl CronFirer {
             now,
         };
         let live = settle(tx, &row.name).await?;
-        let active: Vec<_> = live
-            .iter()
-            .filter(|r| r.state == Some(JobState::Active))
-            .collect();
+        // An earlier run overlaps while it is unfinished, waiting as well as active: a run still
+        // in the queue when the next occurrence comes would otherwise pile up behind it.
+        let active = &live;
         let mut held = false;
         match policy {
             OverlapPolicy::Skip if !active.is_empty() => {
@@ -276,7 +275,7 @@ impl CronFirer {
                     "cancelled",
                     "A newer run of its cron entry replaced it (overlap_policy cancel_previous).",
                 );
-                for run in &active {
+                for run in active {
                     if let Some((job, _)) = store::job::cancel(
                         &mut *tx,
                         crate::job::JobId(run.job_id),

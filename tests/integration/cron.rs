@@ -408,7 +408,10 @@ async fn an_occurrence_makes_one_job_whatever_the_number_of_firers() {
 #[tokio::test]
 async fn after_downtime_an_entry_fires_once_then_keeps_its_schedule() {
     let app = TestApp::spawn().await;
-    register(&app, entry("every-5", "*/5 * * * *", "q")).await;
+    // Runs overlap freely here (nothing fetches them): the schedule is what is tested.
+    let mut every5 = entry("every-5", "*/5 * * * *", "q");
+    every5["overlap_policy"] = json!("allow");
+    register(&app, every5).await;
     set_next(
         &app,
         "every-5",
@@ -522,6 +525,7 @@ async fn daylight_saving_changes_skip_missing_times_and_fire_repeated_ones_once(
     // New York, 2027-03-14: 02:00 EST becomes 03:00 EDT (07:00Z). 02:30 does not exist.
     let mut spring = entry("spring", "30 2 * * *", "spring");
     spring["timezone"] = json!("America/New_York");
+    spring["overlap_policy"] = json!("allow");
     register(&app, spring).await;
     set_next(
         &app,
@@ -556,6 +560,7 @@ async fn daylight_saving_changes_skip_missing_times_and_fire_repeated_ones_once(
     // New York, 2027-11-07: 02:00 EDT becomes 01:00 EST (06:00Z). 01:30 happens twice.
     let mut fall = entry("fall", "30 1 * * *", "fall");
     fall["timezone"] = json!("America/New_York");
+    fall["overlap_policy"] = json!("allow");
     register(&app, fall).await;
     set_next(&app, "fall", "2027-11-07 01:30:00", "2027-11-07T05:30:00Z").await;
     fire_at(&app, at("2027-11-07T05:30:00Z")).await;
@@ -652,7 +657,9 @@ async fn the_leader_fires_every_second_entries_on_time() {
         c.leader_elect_interval_ms = 100;
     })
     .await;
-    register(&app, entry("each-second", "* * * * * *", "secs")).await;
+    let mut each = entry("each-second", "* * * * * *", "secs");
+    each["overlap_policy"] = json!("allow");
+    register(&app, each).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let jobs = loop {
         let jobs = jobs_of(&app, "secs").await;
@@ -682,4 +689,31 @@ async fn the_leader_fires_every_second_entries_on_time() {
     eprintln!("cron: seconds from occurrence to enqueue: {late:?}");
     assert!(late.iter().all(|s| (0.0..2.0).contains(s)), "{late:?}");
     app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_run_still_waiting_in_its_queue_overlaps_the_next_occurrence() {
+    // The conformance suite's overlap test registers at any second of a minute: two occurrences
+    // may come before its first FETCH, and the second must not pile up behind the first.
+    let app = TestApp::spawn().await;
+    register(&app, entry("waiting", "* * * * *", "waiting")).await;
+    set_next(
+        &app,
+        "waiting",
+        "2030-01-01 00:00:00",
+        "2030-01-01T00:00:00Z",
+    )
+    .await;
+    fire_at(&app, at("2030-01-01T00:00:00Z")).await;
+    fire_at(&app, at("2030-01-01T00:01:00Z")).await;
+    let jobs = jobs_of(&app, "waiting").await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].1, "available");
+    let runs = app.get("/ojs/v1/cron/waiting/runs").await.expect(200).json;
+    assert_eq!(runs["runs"][0]["reason"], "overlap_skip");
+    // Once it has finished, the next occurrence runs.
+    let job = app.fetch_one("waiting", "w").await;
+    app.ack_job(&job, "w").await;
+    fire_at(&app, at("2030-01-01T00:02:00Z")).await;
+    assert_eq!(jobs_of(&app, "waiting").await.len(), 2);
 }
