@@ -7,7 +7,8 @@
 --
 -- which migrates a scratch database with `cargo run -q -p ojsd-migrate` and runs
 -- `pg_dump --schema-only --no-owner --no-privileges` on it. Left out: refinery's own table
--- refinery_schema_history, and pg_dump's version lines and \restrict keys. CI fails when this
+-- refinery_schema_history, the day partitions of ojs_job_done (ojs_job_done_YYYYMMDD, made by
+-- date), and pg_dump's version lines and \restrict keys. CI fails when this
 -- file is stale (`migrations/snapshot.sh --check`).
 -- Written by pg_dump 15; other major versions format some statements differently.
 
@@ -600,6 +601,49 @@ $$;
 COMMENT ON FUNCTION public.ojs_job_capacity_move() IS 'Trigger function of ojs_job_capacity_move. When an update takes a counted job out of the unfinished states, takes a finished job back into them, or moves a job to another queue: subtracts a counted unfinished job from its old queue''s ojs_queue_capacity row and adds an unfinished job to its new queue''s row when that queue is bounded; capacity_tracked then says whether it was added. Returns early otherwise (the trigger''s WHEN is a cheaper, wider filter).';
 
 --
+-- Name: ojs_job_done_partition(date); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_done_partition(day date) RETURNS text
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    part text := format('ojs_job_done_%s', to_char(day, 'YYYYMMDD'));
+    low timestamptz := (day::timestamp at time zone 'UTC');
+    high timestamptz := ((day + 1)::timestamp at time zone 'UTC');
+begin
+    if to_regclass(part) is not null then
+        return part;
+    end if;
+    if exists (select 1 from ojs_job_done_default where completed_at >= low and completed_at < high) then
+        return null;
+    end if;
+    begin
+        execute format('create table %I (like ojs_job_done including defaults including constraints)', part);
+    exception when duplicate_table then
+        -- Made by another session meanwhile (which attaches it).
+        return part;
+    end;
+    -- The partition's bound as a constraint first, so the attach need not scan it.
+    execute format('alter table %I add constraint %I check (completed_at >= %L and completed_at < %L)',
+                   part, part || '_bound', low, high);
+    execute format('alter table ojs_job_done attach partition %I for values from (%L) to (%L)',
+                   part, low, high);
+    execute format('alter table %I drop constraint %I', part, part || '_bound');
+    execute format('comment on table %I is %L', part,
+                   format('Jobs of ojs_job_done completed on %s (UTC). Dropped whole by retention.', day));
+    return part;
+end
+$$;
+
+--
+-- Name: FUNCTION ojs_job_done_partition(day date); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_done_partition(day date) IS 'Makes and attaches the ojs_job_done partition of a UTC day, unless it exists (returns its name) or rows of that day sit in the default partition (returns null).';
+
+--
 -- Name: ojs_job_event_base(uuid, text, text, public.ojs_job_state, json); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -800,6 +844,27 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ojs_job_fair_tag() IS 'Trigger function of ojs_job_fair_tag_insert and ojs_job_fair_tag_update. For a job that becomes available in a tenant-fair queue (inserted available, or updated into available or into another queue while available), sets tenant (meta.tenant_id, empty for none) and fair_key = max(smallest fair_key among the available jobs of its queue and priority, largest fair_key of its tenant among them) + 1 / weight. In a queue that is not tenant-fair it clears tenant_fair, tenant and fair_key.';
+
+--
+-- Name: ojs_job_id_taken(uuid); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_id_taken(id uuid) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+begin
+    raise unique_violation using
+        message = format('job id %s is taken', id),
+        constraint = 'ojs_job_pkey',
+        table = 'ojs_job';
+end
+$$;
+
+--
+-- Name: FUNCTION ojs_job_id_taken(id uuid); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_id_taken(id uuid) IS 'Raises the violation of ojs_job_pkey for a client-supplied job id that a completed job holds (called by the enqueue statement).';
 
 --
 -- Name: ojs_job_size(json, json); Type: FUNCTION; Schema: public; Owner: -
@@ -1705,23 +1770,819 @@ ALTER TABLE public.ojs_event ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: ojs_job_done; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job_done (
+    id uuid NOT NULL,
+    seq bigint NOT NULL,
+    type text NOT NULL,
+    queue text NOT NULL,
+    args json NOT NULL,
+    meta json DEFAULT '{}'::json NOT NULL,
+    priority integer DEFAULT 2 NOT NULL,
+    state public.ojs_job_state NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    retry json NOT NULL,
+    timeout_ms bigint NOT NULL,
+    visibility_timeout_ms bigint,
+    scheduled_at timestamp with time zone,
+    scheduled_at_input text,
+    expires_at timestamp with time zone,
+    expires_at_input text,
+    enqueue_ttl_secs integer,
+    total_timeout_secs integer,
+    tags text[],
+    schema_uri text,
+    unique_policy json,
+    unique_key text,
+    extra json DEFAULT '{}'::json NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    enqueued_at timestamp with time zone,
+    activated_at timestamp with time zone,
+    started_at timestamp with time zone,
+    visible_until timestamp with time zone,
+    reservation_ms bigint,
+    worker_id text,
+    next_retry_at timestamp with time zone,
+    retry_delay_ms bigint,
+    completed_at timestamp with time zone,
+    cancelled_at timestamp with time zone,
+    discarded_at timestamp with time zone,
+    dead_lettered_at timestamp with time zone,
+    result json,
+    error jsonb,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    timeout_at timestamp with time zone,
+    claim_deadline_at timestamp with time zone,
+    total_deadline_at timestamp with time zone,
+    re_enqueued_at timestamp with time zone,
+    priority_aging_ms bigint,
+    original_queue text,
+    capacity_tracked boolean DEFAULT false,
+    pool text,
+    tenant_fair boolean DEFAULT false,
+    tenant text,
+    fair_key double precision,
+    CONSTRAINT ojs_job_done_completed_at_set CHECK ((completed_at IS NOT NULL)),
+    CONSTRAINT ojs_job_done_is_completed CHECK ((state = 'completed'::public.ojs_job_state))
+)
+PARTITION BY RANGE (completed_at);
+
+--
+-- Name: TABLE ojs_job_done; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job_done IS 'Completed jobs, with ojs_job''s columns, partitioned by day of completed_at (UTC). The ACK moves a job here from ojs_job in its statement (or deletes it, for a queue that keeps no completed jobs); retention drops whole days and deletes per queue within them.';
+
+--
+-- Name: COLUMN ojs_job_done.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.id IS 'Job id: UUIDv7, client-supplied or generated.';
+
+--
+-- Name: COLUMN ojs_job_done.seq; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.seq IS 'Arrival sequence; FIFO tie-breaker among jobs with equal priority and enqueued_at.';
+
+--
+-- Name: COLUMN ojs_job_done.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.type IS 'Job type, dot-namespaced lowercase segments (e.g. email.send); routes the job to a handler.';
+
+--
+-- Name: COLUMN ojs_job_done.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.queue IS 'Queue the job is fetched from.';
+
+--
+-- Name: COLUMN ojs_job_done.args; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.args IS 'Positional handler arguments, a JSON array stored verbatim.';
+
+--
+-- Name: COLUMN ojs_job_done.meta; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.meta IS 'Client metadata (trace ids, tenant, ...), a JSON object stored verbatim.';
+
+--
+-- Name: COLUMN ojs_job_done.priority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.priority IS 'Priority within the queue: lower is more urgent; 0 first, default 2.';
+
+--
+-- Name: COLUMN ojs_job_done.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.state IS 'Current lifecycle state.';
+
+--
+-- Name: COLUMN ojs_job_done.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.attempt IS 'Number of claims so far; incremented by every FETCH that hands the job out.';
+
+--
+-- Name: COLUMN ojs_job_done.max_attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.max_attempts IS 'Effective retry.max_attempts: total attempts allowed (0 behaves like 1).';
+
+--
+-- Name: COLUMN ojs_job_done.retry; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.retry IS 'Effective retry policy (defaults merged in, durations in ISO 8601 form).';
+
+--
+-- Name: COLUMN ojs_job_done.timeout_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.timeout_ms IS 'Resolved execution timeout in milliseconds.';
+
+--
+-- Name: COLUMN ojs_job_done.visibility_timeout_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.visibility_timeout_ms IS 'Job-level reservation length in milliseconds; null uses the server default.';
+
+--
+-- Name: COLUMN ojs_job_done.scheduled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.scheduled_at IS 'Earliest time the job may run (client scheduled_at / delay_until).';
+
+--
+-- Name: COLUMN ojs_job_done.scheduled_at_input; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.scheduled_at_input IS 'scheduled_at exactly as the client wrote it (echoed verbatim); null when given relatively.';
+
+--
+-- Name: COLUMN ojs_job_done.expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.expires_at IS 'Deadline after which the job must not start; it is discarded instead.';
+
+--
+-- Name: COLUMN ojs_job_done.expires_at_input; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.expires_at_input IS 'expires_at exactly as the client wrote it (echoed verbatim); null when given relatively.';
+
+--
+-- Name: COLUMN ojs_job_done.enqueue_ttl_secs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.enqueue_ttl_secs IS 'Seconds after created_at within which the job must be claimed for the first time.';
+
+--
+-- Name: COLUMN ojs_job_done.total_timeout_secs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.total_timeout_secs IS 'Seconds after created_at by which the job must have finished, across all attempts.';
+
+--
+-- Name: COLUMN ojs_job_done.tags; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.tags IS 'Client tags, for filtering.';
+
+--
+-- Name: COLUMN ojs_job_done.schema_uri; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.schema_uri IS 'Client schema attribute (a URI for args); preserved, not validated.';
+
+--
+-- Name: COLUMN ojs_job_done.unique_policy; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.unique_policy IS 'Unique policy as given by the client (echoed as "unique").';
+
+--
+-- Name: COLUMN ojs_job_done.unique_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.unique_key IS 'SHA-256 fingerprint of the unique dimensions; jobs sharing it are duplicates.';
+
+--
+-- Name: COLUMN ojs_job_done.extra; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.extra IS 'Unknown top-level envelope attributes, kept verbatim and in the order received.';
+
+--
+-- Name: COLUMN ojs_job_done.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.created_at IS 'When the server received the job.';
+
+--
+-- Name: COLUMN ojs_job_done.enqueued_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.enqueued_at IS 'Most recent entry into available; null while the job has never been available.';
+
+--
+-- Name: COLUMN ojs_job_done.activated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.activated_at IS 'When a pending job was activated.';
+
+--
+-- Name: COLUMN ojs_job_done.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.started_at IS 'Most recent claim; cleared when a reservation is lost.';
+
+--
+-- Name: COLUMN ojs_job_done.visible_until; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.visible_until IS 'Reservation deadline of the current claim (active jobs).';
+
+--
+-- Name: COLUMN ojs_job_done.reservation_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.reservation_ms IS 'Reservation length chosen at the most recent claim; a heartbeat extends by it.';
+
+--
+-- Name: COLUMN ojs_job_done.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.worker_id IS 'Worker that holds (or last held) the reservation, if it named itself.';
+
+--
+-- Name: COLUMN ojs_job_done.next_retry_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.next_retry_at IS 'When a retryable job becomes available again.';
+
+--
+-- Name: COLUMN ojs_job_done.retry_delay_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.retry_delay_ms IS 'Backoff delay most recently computed, after jitter and caps.';
+
+--
+-- Name: COLUMN ojs_job_done.completed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.completed_at IS 'Set on completed and on every transition to discarded.';
+
+--
+-- Name: COLUMN ojs_job_done.cancelled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.cancelled_at IS 'Set on cancelled.';
+
+--
+-- Name: COLUMN ojs_job_done.discarded_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.discarded_at IS 'Set on discarded.';
+
+--
+-- Name: COLUMN ojs_job_done.dead_lettered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.dead_lettered_at IS 'Set when the job entered the dead-letter queue (a subset of discarded jobs).';
+
+--
+-- Name: COLUMN ojs_job_done.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.result IS 'Handler result sent with ACK, verbatim.';
+
+--
+-- Name: COLUMN ojs_job_done.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.error IS 'Most recent error {code, type, message, ...}; removed on ACK.';
+
+--
+-- Name: COLUMN ojs_job_done.errors; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.errors IS 'Error history, oldest first: one entry per failed attempt, with attempt and occurred_at.';
+
+--
+-- Name: COLUMN ojs_job_done.timeout_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.timeout_at IS 'Execution deadline of the current attempt (started_at + timeout); heartbeats do not move it.';
+
+--
+-- Name: COLUMN ojs_job_done.claim_deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.claim_deadline_at IS 'created_at + enqueue_ttl: the job must be claimed for the first time before this; cleared by the first claim.';
+
+--
+-- Name: COLUMN ojs_job_done.total_deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.total_deadline_at IS 'created_at + total_timeout: the job must have finished, across all attempts, before this.';
+
+--
+-- Name: COLUMN ojs_job_done.re_enqueued_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.re_enqueued_at IS 'When the job was last taken out of the dead-letter queue (manual retry).';
+
+--
+-- Name: COLUMN ojs_job_done.priority_aging_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.priority_aging_ms IS 'Priority aging interval (ms) in effect when the job was enqueued; NULL = no aging.';
+
+--
+-- Name: COLUMN ojs_job_done.original_queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.original_queue IS 'The queue the job was in before that queue was deleted with strategy move.';
+
+--
+-- Name: COLUMN ojs_job_done.capacity_tracked; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.capacity_tracked IS 'Whether the job is counted in its queue''s ojs_queue_capacity row (its queue was bounded when it entered); null = false.';
+
+--
+-- Name: COLUMN ojs_job_done.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.pool IS 'Pool of the worker that claimed the job, if it had one.';
+
+--
+-- Name: COLUMN ojs_job_done.tenant_fair; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.tenant_fair IS 'Whether the job is in a tenant-fair queue (dispatched by fair_key).';
+
+--
+-- Name: COLUMN ojs_job_done.tenant; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.tenant IS 'Tenant of a tenant-fair job (meta.tenant_id; empty string for none).';
+
+--
+-- Name: COLUMN ojs_job_done.fair_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.fair_key IS 'Virtual finish time of a tenant-fair job while available: lower dispatches first within its priority.';
+
+--
+-- Name: ojs_job_all; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_job_all AS
+ SELECT ojs_job.id,
+    ojs_job.seq,
+    ojs_job.type,
+    ojs_job.queue,
+    ojs_job.args,
+    ojs_job.meta,
+    ojs_job.priority,
+    ojs_job.state,
+    ojs_job.attempt,
+    ojs_job.max_attempts,
+    ojs_job.retry,
+    ojs_job.timeout_ms,
+    ojs_job.visibility_timeout_ms,
+    ojs_job.scheduled_at,
+    ojs_job.scheduled_at_input,
+    ojs_job.expires_at,
+    ojs_job.expires_at_input,
+    ojs_job.enqueue_ttl_secs,
+    ojs_job.total_timeout_secs,
+    ojs_job.tags,
+    ojs_job.schema_uri,
+    ojs_job.unique_policy,
+    ojs_job.unique_key,
+    ojs_job.extra,
+    ojs_job.created_at,
+    ojs_job.enqueued_at,
+    ojs_job.activated_at,
+    ojs_job.started_at,
+    ojs_job.visible_until,
+    ojs_job.reservation_ms,
+    ojs_job.worker_id,
+    ojs_job.next_retry_at,
+    ojs_job.retry_delay_ms,
+    ojs_job.completed_at,
+    ojs_job.cancelled_at,
+    ojs_job.discarded_at,
+    ojs_job.dead_lettered_at,
+    ojs_job.result,
+    ojs_job.error,
+    ojs_job.errors,
+    ojs_job.timeout_at,
+    ojs_job.claim_deadline_at,
+    ojs_job.total_deadline_at,
+    ojs_job.re_enqueued_at,
+    ojs_job.priority_aging_ms,
+    ojs_job.original_queue,
+    ojs_job.capacity_tracked,
+    ojs_job.pool,
+    ojs_job.tenant_fair,
+    ojs_job.tenant,
+    ojs_job.fair_key
+   FROM public.ojs_job
+UNION ALL
+ SELECT ojs_job_done.id,
+    ojs_job_done.seq,
+    ojs_job_done.type,
+    ojs_job_done.queue,
+    ojs_job_done.args,
+    ojs_job_done.meta,
+    ojs_job_done.priority,
+    ojs_job_done.state,
+    ojs_job_done.attempt,
+    ojs_job_done.max_attempts,
+    ojs_job_done.retry,
+    ojs_job_done.timeout_ms,
+    ojs_job_done.visibility_timeout_ms,
+    ojs_job_done.scheduled_at,
+    ojs_job_done.scheduled_at_input,
+    ojs_job_done.expires_at,
+    ojs_job_done.expires_at_input,
+    ojs_job_done.enqueue_ttl_secs,
+    ojs_job_done.total_timeout_secs,
+    ojs_job_done.tags,
+    ojs_job_done.schema_uri,
+    ojs_job_done.unique_policy,
+    ojs_job_done.unique_key,
+    ojs_job_done.extra,
+    ojs_job_done.created_at,
+    ojs_job_done.enqueued_at,
+    ojs_job_done.activated_at,
+    ojs_job_done.started_at,
+    ojs_job_done.visible_until,
+    ojs_job_done.reservation_ms,
+    ojs_job_done.worker_id,
+    ojs_job_done.next_retry_at,
+    ojs_job_done.retry_delay_ms,
+    ojs_job_done.completed_at,
+    ojs_job_done.cancelled_at,
+    ojs_job_done.discarded_at,
+    ojs_job_done.dead_lettered_at,
+    ojs_job_done.result,
+    ojs_job_done.error,
+    ojs_job_done.errors,
+    ojs_job_done.timeout_at,
+    ojs_job_done.claim_deadline_at,
+    ojs_job_done.total_deadline_at,
+    ojs_job_done.re_enqueued_at,
+    ojs_job_done.priority_aging_ms,
+    ojs_job_done.original_queue,
+    ojs_job_done.capacity_tracked,
+    ojs_job_done.pool,
+    ojs_job_done.tenant_fair,
+    ojs_job_done.tenant,
+    ojs_job_done.fair_key
+   FROM public.ojs_job_done;
+
+--
+-- Name: VIEW ojs_job_all; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_job_all IS 'Every job, live (ojs_job) or completed (ojs_job_done), with ojs_job''s columns: read any job from here.';
+
+--
+-- Name: COLUMN ojs_job_all.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.id IS 'Job id: UUIDv7, client-supplied or generated.';
+
+--
+-- Name: COLUMN ojs_job_all.seq; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.seq IS 'Arrival sequence; FIFO tie-breaker among jobs with equal priority and enqueued_at.';
+
+--
+-- Name: COLUMN ojs_job_all.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.type IS 'Job type, dot-namespaced lowercase segments (e.g. email.send); routes the job to a handler.';
+
+--
+-- Name: COLUMN ojs_job_all.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.queue IS 'Queue the job is fetched from.';
+
+--
+-- Name: COLUMN ojs_job_all.args; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.args IS 'Positional handler arguments, a JSON array stored verbatim.';
+
+--
+-- Name: COLUMN ojs_job_all.meta; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.meta IS 'Client metadata (trace ids, tenant, ...), a JSON object stored verbatim.';
+
+--
+-- Name: COLUMN ojs_job_all.priority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.priority IS 'Priority within the queue: lower is more urgent; 0 first, default 2.';
+
+--
+-- Name: COLUMN ojs_job_all.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.state IS 'Current lifecycle state.';
+
+--
+-- Name: COLUMN ojs_job_all.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.attempt IS 'Number of claims so far; incremented by every FETCH that hands the job out.';
+
+--
+-- Name: COLUMN ojs_job_all.max_attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.max_attempts IS 'Effective retry.max_attempts: total attempts allowed (0 behaves like 1).';
+
+--
+-- Name: COLUMN ojs_job_all.retry; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.retry IS 'Effective retry policy (defaults merged in, durations in ISO 8601 form).';
+
+--
+-- Name: COLUMN ojs_job_all.timeout_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.timeout_ms IS 'Resolved execution timeout in milliseconds.';
+
+--
+-- Name: COLUMN ojs_job_all.visibility_timeout_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.visibility_timeout_ms IS 'Job-level reservation length in milliseconds; null uses the server default.';
+
+--
+-- Name: COLUMN ojs_job_all.scheduled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.scheduled_at IS 'Earliest time the job may run (client scheduled_at / delay_until).';
+
+--
+-- Name: COLUMN ojs_job_all.scheduled_at_input; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.scheduled_at_input IS 'scheduled_at exactly as the client wrote it (echoed verbatim); null when given relatively.';
+
+--
+-- Name: COLUMN ojs_job_all.expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.expires_at IS 'Deadline after which the job must not start; it is discarded instead.';
+
+--
+-- Name: COLUMN ojs_job_all.expires_at_input; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.expires_at_input IS 'expires_at exactly as the client wrote it (echoed verbatim); null when given relatively.';
+
+--
+-- Name: COLUMN ojs_job_all.enqueue_ttl_secs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.enqueue_ttl_secs IS 'Seconds after created_at within which the job must be claimed for the first time.';
+
+--
+-- Name: COLUMN ojs_job_all.total_timeout_secs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.total_timeout_secs IS 'Seconds after created_at by which the job must have finished, across all attempts.';
+
+--
+-- Name: COLUMN ojs_job_all.tags; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.tags IS 'Client tags, for filtering.';
+
+--
+-- Name: COLUMN ojs_job_all.schema_uri; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.schema_uri IS 'Client schema attribute (a URI for args); preserved, not validated.';
+
+--
+-- Name: COLUMN ojs_job_all.unique_policy; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.unique_policy IS 'Unique policy as given by the client (echoed as "unique").';
+
+--
+-- Name: COLUMN ojs_job_all.unique_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.unique_key IS 'SHA-256 fingerprint of the unique dimensions; jobs sharing it are duplicates.';
+
+--
+-- Name: COLUMN ojs_job_all.extra; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.extra IS 'Unknown top-level envelope attributes, kept verbatim and in the order received.';
+
+--
+-- Name: COLUMN ojs_job_all.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.created_at IS 'When the server received the job.';
+
+--
+-- Name: COLUMN ojs_job_all.enqueued_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.enqueued_at IS 'Most recent entry into available; null while the job has never been available.';
+
+--
+-- Name: COLUMN ojs_job_all.activated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.activated_at IS 'When a pending job was activated.';
+
+--
+-- Name: COLUMN ojs_job_all.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.started_at IS 'Most recent claim; cleared when a reservation is lost.';
+
+--
+-- Name: COLUMN ojs_job_all.visible_until; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.visible_until IS 'Reservation deadline of the current claim (active jobs).';
+
+--
+-- Name: COLUMN ojs_job_all.reservation_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.reservation_ms IS 'Reservation length chosen at the most recent claim; a heartbeat extends by it.';
+
+--
+-- Name: COLUMN ojs_job_all.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.worker_id IS 'Worker that holds (or last held) the reservation, if it named itself.';
+
+--
+-- Name: COLUMN ojs_job_all.next_retry_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.next_retry_at IS 'When a retryable job becomes available again.';
+
+--
+-- Name: COLUMN ojs_job_all.retry_delay_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.retry_delay_ms IS 'Backoff delay most recently computed, after jitter and caps.';
+
+--
+-- Name: COLUMN ojs_job_all.completed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.completed_at IS 'Set on completed and on every transition to discarded.';
+
+--
+-- Name: COLUMN ojs_job_all.cancelled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.cancelled_at IS 'Set on cancelled.';
+
+--
+-- Name: COLUMN ojs_job_all.discarded_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.discarded_at IS 'Set on discarded.';
+
+--
+-- Name: COLUMN ojs_job_all.dead_lettered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.dead_lettered_at IS 'Set when the job entered the dead-letter queue (a subset of discarded jobs).';
+
+--
+-- Name: COLUMN ojs_job_all.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.result IS 'Handler result sent with ACK, verbatim.';
+
+--
+-- Name: COLUMN ojs_job_all.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.error IS 'Most recent error {code, type, message, ...}; removed on ACK.';
+
+--
+-- Name: COLUMN ojs_job_all.errors; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.errors IS 'Error history, oldest first: one entry per failed attempt, with attempt and occurred_at.';
+
+--
+-- Name: COLUMN ojs_job_all.timeout_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.timeout_at IS 'Execution deadline of the current attempt (started_at + timeout); heartbeats do not move it.';
+
+--
+-- Name: COLUMN ojs_job_all.claim_deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.claim_deadline_at IS 'created_at + enqueue_ttl: the job must be claimed for the first time before this; cleared by the first claim.';
+
+--
+-- Name: COLUMN ojs_job_all.total_deadline_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.total_deadline_at IS 'created_at + total_timeout: the job must have finished, across all attempts, before this.';
+
+--
+-- Name: COLUMN ojs_job_all.re_enqueued_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.re_enqueued_at IS 'When the job was last taken out of the dead-letter queue (manual retry).';
+
+--
+-- Name: COLUMN ojs_job_all.priority_aging_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.priority_aging_ms IS 'Priority aging interval (ms) in effect when the job was enqueued; NULL = no aging.';
+
+--
+-- Name: COLUMN ojs_job_all.original_queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.original_queue IS 'The queue the job was in before that queue was deleted with strategy move.';
+
+--
+-- Name: COLUMN ojs_job_all.capacity_tracked; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.capacity_tracked IS 'Whether the job is counted in its queue''s ojs_queue_capacity row (its queue was bounded when it entered); null = false.';
+
+--
+-- Name: COLUMN ojs_job_all.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.pool IS 'Pool of the worker that claimed the job, if it had one.';
+
+--
+-- Name: COLUMN ojs_job_all.tenant_fair; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.tenant_fair IS 'Whether the job is in a tenant-fair queue (dispatched by fair_key).';
+
+--
+-- Name: COLUMN ojs_job_all.tenant; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.tenant IS 'Tenant of a tenant-fair job (meta.tenant_id; empty string for none).';
+
+--
+-- Name: COLUMN ojs_job_all.fair_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.fair_key IS 'Virtual finish time of a tenant-fair job while available: lower dispatches first within its priority.';
+
+--
 -- Name: ojs_job_counts; Type: VIEW; Schema: public; Owner: -
 --
 
 CREATE VIEW public.ojs_job_counts AS
- SELECT ojs_job.queue,
-    ojs_job.state,
+ SELECT ojs_job_all.queue,
+    ojs_job_all.state,
     count(*) AS jobs,
-    min(ojs_job.created_at) AS oldest_created_at,
-    max(ojs_job.created_at) AS newest_created_at
-   FROM public.ojs_job
-  GROUP BY ojs_job.queue, ojs_job.state;
+    min(ojs_job_all.created_at) AS oldest_created_at,
+    max(ojs_job_all.created_at) AS newest_created_at
+   FROM public.ojs_job_all
+  GROUP BY ojs_job_all.queue, ojs_job_all.state;
 
 --
 -- Name: VIEW ojs_job_counts; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON VIEW public.ojs_job_counts IS 'Number of jobs per queue and state (scans the whole table; filter by queue for big tables).';
+COMMENT ON VIEW public.ojs_job_counts IS 'Number of jobs per queue and state, completed ones included (scans both tables; filter by queue for big tables).';
 
 --
 -- Name: COLUMN ojs_job_counts.queue; Type: COMMENT; Schema: public; Owner: -
@@ -1752,6 +2613,116 @@ COMMENT ON COLUMN public.ojs_job_counts.oldest_created_at IS 'created_at of the 
 --
 
 COMMENT ON COLUMN public.ojs_job_counts.newest_created_at IS 'created_at of the newest such job.';
+
+--
+-- Name: ojs_job_done_default; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job_done_default (
+    id uuid NOT NULL,
+    seq bigint NOT NULL,
+    type text NOT NULL,
+    queue text NOT NULL,
+    args json NOT NULL,
+    meta json DEFAULT '{}'::json NOT NULL,
+    priority integer DEFAULT 2 NOT NULL,
+    state public.ojs_job_state NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    retry json NOT NULL,
+    timeout_ms bigint NOT NULL,
+    visibility_timeout_ms bigint,
+    scheduled_at timestamp with time zone,
+    scheduled_at_input text,
+    expires_at timestamp with time zone,
+    expires_at_input text,
+    enqueue_ttl_secs integer,
+    total_timeout_secs integer,
+    tags text[],
+    schema_uri text,
+    unique_policy json,
+    unique_key text,
+    extra json DEFAULT '{}'::json NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    enqueued_at timestamp with time zone,
+    activated_at timestamp with time zone,
+    started_at timestamp with time zone,
+    visible_until timestamp with time zone,
+    reservation_ms bigint,
+    worker_id text,
+    next_retry_at timestamp with time zone,
+    retry_delay_ms bigint,
+    completed_at timestamp with time zone,
+    cancelled_at timestamp with time zone,
+    discarded_at timestamp with time zone,
+    dead_lettered_at timestamp with time zone,
+    result json,
+    error jsonb,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    timeout_at timestamp with time zone,
+    claim_deadline_at timestamp with time zone,
+    total_deadline_at timestamp with time zone,
+    re_enqueued_at timestamp with time zone,
+    priority_aging_ms bigint,
+    original_queue text,
+    capacity_tracked boolean DEFAULT false,
+    pool text,
+    tenant_fair boolean DEFAULT false,
+    tenant text,
+    fair_key double precision,
+    CONSTRAINT ojs_job_done_completed_at_set CHECK ((completed_at IS NOT NULL)),
+    CONSTRAINT ojs_job_done_is_completed CHECK ((state = 'completed'::public.ojs_job_state))
+);
+
+--
+-- Name: TABLE ojs_job_done_default; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job_done_default IS 'Completed jobs of days without a partition of their own (normally none).';
+
+--
+-- Name: ojs_job_done_partitions; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_job_done_partitions AS
+ SELECT (c.relname)::text AS name,
+    ((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'::text))[1])::timestamp with time zone AS low,
+    ((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'::text))[1])::timestamp with time zone AS high,
+    pg_relation_size((c.oid)::regclass) AS bytes
+   FROM (pg_inherits i
+     JOIN pg_class c ON ((c.oid = i.inhrelid)))
+  WHERE (i.inhparent = ('public.ojs_job_done'::regclass)::oid)
+  ORDER BY ((regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']+)''\)'::text))[1])::timestamp with time zone;
+
+--
+-- Name: VIEW ojs_job_done_partitions; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_job_done_partitions IS 'The partitions of ojs_job_done with their bounds and sizes, oldest first; the default partition last.';
+
+--
+-- Name: COLUMN ojs_job_done_partitions.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done_partitions.name IS 'Partition table.';
+
+--
+-- Name: COLUMN ojs_job_done_partitions.low; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done_partitions.low IS 'First instant of completed_at it holds; null for the default partition.';
+
+--
+-- Name: COLUMN ojs_job_done_partitions.high; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done_partitions.high IS 'First instant past it; null for the default partition.';
+
+--
+-- Name: COLUMN ojs_job_done_partitions.bytes; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done_partitions.bytes IS 'Size of the partition''s table, without indexes.';
 
 --
 -- Name: ojs_job_overdue; Type: VIEW; Schema: public; Owner: -
@@ -2381,17 +3352,17 @@ CREATE VIEW public.ojs_queue_overview AS
            FROM public.ojs_queue
           WHERE (ojs_queue.name = '_default'::text)
         ), counts AS (
-         SELECT ojs_job.queue,
-            count(*) FILTER (WHERE (ojs_job.state = 'available'::public.ojs_job_state)) AS available,
-            count(*) FILTER (WHERE (ojs_job.state = 'active'::public.ojs_job_state)) AS active,
-            count(*) FILTER (WHERE (ojs_job.state = 'scheduled'::public.ojs_job_state)) AS scheduled,
-            count(*) FILTER (WHERE (ojs_job.state = 'retryable'::public.ojs_job_state)) AS retryable,
-            count(*) FILTER (WHERE (ojs_job.state = 'pending'::public.ojs_job_state)) AS pending,
-            count(*) FILTER (WHERE (ojs_job.state = 'completed'::public.ojs_job_state)) AS completed,
-            count(*) FILTER (WHERE (ojs_job.state = 'discarded'::public.ojs_job_state)) AS discarded,
-            count(*) FILTER (WHERE (ojs_job.state = 'cancelled'::public.ojs_job_state)) AS cancelled
-           FROM public.ojs_job
-          GROUP BY ojs_job.queue
+         SELECT ojs_job_all.queue,
+            count(*) FILTER (WHERE (ojs_job_all.state = 'available'::public.ojs_job_state)) AS available,
+            count(*) FILTER (WHERE (ojs_job_all.state = 'active'::public.ojs_job_state)) AS active,
+            count(*) FILTER (WHERE (ojs_job_all.state = 'scheduled'::public.ojs_job_state)) AS scheduled,
+            count(*) FILTER (WHERE (ojs_job_all.state = 'retryable'::public.ojs_job_state)) AS retryable,
+            count(*) FILTER (WHERE (ojs_job_all.state = 'pending'::public.ojs_job_state)) AS pending,
+            count(*) FILTER (WHERE (ojs_job_all.state = 'completed'::public.ojs_job_state)) AS completed,
+            count(*) FILTER (WHERE (ojs_job_all.state = 'discarded'::public.ojs_job_state)) AS discarded,
+            count(*) FILTER (WHERE (ojs_job_all.state = 'cancelled'::public.ojs_job_state)) AS cancelled
+           FROM public.ojs_job_all
+          GROUP BY ojs_job_all.queue
         )
  SELECT q.name AS queue,
     q.state,
@@ -2810,6 +3781,12 @@ COMMENT ON COLUMN public.ojs_worker_status.stale_at IS 'When it was declared sta
 COMMENT ON COLUMN public.ojs_worker_status.active_jobs IS 'Jobs it holds now.';
 
 --
+-- Name: ojs_job_done_default; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job_done ATTACH PARTITION public.ojs_job_done_default DEFAULT;
+
+--
 -- Name: ojs_api_key ojs_api_key_hash_unique; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3003,6 +3980,42 @@ CASE
 END), (((date_part('epoch'::text, (enqueued_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) * (1000)::double precision) + (COALESCE((priority * priority_aging_ms), (0)::bigint))::double precision)), seq) WHERE (state = 'available'::public.ojs_job_state);
 
 --
+-- Name: ojs_job_done_completed_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_done_completed_idx ON ONLY public.ojs_job_done USING btree (completed_at);
+
+--
+-- Name: ojs_job_done_default_completed_at_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_done_default_completed_at_idx ON public.ojs_job_done_default USING btree (completed_at);
+
+--
+-- Name: ojs_job_done_id_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_done_id_idx ON ONLY public.ojs_job_done USING btree (id);
+
+--
+-- Name: ojs_job_done_default_id_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_done_default_id_idx ON public.ojs_job_done_default USING btree (id);
+
+--
+-- Name: ojs_job_done_unique_key_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_done_unique_key_idx ON ONLY public.ojs_job_done USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+
+--
+-- Name: ojs_job_done_default_unique_key_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_done_default_unique_key_idx ON public.ojs_job_done_default USING btree (unique_key) WHERE (unique_key IS NOT NULL);
+
+--
 -- Name: ojs_job_fair_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -3061,6 +4074,24 @@ CREATE INDEX ojs_rate_window_key_idx ON public.ojs_rate_window USING btree (key,
 --
 
 CREATE INDEX ojs_worker_heartbeat_idx ON public.ojs_worker USING btree (last_heartbeat_at) WHERE (stale_at IS NULL);
+
+--
+-- Name: ojs_job_done_default_completed_at_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.ojs_job_done_completed_idx ATTACH PARTITION public.ojs_job_done_default_completed_at_idx;
+
+--
+-- Name: ojs_job_done_default_id_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.ojs_job_done_id_idx ATTACH PARTITION public.ojs_job_done_default_id_idx;
+
+--
+-- Name: ojs_job_done_default_unique_key_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.ojs_job_done_unique_key_idx ATTACH PARTITION public.ojs_job_done_default_unique_key_idx;
 
 --
 -- Name: ojs_job ojs_job_capacity_delete; Type: TRIGGER; Schema: public; Owner: -

@@ -114,6 +114,15 @@ impl Application {
         )
         .await
         .context("cannot connect to PostgreSQL")?;
+        // Completed jobs go to the day's partition of ojs_job_done: every replica makes sure
+        // the next days have one, so ACKs find one even before a leader's pruner runs.
+        crate::store::job::ensure_done_partitions(
+            &db,
+            chrono::Utc::now(),
+            crate::maintenance::DONE_DAYS_AHEAD,
+        )
+        .await
+        .context("cannot prepare the partitions of ojs_job_done")?;
 
         // Install the metrics recorder before anything records.
         crate::telemetry::metrics();

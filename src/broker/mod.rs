@@ -275,9 +275,17 @@ impl Broker {
     /// Changes the priority of an `available` or `scheduled` job: returns the job and its
     /// previous priority. Setting the priority it already has succeeds and records nothing.
     pub async fn set_priority(&self, id: JobId, priority: i32) -> Result<(Job, i32)> {
-        let change = store::job::set_priority(&self.db, id, priority, false)
-            .await?
-            .ok_or(Error::JobNotFound(id))?;
+        let Some(change) = store::job::set_priority(&self.db, id, priority, false).await? else {
+            // Not a live job: a completed one (ojs_job_done) cannot change, a missing one is
+            // not found.
+            let job = self.info(id).await?;
+            return Err(Error::InvalidTransition {
+                job_id: id,
+                operation: "change the priority of",
+                current: job.state,
+                allowed: &JobState::PRIORITY_CHANGEABLE,
+            });
+        };
         if !JobState::PRIORITY_CHANGEABLE.contains(&change.state) {
             return Err(Error::InvalidTransition {
                 job_id: id,

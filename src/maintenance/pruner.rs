@@ -66,6 +66,9 @@ impl Pruner {
                         Target::Jobs(ref cutoffs) => {
                             store::job::prune_finished(conn, cutoffs, size).await?
                         }
+                        Target::Done(ref cutoffs) => {
+                            store::job::prune_done(conn, cutoffs, size).await?
+                        }
                         Target::DeadLetterExcess(ref queue, keep) => {
                             store::dead_letter::prune_excess(conn, queue, keep, size).await?
                         }
@@ -85,11 +88,49 @@ impl Pruner {
     }
 }
 
+impl Pruner {
+    /// Days of `ojs_job_done`: makes the partitions of today and the next
+    /// [`DONE_DAYS_AHEAD`] days, and drops those whose every job is past every queue's
+    /// completed retention. A dropped day's jobs are not counted (that would read them all):
+    /// the pass reports its partitions.
+    async fn drop_done_days(
+        &self,
+        now: DateTime<Utc>,
+        completed: &PruneCutoffs,
+    ) -> Result<Pass, sqlx::Error> {
+        let db = &self.context.db;
+        for day in store::job::ensure_done_partitions(db, now, DONE_DAYS_AHEAD).await? {
+            tracing::warn!(%day, "completed jobs of this day sit in ojs_job_done_default: the day gets no partition, and its jobs are deleted one by one");
+        }
+        let before = completed
+            .queues
+            .iter()
+            .map(|(_, cutoff, _)| *cutoff)
+            .chain([completed.cutoff])
+            .min()
+            .unwrap_or(completed.cutoff);
+        let dropped = store::job::drop_done_partitions(db, before, 4).await?;
+        for p in &dropped {
+            tracing::info!(partition = %p.name, bytes = p.bytes, "dropped a day of completed jobs past their retention");
+        }
+        Ok(Pass {
+            processed: dropped.len() as u64,
+            more: false,
+        })
+    }
+}
+
+/// Days ahead whose `ojs_job_done` partitions the pruner keeps made (so ACKs find one even
+/// when no leader runs for a while).
+pub const DONE_DAYS_AHEAD: i32 = 3;
+
 /// What a batch deletes.
 #[derive(Debug, Clone)]
 enum Target {
-    /// Jobs in a terminal state finished before their cutoff.
+    /// Jobs in a terminal state finished before their cutoff (in `ojs_job`).
     Jobs(PruneCutoffs),
+    /// Completed jobs of `ojs_job_done` completed before their cutoff.
+    Done(PruneCutoffs),
     /// Dead-lettered jobs of a queue beyond its newest `n` (`dead_letter_max_size`).
     DeadLetterExcess(String, i64),
     /// Events before the cutoff or beyond the count.
@@ -211,8 +252,12 @@ impl Service for Pruner {
         let c = &self.config;
         let (_, layers) = store::queue::config_layers(&self.context.db).await?;
         let retention = Retention::of(&layers);
+        let completed = retention.cutoffs(now, JobState::Completed, c.completed, c.discarded);
+        let mut pass = self.drop_done_days(now, &completed).await?;
         let mut targets = vec![
-            Target::Jobs(retention.cutoffs(now, JobState::Completed, c.completed, c.discarded)),
+            Target::Done(completed.clone()),
+            // Completed jobs a replica of an earlier version left in ojs_job.
+            Target::Jobs(completed),
             Target::Jobs(retention.cutoffs(now, JobState::Cancelled, c.cancelled, c.discarded)),
             Target::Jobs(retention.cutoffs(now, JobState::Discarded, c.discarded, c.discarded)),
         ];
@@ -231,7 +276,6 @@ impl Service for Pruner {
         targets.push(Target::Workers(since(now, c.stale_workers)));
         targets.push(Target::Progress);
         targets.push(Target::CronRuns(since(now, c.cron_runs)));
-        let mut pass = Pass::default();
         for target in targets {
             let done = self.prune(target).await?;
             pass.processed += done.processed;

@@ -90,10 +90,10 @@ pub async fn unique_holders(
     let items = sqlx::query_as!(
         UniqueHolder,
         r#"
-        select j.id as "id: JobId", j.unique_key as "unique_key!", j.type, j.queue,
-               j.state as "state: JobState", j.created_at,
+        select j.id as "id!: JobId", j.unique_key as "unique_key!", j.type as "type!",
+               j.queue as "queue!", j.state as "state!: JobState", j.created_at as "created_at!",
                j.unique_policy as "unique_policy!: crate::job::RawJson"
-          from ojs_job j
+          from ojs_job_all j
          where j.unique_key is not null
            and j.state::text = any(coalesce(
                    (select array_agg(s) from json_array_elements_text(
@@ -111,7 +111,7 @@ pub async fn unique_holders(
     let total = sqlx::query_scalar!(
         r#"
         select count(*) as "total!"
-          from ojs_job j
+          from ojs_job_all j
          where j.unique_key is not null
            and j.state::text = any(coalesce(
                    (select array_agg(s) from json_array_elements_text(
@@ -205,7 +205,7 @@ pub async fn overview(
                count(*) filter (where state = 'discarded'
                                   and discarded_at >= now() - $2::float8 * interval '1 second')
                    as "discarded_recently!"
-          from ojs_job
+          from ojs_job_all
         "#,
         millis(stale_after),
         seconds(window),
@@ -257,11 +257,17 @@ pub async fn queue_activity(
                percentile_cont(array[0.5, 0.95, 0.99]::float8[]) within group (
                    order by extract(epoch from completed_at - started_at) * 1000)
                    filter (where state = 'completed' and started_at is not null) as latency_ms
-          from ojs_job
-         where queue = any($1)
-           and state in ('completed', 'discarded')
-           and coalesce(discarded_at, cancelled_at, completed_at)
-               >= now() - $2::float8 * interval '1 second'
+          from (select queue, state, started_at, completed_at
+                  from ojs_job_done
+                 where queue = any($1)
+                   and completed_at >= now() - $2::float8 * interval '1 second'
+                union all
+                select queue, state, started_at, completed_at
+                  from ojs_job
+                 where queue = any($1)
+                   and state = 'discarded'
+                   and coalesce(discarded_at, cancelled_at, completed_at)
+                       >= now() - $2::float8 * interval '1 second') j
          group by queue
         "#,
         queues,
@@ -389,10 +395,11 @@ pub async fn list_jobs(
     let jobs = sqlx::query_as!(
         JobSummary,
         r#"
-        select j.id as "id: JobId", j.type, j.queue, j.state as "state: JobState", j.priority,
-               j.attempt, j.max_attempts, j.created_at, j.enqueued_at, j.scheduled_at,
-               j.started_at, j.completed_at
-          from ojs_job j
+        select j.id as "id!: JobId", j.type as "type!", j.queue as "queue!",
+               j.state as "state!: JobState", j.priority as "priority!", j.attempt as "attempt!",
+               j.max_attempts as "max_attempts!", j.created_at as "created_at!", j.enqueued_at,
+               j.scheduled_at, j.started_at, j.completed_at
+          from ojs_job_all j
          where ($1::text is null or j.queue = $1)
            and ($2::text[] is null or j.state = any($2::text[]::ojs_job_state[]))
            and ($3::text is null or j.type = $3)
@@ -427,7 +434,7 @@ pub async fn list_jobs(
     let total = sqlx::query_scalar!(
         r#"
         select count(*) as "total!"
-          from ojs_job j
+          from ojs_job_all j
          where ($1::text is null or j.queue = $1)
            and ($2::text[] is null or j.state = any($2::text[]::ojs_job_state[]))
            and ($3::text is null or j.type = $3)
@@ -460,8 +467,8 @@ pub async fn matching_ids(
     let states = filter.state_names();
     sqlx::query_scalar!(
         r#"
-        select j.id
-          from ojs_job j
+        select j.id as "id!"
+          from ojs_job_all j
          where ($1::text is null or j.queue = $1)
            and ($2::text[] is null or j.state = any($2::text[]::ojs_job_state[]))
            and ($3::text is null or j.type = $3)
@@ -494,11 +501,19 @@ pub async fn delete_finished(
 ) -> Result<Vec<Uuid>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
-        with deleted as (
+        with deleted_live as (
             delete from ojs_job j
              where j.id = any($1::uuid[])
                and j.state in ('completed', 'cancelled', 'discarded')
             returning j.id, j.queue, j.type, j.dead_lettered_at
+        ),
+        deleted_done as (
+            delete from ojs_job_done j
+             where j.id = any($1::uuid[])
+            returning j.id, j.queue, j.type, j.dead_lettered_at
+        ),
+        deleted as (
+            select * from deleted_live union all select * from deleted_done
         ),
         reported as (
             insert into ojs_event (type, subject, job_id, queue, job_type, data)
@@ -543,8 +558,20 @@ pub async fn purge_queue(
         ),
         deleted as (
             delete from ojs_job j using doomed d where j.id = d.id returning j.id
+        ),
+        -- Completed jobs live in ojs_job_done (migration V15).
+        doomed_done as (
+            select id from ojs_job_done
+             where queue = $1
+               and 'completed' = any($2::text[])
+               and ($3::timestamptz is null or created_at < $3)
+             limit $4
+               for update skip locked
+        ),
+        deleted_done as (
+            delete from ojs_job_done j using doomed_done d where j.id = d.id returning j.id
         )
-        select count(*) as "purged!" from deleted
+        select (select count(*) from deleted) + (select count(*) from deleted_done) as "purged!"
         "#,
         queue,
         &states as &[&str],

@@ -321,7 +321,7 @@ pub async fn list(
         // write them see the job, and run in transactions far shorter than the margin. A job
         // that is gone (pruned) is looked for in every batch row.
         let since = sqlx::query_scalar!(
-            "select created_at - interval '10 minutes' from ojs_job where id = $1",
+            "select created_at - interval '10 minutes' from ojs_job_all where id = $1",
             job_id
         )
         .fetch_optional(db)

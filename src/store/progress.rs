@@ -32,7 +32,7 @@ pub async fn report(
     sqlx::query_as!(
         ProgressRow,
         r#"
-        with j as (select id, state, attempt, worker_id from ojs_job where id = $1),
+        with j as (select id, state, attempt, worker_id from ojs_job_all where id = $1),
              saved as (
                  insert into ojs_job_progress
                         (job_id, attempt, worker_id, progress, message, data, updated_at)
@@ -68,7 +68,7 @@ pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<ProgressRow
         select j.state as "state!: JobState", j.worker_id,
                p.progress as "progress?", p.message as "message?",
                p.data as "data?: RawJson", p.updated_at as "updated_at?"
-          from ojs_job j
+          from ojs_job_all j
           left join ojs_job_progress p on p.job_id = j.id and p.attempt = j.attempt
          where j.id = $1
         "#,
@@ -84,7 +84,7 @@ pub async fn prune(db: impl PgExecutor<'_>, limit: i64) -> Result<i64, sqlx::Err
         r#"
         delete from ojs_job_progress
          where job_id in (select p.job_id from ojs_job_progress p
-                           where not exists (select 1 from ojs_job j where j.id = p.job_id)
+                           where not exists (select 1 from ojs_job_all j where j.id = p.job_id)
                            limit $1)
         "#,
         limit,

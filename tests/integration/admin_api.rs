@@ -91,7 +91,8 @@ async fn stats_count_queues_workers_jobs_and_recent_throughput() {
     );
 
     // Finished longer ago than the window: no longer throughput.
-    app.sql("update ojs_job set completed_at = completed_at - interval '6 minutes', discarded_at = discarded_at - interval '6 minutes' where state in ('completed', 'discarded')")
+    app.sql("update ojs_job set completed_at = completed_at - interval '6 minutes', discarded_at = discarded_at - interval '6 minutes' where state = 'discarded';
+             update ojs_job_done set completed_at = completed_at - interval '6 minutes'")
         .await;
     let later = app.get("/ojs/v1/admin/stats").await.expect(200).json;
     assert_eq!(later["throughput"]["processed_per_minute"], 0.0);
@@ -122,7 +123,7 @@ async fn queues_are_listed_with_counts_throughput_and_latency() {
     // Execution times of 100, 200 and 300 ms.
     for (i, id) in done.iter().enumerate() {
         app.sql(&format!(
-            "update ojs_job set started_at = completed_at - interval '{} milliseconds' where id = '{id}'",
+            "update ojs_job_done set started_at = completed_at - interval '{} milliseconds' where id = '{id}'",
             (i + 1) * 100
         ))
         .await;

@@ -48,7 +48,7 @@ async fn fire_at(app: &TestApp, now: DateTime<Utc>) -> u64 {
 /// Jobs of a queue, oldest first: (id, state, meta).
 async fn jobs_of(app: &TestApp, queue: &str) -> Vec<(String, String, Value)> {
     sqlx::query_as::<_, (String, String, Value)>(
-        "select id::text, state::text, meta::jsonb from ojs_job where queue = $1 order by created_at, id",
+        "select id::text, state::text, meta::jsonb from ojs_job_all where queue = $1 order by created_at, id",
     )
     .bind(queue)
     .fetch_all(app.pool())
@@ -398,7 +398,7 @@ async fn an_occurrence_makes_one_job_whatever_the_number_of_firers() {
     assert_eq!(
         scalar_i64(
             &app,
-            "select count(distinct meta->>'cron_name') from ojs_job where queue = 'many'"
+            "select count(distinct meta->>'cron_name') from ojs_job_all where queue = 'many'"
         )
         .await,
         50
@@ -681,7 +681,7 @@ async fn the_leader_fires_every_second_entries_on_time() {
     // catches a firer that waits for the next interval instead of the turn of the second).
     let late: Vec<f64> = sqlx::query_scalar(
         "select extract(epoch from created_at - (meta->>'cron_triggered_at')::timestamptz)::float8 \
-           from ojs_job where queue = 'secs' order by created_at",
+           from ojs_job_all where queue = 'secs' order by created_at",
     )
     .fetch_all(app.pool())
     .await

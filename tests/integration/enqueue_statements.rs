@@ -57,7 +57,7 @@ fn hands() -> Vec<Option<HandTo<'static>>> {
 /// queue, the order column), and timestamps reduced to whether they are set.
 async fn rows(db: &TestDb, queue: &str) -> Vec<Map<String, Value>> {
     let rows: Vec<Value> =
-        sqlx::query_scalar("select to_jsonb(j) from ojs_job j where queue = $1 order by seq")
+        sqlx::query_scalar("select to_jsonb(j) from ojs_job_all j where queue = $1 order by seq")
             .bind(queue)
             .fetch_all(&db.pool)
             .await
@@ -83,9 +83,9 @@ async fn rows(db: &TestDb, queue: &str) -> Vec<Map<String, Value>> {
 /// Each job's events (by the job's place in the queue), in the order they were written.
 async fn events(db: &TestDb, queue: &str) -> Vec<Vec<(String, Option<String>, Option<String>)>> {
     let rows: Vec<(i64, String, Option<String>, Option<String>)> = sqlx::query_as(
-        "select (select count(*) from ojs_job o where o.queue = e.queue and o.seq <= j.seq),
+        "select (select count(*) from ojs_job_all o where o.queue = e.queue and o.seq <= j.seq),
                 e.type, e.from_state::text, e.to_state::text
-           from ojs_event_log e join ojs_job j on j.id = e.job_id
+           from ojs_event_log e join ojs_job_all j on j.id = e.job_id
           where e.queue = $1
           order by e.seq",
     )
@@ -177,7 +177,7 @@ async fn one_job_at_a_time_and_a_batch_write_the_same_rows_and_events() {
     // The events' payloads agree as well (the first job's, with its trace id and tags).
     let data: Vec<Value> = sqlx::query_scalar(
         "select e.data - 'job_id' - 'id' - 'queue' from ojs_event_log e
-           join ojs_job j on j.id = e.job_id
+           join ojs_job_all j on j.id = e.job_id
           where j.args::text = '[1]' order by e.queue, e.seq",
     )
     .fetch_all(&db.pool)

@@ -435,8 +435,8 @@ async fn hot_path_event_payloads_match_the_transition_function() {
     // Checks the newest event of `id` against the function applied to the row as it is now.
     async fn newest_matches(app: &TestApp, id: &str, expected_type: &str) {
         let (ty, same, data): (String, bool, Value) = sqlx::query_as(
-            "select e.type, e.data = ojs_job_transition_data(e.from_state, j), e.data
-               from ojs_event_log e join ojs_job j on j.id = e.job_id
+            "select e.type, e.data = ojs_job_transition_data(e.from_state, row(j.*)::ojs_job), e.data
+               from ojs_event_log e join ojs_job_all j on j.id = e.job_id
               where e.job_id = $1::uuid
               order by e.xid desc, e.seq desc limit 1",
         )

@@ -654,7 +654,7 @@ async fn weighted_shares_hold_across_two_replicas() {
 /// Dispatch times (epoch seconds, ascending) and queues of the jobs `ids`.
 async fn starts(app: &TestApp, ids: &[String]) -> Vec<(f64, String)> {
     sqlx::query_as(
-        "select extract(epoch from started_at)::float8, queue from ojs_job
+        "select extract(epoch from started_at)::float8, queue from ojs_job_all
           where id = any($1::text[]::uuid[]) and started_at is not null
           order by started_at",
     )
@@ -1075,7 +1075,7 @@ async fn pool_concurrency_four_holds_across_two_replicas_and_twelve_workers() {
         let (active, unfinished): (i64, i64) = sqlx::query_as(
             "select count(*) filter (where state = 'active'),
                     count(*) filter (where state not in ('completed', 'cancelled', 'discarded'))
-               from ojs_job",
+               from ojs_job_all",
         )
         .fetch_one(&db.pool)
         .await

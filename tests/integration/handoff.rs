@@ -69,7 +69,7 @@ async fn a_job_pushed_while_a_fetch_waits_is_handed_to_it_as_a_claim_would_start
     let reserved: (i64, bool, bool) = sqlx::query_as(
         "select reservation_ms, visible_until > started_at + interval '44 seconds',
                 timeout_at > started_at
-           from ojs_job where id = $1::uuid",
+           from ojs_job_all where id = $1::uuid",
     )
     .bind(&id)
     .fetch_one(app.pool())
@@ -326,7 +326,7 @@ async fn across_two_replicas_every_job_is_delivered_exactly_once() {
     let (completed, first_attempt): (i64, i64) = sqlx::query_as(
         "select count(*) filter (where state = 'completed'),
                 count(*) filter (where attempt = 1)
-           from ojs_job",
+           from ojs_job_all",
     )
     .fetch_one(a.pool())
     .await

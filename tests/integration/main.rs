@@ -16,6 +16,7 @@ mod events_api;
 mod fair_scheduling;
 mod handoff;
 mod hostile_input;
+mod job_history;
 mod jobs_api;
 mod leadership;
 mod maintenance;

@@ -302,7 +302,7 @@ async fn queue_defaults_apply_to_new_jobs_and_job_values_win() {
     .unwrap();
     app.fetch_one("slow", "w1").await;
     let secs: f64 = sqlx::query_scalar(
-        "select extract(epoch from visible_until - started_at)::float8 from ojs_job where id = $1::uuid",
+        "select extract(epoch from visible_until - started_at)::float8 from ojs_job_all where id = $1::uuid",
     )
     .bind(id)
     .fetch_one(app.pool())
@@ -763,7 +763,7 @@ async fn a_rate_limit_of_ten_per_second_holds_across_two_replicas() {
     }
     let total = fetched.load(Ordering::Relaxed);
     let starts: Vec<f64> = sqlx::query_scalar(
-        "select extract(epoch from started_at)::float8 from ojs_job where queue = 'metered' and started_at is not null order by started_at",
+        "select extract(epoch from started_at)::float8 from ojs_job_all where queue = 'metered' and started_at is not null order by started_at",
     )
     .fetch_all(&db.pool)
     .await

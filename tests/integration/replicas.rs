@@ -230,7 +230,7 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let completed: i64 =
-            sqlx::query_scalar("select count(*) from ojs_job where state = 'completed'")
+            sqlx::query_scalar("select count(*) from ojs_job_all where state = 'completed'")
                 .fetch_one(&db.pool)
                 .await
                 .unwrap();
@@ -264,13 +264,13 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
         "each job completed exactly once: {completions:?}"
     );
     let states: Vec<(String, i64)> =
-        sqlx::query_as("select state::text, count(*) from ojs_job group by state")
+        sqlx::query_as("select state::text, count(*) from ojs_job_all group by state")
             .fetch_all(&db.pool)
             .await
             .unwrap();
     assert_eq!(states, [("completed".to_owned(), JOBS as i64)]);
     let reclaimed: i64 = sqlx::query_scalar(
-        r#"select count(*) from ojs_job where errors @> '[{"code": "visibility_timeout"}]'"#,
+        r#"select count(*) from ojs_job_all where errors @> '[{"code": "visibility_timeout"}]'"#,
     )
     .fetch_one(&db.pool)
     .await
@@ -476,14 +476,14 @@ async fn a_postgres_restart_under_load_loses_nothing() {
     consumer.await.unwrap();
     let pool = sqlx::PgPool::connect(&cluster.url("ojs")).await.unwrap();
     let completed: Vec<String> =
-        sqlx::query_scalar("select id::text from ojs_job where state = 'completed'")
+        sqlx::query_scalar("select id::text from ojs_job_all where state = 'completed'")
             .fetch_all(&pool)
             .await
             .unwrap();
     let completed: HashSet<String> = completed.into_iter().collect();
     let missing: Vec<&String> = ids.iter().filter(|id| !completed.contains(*id)).collect();
     assert!(missing.is_empty(), "jobs lost or not finished: {missing:?}");
-    let total: i64 = sqlx::query_scalar("select count(*) from ojs_job")
+    let total: i64 = sqlx::query_scalar("select count(*) from ojs_job_all")
         .fetch_one(&pool)
         .await
         .unwrap();
@@ -566,7 +566,7 @@ async fn cron_fires_each_occurrence_once_through_a_leader_kill_and_a_postgres_re
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     // One job per occurrence, and one ledger row per job.
     let per_slot: Vec<(String, i64)> = sqlx::query_as(
-        "select meta->>'cron_triggered_at', count(*) from ojs_job where queue = 'secs' group by 1 order by 1",
+        "select meta->>'cron_triggered_at', count(*) from ojs_job_all where queue = 'secs' group by 1 order by 1",
     )
     .fetch_all(&pool)
     .await

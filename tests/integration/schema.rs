@@ -19,6 +19,23 @@ async fn job_row_type_matches_the_table_column_for_column() {
 }
 
 #[tokio::test]
+async fn completed_jobs_table_and_the_view_of_all_jobs_have_the_job_columns_in_order() {
+    let db = TestDb::new().await;
+    for relation in ["ojs_job_done", "ojs_job_all"] {
+        let columns: Vec<String> = sqlx::query_scalar(
+            "select attname::text from pg_attribute
+              where attrelid = $1::regclass and attnum > 0 and not attisdropped
+              order by attnum",
+        )
+        .bind(relation)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(columns, ojsd::job::JOB_COLUMNS, "{relation}");
+    }
+}
+
+#[tokio::test]
 async fn every_table_view_and_column_is_commented() {
     let db = TestDb::new().await;
     let uncommented: Vec<String> = sqlx::query_scalar(
@@ -26,7 +43,9 @@ async fn every_table_view_and_column_is_commented() {
            from pg_class c
            join pg_namespace n on n.oid = c.relnamespace and n.nspname = 'public'
            left join pg_attribute a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
-          where c.relkind in ('r', 'v') and c.relname like 'ojs\\_%'
+          where c.relkind in ('r', 'p', 'v') and c.relname like 'ojs\\_%'
+            -- A day's partition of ojs_job_done is described by its parent.
+            and not c.relispartition
             and (obj_description(c.oid, 'pg_class') is null
                  or (a.attnum is not null and col_description(c.oid, a.attnum) is null))",
     )

@@ -44,11 +44,25 @@ pub struct Report {
 ///
 /// Editing a migration that has already been applied is an error (divergent checksum).
 pub async fn run(conn: &mut PgConnection) -> Result<Report, Error> {
+    run_until(conn, refinery_core::Target::Latest).await
+}
+
+/// [`run`] up to and including migration `V{version}` only: a database of an earlier release,
+/// for tests of the migrations that follow (a populated database migrated in place).
+pub async fn run_to(conn: &mut PgConnection, version: i32) -> Result<Report, Error> {
+    run_until(conn, refinery_core::Target::Version(version)).await
+}
+
+async fn run_until(
+    conn: &mut PgConnection,
+    target: refinery_core::Target,
+) -> Result<Report, Error> {
     let lock = PgAdvisoryLock::new(MIGRATION_LOCK);
     let mut guard = lock.acquire(conn).await?;
     let result = embedded::migrations::runner()
         .set_abort_divergent(true)
         .set_abort_missing(false)
+        .set_target(target)
         .run_async(&mut SqlxConnection(guard.as_mut()))
         .await;
     // Release explicitly; if this is skipped the guard's drop still queues the unlock.

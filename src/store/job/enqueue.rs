@@ -134,6 +134,11 @@ pub async fn insert_many(
         .collect();
     let hand_pools: Vec<Option<&str>> =
         handoffs.to.iter().map(|h| h.and_then(|h| h.pool)).collect();
+    let supplied: Vec<Uuid> = jobs
+        .iter()
+        .filter(|j| j.id_supplied)
+        .map(|j| j.id.0)
+        .collect();
 
     let rows = sqlx::query!(
         r#"
@@ -174,6 +179,12 @@ pub async fn insert_many(
             union all
             select ojs_queue_refused('', 'OJ004')
              where ojs_config_generation_locked() <> $27
+            -- A client-supplied id a completed job holds (ojs_job_done, migration V15) is taken
+            -- as a live job's would be (its primary key): the same violation.
+            union all
+            select ojs_job_id_taken(d.id)
+              from ojs_job_done d
+             where d.id = any($33::uuid[])
         ),
         -- Bounded queues (queue configuration): the jobs are counted against the bound in the
         -- same statement. The counter row is updated under its row lock, so concurrent
@@ -358,6 +369,7 @@ pub async fn insert_many(
         &hand_visibility as &[Option<i64>],
         &hand_pools as &[Option<&str>],
         handoffs.default_visibility_timeout_ms,
+        &supplied,
     )
     .fetch_all(db)
     .await?;
@@ -429,6 +441,11 @@ async fn insert_one(
             union all
             select ojs_queue_refused('', 'OJ004')
              where ojs_config_generation_locked() <> $27::int8
+            -- A client-supplied id a completed job holds is taken (see insert_many).
+            union all
+            select ojs_job_id_taken(d.id)
+              from ojs_job_done d
+             where $33::bool and d.id = $1::uuid
         ),
         capacity as (
             insert into ojs_queue_capacity as c (queue, max_jobs, max_bytes, overflow_policy, jobs, bytes)
@@ -571,6 +588,7 @@ async fn insert_one(
         hand_to.and_then(|h| h.visibility_timeout_ms),
         hand_to.and_then(|h| h.pool),
         default_visibility_timeout_ms,
+        job.id_supplied,
     )
     .fetch_optional(db)
     .await?;
@@ -588,8 +606,8 @@ pub async fn unique_candidates(
 ) -> Result<(Vec<Job>, Option<DateTime<Utc>>), sqlx::Error> {
     let rows = sqlx::query!(
         r#"
-        select distinct on (j.unique_key, j.state) j as "job!: Job", now() as "now!"
-          from ojs_job j
+        select distinct on (j.unique_key, j.state) row(j.*)::ojs_job as "job!: Job", now() as "now!"
+          from ojs_job_all j
          where j.unique_key = any($1::text[])
          order by j.unique_key, j.state, j.created_at desc
         "#,

@@ -34,7 +34,10 @@ pub use deadline::{expire_due, lock_held_by, lock_overdue};
 pub use enqueue::{
     HandTo, Handoffs, cancel_replaced, insert_many, replace_scheduled, unique_candidates,
 };
-pub use retention::{PruneCutoffs, prune_finished};
+pub use retention::{
+    DroppedPartition, PruneCutoffs, drop_done_partitions, ensure_done_partitions, prune_done,
+    prune_finished,
+};
 pub use transition::{
     CompleteParams, DeleteOnAck, FailParams, PriorityChange, activate, cancel, complete_many,
     fail_many, give_back, release_many, set_priority,
@@ -47,15 +50,18 @@ use crate::job::{Job, JobId};
 
 /// Which of `ids` already exist.
 pub async fn existing_ids(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Uuid>, sqlx::Error> {
-    sqlx::query_scalar!(r#"select id from ojs_job where id = any($1::uuid[])"#, ids)
-        .fetch_all(db)
-        .await
+    sqlx::query_scalar!(
+        r#"select id as "id!" from ojs_job_all where id = any($1::uuid[])"#,
+        ids
+    )
+    .fetch_all(db)
+    .await
 }
 
 /// One job by id.
 pub async fn get(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"select j as "job!: Job" from ojs_job j where j.id = $1"#,
+        r#"select row(j.*)::ojs_job as "job!: Job" from ojs_job_all j where j.id = $1"#,
         id as JobId
     )
     .fetch_optional(db)
@@ -65,7 +71,7 @@ pub async fn get(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx
 /// The jobs of `ids` that exist, in no particular order.
 pub async fn get_many(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Job>, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"select j as "job!: Job" from ojs_job j where j.id = any($1::uuid[])"#,
+        r#"select row(j.*)::ojs_job as "job!: Job" from ojs_job_all j where j.id = any($1::uuid[])"#,
         ids
     )
     .fetch_all(db)
@@ -75,7 +81,7 @@ pub async fn get_many(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Job>,
 /// The distinct queues of the jobs of `ids` that exist (what a queue-limited API key may touch).
 pub async fn queues_of(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar!(
-        "select distinct queue from ojs_job where id = any($1::uuid[])",
+        r#"select distinct queue as "queue!" from ojs_job_all where id = any($1::uuid[])"#,
         ids
     )
     .fetch_all(db)
@@ -84,7 +90,9 @@ pub async fn queues_of(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Stri
 
 /// Deletes every job (test hook `POST /ojs/v1/admin/reset` only).
 pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query!("truncate ojs_job").execute(db).await?;
+    sqlx::query!("truncate ojs_job, ojs_job_done")
+        .execute(db)
+        .await?;
     Ok(())
 }
 

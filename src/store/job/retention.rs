@@ -85,3 +85,142 @@ pub async fn prune_finished(
     .fetch_one(db)
     .await
 }
+
+/// [`prune_finished`] for the completed jobs of `ojs_job_done` (migration V15): deletes up to
+/// `limit` of them past their queue's cutoff, oldest first. Whole days past every cutoff go
+/// faster with [`drop_done_partitions`]; this deletes the rest (a queue whose own retention is
+/// shorter, the day that is only partly past).
+pub async fn prune_done(
+    db: impl PgExecutor<'_>,
+    c: &PruneCutoffs,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    let queues: Vec<&str> = c.queues.iter().map(|(q, _, _)| q.as_str()).collect();
+    let cutoffs: Vec<DateTime<Utc>> = c.queues.iter().map(|(_, at, _)| *at).collect();
+    // The index range covers every cutoff; each row is then held to its own.
+    let latest = cutoffs
+        .iter()
+        .chain([&c.cutoff])
+        .max()
+        .copied()
+        .unwrap_or(c.cutoff);
+    sqlx::query_scalar!(
+        r#"
+        with own as (
+            select * from unnest($2::text[], $3::timestamptz[]) as o(queue, cutoff)
+        ),
+        doomed as (
+            select j.id, j.completed_at
+              from ojs_job_done j
+              left join own o on o.queue = j.queue
+             where j.completed_at < $4
+               and j.completed_at < coalesce(o.cutoff, $1)
+             order by j.completed_at
+             limit $5
+               for update of j skip locked
+        ),
+        deleted as (
+            -- The partition key too, so each row is looked for in its own partition.
+            delete from ojs_job_done j
+             using doomed d
+             where j.id = d.id and j.completed_at = d.completed_at
+            returning 1
+        )
+        select count(*) as "deleted!" from deleted
+        "#,
+        c.cutoff,
+        &queues as &[&str],
+        &cutoffs,
+        latest,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// A partition of `ojs_job_done` dropped by [`drop_done_partitions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DroppedPartition {
+    pub name: String,
+    /// Bytes of its table (without indexes) when dropped.
+    pub bytes: i64,
+}
+
+/// Drops the day partitions of `ojs_job_done` that end at or before `before` (every job in
+/// them is past every queue's retention), oldest first, at most `limit`. Dropping a partition
+/// locks `ojs_job_done` exclusively for a moment: each waits at most `lock_timeout` for the
+/// lock (so ACKs never queue behind a drop that waits for a long reader), and one that cannot
+/// get it is left for the next pass.
+pub async fn drop_done_partitions(
+    db: &sqlx::PgPool,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<DroppedPartition>, sqlx::Error> {
+    let doomed = sqlx::query!(
+        r#"
+        select name as "name!", bytes as "bytes!"
+          from ojs_job_done_partitions
+         where high <= $1
+         order by low
+         limit $2
+        "#,
+        before,
+        limit,
+    )
+    .fetch_all(db)
+    .await?;
+    let mut dropped = Vec::with_capacity(doomed.len());
+    for p in doomed {
+        let mut tx = db.begin().await?;
+        sqlx::query("select set_config('lock_timeout', '200ms', true)")
+            .execute(&mut *tx)
+            .await?;
+        // The name comes from the catalog; quote_ident keeps it an identifier whatever it is.
+        let drop = format!("drop table if exists {}", quote_ident(&p.name));
+        match sqlx::query(&drop).execute(&mut *tx).await {
+            Ok(_) => {
+                tx.commit().await?;
+                dropped.push(DroppedPartition {
+                    name: p.name,
+                    bytes: p.bytes,
+                });
+            }
+            // 55P03: lock_not_available (the lock timeout); tried again next pass.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => {
+                tx.rollback().await?;
+                tracing::debug!(partition = %p.name, "ojs_job_done partition busy, not dropped yet");
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(dropped)
+}
+
+/// Makes the day partitions of `ojs_job_done` from `from`'s day (UTC) to `days` days after it,
+/// where missing. Returns the days that could not have one (rows of theirs already sit in the
+/// default partition).
+pub async fn ensure_done_partitions(
+    db: impl PgExecutor<'_>,
+    from: DateTime<Utc>,
+    days: i32,
+) -> Result<Vec<chrono::NaiveDate>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        select d::date as "day!"
+          from generate_series(($1::timestamptz at time zone 'UTC')::date,
+                               ($1::timestamptz at time zone 'UTC')::date + $2::int4,
+                               interval '1 day') d
+         where ojs_job_done_partition(d::date) is null
+        "#,
+        from,
+        days,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// An SQL identifier, quoted.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

@@ -68,11 +68,12 @@ pub async fn complete_many(
         with input as (
             select * from unnest($1::uuid[], $2::text[], $3::text[]) as t(id, worker_id, result)
         ),
-        moved as (
-            update ojs_job j
-               set state = 'completed', completed_at = now(), result = i.result::json,
-                   error = null, visible_until = null, timeout_at = null
-              from input i
+        -- The job leaves ojs_job, and a queue that keeps completed jobs keeps it in
+        -- ojs_job_done (migration V15): a delete writes no new row version in ojs_job and no
+        -- entry in its indexes.
+        gone as (
+            delete from ojs_job j
+             using input i
              -- Each job is found through the primary key, by a join on the id (`id = any(..)`
              -- would be estimated as a handful of rows and joined to the input row by row).
              -- `state::text`, not `state`: a condition on the state would let the generic plan
@@ -86,7 +87,31 @@ pub async fn complete_many(
                -- (below, no queue to forget) reads nothing for this part.
                and (not $4 or cardinality($6::text[]) > 0)
                and not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
-            returning j
+            returning j.*, i.result as ack_result
+        ),
+        moved as (
+            insert into ojs_job_done as d (
+                   id, seq, type, queue, args, meta, priority, state, attempt, max_attempts,
+                   retry, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
+                   expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags,
+                   schema_uri, unique_policy, unique_key, extra, created_at, enqueued_at,
+                   activated_at, started_at, visible_until, reservation_ms, worker_id,
+                   next_retry_at, retry_delay_ms, completed_at, cancelled_at, discarded_at,
+                   dead_lettered_at, result, error, errors, timeout_at, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key)
+            select id, seq, type, queue, args, meta, priority, 'completed', attempt,
+                   max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
+                   scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
+                   total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
+                   created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
+                   worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
+                   dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key
+              from gone
+            -- ojs_job's row type, as `forgotten` returns it.
+            returning row(d.*)::ojs_job as j
         ),
         -- Queues that keep no completed job (`retention.completed` of zero) lose it here: a
         -- delete writes no new row version and no index entry, and leaves the pruner nothing.
@@ -171,14 +196,35 @@ async fn complete_one(
 ) -> Result<Option<Job>, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
-        with moved as (
-            update ojs_job j
-               set state = 'completed', completed_at = now(), result = $3::text::json,
-                   error = null, visible_until = null, timeout_at = null
+        with gone as (
+            delete from ojs_job j
              -- `state::text`: see complete_many.
              where j.id = $1 and j.state::text = 'active'
                and ($2::text is null or j.worker_id is null or j.worker_id = $2)
-            returning j
+            returning j.*
+        ),
+        moved as (
+            insert into ojs_job_done as d (
+                   id, seq, type, queue, args, meta, priority, state, attempt, max_attempts,
+                   retry, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
+                   expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags,
+                   schema_uri, unique_policy, unique_key, extra, created_at, enqueued_at,
+                   activated_at, started_at, visible_until, reservation_ms, worker_id,
+                   next_retry_at, retry_delay_ms, completed_at, cancelled_at, discarded_at,
+                   dead_lettered_at, result, error, errors, timeout_at, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key)
+            select id, seq, type, queue, args, meta, priority, 'completed', attempt,
+                   max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
+                   scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
+                   total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
+                   created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
+                   worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
+                   dead_lettered_at, $3::text::json, null, errors, null, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key
+              from gone
+            returning row(d.*)::ojs_job as j
         ),
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,

@@ -240,7 +240,7 @@ pub async fn counts(
                avg(extract(epoch from started_at - enqueued_at) * 1000)
                    filter (where state = 'completed' and completed_at >= now() - interval '1 hour')
                    ::float8 as avg_wait_ms
-          from ojs_job
+          from ojs_job_all
          where queue = any($1)
          group by queue
         "#,

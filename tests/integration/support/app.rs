@@ -122,9 +122,9 @@ impl TestApp {
         &self.db.pool
     }
 
-    /// Number of rows in `ojs_job`.
+    /// Number of rows in `ojs_job_all`.
     pub async fn job_count(&self) -> i64 {
-        sqlx::query_scalar("select count(*) from ojs_job")
+        sqlx::query_scalar("select count(*) from ojs_job_all")
             .fetch_one(self.pool())
             .await
             .unwrap()

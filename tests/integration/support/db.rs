@@ -262,7 +262,15 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn new() -> TestDb {
-        let template = template_name();
+        TestDb::from_template(&template_name()).await
+    }
+
+    /// A database without any schema (for tests that migrate it themselves).
+    pub async fn empty() -> TestDb {
+        TestDb::from_template("template0").await
+    }
+
+    async fn from_template(template: &str) -> TestDb {
         let admin = server_options();
         let name = format!(
             "{DB_PREFIX}{}_{}",
@@ -274,7 +282,7 @@ impl TestDb {
             format!(
                 "create database {} template {}",
                 ojsd_migrate::quote_identifier(&name),
-                ojsd_migrate::quote_identifier(&template)
+                ojsd_migrate::quote_identifier(template)
             )
             .as_str(),
         )

@@ -12,17 +12,20 @@ use crate::Bench;
 use crate::measure::{Outcome, rate, ratio};
 use sqlx::PgPool;
 
-/// Inserts `n` completed jobs that finished 8 days ago (past the default 7-day retention).
+/// Inserts `n` completed jobs that finished 8 days ago (past the default 7-day retention), into
+/// `ojs_job_done` (where the ACK puts them), with the partitions of their days made first.
 pub(crate) async fn insert_finished(db: &PgPool, queue: &str, n: usize) -> anyhow::Result<()> {
+    ojsd::store::job::ensure_done_partitions(db, chrono::Utc::now() - chrono::Duration::days(8), 1)
+        .await?;
     let per = 100_000usize;
     for first in (0..n).step_by(per) {
         let count = per.min(n - first) as i64;
         sqlx::query(
             r#"
-            insert into ojs_job (id, type, queue, args, state, attempt, max_attempts, retry,
-                                 timeout_ms, created_at, enqueued_at, started_at, completed_at,
-                                 result)
-            select gen_random_uuid(), 'bench.noop', $1, json_build_array(g), 'completed', 1, 3,
+            insert into ojs_job_done (id, seq, type, queue, args, state, attempt, max_attempts,
+                                      retry, timeout_ms, created_at, enqueued_at, started_at,
+                                      completed_at, result)
+            select gen_random_uuid(), g, 'bench.noop', $1, json_build_array(g), 'completed', 1, 3,
                    '{"max_attempts": 3}', 1800000, t, t, t, t, 'null'
               from generate_series(1, $2::int8) g,
                    lateral (select now() - interval '8 days' + g * interval '1 millisecond' as t) x
@@ -33,7 +36,7 @@ pub(crate) async fn insert_finished(db: &PgPool, queue: &str, n: usize) -> anyho
         .execute(db)
         .await?;
     }
-    sqlx::query("analyze ojs_job").execute(db).await?;
+    sqlx::query("analyze ojs_job_done").execute(db).await?;
     Ok(())
 }
 
@@ -60,11 +63,14 @@ impl Bench {
         let retained_rate = rate(retained.jobs, retained.elapsed);
         println!("  retention: w2-batched beside them: {retained_rate:.0} jobs/s");
 
-        // The pruner's statement, in the server's default batch size, back to back.
+        // What the server's pruner does, back to back: whole days past every cutoff dropped,
+        // then the rest deleted in its default batch size.
         let pruned = Arc::new(AtomicU64::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let pruner = {
-            let (db, pruned, stop) = (db.clone(), pruned.clone(), stop.clone());
+            let (db, pruned, dropped, stop) =
+                (db.clone(), pruned.clone(), dropped.clone(), stop.clone());
             tokio::spawn(async move {
                 let cutoff = chrono::Utc::now() - chrono::Duration::days(1);
                 let cutoffs = ojsd::store::job::PruneCutoffs {
@@ -73,8 +79,10 @@ impl Bench {
                     dead_letter_cutoff: cutoff,
                     queues: Vec::new(),
                 };
+                let days = ojsd::store::job::drop_done_partitions(&db, cutoff, 64).await?;
+                dropped.fetch_add(days.len() as u64, Ordering::Relaxed);
                 while !stop.load(Ordering::Relaxed) {
-                    let n = ojsd::store::job::prune_finished(
+                    let n = ojsd::store::job::prune_done(
                         &db,
                         &cutoffs,
                         i64::from(ojsd::config::DEFAULT_MAINTENANCE_BATCH_SIZE),
@@ -93,11 +101,12 @@ impl Bench {
         pruner.await??;
         let during_rate = rate(during.jobs, during.elapsed);
         let pruned = pruned.load(Ordering::Relaxed);
+        let dropped = dropped.load(Ordering::Relaxed);
         println!(
-            "  retention: w2-batched while pruning: {during_rate:.0} jobs/s ({pruned} rows pruned meanwhile)"
+            "  retention: w2-batched while pruning: {during_rate:.0} jobs/s ({dropped} day partitions dropped, {pruned} rows deleted meanwhile)"
         );
         // Leave the table as we found it.
-        sqlx::query("delete from ojs_job where queue = $1")
+        sqlx::query("delete from ojs_job_done where queue = $1")
             .bind(&finished_queue)
             .execute(&db)
             .await?;
@@ -113,6 +122,7 @@ impl Bench {
                 "pruning_jobs_per_s": during_rate.round(),
                 "pruning_ratio": ratio(during_rate, empty_rate),
                 "pruned_during_run": pruned,
+                "partitions_dropped_during_run": dropped,
             }),
         })
     }
