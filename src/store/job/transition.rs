@@ -2,9 +2,7 @@
 //! changes.
 
 use chrono::{DateTime, Utc};
-use serde_json::value::RawValue;
 use sqlx::PgExecutor;
-use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::job::lifecycle::FailTarget;
@@ -63,7 +61,7 @@ pub async fn complete_many(
     let ids: Vec<Uuid> = acks.iter().map(|a| a.id.0).collect();
     let workers: Vec<Option<&str>> = acks.iter().map(|a| a.worker_id).collect();
     let results: Vec<Option<&str>> = acks.iter().map(|a| a.result).collect();
-    let rows = sqlx::query!(
+    let rows = sqlx::query_scalar!(
         r#"
         with input as (
             select * from unnest($1::uuid[], $2::text[], $3::text[]) as t(id, worker_id, result)
@@ -110,8 +108,6 @@ pub async fn complete_many(
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
                    capacity_tracked, pool, tenant_fair, tenant, fair_key
               from gone
-            -- ojs_job's row type, as `forgotten` returns it.
-            returning row(d.*)::ojs_job as j
         ),
         -- Queues that keep no completed job (`retention.completed` of zero) lose it here: a
         -- delete writes no new row version and no index entry, and leaves the pruner nothing.
@@ -123,12 +119,14 @@ pub async fn complete_many(
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
                and ($4 or cardinality($5::text[]) > 0)
                and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
-            returning j, i.result
+            returning j.*, i.result as ack_result
         ),
+        -- Plain columns, not whole rows: reading fields out of a row value costs more per job
+        -- than the rest of the event below.
         finished as (
-            select j, (j).result::text as result, false as forgotten from moved
+            select * from gone
             union all
-            select j, result, true from forgotten
+            select * from forgotten
         ),
         -- One event row per queue and job type (migration V10): the server renders each
         -- job's `job.completed` from it.
@@ -139,21 +137,29 @@ pub async fn complete_many(
                    array_agg(e.id order by e.seq), array_agg(e.trace_id order by e.seq),
                    array_agg(e.attempt order by e.seq), array_agg(e.duration_ms order by e.seq),
                    array_agg(e.result order by e.seq)
-              from (select (f.j).id, (f.j).seq, (f.j).queue, (f.j).type, (f.j).attempt,
-                           coalesce(nullif((f.j).meta ->> 'trace_id', ''), nullif(split_part((f.j).meta ->> 'traceparent', '-', 2), '')) as trace_id,
-                           round(extract(epoch from now() - (f.j).started_at) * 1000)::int8
+              from (select f.id, f.seq, f.queue, f.type, f.attempt,
+                           coalesce(nullif(f.meta ->> 'trace_id', ''), nullif(split_part(f.meta ->> 'traceparent', '-', 2), '')) as trace_id,
+                           round(extract(epoch from now() - f.started_at) * 1000)::int8
                                as duration_ms,
-                           case when octet_length(f.result) <= 65536 then f.result::json end
+                           case when octet_length(f.ack_result) <= 65536 then f.ack_result::json end
                                as result,
-                           (row_number() over (partition by (f.j).queue, (f.j).type
-                                               order by (f.j).seq) - 1) / 16384 as block
+                           (row_number() over (partition by f.queue, f.type order by f.seq) - 1)
+                               / 16384 as block
                       from finished f) e
              group by e.queue, e.type, e.block
              order by min(e.seq)
         )
-        select f.j as "job!: Job", case when f.forgotten then f.result end as "forgotten_result",
-               f.forgotten as "forgotten!", now() as "now!"
-          from finished f
+        -- Each job as the ACK left it (kept in ojs_job_done or not): the values `moved` inserts.
+        select row(id, seq, type, queue, args, meta, priority, 'completed', attempt,
+                   max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
+                   scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
+                   total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
+                   created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
+                   worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
+                   dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key)::ojs_job as "job!: Job"
+          from finished
         "#,
         &ids,
         &workers as &[Option<&str>],
@@ -164,26 +170,7 @@ pub async fn complete_many(
     )
     .fetch_all(db)
     .await?;
-    let mut jobs = Vec::with_capacity(rows.len());
-    for row in rows {
-        let mut job = row.job;
-        if row.forgotten {
-            // The deleted row as the ACK would have left it.
-            let result = row
-                .forgotten_result
-                .map(|r| RawValue::from_string(r).map(Json))
-                .transpose()
-                .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-            job.state = JobState::Completed;
-            job.completed_at = Some(row.now);
-            job.result = result;
-            job.error = None;
-            job.visible_until = None;
-            job.timeout_at = None;
-        }
-        jobs.push(job);
-    }
-    Ok(jobs)
+    Ok(rows)
 }
 
 /// [`complete_many`] for one job of a queue that keeps its completed jobs: the same change and
