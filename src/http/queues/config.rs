@@ -80,24 +80,14 @@ fn rate_limit_schema() -> utoipa::openapi::schema::Schema {
                     .additional_properties(Some(AdditionalProperties::FreeForm(false))),
             )
             .item(
-                object(
-                    "rate",
-                    ObjectBuilder::new()
-                        .schema_type(Type::Integer)
-                        .minimum(Some(1)),
-                )
-                .property("period", period())
-                .required("period")
-                .additional_properties(Some(AdditionalProperties::FreeForm(false))),
+                object("rate", limit())
+                    .property("period", period())
+                    .required("period")
+                    .additional_properties(Some(AdditionalProperties::FreeForm(false))),
             )
             .item(
-                object(
-                    "max_per_second",
-                    ObjectBuilder::new()
-                        .schema_type(Type::Integer)
-                        .minimum(Some(1)),
-                )
-                .additional_properties(Some(AdditionalProperties::FreeForm(false))),
+                object("max_per_second", limit())
+                    .additional_properties(Some(AdditionalProperties::FreeForm(false))),
             )
             .item(ObjectBuilder::new().schema_type(Type::Null))
             .description(Some(
