@@ -107,7 +107,17 @@ pub async fn table_pages(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
 
 /// Takes ojs_job's planner statistics (`ANALYZE`), which also makes every connection plan its
 /// statements on ojs_job again.
-pub async fn analyze(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query!("analyze ojs_job").execute(db).await?;
-    Ok(())
+///
+/// From a sample of 3,000 rows (statistics target 10, for this statement only) rather than the
+/// default 30,000: what the plans need from it is the table's size and the rough shares of
+/// queues and states, and the full sample cost 190-330 ms of Postgres CPU at 100,000 waiting
+/// jobs (450-800 ms under load) against 25 ms. Autovacuum's own analyses keep the configured
+/// target.
+pub async fn analyze(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+    let mut tx = db.begin().await?;
+    sqlx::query_scalar!("select set_config('default_statistics_target', '10', true)")
+        .fetch_one(&mut *tx)
+        .await?;
+    sqlx::query!("analyze ojs_job").execute(&mut *tx).await?;
+    tx.commit().await
 }
