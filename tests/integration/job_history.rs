@@ -8,10 +8,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use sqlx::Connection;
 
+use crate::maintenance::pruner_config;
 use crate::support::{TestApp, TestDb, job};
 use ojsd::maintenance::{Pruner, PrunerConfig, Service};
-
-const DAY: Duration = Duration::from_secs(86_400);
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(app.pool()).await.unwrap()
@@ -102,15 +101,8 @@ async fn retention_drops_whole_days_and_deletes_what_a_queue_keeps_for_less() {
     let pruner = Pruner::new(
         app.maintenance(),
         PrunerConfig {
-            interval: Duration::from_secs(60),
-            completed: 7 * DAY,
-            cancelled: 7 * DAY,
-            discarded: 30 * DAY,
-            events: 7 * DAY,
-            max_events: 1_000_000,
-            stale_workers: DAY,
-            cron_runs: 7 * DAY,
             batch_size: 100,
+            ..pruner_config()
         },
     );
     let now = app.db_now_plus(Duration::ZERO).await;
@@ -174,15 +166,8 @@ async fn a_day_whose_jobs_fell_into_the_default_partition_gets_none_and_is_prune
     let pruner = Pruner::new(
         app.maintenance(),
         PrunerConfig {
-            interval: Duration::from_secs(60),
-            completed: 7 * DAY,
-            cancelled: 7 * DAY,
-            discarded: 30 * DAY,
-            events: 7 * DAY,
-            max_events: 1_000_000,
-            stale_workers: DAY,
-            cron_runs: 7 * DAY,
             batch_size: 100,
+            ..pruner_config()
         },
     );
     let now = app.db_now_plus(Duration::ZERO).await;

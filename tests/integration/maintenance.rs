@@ -53,7 +53,7 @@ fn stale_workers(app: &TestApp) -> StaleWorkers {
     )
 }
 
-fn pruner_config() -> PrunerConfig {
+pub(crate) fn pruner_config() -> PrunerConfig {
     PrunerConfig {
         interval: Duration::from_secs(60),
         completed: 7 * DAY,
