@@ -229,7 +229,7 @@ COMMENT ON COLUMN public.ojs_job.max_attempts IS 'Effective retry.max_attempts: 
 -- Name: COLUMN ojs_job.retry; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_job.retry IS 'Effective retry policy (defaults merged in, durations in ISO 8601 form).';
+COMMENT ON COLUMN public.ojs_job.retry IS 'Effective retry policy (defaults merged in, durations in ISO 8601 form); ''{}'' is the default policy (max_attempts 3, initial_interval PT1S, backoff_coefficient 2.0, max_interval PT5M, jitter, exponential, dead_letter on exhaustion), which the server writes that way.';
 
 --
 -- Name: COLUMN ojs_job.timeout_ms; Type: COMMENT; Schema: public; Owner: -
@@ -1900,7 +1900,7 @@ COMMENT ON COLUMN public.ojs_job_done.max_attempts IS 'Effective retry.max_attem
 -- Name: COLUMN ojs_job_done.retry; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_job_done.retry IS 'Effective retry policy (defaults merged in, durations in ISO 8601 form).';
+COMMENT ON COLUMN public.ojs_job_done.retry IS 'Effective retry policy (defaults merged in, durations in ISO 8601 form); ''{}'' is the default policy (max_attempts 3, initial_interval PT1S, backoff_coefficient 2.0, max_interval PT5M, jitter, exponential, dead_letter on exhaustion), which the server writes that way.';
 
 --
 -- Name: COLUMN ojs_job_done.timeout_ms; Type: COMMENT; Schema: public; Owner: -

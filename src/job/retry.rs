@@ -3,7 +3,9 @@
 //!
 //! A job stores its *effective* policy: the client's fields with the defaults filled in and
 //! durations rewritten in ISO 8601. Unknown keys inside `retry` are kept and echoed after the
-//! known ones.
+//! known ones. The default policy itself is stored as `{}` ([`RetryPolicy::to_stored`]): it is
+//! what nearly every job has, and its 199 bytes were half of a job's row, written again by
+//! every claim and by the move to history.
 //!
 //! [OJS retry policy]: https://github.com/openjobspec/spec/blob/main/spec/ojs-retry.md
 
@@ -25,6 +27,9 @@ pub const DEFAULT_INITIAL_INTERVAL_MS: u64 = 1_000;
 pub const DEFAULT_BACKOFF_COEFFICIENT: f64 = 2.0;
 /// Default cap on any single backoff delay.
 pub const DEFAULT_MAX_INTERVAL_MS: u64 = 300_000;
+
+/// How a job's row stores the default policy.
+const STORED_DEFAULT: &str = "{}";
 
 /// What happens to a job whose retries are exhausted (or whose error is non-retryable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,7 +243,31 @@ impl RetryPolicy {
         }
     }
 
-    /// Reads a stored effective policy (as written by [`RetryPolicy::to_json`]).
+    /// The effective policy as stored in a job's row: `{}` for the default policy, else
+    /// [`RetryPolicy::to_json`]. Either form reads back the same through
+    /// [`RetryPolicy::from_stored`] (parsing fills in the defaults); rows written before this
+    /// form hold the long one.
+    pub fn to_stored(&self) -> String {
+        if *self == RetryPolicy::default() {
+            STORED_DEFAULT.to_owned()
+        } else {
+            self.to_json()
+        }
+    }
+
+    /// The effective policy of a stored one, as JSON for clients: `{}` becomes the default
+    /// policy written out in full; any other stored form already is the effective policy.
+    pub fn effective_raw(stored: &RawValue) -> &RawValue {
+        static DEFAULT: std::sync::LazyLock<Box<RawValue>> =
+            std::sync::LazyLock::new(|| json::raw(RetryPolicy::default().to_json()));
+        if stored.get() == STORED_DEFAULT {
+            &DEFAULT
+        } else {
+            stored
+        }
+    }
+
+    /// Reads a stored effective policy (as written by [`RetryPolicy::to_stored`]).
     pub fn from_stored(raw: &RawValue) -> RetryPolicy {
         // Stored policies were validated on the way in; a row edited by hand into something
         // invalid falls back to the defaults rather than failing the job's transition.
@@ -341,6 +370,27 @@ mod tests {
         assert_eq!(p.backoff_strategy, BackoffStrategy::Linear);
         assert!(p.to_json().ends_with(r#","x_note":[1,2]}"#));
         assert_eq!(RetryPolicy::from_stored(&json::raw(p.to_json())), p);
+    }
+
+    #[test]
+    fn the_default_policy_is_stored_short_and_read_back_in_full() {
+        let default = RetryPolicy::default();
+        assert_eq!(default.to_stored(), "{}");
+        assert_eq!(
+            RetryPolicy::from_stored(&json::raw(default.to_stored())),
+            default
+        );
+        let stored = json::raw(default.to_stored());
+        assert_eq!(RetryPolicy::effective_raw(&stored).get(), default.to_json());
+        // Any other policy is stored, and read, in full.
+        let custom = parse(r#"{"max_attempts":5}"#).unwrap();
+        assert_eq!(custom.to_stored(), custom.to_json());
+        let stored = json::raw(custom.to_stored());
+        assert_eq!(RetryPolicy::effective_raw(&stored).get(), custom.to_json());
+        // The long form of the default (rows written before the short one) is read as it is.
+        let long = json::raw(default.to_json());
+        assert_eq!(RetryPolicy::effective_raw(&long).get(), default.to_json());
+        assert_eq!(RetryPolicy::from_stored(&long), default);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 
+use super::retry::RetryPolicy;
 use super::{Job, JobState};
 use crate::wire::json::{self, Object};
 use crate::wire::timestamp;
@@ -111,7 +112,7 @@ impl WireJob<'_> {
         map.serialize_entry("priority", &j.priority)?;
         map.serialize_entry("timeout", &((j.timeout_ms + 999) / 1000))?;
         map.serialize_entry("timeout_ms", &j.timeout_ms)?;
-        map.serialize_entry("retry", &j.retry.0)?;
+        map.serialize_entry("retry", RetryPolicy::effective_raw(&j.retry.0))?;
         if let Some(unique) = &j.unique_policy {
             map.serialize_entry("unique", &unique.0)?;
         }
@@ -210,7 +211,7 @@ impl WireJob<'_> {
             map.serialize_entry("deduplicated", &true)?;
         }
         if self.admin_detail {
-            map.serialize_entry("retry_policy", &j.retry.0)?;
+            map.serialize_entry("retry_policy", RetryPolicy::effective_raw(&j.retry.0))?;
             map.serialize_entry("metadata", &Metadata(j))?;
         }
         if let Ok(extra) = Object::from_raw(&j.extra.0) {

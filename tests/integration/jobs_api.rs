@@ -50,6 +50,48 @@ async fn push_returns_201_with_the_complete_envelope_and_location() {
 }
 
 #[tokio::test]
+async fn the_default_retry_policy_is_stored_short_and_served_in_full() {
+    let app = TestApp::spawn().await;
+    let plain = app
+        .post("/ojs/v1/jobs", json!({"type": "a.b", "args": []}))
+        .await
+        .expect(201);
+    let custom = app
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "a.b", "args": [], "retry": {"max_attempts": 7, "x_note": 1}}),
+        )
+        .await
+        .expect(201);
+    let stored = |id: String| {
+        let pool = app.db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("select retry::text from ojs_job where id = $1::uuid")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let plain_id = plain.json["job"]["id"].as_str().unwrap().to_owned();
+    let custom_id = custom.json["job"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(stored(plain_id.clone()).await, "{}");
+    assert!(
+        stored(custom_id.clone())
+            .await
+            .contains(r#""max_attempts":7"#)
+    );
+    for (id, attempts) in [(plain_id, 3), (custom_id, 7)] {
+        let got = app.get(&format!("/ojs/v1/jobs/{id}")).await.expect(200);
+        let retry = &got.json["job"]["retry"];
+        assert_eq!(retry["max_attempts"], attempts, "{retry}");
+        assert_eq!(retry["initial_interval"], "PT1S", "{retry}");
+        assert_eq!(retry["backoff_strategy"], "exponential", "{retry}");
+        assert_eq!(retry["on_exhaustion"], "dead_letter", "{retry}");
+    }
+}
+
+#[tokio::test]
 async fn client_json_is_kept_verbatim_and_reads_are_byte_identical() {
     let app = TestApp::spawn().await;
     let body = r#"{"x_first":{"b":1,"a":[1.50,1e3]},"type":"report.build","args":[{"z":1,"a":2},12345678901234567890,1.0],"meta":{"trace_id":"t","z":true,"a":null},"x_last":"kept"}"#;

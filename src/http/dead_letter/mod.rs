@@ -370,7 +370,7 @@ pub(super) fn parse_override(
     Ok(RetryOverride {
         queue: has("queue").then(|| job.queue.clone()),
         meta: has("meta").then(|| job.meta.clone()),
-        retry: has("retry").then(|| (job.retry.to_json(), job.retry.max_attempts)),
+        retry: has("retry").then(|| (job.retry.to_stored(), job.retry.max_attempts)),
         priority: has("priority").then_some(job.priority),
         args: has("args").then(|| job.args.clone()),
     })

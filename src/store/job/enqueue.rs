@@ -398,7 +398,7 @@ struct Row<'a> {
 impl<'a> Row<'a> {
     fn of(job: &'a NewJob) -> Row<'a> {
         Row {
-            retry: job.retry.to_json(),
+            retry: job.retry.to_stored(),
             scheduled_abs: job.scheduled_at.as_ref().and_then(|t| t.absolute()),
             scheduled_rel_ms: job.scheduled_at.as_ref().and_then(|t| t.relative_ms()),
             scheduled_text: job.scheduled_at.as_ref().and_then(|t| t.text()),
@@ -698,7 +698,7 @@ pub async fn replace_scheduled(
         job.meta,
         job.priority,
         job.retry.max_attempts,
-        job.retry.to_json(),
+        job.retry.to_stored(),
         job.timeout_ms,
         job.visibility_timeout_ms,
         job.enqueue_ttl_secs,
