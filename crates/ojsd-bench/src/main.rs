@@ -8,7 +8,8 @@
 //!   `--batch-fetch` jobs and acknowledging them with one batch ACK (`POST
 //!   /ojs/v1/workers/ack/batch`, ojsd's `batch-ack` extension);
 //! - `w2-sdk`: drain `--sdk-jobs` jobs the way the OJS SDKs do: `--sdk-workers` workers, each
-//!   fetching `--sdk-fetch` (≤ 10) jobs and sending one ACK request per job;
+//!   fetching `--sdk-fetch` jobs (10, as the SDKs do; at most 1,000) and sending one ACK
+//!   request per job;
 //! - `w3-latency`: enqueue one job at a time at `--rate` jobs/s for `--latency-secs` while
 //!   `--pollers` workers long-poll FETCH; reports enqueue → FETCH-returned latency;
 //! - `retention`: inserts `--retained` finished jobs, reruns `w2-batched`, then reruns it while
@@ -106,7 +107,7 @@ struct Args {
     /// Workers of w2-sdk.
     #[arg(long, default_value_t = 32)]
     sdk_workers: usize,
-    /// Jobs per FETCH in w2-sdk.
+    /// Jobs per FETCH in w2-sdk (the SDKs fetch 10; at most 1,000).
     #[arg(long, default_value_t = 10)]
     sdk_fetch: usize,
     /// Enqueue rate of w3-latency, jobs/s.

@@ -117,7 +117,7 @@ impl Bench {
             queue,
             a.sdk_jobs,
             &workers,
-            a.sdk_fetch.min(10),
+            a.sdk_fetch.clamp(1, 1_000),
             false,
             None,
         )
