@@ -157,7 +157,8 @@ CREATE TABLE public.ojs_job (
     CONSTRAINT ojs_job_scheduled_at_input_has_value CHECK (((scheduled_at_input IS NULL) OR (scheduled_at IS NOT NULL))),
     CONSTRAINT ojs_job_scheduled_has_scheduled_at CHECK (((state <> 'scheduled'::public.ojs_job_state) OR (scheduled_at IS NOT NULL))),
     CONSTRAINT ojs_job_unique_key_has_policy CHECK (((unique_key IS NULL) = (unique_policy IS NULL)))
-);
+)
+WITH (fillfactor='50');
 
 --
 -- Name: TABLE ojs_job; Type: COMMENT; Schema: public; Owner: -
