@@ -170,4 +170,41 @@ async fn a_batch_writes_one_event_row_per_queue_job_type_and_event_type() {
     .await
     .unwrap();
     assert_eq!(per_job, 300);
+
+    // The claim and a batch ACK of all 300 write one row each too, and every row lists its
+    // jobs in the order they were enqueued (seq), as the per-job events are served.
+    let fetched = app
+        .fetch(json!({"queues": ["big"], "count": 300, "worker_id": "w"}))
+        .await;
+    assert_eq!(fetched.len(), 300);
+    let acks: Vec<Value> = fetched
+        .iter()
+        .rev()
+        .map(|j| json!({"job_id": j["id"], "result": null}))
+        .collect();
+    app.post(
+        "/ojs/v1/workers/ack/batch",
+        json!({"worker_id": "w", "acks": acks}),
+    )
+    .await
+    .expect(200);
+    let rows: Vec<(String, bool)> = sqlx::query_as(
+        "select e.type,
+                e.job_ids = array(select j.id from ojs_job_all j
+                                   where j.id = any(e.job_ids) order by j.seq)
+           from ojs_event e
+          where e.job_ids is not null
+          order by e.xid, e.seq",
+    )
+    .fetch_all(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            ("job.enqueued".to_owned(), true),
+            ("job.started".to_owned(), true),
+            ("job.completed".to_owned(), true)
+        ]
+    );
 }

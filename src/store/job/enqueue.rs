@@ -299,11 +299,11 @@ pub async fn insert_many(
               from (select case e.state when 'available' then 'job.enqueued' else 'job.scheduled' end as type,
                            e.queue, e.type as job_type, null::ojs_job_state as from_state,
                            e.state as to_state, null::text as worker_id,
-                           array_agg(e.id order by e.seq) as job_ids,
-                           array_agg(e.trace_id order by e.seq) as trace_ids,
-                           array_agg(e.priority order by e.seq) as priorities,
-                           array_agg(e.unique_key order by e.seq) as unique_keys,
-                           array_agg(e.scheduled_at order by e.seq) as scheduled_ats,
+                           array_agg(e.id) as job_ids,
+                           array_agg(e.trace_id) as trace_ids,
+                           array_agg(e.priority) as priorities,
+                           array_agg(e.unique_key) as unique_keys,
+                           array_agg(e.scheduled_at) as scheduled_ats,
                            null::int4[] as attempts, 0 as phase, min(e.seq) as first
                       from (select (i.job).id, (i.job).seq, i.queue, (i.job).type,
                                    case when i.state = 'active' then 'available' else i.state end as state,
@@ -317,20 +317,24 @@ pub async fn insert_many(
                               from inserted i
                              -- Reading queue_events first writes a new queue's `queue.created`
                              -- before the events of its first jobs.
-                             where i.state <> 'pending' and (select count(*) from queue_events) >= 0) e
+                             where i.state <> 'pending' and (select count(*) from queue_events) >= 0
+                             -- The arrays list the jobs in seq order because the rows come
+                             -- sorted: one sort here instead of one per array.
+                             order by queue, type, state, block, seq) e
                      group by e.queue, e.type, e.state, e.block
                     union all
                     select 'job.started', e.queue, e.type, 'available'::ojs_job_state,
-                           'active'::ojs_job_state, e.worker_id, array_agg(e.id order by e.seq),
-                           array_agg(e.trace_id order by e.seq), null, null, null,
-                           array_agg(e.attempt order by e.seq), 1, min(e.seq)
+                           'active'::ojs_job_state, e.worker_id, array_agg(e.id),
+                           array_agg(e.trace_id), null, null, null,
+                           array_agg(e.attempt), 1, min(e.seq)
                       from (select (i.job).id, (i.job).seq, i.queue, (i.job).type,
                                    (i.job).worker_id, (i.job).attempt,
                                    coalesce(nullif((i.job).meta ->> 'trace_id', ''), nullif(split_part((i.job).meta ->> 'traceparent', '-', 2), '')) as trace_id,
                                    (row_number() over (partition by i.queue, (i.job).type, (i.job).worker_id
                                                        order by (i.job).seq) - 1) / 16384 as block
                               from inserted i
-                             where i.state = 'active') e
+                             where i.state = 'active'
+                             order by queue, type, worker_id, block, seq) e
                      group by e.queue, e.type, e.worker_id, e.block) x
              order by x.phase, x.first
         )
