@@ -17,6 +17,30 @@ pub struct PruneCutoffs {
     pub queues: Vec<(String, DateTime<Utc>, DateTime<Utc>)>,
 }
 
+impl PruneCutoffs {
+    /// The queues with their own values, their cutoffs and their dead-letter cutoffs, as the
+    /// prune statements' arrays.
+    fn own(&self) -> (Vec<&str>, Vec<DateTime<Utc>>, Vec<DateTime<Utc>>) {
+        let queues = self.queues.iter().map(|(q, _, _)| q.as_str()).collect();
+        let cutoffs = self.queues.iter().map(|(_, at, _)| *at).collect();
+        let dead_letter = self.queues.iter().map(|(_, _, at)| *at).collect();
+        (queues, cutoffs, dead_letter)
+    }
+
+    /// The latest cutoff of all, the dead-letter ones too when `dead_letter`: a prune
+    /// statement's index range covers every cutoff, and each row is then held to its own.
+    fn latest(&self, dead_letter: bool) -> DateTime<Utc> {
+        let own = self
+            .queues
+            .iter()
+            .flat_map(|(_, at, dl)| [*at].into_iter().chain(dead_letter.then_some(*dl)));
+        let server = [self.cutoff]
+            .into_iter()
+            .chain(dead_letter.then_some(self.dead_letter_cutoff));
+        own.chain(server).max().unwrap_or(self.cutoff)
+    }
+}
+
 /// Deletes up to `limit` jobs in a terminal state past their retention, oldest first,
 /// reporting dead-lettered ones as `dead_letter.pruned`. Returns how many.
 pub async fn prune_finished(
@@ -24,17 +48,8 @@ pub async fn prune_finished(
     c: &PruneCutoffs,
     limit: i64,
 ) -> Result<i64, sqlx::Error> {
-    let queues: Vec<&str> = c.queues.iter().map(|(q, _, _)| q.as_str()).collect();
-    let cutoffs: Vec<DateTime<Utc>> = c.queues.iter().map(|(_, at, _)| *at).collect();
-    let dead_letter_cutoffs: Vec<DateTime<Utc>> = c.queues.iter().map(|(_, _, at)| *at).collect();
-    // The index range covers every cutoff; each row is then held to its own.
-    let latest = cutoffs
-        .iter()
-        .chain(&dead_letter_cutoffs)
-        .chain([&c.cutoff, &c.dead_letter_cutoff])
-        .max()
-        .copied()
-        .unwrap_or(c.cutoff);
+    let (queues, cutoffs, dead_letter_cutoffs) = c.own();
+    let latest = c.latest(true);
     sqlx::query_scalar!(
         r#"
         with own as (
@@ -95,15 +110,8 @@ pub async fn prune_done(
     c: &PruneCutoffs,
     limit: i64,
 ) -> Result<i64, sqlx::Error> {
-    let queues: Vec<&str> = c.queues.iter().map(|(q, _, _)| q.as_str()).collect();
-    let cutoffs: Vec<DateTime<Utc>> = c.queues.iter().map(|(_, at, _)| *at).collect();
-    // The index range covers every cutoff; each row is then held to its own.
-    let latest = cutoffs
-        .iter()
-        .chain([&c.cutoff])
-        .max()
-        .copied()
-        .unwrap_or(c.cutoff);
+    let (queues, cutoffs, _) = c.own();
+    let latest = c.latest(false);
     sqlx::query_scalar!(
         r#"
         with own as (
