@@ -12,6 +12,19 @@ use crate::maintenance::pruner_config;
 use crate::support::{TestApp, TestDb, job};
 use ojsd::maintenance::{Pruner, PrunerConfig, Service};
 
+/// One pass of the pruner (the maintenance tests' settings, batches of 100) at the database's now.
+async fn prune_once(app: &TestApp) {
+    let pruner = Pruner::new(
+        app.maintenance(),
+        PrunerConfig {
+            batch_size: 100,
+            ..pruner_config()
+        },
+    );
+    let now = app.db_now_plus(Duration::ZERO).await;
+    pruner.run_once(Some(now)).await.unwrap();
+}
+
 async fn count(app: &TestApp, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(app.pool()).await.unwrap()
 }
@@ -98,15 +111,7 @@ async fn retention_drops_whole_days_and_deletes_what_a_queue_keeps_for_less() {
         "select count(*) from ojs_job_done_partitions where low is not null",
     )
     .await;
-    let pruner = Pruner::new(
-        app.maintenance(),
-        PrunerConfig {
-            batch_size: 100,
-            ..pruner_config()
-        },
-    );
-    let now = app.db_now_plus(Duration::ZERO).await;
-    pruner.run_once(Some(now)).await.unwrap();
+    prune_once(&app).await;
     // Days ending before every queue's cutoff (seven days ago, the longest retention) are gone
     // whole; the rest are held to each queue's own: "long" keeps its last seven days, "short"
     // its last two.
@@ -163,15 +168,7 @@ async fn a_day_whose_jobs_fell_into_the_default_partition_gets_none_and_is_prune
     .await
     .unwrap();
     assert_eq!(made, None);
-    let pruner = Pruner::new(
-        app.maintenance(),
-        PrunerConfig {
-            batch_size: 100,
-            ..pruner_config()
-        },
-    );
-    let now = app.db_now_plus(Duration::ZERO).await;
-    pruner.run_once(Some(now)).await.unwrap();
+    prune_once(&app).await;
     assert_eq!(count(&app, "select count(*) from ojs_job_done").await, 0);
 }
 
