@@ -49,6 +49,8 @@ _jobs: list[list[str]] = []
 _connection: psycopg.Connection | None = None
 _statement: str | None = None
 _before: dict[str, str] | None = None
+# The last ojs_event seq before the request.
+_before_event = 0
 _known: tuple[str, dict[str, str]] | None = None
 _event: str | None = None
 
@@ -290,15 +292,27 @@ def before_call(context, case, kwargs):
     _calls += 1
     _aim(case)
     _before = fingerprint()
+    global _before_event
+    (_before_event,) = _db().execute("select coalesce(max(seq), 0) from ojs_event").fetchone()
 
 
 @schemathesis.check
 def refused_requests_change_nothing(ctx, response, case):
-    """A 4xx answer leaves every table as the request found it."""
+    """A 4xx answer leaves every table as the request found it. One documented exception: a
+    PUSH refused for a full queue (429) records `queue.full` and `backpressure.rejected` (the
+    backpressure extension's events, at most a pair per queue per second), and nothing else."""
     if not 400 <= response.status_code < 500 or _before is None:
         return None
     after = fingerprint()
     changed = sorted(name for name, digest in after.items() if _before.get(name) != digest)
+    if response.status_code == 429 and changed == ["ojs_event"]:
+        (others,) = _db().execute(
+            "select count(*) from ojs_event"
+            " where seq > %s and type not in ('queue.full', 'backpressure.rejected')",
+            (_before_event,),
+        ).fetchone()
+        if others == 0:
+            return None
     if changed:
         raise AssertionError(
             f"answered {response.status_code}, yet changed stored data in: {', '.join(changed)}"
