@@ -187,6 +187,9 @@ pub fn attempts_finished(jobs: &[Job]) {
 
 /// Records the end of an attempt (ACK or NACK): outcome counters and execution time.
 pub fn attempt_finished(job: &Job) {
+    if let (JobState::Completed, Some(completed_at)) = (job.state, job.completed_at) {
+        return job_completed(&job.queue, &job.r#type, job.started_at, completed_at);
+    }
     let labels = [("queue", job.queue.clone()), ("type", job.r#type.clone())];
     match job.state {
         JobState::Completed => counter!("ojs_job_completed_total", &labels).increment(1),
@@ -206,6 +209,26 @@ pub fn attempt_finished(job: &Job) {
             "state" => job.state.as_str()
         )
         .record(seconds(started, ended));
+    }
+}
+
+/// Counts a completed job and the duration of its last attempt.
+pub fn job_completed(
+    queue: &str,
+    job_type: &str,
+    started_at: Option<chrono::DateTime<chrono::Utc>>,
+    completed_at: chrono::DateTime<chrono::Utc>,
+) {
+    counter!("ojs_job_completed_total", "queue" => queue.to_owned(), "type" => job_type.to_owned())
+        .increment(1);
+    if let Some(started) = started_at {
+        histogram!(
+            "ojs_job_duration_seconds",
+            "queue" => queue.to_owned(),
+            "type" => job_type.to_owned(),
+            "state" => JobState::Completed.as_str()
+        )
+        .record(seconds(started, completed_at));
     }
 }
 

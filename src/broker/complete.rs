@@ -20,7 +20,7 @@ use crate::job::failure::JobError;
 use crate::job::lifecycle::{self, FailTarget};
 use crate::job::{Job, JobId, JobState};
 use crate::store;
-use crate::store::job::{CompleteParams, DeleteOnAck, FailParams};
+use crate::store::job::{CompleteParams, Completed, DeleteOnAck, FailParams};
 use crate::telemetry;
 
 /// Most ACKs written by one statement.
@@ -152,7 +152,7 @@ impl Completer {
         &self,
         worker_id: Option<&str>,
         acks: &[(JobId, Option<&str>)],
-    ) -> Result<Vec<Result<Job>>> {
+    ) -> Result<Vec<Result<Completed>>> {
         let params: Vec<CompleteParams<'_>> = acks
             .iter()
             .map(|(id, result)| CompleteParams {
@@ -162,12 +162,17 @@ impl Completer {
             })
             .collect();
         let delete_on_ack = self.retention.delete_on_ack(&self.db).await?;
-        let completed = complete_group(&self.hot, &params, &delete_on_ack).await?;
+        let completed = complete_group::<Completed>(&self.hot, &params, &delete_on_ack).await?;
         let mut out = Vec::with_capacity(acks.len());
         for ((id, _), job) in acks.iter().zip(completed) {
             out.push(match job {
                 Some(job) => {
-                    telemetry::attempt_finished(&job);
+                    telemetry::job_completed(
+                        &job.queue,
+                        &job.r#type,
+                        job.started_at,
+                        job.completed_at,
+                    );
                     Ok(job)
                 }
                 None => Err(self.not_held(*id, "acknowledge", worker_id).await),
@@ -320,14 +325,54 @@ fn invalid_for_worker(job: &Job, operation: &'static str) -> Error {
     }
 }
 
-/// Completes `acks` in one statement: for each, its completed job, or `None` when the job was
-/// not an active job of that worker. A job named twice is completed by its first ACK only; the
-/// later ones get `None`, as they would have after the first committed.
-async fn complete_group(
+/// What an ACK statement answers of each job it completed: the whole job (a single ACK's
+/// answer) or only [`Completed`] (a batch ACK's).
+trait AckAnswer: Sized + Send {
+    fn id(&self) -> Uuid;
+
+    fn complete(
+        conn: &mut sqlx::PgConnection,
+        acks: &[CompleteParams<'_>],
+        delete_on_ack: &DeleteOnAck,
+    ) -> impl std::future::Future<Output = std::result::Result<Vec<Self>, sqlx::Error>> + Send;
+}
+
+impl AckAnswer for Job {
+    fn id(&self) -> Uuid {
+        self.id.0
+    }
+
+    async fn complete(
+        conn: &mut sqlx::PgConnection,
+        acks: &[CompleteParams<'_>],
+        delete_on_ack: &DeleteOnAck,
+    ) -> std::result::Result<Vec<Job>, sqlx::Error> {
+        store::job::complete_many(conn, acks, delete_on_ack).await
+    }
+}
+
+impl AckAnswer for Completed {
+    fn id(&self) -> Uuid {
+        self.id.0
+    }
+
+    async fn complete(
+        conn: &mut sqlx::PgConnection,
+        acks: &[CompleteParams<'_>],
+        delete_on_ack: &DeleteOnAck,
+    ) -> std::result::Result<Vec<Completed>, sqlx::Error> {
+        store::job::complete_many_brief(conn, acks, delete_on_ack).await
+    }
+}
+
+/// Completes `acks` in one statement: for each, what it answers of its completed job, or
+/// `None` when the job was not an active job of that worker. A job named twice is completed by
+/// its first ACK only; the later ones get `None`, as they would have after the first committed.
+async fn complete_group<A: AckAnswer>(
     hot: &HotConnections,
     acks: &[CompleteParams<'_>],
     delete_on_ack: &DeleteOnAck,
-) -> std::result::Result<Vec<Option<Job>>, sqlx::Error> {
+) -> std::result::Result<Vec<Option<A>>, sqlx::Error> {
     let mut seen: HashSet<Uuid> = HashSet::with_capacity(acks.len());
     let first: Vec<bool> = acks.iter().map(|a| seen.insert(a.id.0)).collect();
     let distinct: Vec<CompleteParams<'_>> = acks
@@ -337,9 +382,9 @@ async fn complete_group(
         .map(|(a, _)| *a)
         .collect();
     let mut conn = hot.acquire().await?;
-    let done = store::job::complete_many(&mut *conn, &distinct, delete_on_ack).await;
+    let done = A::complete(&mut conn, &distinct, delete_on_ack).await;
     conn.answered(&done);
-    let mut done: HashMap<Uuid, Job> = done?.into_iter().map(|j| (j.id.0, j)).collect();
+    let mut done: HashMap<Uuid, A> = done?.into_iter().map(|j| (j.id(), j)).collect();
     Ok(acks
         .iter()
         .zip(first)

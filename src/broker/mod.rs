@@ -200,7 +200,7 @@ impl Broker {
         &self,
         worker_id: Option<&str>,
         acks: &[(JobId, Option<&str>)],
-    ) -> Result<Vec<Result<Job>>> {
+    ) -> Result<Vec<Result<store::job::Completed>>> {
         self.completer.ack_many(worker_id, acks).await
     }
 

@@ -421,8 +421,8 @@ async fn ack_batch(
                 AckItem::Done {
                     job_id: job.id.to_string(),
                     acknowledged: true,
-                    state: job.state,
-                    completed_at: job.completed_at.map(timestamp::format),
+                    state: JobState::Completed,
+                    completed_at: Some(timestamp::format(job.completed_at)),
                 }
             }
             Err(e) => {

@@ -223,7 +223,10 @@ macro_rules! claim_statement {
               from numbered c
               join slot s on s.slot = c.slot
              where j.id = c.id
-            returning j, s.share
+            -- Plain columns beside the row for the event below: reading fields out of a row
+            -- value walks its columns each time (the row is then only sent to the client).
+            returning j, s.share, j.id, j.seq, j.queue, j.type, j.attempt, j.worker_id,
+                      coalesce(nullif(j.meta ->> 'trace_id', ''), nullif(split_part(j.meta ->> 'traceparent', '-', 2), '')) as trace_id
         ),
         -- One event row per worker and job type (migration V10): the server renders each
         -- job's `job.started` from it.
@@ -234,11 +237,9 @@ macro_rules! claim_statement {
                    array_agg(e.id), array_agg(e.trace_id), array_agg(e.attempt)
               -- The arrays list the jobs in seq order because the rows come sorted: one sort
               -- here instead of one per array (an ordered aggregate sorts its own input).
-              from (select (m.j).id, (m.j).seq, (m.j).queue, (m.j).type, (m.j).attempt,
-                           (m.j).worker_id,
-                           coalesce(nullif((m.j).meta ->> 'trace_id', ''), nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), '')) as trace_id,
-                           (row_number() over (partition by (m.j).worker_id, (m.j).type
-                                               order by (m.j).seq) - 1) / 16384 as block
+              from (select m.id, m.seq, m.queue, m.type, m.attempt, m.worker_id, m.trace_id,
+                           (row_number() over (partition by m.worker_id, m.type
+                                               order by m.seq) - 1) / 16384 as block
                       from moved m
                      order by queue, type, worker_id, block, seq) e
              group by e.queue, e.type, e.worker_id, e.block

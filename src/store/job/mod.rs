@@ -39,8 +39,8 @@ pub use retention::{
     prune_finished,
 };
 pub use transition::{
-    CompleteParams, DeleteOnAck, FailParams, PriorityChange, activate, cancel, complete_many,
-    fail_many, give_back, release_many, set_priority,
+    CompleteParams, Completed, DeleteOnAck, FailParams, PriorityChange, activate, cancel,
+    complete_many, complete_many_brief, fail_many, give_back, release_many, set_priority,
 };
 
 use sqlx::PgExecutor;

@@ -39,30 +39,18 @@ impl DeleteOnAck {
     }
 }
 
-/// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`; jobs
-/// of the queues in `delete_on_ack` are deleted instead (their `job.completed` events are written all
-/// the same).
-///
-/// Fenced on the reservation: a `worker_id` other than the owner's matches nothing. Returns the
-/// jobs that completed (in no particular order), each as it is after the ACK, deleted or not; a
-/// job missing from the answer was not an active job of that worker. Each id must appear at
-/// most once.
-#[tracing::instrument(level = "debug", skip_all, fields(jobs = acks.len()))]
-pub async fn complete_many(
-    db: impl PgExecutor<'_>,
-    acks: &[CompleteParams<'_>],
-    delete_on_ack: &DeleteOnAck,
-) -> Result<Vec<Job>, sqlx::Error> {
-    if let ([ack], true) = (acks, delete_on_ack.keeps_all()) {
-        return complete_one(db, ack)
-            .await
-            .map(|job| job.into_iter().collect());
-    }
-    let ids: Vec<Uuid> = acks.iter().map(|a| a.id.0).collect();
-    let workers: Vec<Option<&str>> = acks.iter().map(|a| a.worker_id).collect();
-    let results: Vec<Option<&str>> = acks.iter().map(|a| a.result).collect();
-    let rows = sqlx::query_scalar!(
-        r#"
+/// The ACK statement of [`complete_many`] and [`complete_many_brief`]: the two differ only in
+/// what they answer (sqlx joins the `+`-separated literals into one checked statement per use).
+macro_rules! complete_statement {
+    ($query:ident, $db:expr, $acks:expr, $delete_on_ack:expr, $answer:tt $(, $as:path)?) => {{
+        let acks: &[CompleteParams<'_>] = $acks;
+        let delete_on_ack: &DeleteOnAck = $delete_on_ack;
+        let ids: Vec<Uuid> = acks.iter().map(|a| a.id.0).collect();
+        let workers: Vec<Option<&str>> = acks.iter().map(|a| a.worker_id).collect();
+        let results: Vec<Option<&str>> = acks.iter().map(|a| a.result).collect();
+        sqlx::$query!(
+            $($as,)?
+            r#"
         with input as (
             select * from unnest($1::uuid[], $2::text[], $3::text[]) as t(id, worker_id, result)
         ),
@@ -151,7 +139,45 @@ pub async fn complete_many(
              group by e.queue, e.type, e.block
              order by min(e.seq)
         )
-        -- Each job as the ACK left it (kept in ojs_job_done or not): the values `moved` inserts.
+"#
+                + $answer,
+            &ids,
+            &workers as &[Option<&str>],
+            &results as &[Option<&str>],
+            delete_on_ack.all,
+            &delete_on_ack.queues,
+            &delete_on_ack.except,
+        )
+        .fetch_all($db)
+        .await
+    }};
+}
+
+/// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`; jobs
+/// of the queues in `delete_on_ack` are deleted instead (their `job.completed` events are written all
+/// the same).
+///
+/// Fenced on the reservation: a `worker_id` other than the owner's matches nothing. Returns the
+/// jobs that completed (in no particular order), each as it is after the ACK, deleted or not; a
+/// job missing from the answer was not an active job of that worker. Each id must appear at
+/// most once.
+#[tracing::instrument(level = "debug", skip_all, fields(jobs = acks.len()))]
+pub async fn complete_many(
+    db: impl PgExecutor<'_>,
+    acks: &[CompleteParams<'_>],
+    delete_on_ack: &DeleteOnAck,
+) -> Result<Vec<Job>, sqlx::Error> {
+    if let ([ack], true) = (acks, delete_on_ack.keeps_all()) {
+        return complete_one(db, ack)
+            .await
+            .map(|job| job.into_iter().collect());
+    }
+    complete_statement!(
+        query_scalar,
+        db,
+        acks,
+        delete_on_ack,
+        r#"        -- Each job as the ACK left it (kept in ojs_job_done or not): the values `moved` inserts.
         select row(id, seq, type, queue, args, meta, priority, 'completed', attempt,
                    max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
                    scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
@@ -162,17 +188,41 @@ pub async fn complete_many(
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
                    capacity_tracked, pool, tenant_fair, tenant, fair_key)::ojs_job as "job!: Job"
           from finished
-        "#,
-        &ids,
-        &workers as &[Option<&str>],
-        &results as &[Option<&str>],
-        delete_on_ack.all,
-        &delete_on_ack.queues,
-        &delete_on_ack.except,
+        "#
     )
-    .fetch_all(db)
-    .await?;
-    Ok(rows)
+}
+
+/// What [`complete_many_brief`] answers of a completed job: what a batch ACK reports and the
+/// metrics count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub id: JobId,
+    pub queue: String,
+    pub r#type: String,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: DateTime<Utc>,
+}
+
+/// [`complete_many`] answering only [`Completed`] of each job: the same change and events,
+/// without building and sending each whole job (a batch ACK reports only the job's id, state
+/// and completion time).
+#[tracing::instrument(level = "debug", skip_all, fields(jobs = acks.len()))]
+pub async fn complete_many_brief(
+    db: impl PgExecutor<'_>,
+    acks: &[CompleteParams<'_>],
+    delete_on_ack: &DeleteOnAck,
+) -> Result<Vec<Completed>, sqlx::Error> {
+    complete_statement!(
+        query_as,
+        db,
+        acks,
+        delete_on_ack,
+        r#"        select id as "id!: JobId", queue as "queue!", type as "type!", started_at,
+               now() as "completed_at!"
+          from finished
+"#,
+        Completed
+    )
 }
 
 /// [`complete_many`] for one job of a queue that keeps its completed jobs: the same change and
