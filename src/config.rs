@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
 use crate::telemetry::LogFormat;
 
@@ -541,12 +541,46 @@ impl Config {
         format!("{host}-{}-{suffix:04x}", std::process::id())
     }
 
-    /// Connection options from `database_url`.
+    /// Connection options from `database_url`. A database on this host (a loopback address or
+    /// a Unix socket) is reached without TLS unless the URL or `PGSSLMODE` asks for a mode:
+    /// the default mode, `prefer`, would encrypt every message to a server on the same
+    /// machine, which protects nothing and cost a tenth of the throughput of one-ACK-per-job
+    /// draining (Postgres and ojsd each encrypt and decrypt every statement and answer).
     pub fn connect_options(&self) -> anyhow::Result<PgConnectOptions> {
-        Ok(PgConnectOptions::from_str(&self.database_url)
+        let options = PgConnectOptions::from_str(&self.database_url)
             .context("DATABASE_URL is not a valid PostgreSQL URL")?
-            .application_name("ojsd"))
+            .application_name("ojsd");
+        let mode_given =
+            std::env::var_os("PGSSLMODE").is_some() || url_names_ssl_mode(&self.database_url);
+        let local = options.get_socket().is_some() || on_this_host(options.get_host());
+        Ok(if !mode_given && local {
+            options.ssl_mode(PgSslMode::Disable)
+        } else {
+            options
+        })
     }
+}
+
+/// Whether a PostgreSQL URL's query names an SSL mode (`sslmode`, or sqlx's `ssl-mode`).
+fn url_names_ssl_mode(url: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, query)| {
+        query.split('&').any(|pair| {
+            let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+            key.eq_ignore_ascii_case("sslmode") || key.eq_ignore_ascii_case("ssl-mode")
+        })
+    })
+}
+
+/// Whether a connection's host is this machine: a Unix socket directory, `localhost` or a
+/// loopback address.
+fn on_this_host(host: &str) -> bool {
+    host.starts_with('/')
+        || host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// See [`Config::runtime_worker_threads`]. One less than the cores by default: on the small
@@ -576,6 +610,58 @@ mod tests {
     use clap::{Args, Command, FromArgMatches};
 
     use super::*;
+
+    /// The SSL mode `connect_options` gives a URL (when `PGSSLMODE` is not set).
+    fn ssl_mode_of(url: &str) -> Option<PgSslMode> {
+        if std::env::var_os("PGSSLMODE").is_some() {
+            return None;
+        }
+        let config = Config {
+            database_url: url.to_owned(),
+            ..parsed_defaults()
+        };
+        Some(config.connect_options().expect("valid URL").get_ssl_mode())
+    }
+
+    #[test]
+    fn a_database_on_this_host_is_reached_without_tls_unless_the_url_names_a_mode() {
+        for url in [
+            "postgres://postgres@127.0.0.1:5432/ojs",
+            "postgres://postgres@localhost/ojs",
+            "postgres://postgres@[::1]:5432/ojs",
+            "postgres://postgres@127.0.0.2/ojs?application_name=x",
+            "postgres:///ojs?host=/var/run/postgresql",
+        ] {
+            if let Some(mode) = ssl_mode_of(url) {
+                assert!(matches!(mode, PgSslMode::Disable), "{url}: {mode:?}");
+            }
+        }
+        for (url, expected) in [
+            (
+                "postgres://postgres@127.0.0.1/ojs?sslmode=require",
+                "Require",
+            ),
+            ("postgres://postgres@localhost/ojs?sslmode=prefer", "Prefer"),
+            ("postgres://postgres@db.example.com/ojs", "Prefer"),
+            ("postgres://postgres@10.0.0.5:5432/ojs", "Prefer"),
+        ] {
+            if let Some(mode) = ssl_mode_of(url) {
+                assert_eq!(format!("{mode:?}"), expected, "{url}");
+            }
+        }
+    }
+
+    #[test]
+    fn only_an_sslmode_key_counts_as_naming_a_mode() {
+        assert!(url_names_ssl_mode("postgres://h/db?sslmode=disable"));
+        assert!(url_names_ssl_mode("postgres://h/db?a=b&SSLMODE=require"));
+        assert!(url_names_ssl_mode("postgres://h/db?ssl-mode=require"));
+        assert!(!url_names_ssl_mode("postgres://h/db"));
+        assert!(!url_names_ssl_mode(
+            "postgres://h/db?application_name=sslmode"
+        ));
+        assert!(!url_names_ssl_mode("postgres://h/db?sslrootcert=x"));
+    }
 
     /// The settings as `ojsd` with no flags parses them, ignoring the environment.
     fn parsed_defaults() -> Config {
