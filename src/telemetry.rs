@@ -7,7 +7,7 @@
 //! [OJS metrics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-observability.md#8-metrics
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -253,20 +253,71 @@ pub fn job_cancelled(job: &Job) {
 }
 
 /// Counts an HTTP request and its latency, by route template (never the concrete path).
+/// A method outside HTTP's own set is counted as `OTHER`, so clients cannot grow the label set.
 pub fn http_request(method: &str, route: &str, status: u16, elapsed: std::time::Duration) {
-    counter!(
-        "ojs_http_requests_total",
-        "method" => method.to_owned(),
-        "route" => route.to_owned(),
-        "status" => status.to_string()
-    )
-    .increment(1);
-    histogram!(
-        "ojs_http_request_duration_seconds",
-        "method" => method.to_owned(),
-        "route" => route.to_owned()
-    )
-    .record(elapsed.as_secs_f64());
+    const KNOWN: [&str; 9] = [
+        "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", "CONNECT",
+    ];
+    let method = if KNOWN.contains(&method) {
+        method
+    } else {
+        "OTHER"
+    };
+    let (count, duration) = request_handles(method, route, status);
+    count.increment(1);
+    duration.record(elapsed.as_secs_f64());
+}
+
+/// The counter and histogram of one method, route and status.
+struct RequestHandles {
+    method: String,
+    status: u16,
+    count: metrics::Counter,
+    duration: metrics::Histogram,
+}
+
+/// Request metric handles by route, made once: a request then adds to its counter and
+/// histogram without building, hashing and dropping their label sets (five strings).
+static REQUEST_HANDLES: OnceLock<Mutex<HashMap<String, Vec<RequestHandles>>>> = OnceLock::new();
+
+fn request_handles(
+    method: &str,
+    route: &str,
+    status: u16,
+) -> (metrics::Counter, metrics::Histogram) {
+    metrics();
+    let mut routes = REQUEST_HANDLES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let handles = match routes.get_mut(route) {
+        Some(handles) => handles,
+        None => routes.entry(route.to_owned()).or_default(),
+    };
+    if let Some(h) = handles
+        .iter()
+        .find(|h| h.status == status && h.method == method)
+    {
+        return (h.count.clone(), h.duration.clone());
+    }
+    let h = RequestHandles {
+        method: method.to_owned(),
+        status,
+        count: counter!(
+            "ojs_http_requests_total",
+            "method" => method.to_owned(),
+            "route" => route.to_owned(),
+            "status" => status.to_string()
+        ),
+        duration: histogram!(
+            "ojs_http_request_duration_seconds",
+            "method" => method.to_owned(),
+            "route" => route.to_owned()
+        ),
+    };
+    let out = (h.count.clone(), h.duration.clone());
+    handles.push(h);
+    out
 }
 
 /// Whether this replica leads maintenance (`ojs_leader` gauge: 1 or 0).
@@ -402,5 +453,41 @@ pub fn scheduling(ratios: &[(String, f64)], utilization: &[(String, f64)]) {
     *seen = ratios.iter().map(|(q, _)| q.clone()).collect();
     for (pool, u) in utilization {
         gauge!("ojs_scheduling_pool_utilization", "pool" => pool.clone()).set(*u);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `ojs_http_requests_total` sample of `route` with `method` and `status`, if any.
+    fn requests(route: &str, method: &str, status: &str) -> Option<u64> {
+        metrics().render().lines().find_map(|line| {
+            let rest = line.strip_prefix("ojs_http_requests_total{")?;
+            let (labels, value) = rest.split_once("} ")?;
+            let mut labels: Vec<&str> = labels.split(',').collect();
+            labels.sort_unstable();
+            let route = format!("route=\"{route}\"");
+            let method = format!("method=\"{method}\"");
+            let status = format!("status=\"{status}\"");
+            let mut wanted = vec![method.as_str(), route.as_str(), status.as_str()];
+            wanted.sort_unstable();
+            (labels == wanted).then(|| value.trim().parse().ok())?
+        })
+    }
+
+    #[test]
+    fn requests_are_counted_by_method_route_and_status_with_unknown_methods_as_other() {
+        let route = "/telemetry-test/{id}";
+        let ms = std::time::Duration::from_millis(1);
+        http_request("GET", route, 200, ms);
+        http_request("GET", route, 200, ms);
+        http_request("GET", route, 404, ms);
+        http_request("BREW", route, 405, ms);
+        http_request("PROPFIND", route, 405, ms);
+        assert_eq!(requests(route, "GET", "200"), Some(2));
+        assert_eq!(requests(route, "GET", "404"), Some(1));
+        assert_eq!(requests(route, "OTHER", "405"), Some(2));
+        assert_eq!(requests(route, "BREW", "405"), None);
     }
 }
