@@ -219,17 +219,46 @@ pub fn job_completed(
     started_at: Option<chrono::DateTime<chrono::Utc>>,
     completed_at: chrono::DateTime<chrono::Utc>,
 ) {
-    counter!("ojs_job_completed_total", "queue" => queue.to_owned(), "type" => job_type.to_owned())
-        .increment(1);
+    let (count, duration) = completion_handles(queue, job_type);
+    count.increment(1);
     if let Some(started) = started_at {
+        duration.record(seconds(started, completed_at));
+    }
+}
+
+/// Completion metric handles by queue and job type, made once (see [`REQUEST_HANDLES`]):
+/// every ACKed job adds to them.
+type CompletionHandles = HashMap<String, HashMap<String, (metrics::Counter, metrics::Histogram)>>;
+static COMPLETION_HANDLES: OnceLock<Mutex<CompletionHandles>> = OnceLock::new();
+
+fn completion_handles(queue: &str, job_type: &str) -> (metrics::Counter, metrics::Histogram) {
+    metrics();
+    let mut queues = COMPLETION_HANDLES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let types = match queues.get_mut(queue) {
+        Some(types) => types,
+        None => queues.entry(queue.to_owned()).or_default(),
+    };
+    if let Some(handles) = types.get(job_type) {
+        return handles.clone();
+    }
+    let handles = (
+        counter!(
+            "ojs_job_completed_total",
+            "queue" => queue.to_owned(),
+            "type" => job_type.to_owned()
+        ),
         histogram!(
             "ojs_job_duration_seconds",
             "queue" => queue.to_owned(),
             "type" => job_type.to_owned(),
             "state" => JobState::Completed.as_str()
-        )
-        .record(seconds(started, completed_at));
-    }
+        ),
+    );
+    types.insert(job_type.to_owned(), handles.clone());
+    handles
 }
 
 /// Counts jobs discarded because they expired before they ran: `(queue, type, count)`.
@@ -462,18 +491,49 @@ mod tests {
 
     /// The `ojs_http_requests_total` sample of `route` with `method` and `status`, if any.
     fn requests(route: &str, method: &str, status: &str) -> Option<u64> {
+        sample(
+            "ojs_http_requests_total",
+            &[("method", method), ("route", route), ("status", status)],
+        )
+    }
+
+    /// The value of `metric` with exactly `labels`, if any.
+    fn sample(metric: &str, labels: &[(&str, &str)]) -> Option<u64> {
+        let mut wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        wanted.sort_unstable();
+        let prefix = format!("{metric}{{");
         metrics().render().lines().find_map(|line| {
-            let rest = line.strip_prefix("ojs_http_requests_total{")?;
+            let rest = line.strip_prefix(prefix.as_str())?;
             let (labels, value) = rest.split_once("} ")?;
             let mut labels: Vec<&str> = labels.split(',').collect();
             labels.sort_unstable();
-            let route = format!("route=\"{route}\"");
-            let method = format!("method=\"{method}\"");
-            let status = format!("status=\"{status}\"");
-            let mut wanted = vec![method.as_str(), route.as_str(), status.as_str()];
-            wanted.sort_unstable();
             (labels == wanted).then(|| value.trim().parse().ok())?
         })
+    }
+
+    #[test]
+    fn completions_are_counted_by_queue_and_type() {
+        let at = chrono::Utc::now();
+        job_completed("telemetry-test-q", "a.b", Some(at), at);
+        job_completed("telemetry-test-q", "a.b", None, at);
+        job_completed("telemetry-test-q", "c", Some(at), at);
+        let count = |t| {
+            sample(
+                "ojs_job_completed_total",
+                &[("queue", "telemetry-test-q"), ("type", t)],
+            )
+        };
+        assert_eq!(count("a.b"), Some(2));
+        assert_eq!(count("c"), Some(1));
+        let durations = sample(
+            "ojs_job_duration_seconds_count",
+            &[
+                ("queue", "telemetry-test-q"),
+                ("type", "a.b"),
+                ("state", "completed"),
+            ],
+        );
+        assert_eq!(durations, Some(1));
     }
 
     #[test]
