@@ -255,3 +255,82 @@ async fn a_populated_database_of_the_previous_release_migrates_with_every_job_in
     }
     conn.close().await.unwrap();
 }
+
+/// The ACK statement's two forms, called directly: when every queue keeps its completed jobs
+/// (no second delete in the plan) and when some queue forgets them. Each completes only the
+/// jobs its worker holds, answers each as the ACK left it, and writes one event row.
+#[tokio::test]
+async fn an_ack_group_completes_what_its_workers_hold_whether_or_not_a_queue_forgets() {
+    use ojsd::job::{JobId, JobState};
+    use ojsd::store::job::{CompleteParams, DeleteOnAck, complete_many};
+
+    let app = TestApp::spawn().await;
+    for (queues, keep) in [(["k1", "k2"], true), (["k3", "gone"], false)] {
+        let mut ids = Vec::new();
+        for queue in queues {
+            for _ in 0..2 {
+                let id = app.push_id(job("a.b", queue)).await;
+                app.fetch_one(queue, "w").await;
+                ids.push(uuid::Uuid::parse_str(&id).unwrap());
+            }
+        }
+        let acks: Vec<CompleteParams<'_>> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| CompleteParams {
+                id: JobId(*id),
+                // The last job is held by "w", not "other": its ACK matches nothing.
+                worker_id: Some(if i == 3 { "other" } else { "w" }),
+                result: Some(r#"{"ok":true}"#),
+            })
+            .collect();
+        let forget = if keep {
+            DeleteOnAck::nothing()
+        } else {
+            DeleteOnAck {
+                queues: vec!["gone".to_owned()],
+                ..DeleteOnAck::default()
+            }
+        };
+        assert_eq!(forget.keeps_all(), keep);
+        let mut done = complete_many(app.pool(), &acks, &forget).await.unwrap();
+        done.sort_by_key(|j| j.id);
+        let mut expected: Vec<JobId> = ids[..3].iter().map(|id| JobId(*id)).collect();
+        expected.sort();
+        assert_eq!(done.iter().map(|j| j.id).collect::<Vec<_>>(), expected);
+        for job in &done {
+            assert_eq!(job.state, JobState::Completed);
+            assert!(job.completed_at.is_some());
+            assert_eq!(
+                job.result.as_ref().map(|r| r.0.get()),
+                Some(r#"{"ok":true}"#)
+            );
+        }
+        let kept: i64 = sqlx::query_scalar("select count(*) from ojs_job_done where id = any($1)")
+            .bind(&ids)
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+        // The third job is of the forgetting queue in the second round: deleted, not kept.
+        assert_eq!(kept, if keep { 3 } else { 2 });
+        let still_active: String =
+            sqlx::query_scalar("select state::text from ojs_job where id = $1")
+                .bind(ids[3])
+                .fetch_one(app.pool())
+                .await
+                .unwrap();
+        assert_eq!(still_active, "active");
+        let events: Vec<Vec<uuid::Uuid>> = sqlx::query_scalar(
+            "select job_ids from ojs_event where type = 'job.completed' and job_ids && $1 order by seq",
+        )
+        .bind(&ids)
+        .fetch_all(app.pool())
+        .await
+        .unwrap();
+        let mut listed: Vec<uuid::Uuid> = events.into_iter().flatten().collect();
+        listed.sort();
+        let mut want = ids[..3].to_vec();
+        want.sort();
+        assert_eq!(listed, want, "one job.completed per completed job");
+    }
+}

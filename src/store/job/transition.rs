@@ -39,10 +39,58 @@ impl DeleteOnAck {
     }
 }
 
-/// The ACK statement of [`complete_many`] and [`complete_many_brief`]: the two differ only in
-/// what they answer (sqlx joins the `+`-separated literals into one checked statement per use).
+/// The ACK statement of [`complete_many`] and [`complete_many_brief`]: they differ only in
+/// whether the statement can forget jobs (`forgetting:`, or `keeping:` when every queue keeps
+/// its completed jobs) and in what they answer (sqlx joins the `+`-separated literals into one
+/// checked statement per use).
 macro_rules! complete_statement {
-    ($query:ident, $db:expr, $acks:expr, $delete_on_ack:expr, $answer:tt $(, $as:path)?) => {{
+    (forgetting: $query:ident, $db:expr, $acks:expr, $delete_on_ack:expr, $answer:tt $(, $as:path)?) => {
+        complete_statement!(
+            $query,
+            $db,
+            $acks,
+            $delete_on_ack,
+            r#"        -- Queues that keep no completed job (`retention.completed` of zero) lose it here: a
+        -- delete writes no new row version and no index entry, and leaves the pruner nothing.
+        forgotten as (
+            delete from ojs_job j
+             using input i
+             where j.id = i.id
+               and j.state::text = 'active'
+               and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
+               and ($4 or cardinality($5::text[]) > 0)
+               and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
+            returning j.*, i.result as ack_result
+        ),
+        -- Plain columns, not whole rows: reading fields out of a row value costs more per job
+        -- than the rest of the event below.
+        finished as (
+            select * from gone
+            union all
+            select * from forgotten
+        ),
+"#,
+            $answer
+            $(, $as)?
+        )
+    };
+    (keeping: $query:ident, $db:expr, $acks:expr, $delete_on_ack:expr, $answer:tt $(, $as:path)?) => {
+        complete_statement!(
+            $query,
+            $db,
+            $acks,
+            $delete_on_ack,
+            r#"        -- Every queue keeps its completed jobs: no second delete to set up (an ACK group of a
+        -- few jobs spends more on setting up its plan than on its rows).
+        finished as (
+            select * from gone
+        ),
+"#,
+            $answer
+            $(, $as)?
+        )
+    };
+    ($query:ident, $db:expr, $acks:expr, $delete_on_ack:expr, $finished:tt, $answer:tt $(, $as:path)?) => {{
         let acks: &[CompleteParams<'_>] = $acks;
         let delete_on_ack: &DeleteOnAck = $delete_on_ack;
         let ids: Vec<Uuid> = acks.iter().map(|a| a.id.0).collect();
@@ -97,26 +145,9 @@ macro_rules! complete_statement {
                    capacity_tracked, pool, tenant_fair, tenant, fair_key
               from gone
         ),
-        -- Queues that keep no completed job (`retention.completed` of zero) lose it here: a
-        -- delete writes no new row version and no index entry, and leaves the pruner nothing.
-        forgotten as (
-            delete from ojs_job j
-             using input i
-             where j.id = i.id
-               and j.state::text = 'active'
-               and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
-               and ($4 or cardinality($5::text[]) > 0)
-               and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
-            returning j.*, i.result as ack_result
-        ),
-        -- Plain columns, not whole rows: reading fields out of a row value costs more per job
-        -- than the rest of the event below.
-        finished as (
-            select * from gone
-            union all
-            select * from forgotten
-        ),
-        -- One event row per queue and job type (migration V10): the server renders each
+"#
+                + $finished
+                + r#"        -- One event row per queue and job type (migration V10): the server renders each
         -- job's `job.completed` from it.
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,
@@ -153,6 +184,31 @@ macro_rules! complete_statement {
     }};
 }
 
+/// [`complete_statement!`] answering each job as the ACK left it (kept in `ojs_job_done` or
+/// not): the values `moved` inserts.
+macro_rules! complete_jobs {
+    ($finished:ident, $db:expr, $acks:expr, $delete_on_ack:expr) => {
+        complete_statement!($finished:
+            query_scalar,
+            $db,
+            $acks,
+            $delete_on_ack,
+            r#"        -- Each job as the ACK left it (kept in ojs_job_done or not): the values `moved` inserts.
+        select row(id, seq, type, queue, args, meta, priority, 'completed', attempt,
+                   max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
+                   scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
+                   total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
+                   created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
+                   worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
+                   dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key)::ojs_job as "job!: Job"
+          from finished
+        "#
+        )
+    };
+}
+
 /// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`; jobs
 /// of the queues in `delete_on_ack` are deleted instead (their `job.completed` events are written all
 /// the same).
@@ -167,29 +223,15 @@ pub async fn complete_many(
     acks: &[CompleteParams<'_>],
     delete_on_ack: &DeleteOnAck,
 ) -> Result<Vec<Job>, sqlx::Error> {
-    if let ([ack], true) = (acks, delete_on_ack.keeps_all()) {
-        return complete_one(db, ack)
-            .await
-            .map(|job| job.into_iter().collect());
+    if delete_on_ack.keeps_all() {
+        if let [ack] = acks {
+            return complete_one(db, ack)
+                .await
+                .map(|job| job.into_iter().collect());
+        }
+        return complete_jobs!(keeping, db, acks, delete_on_ack);
     }
-    complete_statement!(
-        query_scalar,
-        db,
-        acks,
-        delete_on_ack,
-        r#"        -- Each job as the ACK left it (kept in ojs_job_done or not): the values `moved` inserts.
-        select row(id, seq, type, queue, args, meta, priority, 'completed', attempt,
-                   max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
-                   scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
-                   total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
-                   created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
-                   worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
-                   dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
-                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
-                   capacity_tracked, pool, tenant_fair, tenant, fair_key)::ojs_job as "job!: Job"
-          from finished
-        "#
-    )
+    complete_jobs!(forgetting, db, acks, delete_on_ack)
 }
 
 /// What [`complete_many_brief`] answers of a completed job: what a batch ACK reports and the
@@ -212,7 +254,7 @@ pub async fn complete_many_brief(
     acks: &[CompleteParams<'_>],
     delete_on_ack: &DeleteOnAck,
 ) -> Result<Vec<Completed>, sqlx::Error> {
-    complete_statement!(
+    complete_statement!(forgetting:
         query_as,
         db,
         acks,
