@@ -187,20 +187,17 @@ pub fn attempts_finished(jobs: &[Job]) {
 
 /// Records the end of an attempt (ACK or NACK): outcome counters and execution time.
 pub fn attempt_finished(job: &Job) {
-    if let (JobState::Completed, Some(completed_at)) = (job.state, job.completed_at) {
-        return job_completed(&job.queue, &job.r#type, job.started_at, completed_at);
+    if job.state == JobState::Completed {
+        let ended = job.completed_at.unwrap_or_else(chrono::Utc::now);
+        return job_completed(&job.queue, &job.r#type, job.started_at, ended);
     }
     let labels = [("queue", job.queue.clone()), ("type", job.r#type.clone())];
     match job.state {
-        JobState::Completed => counter!("ojs_job_completed_total", &labels).increment(1),
         JobState::Retryable => counter!("ojs_job_retried_total", &labels).increment(1),
         JobState::Discarded => counter!("ojs_job_failed_total", &labels).increment(1),
         _ => {}
     }
-    let ended = job
-        .completed_at
-        .or(job.discarded_at)
-        .unwrap_or_else(chrono::Utc::now);
+    let ended = job.discarded_at.unwrap_or_else(chrono::Utc::now);
     if let Some(started) = job.started_at {
         histogram!(
             "ojs_job_duration_seconds",
@@ -226,39 +223,72 @@ pub fn job_completed(
     }
 }
 
-/// Completion metric handles by queue and job type, made once (see [`REQUEST_HANDLES`]):
-/// every ACKed job adds to them.
-type CompletionHandles = HashMap<String, HashMap<String, (metrics::Counter, metrics::Histogram)>>;
-static COMPLETION_HANDLES: OnceLock<Mutex<CompletionHandles>> = OnceLock::new();
+/// Completion metric handles by queue, then job type: every ACKed job adds to them.
+static COMPLETION_HANDLES: HandleCache<String> = HandleCache::new();
 
 fn completion_handles(queue: &str, job_type: &str) -> (metrics::Counter, metrics::Histogram) {
-    metrics();
-    let mut queues = COMPLETION_HANDLES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let types = match queues.get_mut(queue) {
-        Some(types) => types,
-        None => queues.entry(queue.to_owned()).or_default(),
-    };
-    if let Some(handles) = types.get(job_type) {
-        return handles.clone();
+    COMPLETION_HANDLES.get(
+        queue,
+        |t| t == job_type,
+        || {
+            let handles = (
+                counter!(
+                    "ojs_job_completed_total",
+                    "queue" => queue.to_owned(),
+                    "type" => job_type.to_owned()
+                ),
+                histogram!(
+                    "ojs_job_duration_seconds",
+                    "queue" => queue.to_owned(),
+                    "type" => job_type.to_owned(),
+                    "state" => JobState::Completed.as_str()
+                ),
+            );
+            (job_type.to_owned(), handles)
+        },
+    )
+}
+
+/// A counter and a histogram per label set, made once and kept by one label (a route, a queue)
+/// and then the rest of theirs (`K`): finding them again costs a lookup, not building, hashing
+/// and dropping their label sets. Each list is short (the methods and statuses a route answers,
+/// the job types of a queue).
+struct HandleCache<K>(OnceLock<Mutex<HandleLists<K>>>);
+
+type HandleLists<K> = HashMap<String, Vec<(K, Handles)>>;
+
+type Handles = (metrics::Counter, metrics::Histogram);
+
+impl<K> HandleCache<K> {
+    const fn new() -> HandleCache<K> {
+        HandleCache(OnceLock::new())
     }
-    let handles = (
-        counter!(
-            "ojs_job_completed_total",
-            "queue" => queue.to_owned(),
-            "type" => job_type.to_owned()
-        ),
-        histogram!(
-            "ojs_job_duration_seconds",
-            "queue" => queue.to_owned(),
-            "type" => job_type.to_owned(),
-            "state" => JobState::Completed.as_str()
-        ),
-    );
-    types.insert(job_type.to_owned(), handles.clone());
-    handles
+
+    /// The handles of `first` and the rest of the labels that `rest` accepts, made by `make`
+    /// (returning that rest too) the first time.
+    fn get(
+        &self,
+        first: &str,
+        rest: impl Fn(&K) -> bool,
+        make: impl FnOnce() -> (K, Handles),
+    ) -> Handles {
+        metrics();
+        let mut lists = self
+            .0
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let list = match lists.get_mut(first) {
+            Some(list) => list,
+            None => lists.entry(first.to_owned()).or_default(),
+        };
+        if let Some((_, handles)) = list.iter().find(|(k, _)| rest(k)) {
+            return handles.clone();
+        }
+        let (key, handles) = make();
+        list.push((key, handles.clone()));
+        handles
+    }
 }
 
 /// Counts jobs discarded because they expired before they ran: `(queue, type, count)`.
@@ -297,56 +327,30 @@ pub fn http_request(method: &str, route: &str, status: u16, elapsed: std::time::
     duration.record(elapsed.as_secs_f64());
 }
 
-/// The counter and histogram of one method, route and status.
-struct RequestHandles {
-    method: String,
-    status: u16,
-    count: metrics::Counter,
-    duration: metrics::Histogram,
-}
+/// Request metric handles by route, then method and status.
+static REQUEST_HANDLES: HandleCache<(String, u16)> = HandleCache::new();
 
-/// Request metric handles by route, made once: a request then adds to its counter and
-/// histogram without building, hashing and dropping their label sets (five strings).
-static REQUEST_HANDLES: OnceLock<Mutex<HashMap<String, Vec<RequestHandles>>>> = OnceLock::new();
-
-fn request_handles(
-    method: &str,
-    route: &str,
-    status: u16,
-) -> (metrics::Counter, metrics::Histogram) {
-    metrics();
-    let mut routes = REQUEST_HANDLES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let handles = match routes.get_mut(route) {
-        Some(handles) => handles,
-        None => routes.entry(route.to_owned()).or_default(),
-    };
-    if let Some(h) = handles
-        .iter()
-        .find(|h| h.status == status && h.method == method)
-    {
-        return (h.count.clone(), h.duration.clone());
-    }
-    let h = RequestHandles {
-        method: method.to_owned(),
-        status,
-        count: counter!(
-            "ojs_http_requests_total",
-            "method" => method.to_owned(),
-            "route" => route.to_owned(),
-            "status" => status.to_string()
-        ),
-        duration: histogram!(
-            "ojs_http_request_duration_seconds",
-            "method" => method.to_owned(),
-            "route" => route.to_owned()
-        ),
-    };
-    let out = (h.count.clone(), h.duration.clone());
-    handles.push(h);
-    out
+fn request_handles(method: &str, route: &str, status: u16) -> Handles {
+    REQUEST_HANDLES.get(
+        route,
+        |(m, s)| *s == status && m == method,
+        || {
+            let handles = (
+                counter!(
+                    "ojs_http_requests_total",
+                    "method" => method.to_owned(),
+                    "route" => route.to_owned(),
+                    "status" => status.to_string()
+                ),
+                histogram!(
+                    "ojs_http_request_duration_seconds",
+                    "method" => method.to_owned(),
+                    "route" => route.to_owned()
+                ),
+            );
+            ((method.to_owned(), status), handles)
+        },
+    )
 }
 
 /// Whether this replica leads maintenance (`ojs_leader` gauge: 1 or 0).
