@@ -882,6 +882,51 @@ CREATE FUNCTION public.ojs_job_size(args json, meta json) RETURNS bigint
 COMMENT ON FUNCTION public.ojs_job_size(args json, meta json) IS 'Size a job counts for against its queue''s max_size_bytes: bytes of args plus bytes of meta, as stored. Used by the capacity triggers and when a queue becomes bounded or drops its oldest jobs; the enqueue statement computes the same sum from its input.';
 
 --
+-- Name: ojs_job_workflow_completed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_workflow_completed() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+begin
+    perform ojs_workflow_job_finished((new.extra ->> 'workflow_id')::uuid,
+                                      (new.extra ->> 'workflow_step')::integer, new.id,
+                                      'completed', new.result, null, new.attempt);
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_workflow_completed(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_workflow_completed() IS 'Trigger function: a completed workflow job (its insert into ojs_job_done) advances its workflow.';
+
+--
+-- Name: ojs_job_workflow_ended(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_workflow_ended() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+begin
+    perform ojs_workflow_job_finished((new.extra ->> 'workflow_id')::uuid,
+                                      (new.extra ->> 'workflow_step')::integer, new.id,
+                                      case when new.state = 'discarded' then 'failed' else 'cancelled' end,
+                                      null, new.error, new.attempt);
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_workflow_ended(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_workflow_ended() IS 'Trigger function: a workflow job that ends discarded or cancelled advances its workflow.';
+
+--
 -- Name: ojs_queue_full(text, bigint, bigint, bigint, bigint, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1090,6 +1135,523 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ojs_worker_events() IS 'Writes worker.started, worker.quiet, worker.heartbeat (sampled) and worker.stopped events.';
+
+--
+-- Name: ojs_workflow_drop_waiting(uuid, text[], text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_workflow_drop_waiting(workflow uuid, kinds text[], state text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    dropped integer;
+begin
+    with gone as (
+        update ojs_workflow_node n
+           set state = ojs_workflow_drop_waiting.state, finished_at = now()
+         where n.workflow_id = workflow and n.state = 'waiting' and n.kind = any(kinds)
+        returning n.job_id
+    ), deleted as (
+        delete from ojs_job j using gone g where j.id = g.job_id and j.state = 'pending'
+    )
+    select count(*) into dropped from gone;
+    return dropped;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_workflow_drop_waiting(workflow uuid, kinds text[], state text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_workflow_drop_waiting(workflow uuid, kinds text[], state text) IS 'Marks a workflow''s waiting nodes of the given kinds with a final state and deletes their held jobs; returns how many.';
+
+--
+-- Name: ojs_event; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_event (
+    seq bigint NOT NULL,
+    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    type text NOT NULL,
+    source text DEFAULT COALESCE(NULLIF(current_setting('ojs.source'::text, true), ''::text), 'ojs://ojs-server/api/unknown'::text) NOT NULL,
+    "time" timestamp with time zone DEFAULT now() NOT NULL,
+    subject text,
+    job_id uuid,
+    queue text,
+    job_type text,
+    from_state public.ojs_job_state,
+    to_state public.ojs_job_state,
+    data jsonb DEFAULT '{}'::jsonb NOT NULL,
+    job_ids uuid[],
+    trace_ids text[],
+    attempts integer[],
+    priorities integer[],
+    unique_keys text[],
+    scheduled_ats timestamp with time zone[],
+    durations_ms bigint[],
+    results json[],
+    worker_id text,
+    CONSTRAINT ojs_event_batch_shape CHECK (((job_ids IS NULL) OR ((job_id IS NULL) AND ((cardinality(job_ids) >= 1) AND (cardinality(job_ids) <= 16384))))),
+    CONSTRAINT ojs_event_data_is_object CHECK ((jsonb_typeof(data) = 'object'::text)),
+    CONSTRAINT ojs_event_transition_complete CHECK (((from_state IS NULL) OR (to_state IS NOT NULL)))
+);
+
+--
+-- Name: TABLE ojs_event; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_event IS 'Lifecycle events (OJS event vocabulary). Job and dead-letter events are written by an events CTE in the same SQL statement that changes the job, worker events by the ojs_worker_events triggers, queue changes (queue.created, queue.paused, ...) in the statement that makes them, cron.triggered and cron.skipped by the cron firer in the transaction of the occurrence, and queue.full, backpressure, pool and scheduling events by inserts of their own. Served by GET /ojs/v1/events and the SSE streams; pruned after 7 days or beyond 1,000,000 events (the defaults).';
+
+--
+-- Name: COLUMN ojs_event.seq; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.seq IS 'Position of the row among all events; each row takes a block of 16,384 positions, and the events of a batch row are at seq, seq + 1, ... The event id sent to clients (evt_<UUIDv7>) is made of time and position.';
+
+--
+-- Name: COLUMN ojs_event.xid; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.xid IS 'Transaction that wrote the event; events are delivered in (xid, seq) order once that transaction is older than every running one.';
+
+--
+-- Name: COLUMN ojs_event.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.type IS 'Event type, e.g. job.completed.';
+
+--
+-- Name: COLUMN ojs_event.source; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.source IS 'ojs://<service>/<component>/<instance> of the writer.';
+
+--
+-- Name: COLUMN ojs_event."time"; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event."time" IS 'When the change happened (the transaction time of the writer).';
+
+--
+-- Name: COLUMN ojs_event.subject; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.subject IS 'What the event is about: a job id, worker id, queue name, ...';
+
+--
+-- Name: COLUMN ojs_event.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.job_id IS 'Job the event is about, if any.';
+
+--
+-- Name: COLUMN ojs_event.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.queue IS 'Queue of that job (or the queue the event is about).';
+
+--
+-- Name: COLUMN ojs_event.job_type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.job_type IS 'Type of that job.';
+
+--
+-- Name: COLUMN ojs_event.from_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.from_state IS 'For the one event that records a job state change: the state before.';
+
+--
+-- Name: COLUMN ojs_event.to_state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.to_state IS 'For the one event that records a job state change: the state after.';
+
+--
+-- Name: COLUMN ojs_event.data; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.data IS 'Event payload.';
+
+--
+-- Name: COLUMN ojs_event.job_ids; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.job_ids IS 'Batch row: the jobs of the statement that wrote it, in job order; the i-th (from 1) is the event at seq + i - 1. Null for a row of one event.';
+
+--
+-- Name: COLUMN ojs_event.trace_ids; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.trace_ids IS 'Batch row: each job''s trace id (meta.trace_id, else the trace id of meta.traceparent), or null.';
+
+--
+-- Name: COLUMN ojs_event.attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.attempts IS 'Batch row: each job''s attempt (job.started, job.completed).';
+
+--
+-- Name: COLUMN ojs_event.priorities; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.priorities IS 'Batch row: each job''s priority (job.enqueued).';
+
+--
+-- Name: COLUMN ojs_event.unique_keys; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.unique_keys IS 'Batch row: each job''s unique key, or null (job.enqueued).';
+
+--
+-- Name: COLUMN ojs_event.scheduled_ats; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.scheduled_ats IS 'Batch row: each job''s scheduled_at, or null (job.enqueued, job.scheduled).';
+
+--
+-- Name: COLUMN ojs_event.durations_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.durations_ms IS 'Batch row: each attempt''s duration in milliseconds (job.completed).';
+
+--
+-- Name: COLUMN ojs_event.results; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.results IS 'Batch row: each job''s result when at most 64 KiB, else null (job.completed).';
+
+--
+-- Name: COLUMN ojs_event.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_event.worker_id IS 'Batch row: the worker that claimed the jobs (job.started).';
+
+--
+-- Name: ojs_workflow; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_workflow (
+    id uuid NOT NULL,
+    type text NOT NULL,
+    name text,
+    state text DEFAULT 'running'::text NOT NULL,
+    total integer NOT NULL,
+    completed integer DEFAULT 0 NOT NULL,
+    failed integer DEFAULT 0 NOT NULL,
+    cancelled integer DEFAULT 0 NOT NULL,
+    callbacks_fired text[],
+    callbacks_open integer DEFAULT 0 NOT NULL,
+    priority integer,
+    failed_step_index integer,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    completed_at timestamp with time zone,
+    cancelled_at timestamp with time zone,
+    CONSTRAINT ojs_workflow_counts_bounded CHECK (((total >= 1) AND (completed >= 0) AND (failed >= 0) AND (cancelled >= 0) AND (((completed + failed) + cancelled) <= total) AND (callbacks_open >= 0))),
+    CONSTRAINT ojs_workflow_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
+    CONSTRAINT ojs_workflow_state_known CHECK ((state = ANY (ARRAY['running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
+    CONSTRAINT ojs_workflow_type_known CHECK ((type = ANY (ARRAY['chain'::text, 'group'::text, 'batch'::text])))
+);
+
+--
+-- Name: TABLE ojs_workflow; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_workflow IS 'Workflows (/ojs/v1/workflows): a chain, group or batch of jobs and its progress. Its steps, members and callbacks are ojs_workflow_node rows.';
+
+--
+-- Name: COLUMN ojs_workflow.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.id IS 'UUIDv7, as job ids.';
+
+--
+-- Name: COLUMN ojs_workflow.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.type IS 'chain (steps run one after another), group (members run at once) or batch (a group with callbacks).';
+
+--
+-- Name: COLUMN ojs_workflow.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.name IS 'Optional name given at creation.';
+
+--
+-- Name: COLUMN ojs_workflow.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.state IS 'running from creation, then completed, failed or cancelled.';
+
+--
+-- Name: COLUMN ojs_workflow.total; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.total IS 'Steps (chain) or member jobs (group, batch); callbacks are not counted.';
+
+--
+-- Name: COLUMN ojs_workflow.completed; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.completed IS 'Steps or members whose job completed.';
+
+--
+-- Name: COLUMN ojs_workflow.failed; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.failed IS 'Steps or members whose job ended discarded (after its retries) or cancelled.';
+
+--
+-- Name: COLUMN ojs_workflow.cancelled; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.cancelled IS 'Steps never run because the chain failed first.';
+
+--
+-- Name: COLUMN ojs_workflow.callbacks_fired; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.callbacks_fired IS 'Batch only: the callbacks released when its last member finished, null until then. Set once, under the row''s lock: the exactly-once latch.';
+
+--
+-- Name: COLUMN ojs_workflow.callbacks_open; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.callbacks_open IS 'Batch only: released callbacks whose jobs have not finished.';
+
+--
+-- Name: COLUMN ojs_workflow.priority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.priority IS 'The workflow-level priority given at creation, if any.';
+
+--
+-- Name: COLUMN ojs_workflow.failed_step_index; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.failed_step_index IS 'The first step or member whose job failed.';
+
+--
+-- Name: COLUMN ojs_workflow.errors; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.errors IS 'JSON array of {job_id, code, message, attempt}, one per failed step, member or callback.';
+
+--
+-- Name: COLUMN ojs_workflow.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.created_at IS 'When the workflow was created.';
+
+--
+-- Name: COLUMN ojs_workflow.completed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.completed_at IS 'When it reached completed or failed.';
+
+--
+-- Name: COLUMN ojs_workflow.cancelled_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.cancelled_at IS 'When it was cancelled.';
+
+--
+-- Name: ojs_workflow_event(text, public.ojs_workflow, uuid, jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_workflow_event(type text, workflow public.ojs_workflow, job uuid, data jsonb) RETURNS void
+    LANGUAGE sql
+    SET search_path TO '$user', 'public'
+    BEGIN ATOMIC
+ INSERT INTO public.ojs_event (type, subject, job_id, data)
+   VALUES (ojs_workflow_event.type, ((ojs_workflow_event.workflow).id)::text, ojs_workflow_event.job, (jsonb_build_object('workflow_id', (ojs_workflow_event.workflow).id, 'workflow_type', (ojs_workflow_event.workflow).type, 'name', (ojs_workflow_event.workflow).name, 'state', (ojs_workflow_event.workflow).state) || ojs_workflow_event.data));
+END;
+
+--
+-- Name: FUNCTION ojs_workflow_event(type text, workflow public.ojs_workflow, job uuid, data jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_workflow_event(type text, workflow public.ojs_workflow, job uuid, data jsonb) IS 'Writes one workflow.* event.';
+
+--
+-- Name: ojs_workflow_job_finished(uuid, integer, uuid, text, json, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_workflow_job_finished(workflow_id uuid, step integer, job_id uuid, outcome text, result json, error jsonb, attempt integer) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    w ojs_workflow;
+    n ojs_workflow_node;
+    fired text[];
+    results json;
+    failed_now boolean := outcome <> 'completed';
+begin
+    -- One workflow's finishing jobs take turns here; every read below sees the ones before.
+    select * into w from ojs_workflow where id = workflow_id for update;
+    if not found then
+        return;
+    end if;
+    update ojs_workflow_node x
+       set state = case outcome when 'completed' then 'completed' when 'cancelled' then 'cancelled'
+                        else 'failed' end,
+           result = case when failed_now then null else ojs_workflow_job_finished.result end,
+           error = ojs_workflow_job_finished.error, finished_at = now()
+     where x.workflow_id = w.id and x.idx = step and x.job_id = ojs_workflow_job_finished.job_id
+       and x.state = 'released'
+    returning * into n;
+    if not found or w.state <> 'running' then
+        -- A job of a workflow that already ended (cancelled while it ran), or one finishing
+        -- twice (retried from the dead-letter queue after its first end): recorded, no more.
+        return;
+    end if;
+
+    if n.kind in ('on_complete', 'on_success', 'on_failure') then
+        update ojs_workflow
+           set callbacks_open = callbacks_open - 1,
+               state = case when failed_now then 'failed'
+                            when callbacks_open - 1 = 0 then case when failed > 0 then 'failed' else 'completed' end
+                            else state end,
+               errors = case when failed_now then errors || jsonb_build_array(jsonb_build_object(
+                            'job_id', job_id, 'code', error -> 'code', 'message', error -> 'message',
+                            'attempt', attempt)) else errors end
+         where id = w.id
+        returning * into w;
+        if w.state <> 'running' then
+            update ojs_workflow set completed_at = now() where id = w.id returning * into w;
+            perform ojs_workflow_event('workflow.' || w.state, w, null, '{}');
+        end if;
+        return;
+    end if;
+
+    update ojs_workflow
+       set completed = completed + (not failed_now)::int,
+           failed = failed + failed_now::int,
+           failed_step_index = case when failed_now then coalesce(failed_step_index, step) else failed_step_index end,
+           errors = case when failed_now then errors || jsonb_build_array(jsonb_build_object(
+                        'job_id', job_id, 'code', coalesce(error -> 'code', to_jsonb(outcome)),
+                        'message', error -> 'message', 'attempt', attempt)) else errors end
+     where id = w.id
+    returning * into w;
+    perform ojs_workflow_event(
+        case when w.type = 'chain' then 'workflow.step_' else 'workflow.job_' end
+            || case when failed_now then 'failed' else 'completed' end,
+        w, job_id, jsonb_build_object('index', step, 'outcome', outcome));
+
+    if w.type = 'chain' then
+        if failed_now then
+            update ojs_workflow
+               set state = 'failed', completed_at = now(),
+                   cancelled = cancelled + ojs_workflow_drop_waiting(w.id, array['step'], 'cancelled')
+             where id = w.id
+            returning * into w;
+            perform ojs_workflow_event('workflow.failed', w, null, '{}');
+        elsif step + 1 < w.total then
+            update ojs_workflow_node x set state = 'released'
+             where x.workflow_id = w.id and x.idx = step + 1 and x.state = 'waiting'
+            returning * into n;
+            select json_agg(x.result order by x.idx) into results
+              from ojs_workflow_node x where x.workflow_id = w.id and x.idx <= step;
+            perform ojs_workflow_release(n.job_id, results);
+        else
+            update ojs_workflow set state = 'completed', completed_at = now()
+             where id = w.id returning * into w;
+            perform ojs_workflow_event('workflow.completed', w, null, '{}');
+        end if;
+        return;
+    end if;
+
+    if w.completed + w.failed + w.cancelled < w.total then
+        return;
+    end if;
+    if w.type = 'group' then
+        update ojs_workflow
+           set state = case when failed > 0 then 'failed' else 'completed' end, completed_at = now()
+         where id = w.id
+        returning * into w;
+        perform ojs_workflow_event('workflow.' || w.state, w, null, '{}');
+        return;
+    end if;
+
+    -- The last member of a batch: fire its callbacks, once.
+    if w.callbacks_fired is not null then
+        return;
+    end if;
+    fired := array['on_complete'] || case when w.failed = 0 then array['on_success'] else array['on_failure'] end;
+    select json_agg(case when x.state = 'completed' then x.result end order by x.idx) into results
+      from ojs_workflow_node x where x.workflow_id = w.id and x.kind = 'job';
+    perform ojs_workflow_drop_waiting(
+        w.id, array(select k from unnest(array['on_complete', 'on_success', 'on_failure']) k where k <> all(fired)),
+        'not_fired');
+    for n in
+        update ojs_workflow_node x set state = 'released'
+         where x.workflow_id = w.id and x.state = 'waiting' and x.kind = any(fired)
+        returning *
+    loop
+        perform ojs_workflow_release(n.job_id, results);
+        perform ojs_workflow_event('workflow.callback_fired', w, n.job_id,
+                                   jsonb_build_object('callback', n.kind));
+    end loop;
+    update ojs_workflow
+       set callbacks_fired = array(select kind from ojs_workflow_node x
+                                    where x.workflow_id = w.id and x.kind = any(fired) order by x.idx),
+           callbacks_open = (select count(*) from ojs_workflow_node x
+                              where x.workflow_id = w.id and x.kind = any(fired) and x.state = 'released')
+     where id = w.id
+    returning * into w;
+    if w.callbacks_open = 0 then
+        update ojs_workflow
+           set state = case when failed > 0 then 'failed' else 'completed' end, completed_at = now()
+         where id = w.id
+        returning * into w;
+        perform ojs_workflow_event('workflow.' || w.state, w, null, '{}');
+    end if;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_workflow_job_finished(workflow_id uuid, step integer, job_id uuid, outcome text, result json, error jsonb, attempt integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_workflow_job_finished(workflow_id uuid, step integer, job_id uuid, outcome text, result json, error jsonb, attempt integer) IS 'Advances a workflow when one of its jobs ends (completed, failed or cancelled), under the workflow row''s lock: releases the next chain step, ends the workflow, or fires a batch''s callbacks exactly once.';
+
+--
+-- Name: ojs_workflow_release(uuid, json); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_workflow_release(job uuid, parent_results json) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    j ojs_job;
+begin
+    update ojs_job
+       set state = 'available', activated_at = now(), enqueued_at = now(),
+           extra = case when parent_results is null then extra
+                        else (left(rtrim(extra::text), -1) || ', "parent_results": '
+                              || parent_results::text || '}')::json end
+     where id = job and state = 'pending'
+    returning * into j;
+    if not found then
+        return;
+    end if;
+    insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+    values ('job.enqueued', j.id::text, j.id, j.queue, j.type, 'pending', j.state,
+            ojs_job_transition_data('pending', j));
+    perform pg_notify('ojs_job_available', j.queue);
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_workflow_release(job uuid, parent_results json); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_workflow_release(job uuid, parent_results json) IS 'Releases a job a workflow held: pending to available, with the results it is given in extra.parent_results; writes job.enqueued and wakes long polls.';
 
 --
 -- Name: ojs_api_key; Type: TABLE; Schema: public; Owner: -
@@ -1475,169 +2037,6 @@ COMMENT ON COLUMN public.ojs_dispatch_second.dispatched IS 'Jobs dispatched.';
 --
 
 COMMENT ON COLUMN public.ojs_dispatch_second.wait_ms IS 'Sum of their waits from available to dispatch, in milliseconds.';
-
---
--- Name: ojs_event; Type: TABLE; Schema: public; Owner: -
---
-
-CREATE TABLE public.ojs_event (
-    seq bigint NOT NULL,
-    xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
-    type text NOT NULL,
-    source text DEFAULT COALESCE(NULLIF(current_setting('ojs.source'::text, true), ''::text), 'ojs://ojs-server/api/unknown'::text) NOT NULL,
-    "time" timestamp with time zone DEFAULT now() NOT NULL,
-    subject text,
-    job_id uuid,
-    queue text,
-    job_type text,
-    from_state public.ojs_job_state,
-    to_state public.ojs_job_state,
-    data jsonb DEFAULT '{}'::jsonb NOT NULL,
-    job_ids uuid[],
-    trace_ids text[],
-    attempts integer[],
-    priorities integer[],
-    unique_keys text[],
-    scheduled_ats timestamp with time zone[],
-    durations_ms bigint[],
-    results json[],
-    worker_id text,
-    CONSTRAINT ojs_event_batch_shape CHECK (((job_ids IS NULL) OR ((job_id IS NULL) AND ((cardinality(job_ids) >= 1) AND (cardinality(job_ids) <= 16384))))),
-    CONSTRAINT ojs_event_data_is_object CHECK ((jsonb_typeof(data) = 'object'::text)),
-    CONSTRAINT ojs_event_transition_complete CHECK (((from_state IS NULL) OR (to_state IS NOT NULL)))
-);
-
---
--- Name: TABLE ojs_event; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON TABLE public.ojs_event IS 'Lifecycle events (OJS event vocabulary). Job and dead-letter events are written by an events CTE in the same SQL statement that changes the job, worker events by the ojs_worker_events triggers, queue changes (queue.created, queue.paused, ...) in the statement that makes them, cron.triggered and cron.skipped by the cron firer in the transaction of the occurrence, and queue.full, backpressure, pool and scheduling events by inserts of their own. Served by GET /ojs/v1/events and the SSE streams; pruned after 7 days or beyond 1,000,000 events (the defaults).';
-
---
--- Name: COLUMN ojs_event.seq; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.seq IS 'Position of the row among all events; each row takes a block of 16,384 positions, and the events of a batch row are at seq, seq + 1, ... The event id sent to clients (evt_<UUIDv7>) is made of time and position.';
-
---
--- Name: COLUMN ojs_event.xid; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.xid IS 'Transaction that wrote the event; events are delivered in (xid, seq) order once that transaction is older than every running one.';
-
---
--- Name: COLUMN ojs_event.type; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.type IS 'Event type, e.g. job.completed.';
-
---
--- Name: COLUMN ojs_event.source; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.source IS 'ojs://<service>/<component>/<instance> of the writer.';
-
---
--- Name: COLUMN ojs_event."time"; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event."time" IS 'When the change happened (the transaction time of the writer).';
-
---
--- Name: COLUMN ojs_event.subject; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.subject IS 'What the event is about: a job id, worker id, queue name, ...';
-
---
--- Name: COLUMN ojs_event.job_id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.job_id IS 'Job the event is about, if any.';
-
---
--- Name: COLUMN ojs_event.queue; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.queue IS 'Queue of that job (or the queue the event is about).';
-
---
--- Name: COLUMN ojs_event.job_type; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.job_type IS 'Type of that job.';
-
---
--- Name: COLUMN ojs_event.from_state; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.from_state IS 'For the one event that records a job state change: the state before.';
-
---
--- Name: COLUMN ojs_event.to_state; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.to_state IS 'For the one event that records a job state change: the state after.';
-
---
--- Name: COLUMN ojs_event.data; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.data IS 'Event payload.';
-
---
--- Name: COLUMN ojs_event.job_ids; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.job_ids IS 'Batch row: the jobs of the statement that wrote it, in job order; the i-th (from 1) is the event at seq + i - 1. Null for a row of one event.';
-
---
--- Name: COLUMN ojs_event.trace_ids; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.trace_ids IS 'Batch row: each job''s trace id (meta.trace_id, else the trace id of meta.traceparent), or null.';
-
---
--- Name: COLUMN ojs_event.attempts; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.attempts IS 'Batch row: each job''s attempt (job.started, job.completed).';
-
---
--- Name: COLUMN ojs_event.priorities; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.priorities IS 'Batch row: each job''s priority (job.enqueued).';
-
---
--- Name: COLUMN ojs_event.unique_keys; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.unique_keys IS 'Batch row: each job''s unique key, or null (job.enqueued).';
-
---
--- Name: COLUMN ojs_event.scheduled_ats; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.scheduled_ats IS 'Batch row: each job''s scheduled_at, or null (job.enqueued, job.scheduled).';
-
---
--- Name: COLUMN ojs_event.durations_ms; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.durations_ms IS 'Batch row: each attempt''s duration in milliseconds (job.completed).';
-
---
--- Name: COLUMN ojs_event.results; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.results IS 'Batch row: each job''s result when at most 64 KiB, else null (job.completed).';
-
---
--- Name: COLUMN ojs_event.worker_id; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.ojs_event.worker_id IS 'Batch row: the worker that claimed the jobs (job.started).';
 
 --
 -- Name: ojs_event_log; Type: VIEW; Schema: public; Owner: -
@@ -3782,6 +4181,92 @@ COMMENT ON COLUMN public.ojs_worker_status.stale_at IS 'When it was declared sta
 COMMENT ON COLUMN public.ojs_worker_status.active_jobs IS 'Jobs it holds now.';
 
 --
+-- Name: ojs_workflow_node; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_workflow_node (
+    workflow_id uuid NOT NULL,
+    idx integer NOT NULL,
+    kind text NOT NULL,
+    job_id uuid NOT NULL,
+    type text NOT NULL,
+    queue text NOT NULL,
+    state text NOT NULL,
+    result json,
+    error jsonb,
+    finished_at timestamp with time zone,
+    CONSTRAINT ojs_workflow_node_idx_nonnegative CHECK ((idx >= 0)),
+    CONSTRAINT ojs_workflow_node_kind_known CHECK ((kind = ANY (ARRAY['step'::text, 'job'::text, 'on_complete'::text, 'on_success'::text, 'on_failure'::text]))),
+    CONSTRAINT ojs_workflow_node_state_known CHECK ((state = ANY (ARRAY['waiting'::text, 'released'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'not_fired'::text])))
+);
+
+--
+-- Name: TABLE ojs_workflow_node; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_workflow_node IS 'One step, member job or callback of a workflow, with the outcome and result of its job (kept here: a completed job may be pruned before the workflow is read).';
+
+--
+-- Name: COLUMN ojs_workflow_node.workflow_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.workflow_id IS 'The workflow.';
+
+--
+-- Name: COLUMN ojs_workflow_node.idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.idx IS 'Position: the step or member index; callbacks follow the members (the job''s extra.workflow_step).';
+
+--
+-- Name: COLUMN ojs_workflow_node.kind; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.kind IS 'step (chain), job (group or batch member), or the batch callback it is: on_complete, on_success, on_failure.';
+
+--
+-- Name: COLUMN ojs_workflow_node.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.job_id IS 'The node''s job (made with the workflow; held pending while the node waits).';
+
+--
+-- Name: COLUMN ojs_workflow_node.type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.type IS 'The job type of the node''s job.';
+
+--
+-- Name: COLUMN ojs_workflow_node.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.queue IS 'The queue of the node''s job.';
+
+--
+-- Name: COLUMN ojs_workflow_node.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.state IS 'waiting (its job held), released (its job enqueued; the job has the live state), completed, failed, cancelled (never run), or not_fired (a callback whose condition was false).';
+
+--
+-- Name: COLUMN ojs_workflow_node.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.result IS 'The completed job''s result, as the worker gave it.';
+
+--
+-- Name: COLUMN ojs_workflow_node.error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.error IS 'The error the job ended with.';
+
+--
+-- Name: COLUMN ojs_workflow_node.finished_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.finished_at IS 'When the node''s job finished, or the node was dropped.';
+
+--
 -- Name: ojs_job_done_default; Type: TABLE ATTACH; Schema: public; Owner: -
 --
 
@@ -3891,6 +4376,20 @@ ALTER TABLE ONLY public.ojs_queue
 
 ALTER TABLE ONLY public.ojs_worker
     ADD CONSTRAINT ojs_worker_pkey PRIMARY KEY (id);
+
+--
+-- Name: ojs_workflow_node ojs_workflow_node_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_workflow_node
+    ADD CONSTRAINT ojs_workflow_node_pkey PRIMARY KEY (workflow_id, idx);
+
+--
+-- Name: ojs_workflow ojs_workflow_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_workflow
+    ADD CONSTRAINT ojs_workflow_pkey PRIMARY KEY (id);
 
 --
 -- Name: ojs_cron_due_idx; Type: INDEX; Schema: public; Owner: -
@@ -4077,6 +4576,18 @@ CREATE INDEX ojs_rate_window_key_idx ON public.ojs_rate_window USING btree (key,
 CREATE INDEX ojs_worker_heartbeat_idx ON public.ojs_worker USING btree (last_heartbeat_at) WHERE (stale_at IS NULL);
 
 --
+-- Name: ojs_workflow_created_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_workflow_created_idx ON public.ojs_workflow USING btree (created_at, id);
+
+--
+-- Name: ojs_workflow_node_job_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_workflow_node_job_idx ON public.ojs_workflow_node USING btree (job_id);
+
+--
 -- Name: ojs_job_done_default_completed_at_idx; Type: INDEX ATTACH; Schema: public; Owner: -
 --
 
@@ -4143,6 +4654,30 @@ CREATE TRIGGER ojs_job_fair_tag_update BEFORE UPDATE OF state, queue ON public.o
 COMMENT ON TRIGGER ojs_job_fair_tag_update ON public.ojs_job IS 'Runs ojs_job_fair_tag() for an update of state or queue that leaves a tenant_fair job available; the function acts when the job became available (promotion, activation, release, manual retry) or moved to another queue while available.';
 
 --
+-- Name: ojs_job_done ojs_job_workflow_completed; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_workflow_completed AFTER INSERT ON public.ojs_job_done FOR EACH ROW WHEN (((new.extra -> 'workflow_id'::text) IS NOT NULL)) EXECUTE FUNCTION public.ojs_job_workflow_completed();
+
+--
+-- Name: TRIGGER ojs_job_workflow_completed ON ojs_job_done; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_workflow_completed ON public.ojs_job_done IS 'A completed workflow job advances its workflow in the ACK''s transaction.';
+
+--
+-- Name: ojs_job ojs_job_workflow_ended; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_workflow_ended AFTER UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN (((new.state = ANY (ARRAY['discarded'::public.ojs_job_state, 'cancelled'::public.ojs_job_state])) AND (old.state <> ALL (ARRAY['discarded'::public.ojs_job_state, 'cancelled'::public.ojs_job_state])) AND ((new.extra -> 'workflow_id'::text) IS NOT NULL))) EXECUTE FUNCTION public.ojs_job_workflow_ended();
+
+--
+-- Name: TRIGGER ojs_job_workflow_ended ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_workflow_ended ON public.ojs_job IS 'A workflow job that ends discarded or cancelled advances its workflow in the same transaction.';
+
+--
 -- Name: ojs_worker ojs_worker_events_after; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -4165,6 +4700,13 @@ CREATE TRIGGER ojs_worker_events_before BEFORE INSERT OR DELETE OR UPDATE ON pub
 --
 
 COMMENT ON TRIGGER ojs_worker_events_before ON public.ojs_worker IS 'Runs ojs_worker_events() before every insert, update and delete of a worker: writes worker.started, worker.quiet, worker.stopped and the sampled worker.heartbeat for updates and deletes, and stamps heartbeat_event_at on inserts.';
+
+--
+-- Name: ojs_workflow_node ojs_workflow_node_workflow_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_workflow_node
+    ADD CONSTRAINT ojs_workflow_node_workflow_fkey FOREIGN KEY (workflow_id) REFERENCES public.ojs_workflow(id) ON DELETE CASCADE;
 
 --
 -- PostgreSQL database dump complete

@@ -119,6 +119,18 @@ pub enum Error {
         producer: Option<String>,
         index: Option<usize>,
     },
+    /// A workflow definition is invalid: every problem, with its path.
+    #[error("invalid workflow definition")]
+    InvalidWorkflow(Vec<crate::wire::violation::Violation>),
+    /// No workflow has this id.
+    #[error("workflow {0} not found")]
+    WorkflowNotFound(uuid::Uuid),
+    /// The workflow has ended and cannot be cancelled.
+    #[error("workflow {id} is already {state}")]
+    WorkflowEnded { id: uuid::Uuid, state: String },
+    /// The job waits for its workflow, which releases it; it cannot be activated by hand.
+    #[error("job {job_id} is held by workflow {workflow}")]
+    HeldByWorkflow { job_id: JobId, workflow: uuid::Uuid },
     /// The request asks for something this server does not offer.
     #[error("{0}")]
     Unsupported(String),

@@ -17,7 +17,7 @@
 //! | layer | modules | what it holds |
 //! |---|---|---|
 //! | wire | `wire` | how values are spelled in client JSON: verbatim JSON, durations, timestamps, field violations |
-//! | domain | `job` `worker` `queue_config` `scheduling` `cron` `error` | what a job, worker, queue, pool and cron entry are and may do; no I/O |
+//! | domain | `job` `worker` `queue_config` `scheduling` `cron` `workflow` `error` | what a job, worker, queue, pool and cron entry are and may do; no I/O |
 //! | store | `store` | every SQL statement, given a connection |
 //! | infrastructure | `db` `telemetry` | connection pools, database health, logs and metrics |
 //! | runtime | `wakeup` `events` `leadership` `auth` | per-process machinery: long-poll wake-ups, the event tail, the maintenance lease, the key ring |
@@ -49,5 +49,6 @@ pub mod telemetry;
 pub mod wakeup;
 pub mod wire;
 pub mod worker;
+pub mod workflow;
 
 pub use error::{Error, Result};

@@ -162,7 +162,26 @@ impl Completer {
             })
             .collect();
         let delete_on_ack = self.retention.delete_on_ack(&self.db).await?;
-        let completed = complete_group::<Completed>(&self.hot, &params, &delete_on_ack).await?;
+        let completed = match complete_group::<Completed>(&self.hot, &params, &delete_on_ack).await
+        {
+            // Jobs of workflows advance their workflows in this statement, each under its
+            // workflow's row lock: two statements finishing jobs of the same workflows in
+            // another order can deadlock. One ACK per statement cannot.
+            Err(e) if params.len() > 1 && is_deadlock(&e) => {
+                let mut one_by_one = Vec::with_capacity(params.len());
+                for ack in &params {
+                    let mut done = complete_group::<Completed>(
+                        &self.hot,
+                        std::slice::from_ref(ack),
+                        &delete_on_ack,
+                    )
+                    .await?;
+                    one_by_one.push(done.pop().flatten());
+                }
+                one_by_one
+            }
+            other => other?,
+        };
         let mut out = Vec::with_capacity(acks.len());
         for ((id, _), job) in acks.iter().zip(completed) {
             out.push(match job {
@@ -390,6 +409,13 @@ async fn complete_group<A: AckAnswer>(
         .zip(first)
         .map(|(a, first)| if first { done.remove(&a.id.0) } else { None })
         .collect())
+}
+
+/// Whether a statement was chosen as a deadlock's victim (SQLSTATE 40P01).
+fn is_deadlock(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|code| code == "40P01")
 }
 
 /// Writes a group of ACK requests (see [`complete_group`]). When the statement fails, each ACK

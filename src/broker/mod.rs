@@ -33,6 +33,7 @@ mod progress;
 mod queues;
 mod unique;
 mod workers;
+mod workflows;
 
 pub use admin::{
     AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW, RateLimitUsage,
@@ -45,6 +46,7 @@ pub use progress::{Progress, ProgressReport};
 pub use queues::{DeleteStrategy, Deleted, Queue, QueueStats};
 pub use unique::{UniquePlan, plan_unique};
 pub use workers::{Registered, WorkerSummary};
+pub use workflows::{WorkflowCancelled, WorkflowView};
 // The store's row and filter types that are also the broker's API.
 pub use crate::scheduling::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting};
 pub use crate::store::admin::{JobFilter, JobSort, JobSummary, StateCounts};
@@ -52,6 +54,7 @@ pub use crate::store::dead_letter::{DeadLetterFilter, DeadLetterStats, RetryOver
 pub use crate::store::event::{EventFilter, EventRow, Position};
 pub use crate::store::queue::{QueueCounts, QueueState};
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
+pub use crate::store::workflow::{NodeRow as WorkflowNode, WorkflowRow};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -311,6 +314,14 @@ impl Broker {
             return Ok(job);
         }
         let job = self.info(id).await?;
+        if job.state == JobState::Pending
+            && let Some(workflow) = crate::workflow::held_by(&job.extra.0)
+        {
+            return Err(Error::HeldByWorkflow {
+                job_id: id,
+                workflow,
+            });
+        }
         Err(Error::InvalidTransition {
             job_id: id,
             operation: "activate",
@@ -319,11 +330,12 @@ impl Broker {
         })
     }
 
-    /// Deletes all jobs, workers, events, queues with their configuration, and cron entries
-    /// with their runs (test hook).
+    /// Deletes all jobs, workflows, workers, events, queues with their configuration, and cron
+    /// entries with their runs (test hook).
     pub async fn reset(&self) -> Result<()> {
         let mut tx = self.db.begin().await?;
         store::cron::delete_all(&mut tx).await?;
+        store::workflow::delete_all(&mut *tx).await?;
         store::job::delete_all(&mut *tx).await?;
         store::worker::delete_all(&mut *tx).await?;
         store::event::delete_all(&mut *tx).await?;

@@ -38,11 +38,15 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
             &Method::GET | &Method::DELETE | &Method::PATCH,
             "/ojs/v1/jobs/{id}"
         ) | (
-            &Method::GET,
-            "/ojs/v1/jobs/{id}/progress"
-                | "/ojs/v1/jobs/{id}/progress/stream"
-                | "/ojs/v1/jobs/{id}/events"
-        )
+            &Method::POST,
+            "/ojs/v1/workflows" | "/ojs/v1/workflows/{id}/cancel"
+        ) | (&Method::GET | &Method::DELETE, "/ojs/v1/workflows/{id}")
+            | (
+                &Method::GET,
+                "/ojs/v1/jobs/{id}/progress"
+                    | "/ojs/v1/jobs/{id}/progress/stream"
+                    | "/ojs/v1/jobs/{id}/events"
+            )
     );
     if producer {
         return Some(Role::Producer);

@@ -46,6 +46,8 @@ mod queues;
 mod system;
 // The worker protocol: registration, FETCH, ACK/NACK, heartbeats.
 mod workers;
+// Workflows: chain, group and batch.
+mod workflows;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -213,6 +215,7 @@ pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
         .merge(workers::router())
         .merge(dead_letter::router())
         .merge(cron::router())
+        .merge(workflows::router())
         .merge(events::router())
         .merge(queues::router())
         .merge(admin::router(settings.test_hooks))

@@ -299,7 +299,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             rate_limiting: true,
             schema_validation: false,
             unique_jobs: true,
-            workflows: false,
+            workflows: true,
             pause_resume: true,
             fair_scheduling: true,
             queue_config: true,
@@ -365,6 +365,7 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         official!("graceful-shutdown"),
         official!("timeouts"),
         official!("cron"),
+        official!("workflows"),
     ],
     // ojsd's own extensions (not part of OJS).
     experimental: &[Extension {

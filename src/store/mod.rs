@@ -29,6 +29,7 @@ pub mod progress;
 pub mod queue;
 pub mod refusal;
 pub mod worker;
+pub mod workflow;
 
 /// NOTIFY channel carrying the name of a queue that has new `available` jobs.
 ///

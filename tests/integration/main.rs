@@ -32,3 +32,4 @@ mod unique;
 mod validation;
 mod worker_protocol;
 mod workers_api;
+mod workflows;

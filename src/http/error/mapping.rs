@@ -322,6 +322,29 @@ impl From<Error> for ApiError {
                 index,
             )),
             Error::Unsupported(message) => ApiError::unsupported(message),
+            Error::InvalidWorkflow(violations) => {
+                let mut details = validation_details(&violations, None);
+                details["reason"] = json!("invalid_workflow");
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    validation_message(&violations, None),
+                )
+                .with_details(details)
+            }
+            Error::HeldByWorkflow { job_id, workflow } => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("Job '{job_id}' waits for its workflow '{workflow}', which releases it when its turn comes."),
+            )
+            .with_details(json!({"job_id": job_id.to_string(), "workflow_id": workflow.to_string()})),
+            Error::WorkflowNotFound(id) => ApiError::not_found("workflow", &id.to_string()),
+            Error::WorkflowEnded { id, state } => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("Workflow '{id}' is already {state}."),
+            )
+            .with_details(json!({"workflow_id": id.to_string(), "current_state": state})),
             Error::Database(e) => database_error(&e),
         }
     }

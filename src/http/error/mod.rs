@@ -113,6 +113,7 @@ impl ApiError {
             "job" => "Job",
             "worker" => "Worker",
             "queue" => "Queue",
+            "workflow" => "Workflow",
             _ => "Resource",
         };
         ApiError::new(

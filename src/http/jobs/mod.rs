@@ -212,7 +212,7 @@ const BLOCK_TIMEOUT_HEADER: &str = "ojs-block-timeout";
 const MAX_BLOCK_TIMEOUT_SECS: u64 = 30;
 
 /// The producer and block timeout of a PUSH, from its headers.
-fn push_context(headers: &HeaderMap) -> Result<PushContext, ApiError> {
+pub(super) fn push_context(headers: &HeaderMap) -> Result<PushContext, ApiError> {
     let producer = match headers.get(PRODUCER_HEADER) {
         None => None,
         Some(v) => match v.to_str().map(str::trim) {

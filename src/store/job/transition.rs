@@ -60,6 +60,7 @@ macro_rules! complete_statement {
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
                and ($4 or cardinality($5::text[]) > 0)
                and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
+               and (j.extra -> 'workflow_id') is null
             returning j.*, i.result as ack_result
         ),
         -- Plain columns, not whole rows: reading fields out of a row value costs more per job
@@ -117,10 +118,10 @@ macro_rules! complete_statement {
              where j.id = i.id
                and j.state::text = 'active'
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
-               -- Parameters only: a one-time filter, so a statement with no queue to keep
-               -- (below, no queue to forget) reads nothing for this part.
-               and (not $4 or cardinality($6::text[]) > 0)
-               and not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
+               -- A workflow's job is kept whatever its queue's retention: its completion (the
+               -- insert below) advances the workflow (migration V18).
+               and (not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
+                    or (j.extra -> 'workflow_id') is not null)
             returning j.*, i.result as ack_result
         ),
         moved as (
@@ -528,6 +529,8 @@ pub async fn activate(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>,
             update ojs_job j
                set state = 'available', activated_at = now(), enqueued_at = now()
              where j.id = $1 and j.state = 'pending'
+               -- A job a workflow holds waits for the workflow (migration V18).
+               and (j.extra -> 'workflow_id') is null
             returning j
         ),
         events as (

@@ -1,0 +1,372 @@
+//! `/ojs/v1/workflows`: create a chain, group or batch (all its jobs at once, or nothing),
+//! read one with every step's live state, list them, cancel one. The body of a single
+//! workflow is `{"workflow": {...}}` with the same members also beside `workflow`, so clients
+//! that read either shape (the suites and the Go SDK, the JS SDK and the admin UI) find them.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::extract::JsonBody;
+use super::jobs::push_context;
+use super::openapi;
+use super::query::{ADMIN, Page, PageParams, QueryParams};
+use super::{AppState, Ojs, ok};
+use crate::broker::{WorkflowCancelled, WorkflowNode as NodeRow, WorkflowRow, WorkflowView};
+use crate::error::Error;
+use crate::job::JobState;
+use crate::wire::timestamp;
+use crate::workflow::{self, Invalid, NodeKind, WorkflowType};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(show, cancel))
+        .routes(routes!(cancel_action))
+}
+
+/// A workflow definition (typed form). Items are job bodies, validated as a PUSH is.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct WorkflowRequest {
+    /// `chain`, `group` or `batch`.
+    r#type: String,
+    name: Option<String>,
+    /// Chain only: the steps, in order.
+    steps: Option<Vec<openapi::Enqueue>>,
+    /// Group and batch: the member jobs.
+    jobs: Option<Vec<openapi::Enqueue>>,
+    /// Batch only: at least one of `on_complete`, `on_success`, `on_failure`.
+    #[schema(value_type = Option<Object>)]
+    callbacks: Option<Value>,
+    /// Defaults for every item's `options` (an item's own win).
+    #[schema(value_type = Option<Object>)]
+    options: Option<Value>,
+    /// Priority of every item that names none.
+    priority: Option<i32>,
+}
+
+/// `{"workflow": {...}}`, its members also at the top level.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct WorkflowBody {
+    #[schema(value_type = Object)]
+    workflow: Value,
+}
+
+/// The workflow's id of a path. A segment that is not a UUID names no workflow: 404.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct WorkflowIdParam {
+    /// The workflow's id.
+    id: String,
+}
+
+fn workflow_id(segment: &str) -> Result<Uuid, ApiError> {
+    Uuid::try_parse(segment).map_err(|_| ApiError::not_found("workflow", segment))
+}
+
+/// `POST /ojs/v1/workflows`.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workflows",
+    tag = "workflows",
+    summary = "Create a workflow: a chain, group or batch of jobs",
+    request_body = WorkflowRequest,
+    responses(
+        (status = 201, description = "Created; `Location` names it.", body = WorkflowBody),
+        (status = 400, description = "The definition is invalid (`details.reason`: `invalid_workflow`); nothing was written."),
+        (status = 409, description = "A unique policy found a duplicate of an item, or a queue is draining."),
+        (status = 422, description = "An item's retry policy is invalid, or it is a nested workflow."),
+        (status = 429, description = "A queue is full."),
+    )
+)]
+async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    caller: Caller,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    let ctx = push_context(&headers)?;
+    let fields = body.object()?;
+    let definition =
+        workflow::parse(fields.object(), &state.broker().settings().limits).map_err(|invalid| {
+            match invalid {
+                Invalid::Definition(violations) => Error::InvalidWorkflow(violations),
+                Invalid::Item(rejection) => Error::from(rejection),
+            }
+        })?;
+    for node in &definition.nodes {
+        caller.check_queue(&node.job.queue)?;
+    }
+    let view = state.broker().create_workflow(&definition, &ctx).await?;
+    let mut response = Ojs(StatusCode::CREATED, body_of(&view, None)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/ojs/v1/workflows/{}", definition.id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// `GET /ojs/v1/workflows`: newest first, optionally `state`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/workflows",
+    tag = "workflows",
+    summary = "List workflows",
+    params(PageParams, ("state" = Option<String>, Query, description = "running, completed, failed or cancelled")),
+    responses(
+        (status = 200, description = "`{items, workflows, pagination}`", body = Object),
+        (status = 400, description = "A query parameter is invalid."),
+    )
+)]
+async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+    let page = Page::from_query(&query, ADMIN)?;
+    let filter = query.get("state").filter(|s| !s.is_empty());
+    if let Some(s) = filter
+        && !["running", "completed", "failed", "cancelled"].contains(&s)
+    {
+        return Err(ApiError::invalid_field(
+            "state",
+            "'state' is one of running, completed, failed, cancelled",
+        ));
+    }
+    let (rows, total) = state
+        .broker()
+        .workflows(filter, page.limit, page.offset)
+        .await?;
+    let items: Vec<Value> = rows.iter().map(summary).collect();
+    Ok(ok(json!({
+        "items": items,
+        "workflows": items,
+        "pagination": page.describe(total),
+    }))
+    .into_response())
+}
+
+/// `GET /ojs/v1/workflows/{id}`.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/workflows/{id}",
+    tag = "workflows",
+    summary = "Read a workflow with every step's state",
+    params(WorkflowIdParam),
+    responses(
+        (status = 200, body = WorkflowBody),
+        (status = 404, description = "No such workflow."),
+    )
+)]
+async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let view = state.broker().workflow(workflow_id(&id)?).await?;
+    check_queues(&caller, &view)?;
+    Ok(ok(body_of(&view, None)).into_response())
+}
+
+/// `DELETE /ojs/v1/workflows/{id}`: cancel.
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/workflows/{id}",
+    tag = "workflows",
+    summary = "Cancel a workflow",
+    description = "Steps not started never run: held ones are dropped, enqueued ones are \
+                   cancelled. Jobs already running finish, but no longer advance the workflow; \
+                   no callback fires.",
+    params(WorkflowIdParam),
+    responses(
+        (status = 200, body = WorkflowBody),
+        (status = 404, description = "No such workflow."),
+        (status = 409, description = "The workflow has already ended."),
+    )
+)]
+async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    cancelled(&state, &caller, &id).await
+}
+
+/// `POST /ojs/v1/workflows/{id}/cancel` (the admin UI's form): as `DELETE`.
+#[utoipa::path(
+    post,
+    path = "/ojs/v1/workflows/{id}/cancel",
+    tag = "workflows",
+    summary = "Cancel a workflow (as DELETE)",
+    params(WorkflowIdParam),
+    responses(
+        (status = 200, body = WorkflowBody),
+        (status = 404, description = "No such workflow."),
+        (status = 409, description = "The workflow has already ended."),
+    )
+)]
+async fn cancel_action(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    cancelled(&state, &caller, &id).await
+}
+
+async fn cancelled(state: &AppState, caller: &Caller, id: &str) -> Result<Response, ApiError> {
+    let id = workflow_id(id)?;
+    if caller.limited() {
+        check_queues(caller, &state.broker().workflow(id).await?)?;
+    }
+    let WorkflowCancelled {
+        view,
+        stopped,
+        completed,
+    } = state.broker().cancel_workflow(id).await?;
+    let extra = json!({"steps_cancelled": stopped, "steps_already_completed": completed});
+    Ok(ok(body_of(&view, Some(extra))).into_response())
+}
+
+/// A queue-limited key reads and cancels only workflows all of whose jobs it may use.
+fn check_queues(caller: &Caller, view: &WorkflowView) -> Result<(), ApiError> {
+    for node in &view.nodes {
+        caller.check_queue(&node.queue)?;
+    }
+    Ok(())
+}
+
+/// `{"workflow": w, ...w}` with `extra` members added to `w`.
+fn body_of(view: &WorkflowView, extra: Option<Value>) -> Value {
+    let mut w = render(view);
+    if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut w) {
+        map.extend(extra);
+    }
+    let mut body = match &w {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    body.insert("workflow".to_owned(), w);
+    Value::Object(body)
+}
+
+fn ts(at: Option<chrono::DateTime<chrono::Utc>>) -> Value {
+    at.map_or(Value::Null, |at| Value::String(timestamp::format(at)))
+}
+
+/// A node's state as a client sees it: its own once decided, else its job's.
+fn entry_state(node: &NodeRow) -> &'static str {
+    match node.state.as_str() {
+        "waiting" => "waiting",
+        "completed" => "completed",
+        "failed" => "failed",
+        "cancelled" => "cancelled",
+        "not_fired" => "not_fired",
+        _ => match node.job_state {
+            Some(JobState::Active) => "active",
+            Some(JobState::Completed) => "completed",
+            Some(JobState::Discarded) => "failed",
+            Some(JobState::Cancelled) => "cancelled",
+            _ => "pending",
+        },
+    }
+}
+
+fn entry(node: &NodeRow) -> Value {
+    let state = entry_state(node);
+    let waiting = matches!(state, "waiting" | "not_fired")
+        || node.state == "cancelled" && node.job_state.is_none();
+    json!({
+        "index": node.idx,
+        "type": node.r#type,
+        "queue": node.queue,
+        "state": state,
+        "job_id": if waiting { Value::Null } else { Value::String(node.job_id.to_string()) },
+        "result": node.result.as_ref().map_or(Value::Null, |r| serde_json::from_str(r.0.get()).unwrap_or(Value::Null)),
+        "started_at": ts(node.started_at),
+        "completed_at": ts(node.finished_at.filter(|_| matches!(state, "completed" | "failed" | "cancelled"))),
+    })
+}
+
+/// The workflow object (contract §5.4).
+fn render(view: &WorkflowView) -> Value {
+    let w = &view.workflow;
+    let members: Vec<&NodeRow> = view
+        .nodes
+        .iter()
+        .filter(|n| NodeKind::parse(&n.kind).is_some_and(|k| !k.is_callback()))
+        .collect();
+    let started_at = view.nodes.iter().filter_map(|n| n.started_at).min();
+    let finished_at = w.completed_at.or(w.cancelled_at);
+    let mut out = summary(w);
+    let map = out.as_object_mut().expect("an object");
+    map.insert("started_at".to_owned(), ts(started_at));
+    let entries: Vec<Value> = members.iter().map(|n| entry(n)).collect();
+    let (noun, total) = match WorkflowType::parse(&w.r#type) {
+        Some(WorkflowType::Chain) => ("steps", "steps_total"),
+        _ => ("jobs", "jobs_total"),
+    };
+    map.insert(total.to_owned(), json!(w.total));
+    map.insert(format!("{noun}_completed"), json!(w.completed));
+    map.insert(format!("{noun}_failed"), json!(w.failed));
+    map.insert(noun.to_owned(), Value::Array(entries));
+    if w.r#type == "batch" {
+        let mut callbacks = Map::new();
+        for node in view
+            .nodes
+            .iter()
+            .filter(|n| NodeKind::parse(&n.kind).is_some_and(NodeKind::is_callback))
+        {
+            let e = entry(node);
+            callbacks.insert(
+                node.kind.clone(),
+                json!({"type": node.r#type, "state": e["state"], "job_id": e["job_id"], "queue": node.queue}),
+            );
+        }
+        map.insert("callbacks".to_owned(), Value::Object(callbacks));
+    }
+    map.insert(
+        "metadata".to_owned(),
+        json!({
+            "created_at": timestamp::format(w.created_at),
+            "started_at": ts(started_at),
+            "completed_at": ts(finished_at),
+            "job_count": w.total,
+            "completed_count": w.completed,
+            "failed_count": w.failed,
+        }),
+    );
+    if w.failed > 0 || w.failed_step_index.is_some() {
+        map.insert("failed_step_index".to_owned(), json!(w.failed_step_index));
+        let failed: Vec<String> = members
+            .iter()
+            .filter(|n| n.state == "failed" || n.state == "cancelled" && n.job_state.is_some())
+            .map(|n| n.job_id.to_string())
+            .collect();
+        map.insert("failed_job_ids".to_owned(), json!(failed));
+        map.insert(
+            "errors".to_owned(),
+            serde_json::from_str(w.errors.0.get()).unwrap_or(Value::Null),
+        );
+    }
+    out
+}
+
+/// What the list shows of a workflow.
+fn summary(w: &WorkflowRow) -> Value {
+    json!({
+        "id": w.id.to_string(),
+        "type": w.r#type,
+        "name": w.name,
+        "state": w.state,
+        "steps_total": w.total,
+        "steps_completed": w.completed,
+        "created_at": timestamp::format(w.created_at),
+        "completed_at": ts(w.completed_at),
+        "cancelled_at": ts(w.cancelled_at),
+    })
+}

@@ -1,0 +1,258 @@
+//! Workflows (`ojs_workflow`, `ojs_workflow_node`; migration V18): made with their jobs, read
+//! with their jobs' live state, cancelled. Their progress is the database's own: the triggers
+//! of V18 advance a workflow in the transaction that finishes each of its jobs.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use crate::job::{JobState, RawJson};
+
+/// A workflow's row.
+#[derive(Debug, Clone)]
+pub struct WorkflowRow {
+    pub id: Uuid,
+    pub r#type: String,
+    pub name: Option<String>,
+    pub state: String,
+    pub total: i32,
+    pub completed: i32,
+    pub failed: i32,
+    pub cancelled: i32,
+    pub callbacks_fired: Option<Vec<String>>,
+    pub failed_step_index: Option<i32>,
+    pub errors: RawJson,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub cancelled_at: Option<DateTime<Utc>>,
+}
+
+/// One node with its job's live state (`None` once the job is gone: pruned, or never run).
+#[derive(Debug, Clone)]
+pub struct NodeRow {
+    pub idx: i32,
+    pub kind: String,
+    pub job_id: Uuid,
+    pub r#type: String,
+    pub queue: String,
+    pub state: String,
+    pub result: Option<RawJson>,
+    pub error: Option<RawJson>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub job_state: Option<JobState>,
+    pub started_at: Option<DateTime<Utc>>,
+}
+
+/// A node to write with its workflow.
+#[derive(Debug, Clone)]
+pub struct NewNode<'a> {
+    pub kind: &'a str,
+    pub job_id: Uuid,
+    pub r#type: &'a str,
+    pub queue: &'a str,
+    /// Whether its job is held until the workflow releases it.
+    pub waiting: bool,
+}
+
+/// Writes a workflow and its nodes (index = position in `nodes`), and `workflow.created`.
+pub async fn insert(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    r#type: &str,
+    name: Option<&str>,
+    priority: Option<i32>,
+    total: i32,
+    nodes: &[NewNode<'_>],
+) -> Result<(), sqlx::Error> {
+    let kinds: Vec<&str> = nodes.iter().map(|n| n.kind).collect();
+    let jobs: Vec<Uuid> = nodes.iter().map(|n| n.job_id).collect();
+    let types: Vec<&str> = nodes.iter().map(|n| n.r#type).collect();
+    let queues: Vec<&str> = nodes.iter().map(|n| n.queue).collect();
+    let states: Vec<&str> = nodes
+        .iter()
+        .map(|n| if n.waiting { "waiting" } else { "released" })
+        .collect();
+    sqlx::query!(
+        r#"
+        with w as (
+            insert into ojs_workflow (id, type, name, total, priority)
+            values ($1, $2, $3, $4, $5)
+            returning *
+        ),
+        nodes as (
+            insert into ojs_workflow_node (workflow_id, idx, kind, job_id, type, queue, state)
+            select $1, t.ord - 1, t.kind, t.job_id, t.type, t.queue, t.state
+              from unnest($6::text[], $7::uuid[], $8::text[], $9::text[], $10::text[])
+                   with ordinality as t(kind, job_id, type, queue, state, ord)
+        )
+        select ojs_workflow_event('workflow.created', w, null,
+                                  jsonb_build_object('jobs', $4::int)) as "created"
+          from w
+        "#,
+        id,
+        r#type,
+        name,
+        total,
+        priority,
+        &kinds as &[&str],
+        &jobs,
+        &types as &[&str],
+        &queues as &[&str],
+        &states as &[&str],
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(())
+}
+
+/// The workflow's row.
+pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<WorkflowRow>, sqlx::Error> {
+    sqlx::query_as!(
+        WorkflowRow,
+        r#"
+        select id, type, name, state, total, completed, failed, cancelled, callbacks_fired,
+               failed_step_index, errors as "errors: RawJson", created_at, completed_at,
+               cancelled_at
+          from ojs_workflow where id = $1
+        "#,
+        id,
+    )
+    .fetch_optional(db)
+    .await
+}
+
+/// The workflow's nodes in index order, each with its job's live state.
+pub async fn nodes(db: impl PgExecutor<'_>, id: Uuid) -> Result<Vec<NodeRow>, sqlx::Error> {
+    sqlx::query_as!(
+        NodeRow,
+        r#"
+        select n.idx, n.kind, n.job_id, n.type, n.queue, n.state,
+               n.result as "result: RawJson", n.error as "error: RawJson", n.finished_at,
+               j.state as "job_state: JobState", j.started_at
+          from ojs_workflow_node n
+          left join lateral (
+              select a.state, a.started_at from ojs_job_all a where a.id = n.job_id limit 1
+          ) j on true
+         where n.workflow_id = $1
+         order by n.idx
+        "#,
+        id,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// Workflows, newest first, optionally of one state: a page of `limit` after `offset`, and
+/// how many there are in all.
+pub async fn list(
+    db: impl PgExecutor<'_> + Copy,
+    state: Option<&str>,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<WorkflowRow>, i64), sqlx::Error> {
+    let rows = sqlx::query_as!(
+        WorkflowRow,
+        r#"
+        select id, type, name, state, total, completed, failed, cancelled, callbacks_fired,
+               failed_step_index, errors as "errors: RawJson", created_at, completed_at,
+               cancelled_at
+          from ojs_workflow
+         where $1::text is null or state = $1
+         order by created_at desc, id desc
+         limit $2 offset $3
+        "#,
+        state,
+        limit,
+        offset,
+    )
+    .fetch_all(db)
+    .await?;
+    let total = sqlx::query_scalar!(
+        r#"select count(*) as "n!" from ojs_workflow where $1::text is null or state = $1"#,
+        state,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((rows, total))
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone)]
+pub enum Cancelled {
+    /// No such workflow.
+    NotFound,
+    /// It had already ended, in this state.
+    Ended(String),
+    /// Cancelled: how many nodes were stopped (held ones dropped, waiting jobs cancelled), and
+    /// how many had already completed.
+    Done { stopped: i64, completed: i64 },
+}
+
+/// Cancels a running workflow: held nodes are dropped (their jobs never run), enqueued jobs
+/// not yet claimed are cancelled; claimed ones finish, and no longer advance it.
+pub async fn cancel(db: impl PgExecutor<'_>, id: Uuid) -> Result<Cancelled, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        with w as (
+            select id, state from ojs_workflow where id = $1 for update
+        ),
+        ended as (
+            update ojs_workflow x set state = 'cancelled', cancelled_at = now()
+              from w
+             where x.id = w.id and w.state = 'running'
+            returning x.*
+        ),
+        dropped as (
+            select ojs_workflow_drop_waiting(e.id, array['step', 'job', 'on_complete', 'on_success', 'on_failure'], 'cancelled') as n
+              from ended e
+        ),
+        targets as (
+            select j.id, j.state as prev
+              from ojs_job j
+              join ojs_workflow_node n on n.job_id = j.id
+              join ended e on n.workflow_id = e.id
+             where n.state = 'released'
+               and j.state in ('scheduled', 'available', 'retryable', 'pending')
+               for update of j
+        ),
+        jobs as (
+            update ojs_job j
+               set state = 'cancelled', cancelled_at = now()
+              from targets t
+             where j.id = t.id
+            returning j, t.prev
+        ),
+        job_events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select 'job.cancelled', (c.j).id::text, (c.j).id, (c.j).queue, (c.j).type, c.prev,
+                   'cancelled', ojs_job_transition_data(c.prev, c.j)
+              from jobs c
+        ),
+        event as (
+            select ojs_workflow_event('workflow.cancelled', e, null, '{}') from ended e
+        )
+        select (select state from w) as "previous",
+               (select count(*) from ended) as "ended!",
+               (select coalesce(sum(n), 0) from dropped)::int8 + (select count(*) from jobs) as "stopped!",
+               (select count(*) from ojs_workflow_node n where n.workflow_id = $1 and n.state = 'completed') as "completed!",
+               (select count(*) from event) as "events!"
+        "#,
+        id,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(match (row.previous, row.ended) {
+        (None, _) => Cancelled::NotFound,
+        (Some(state), 0) => Cancelled::Ended(state),
+        (Some(_), _) => Cancelled::Done {
+            stopped: row.stopped,
+            completed: row.completed,
+        },
+    })
+}
+
+/// Deletes every workflow (the test reset; their jobs are deleted with all the others).
+pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
+    sqlx::query!("delete from ojs_workflow").execute(db).await?;
+    Ok(())
+}
