@@ -127,6 +127,18 @@ async fn three_replicas_keep_one_leader_through_a_sigkill() {
 
 #[tokio::test]
 async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
+    kill_a_replica_under_load(false).await;
+}
+
+/// The same drain, the jobs being the members of one batch workflow: its callbacks fire once,
+/// after every member, with every member's result, though ACKs went through both replicas and
+/// one of them died midway.
+#[tokio::test]
+async fn a_batch_fires_its_callbacks_once_when_a_replica_is_killed_under_load() {
+    kill_a_replica_under_load(true).await;
+}
+
+async fn kill_a_replica_under_load(as_batch: bool) {
     const JOBS: usize = 300;
     const WORKERS: usize = 8;
     let db = TestDb::new().await;
@@ -136,10 +148,22 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
     let jobs: Vec<Value> = (0..JOBS)
         .map(|i| json!({"type": "a.b", "args": [i], "queue": "load"}))
         .collect();
-    api(&a)
-        .post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
-        .await
-        .expect(201);
+    if as_batch {
+        api(&a)
+            .post(
+                "/ojs/v1/workflows",
+                json!({"type": "batch", "jobs": jobs,
+                       "callbacks": {"on_complete": {"type": "cb.done", "args": [], "queue": "cb"},
+                                     "on_success": {"type": "cb.ok", "args": [], "queue": "cb"}}}),
+            )
+            .await
+            .expect(201);
+    } else {
+        api(&a)
+            .post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
+            .await
+            .expect(201);
+    }
 
     let apis = Arc::new([api(&a), api(&b)]);
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -263,12 +287,45 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
         completions.is_empty(),
         "each job completed exactly once: {completions:?}"
     );
-    let states: Vec<(String, i64)> =
-        sqlx::query_as("select state::text, count(*) from ojs_job_all group by state")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
+    let states: Vec<(String, i64)> = sqlx::query_as(
+        "select state::text, count(*) from ojs_job_all where queue = 'load' group by state",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(states, [("completed".to_owned(), JOBS as i64)]);
+    if as_batch {
+        // Both callbacks, once each, released with all 300 results.
+        let callbacks: Vec<(String, String, i64)> = sqlx::query_as(
+            "select type, state::text,
+                    json_array_length(extra -> 'parent_results')::int8
+               from ojs_job_all where queue = 'cb' order by type",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            callbacks,
+            [
+                ("cb.done".to_owned(), "available".to_owned(), JOBS as i64),
+                ("cb.ok".to_owned(), "available".to_owned(), JOBS as i64)
+            ]
+        );
+        let fired: i64 = sqlx::query_scalar(
+            "select count(*) from ojs_event where type = 'workflow.callback_fired'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(fired, 2);
+        let missing: i64 = sqlx::query_scalar(
+            "select count(*) from ojs_workflow_node where kind = 'job' and state <> 'completed'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(missing, 0, "every member recorded as completed");
+    }
     let reclaimed: i64 = sqlx::query_scalar(
         r#"select count(*) from ojs_job_all where errors @> '[{"code": "visibility_timeout"}]'"#,
     )

@@ -60,8 +60,9 @@ macro_rules! complete_statement {
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
                and ($4 or cardinality($5::text[]) > 0)
                and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
-               and (j.extra -> 'workflow_id') is null
-            returning j.*, i.result as ack_result
+            -- A workflow's job is kept all the same: its insert into ojs_job_done advances
+            -- its workflow (migration V18), and the next steps need its result.
+            returning j.*, i.result as ack_result, (j.extra -> 'workflow_id') is not null as keep
         ),
         -- Plain columns, not whole rows: reading fields out of a row value costs more per job
         -- than the rest of the event below.
@@ -118,13 +119,15 @@ macro_rules! complete_statement {
              where j.id = i.id
                and j.state::text = 'active'
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
-               -- A workflow's job is kept whatever its queue's retention: its completion (the
-               -- insert below) advances the workflow (migration V18).
-               and (not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
-                    or (j.extra -> 'workflow_id') is not null)
-            returning j.*, i.result as ack_result
+               -- Parameters only: a one-time filter, so a statement with no queue to keep
+               -- (below, no queue to forget) reads nothing for this part.
+               and (not $4 or cardinality($6::text[]) > 0)
+               and not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
+            returning j.*, i.result as ack_result, true as keep
         ),
-        moved as (
+"#
+                + $finished
+                + r#"        moved as (
             insert into ojs_job_done as d (
                    id, seq, type, queue, args, meta, priority, state, attempt, max_attempts,
                    retry, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
@@ -144,11 +147,10 @@ macro_rules! complete_statement {
                    dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
                    capacity_tracked, pool, tenant_fair, tenant, fair_key
-              from gone
+              from finished
+             where keep
         ),
-"#
-                + $finished
-                + r#"        -- One event row per queue and job type (migration V10): the server renders each
+        -- One event row per queue and job type (migration V10): the server renders each
         -- job's `job.completed` from it.
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,
