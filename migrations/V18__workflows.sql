@@ -55,6 +55,9 @@ create table ojs_workflow (
 
 -- The list, newest first.
 create index ojs_workflow_created_idx on ojs_workflow (created_at, id);
+-- Retention: finished workflows by the time they ended.
+create index ojs_workflow_ended_idx on ojs_workflow ((coalesce(completed_at, cancelled_at)))
+    where state <> 'running';
 
 create table ojs_workflow_node (
     workflow_id  uuid not null,

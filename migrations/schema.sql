@@ -4582,6 +4582,12 @@ CREATE INDEX ojs_worker_heartbeat_idx ON public.ojs_worker USING btree (last_hea
 CREATE INDEX ojs_workflow_created_idx ON public.ojs_workflow USING btree (created_at, id);
 
 --
+-- Name: ojs_workflow_ended_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_workflow_ended_idx ON public.ojs_workflow USING btree (COALESCE(completed_at, cancelled_at)) WHERE (state <> 'running'::text);
+
+--
 -- Name: ojs_workflow_node_job_idx; Type: INDEX; Schema: public; Owner: -
 --
 

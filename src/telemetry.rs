@@ -358,6 +358,18 @@ pub fn leader_changed(leader: bool) {
     gauge!("ojs_leader").set(if leader { 1.0 } else { 0.0 });
 }
 
+/// Workflows by state (`ojs_workflows`).
+pub fn workflows(counts: &crate::store::workflow::WorkflowCounts) {
+    for (state, n) in [
+        ("running", counts.running),
+        ("completed", counts.completed),
+        ("failed", counts.failed),
+        ("cancelled", counts.cancelled),
+    ] {
+        gauge!("ojs_workflows", "state" => state).set(n as f64);
+    }
+}
+
 /// An occurrence of cron entry `cron` handled: `enqueued`, `overlap_skip`, `enqueue_failed`
 /// or `dst_skip` (`ojs_cron_runs_total`).
 pub fn cron_run(cron: &str, outcome: &'static str) {

@@ -15,6 +15,7 @@ use crate::job::{Job, JobId, JobState};
 use crate::store;
 use crate::store::admin::{JobFilter, JobSort, JobSummary, Overview, QueueActivity};
 use crate::store::dead_letter::RetryOverride;
+use crate::store::workflow::WorkflowCounts;
 
 /// The window of the "recent" figures: throughput and latency.
 pub const RECENT_WINDOW: Duration = Duration::from_secs(5 * 60);
@@ -195,6 +196,11 @@ impl Broker {
             store::admin::overview(&self.db, self.settings.heartbeat_timeout, RECENT_WINDOW)
                 .await?,
         )
+    }
+
+    /// Workflows per state.
+    pub async fn workflow_counts(&self) -> Result<WorkflowCounts> {
+        Ok(store::workflow::counts(&self.db).await?)
     }
 
     /// Queues by name, a page at a time, with their counts and recent activity; and how many

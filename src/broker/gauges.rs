@@ -18,7 +18,7 @@ pub(super) struct GaugeReads {
 
 impl Broker {
     /// Reads the gauges that come from the database (available jobs by queue and priority,
-    /// queue depths and bounds, scheduling ratios and pool utilization), unless they were read
+    /// queue depths and bounds, workflows by state, scheduling ratios and pool utilization), unless they were read
     /// less than 5 s ago. A failed read keeps the previous values: a scrape never
     /// fails because the database is slow or down.
     pub async fn refresh_gauges(&self) {
@@ -57,9 +57,11 @@ impl Broker {
         store::serial_reads(&mut tx).await?;
         let available = store::queue::available_by_priority(&mut *tx, None).await?;
         let (depth, bounds) = store::queue::depth_gauges(&mut tx).await?;
+        let workflows = store::workflow::counts(&mut *tx).await?;
         tx.commit().await?;
         telemetry::available_by_priority(&available);
         telemetry::queue_depth(&depth, &bounds);
+        telemetry::workflows(&workflows);
         Ok(())
     }
 

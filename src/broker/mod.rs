@@ -54,7 +54,7 @@ pub use crate::store::dead_letter::{DeadLetterFilter, DeadLetterStats, RetryOver
 pub use crate::store::event::{EventFilter, EventRow, Position};
 pub use crate::store::queue::{QueueCounts, QueueState};
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
-pub use crate::store::workflow::{NodeRow as WorkflowNode, WorkflowRow};
+pub use crate::store::workflow::{NodeRow as WorkflowNode, WorkflowCounts, WorkflowRow};
 
 use std::sync::Arc;
 use std::time::Duration;

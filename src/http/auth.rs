@@ -41,6 +41,7 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
             &Method::POST,
             "/ojs/v1/workflows" | "/ojs/v1/workflows/{id}/cancel"
         ) | (&Method::GET | &Method::DELETE, "/ojs/v1/workflows/{id}")
+            | (&Method::GET, "/ojs/v1/workflows/{id}/progress")
             | (
                 &Method::GET,
                 "/ojs/v1/jobs/{id}/progress"

@@ -30,6 +30,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(create, list))
         .routes(routes!(show, cancel))
         .routes(routes!(cancel_action))
+        .routes(routes!(progress))
 }
 
 /// A workflow definition (typed form). Items are job bodies, validated as a PUSH is.
@@ -232,6 +233,57 @@ async fn cancelled(state: &AppState, caller: &Caller, id: &str) -> Result<Respon
     Ok(ok(body_of(&view, Some(extra))).into_response())
 }
 
+/// `GET /ojs/v1/workflows/{id}/progress` (the admin UI's): the share of steps (or members) that
+/// have finished, and each node's.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/workflows/{id}/progress",
+    tag = "workflows",
+    summary = "A workflow's progress, in percent",
+    params(WorkflowIdParam),
+    responses(
+        (status = 200, description = "`{workflow_id, state, progress, steps: [{id, progress, state}], updated_at}`", body = Object),
+        (status = 404, description = "No such workflow."),
+    )
+)]
+async fn progress(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let view = state.broker().workflow(workflow_id(&id)?).await?;
+    check_queues(&caller, &view)?;
+    let w = &view.workflow;
+    let done = w.completed + w.failed + w.cancelled;
+    let percent = |part: i32, whole: i32| f64::from(part) * 100.0 / f64::from(whole.max(1));
+    let steps: Vec<Value> = view
+        .nodes
+        .iter()
+        .map(|n| {
+            let state = entry_state(n);
+            let finished = matches!(state, "completed" | "failed" | "cancelled" | "not_fired");
+            json!({"id": n.idx.to_string(), "state": state, "progress": if finished { 100 } else { 0 }})
+        })
+        .collect();
+    let updated_at = view
+        .nodes
+        .iter()
+        .filter_map(|n| n.finished_at.or(n.started_at))
+        .chain([w.created_at])
+        .chain(w.completed_at)
+        .chain(w.cancelled_at)
+        .max()
+        .unwrap_or(w.created_at);
+    Ok(ok(json!({
+        "workflow_id": w.id.to_string(),
+        "state": w.state,
+        "progress": percent(done, w.total),
+        "steps": steps,
+        "updated_at": timestamp::format(updated_at),
+    }))
+    .into_response())
+}
+
 /// A queue-limited key reads and cancels only workflows all of whose jobs it may use.
 fn check_queues(caller: &Caller, view: &WorkflowView) -> Result<(), ApiError> {
     for node in &view.nodes {
@@ -276,16 +328,27 @@ fn entry_state(node: &NodeRow) -> &'static str {
     }
 }
 
-fn entry(node: &NodeRow) -> Value {
+/// One node as a step or member entry. `depends_on` names the entries it waits for (the step
+/// before it in a chain; every member, for a batch callback), by their `id`.
+fn entry(node: &NodeRow, depends_on: &[String]) -> Value {
     let state = entry_state(node);
     let waiting = matches!(state, "waiting" | "not_fired")
         || node.state == "cancelled" && node.job_state.is_none();
+    let job_id = if waiting {
+        Value::Null
+    } else {
+        Value::String(node.job_id.to_string())
+    };
     json!({
         "index": node.idx,
+        "id": node.idx.to_string(),
+        "kind": node.kind,
+        "depends_on": depends_on,
+        "job_ids": if job_id.is_null() { json!([]) } else { json!([job_id]) },
         "type": node.r#type,
         "queue": node.queue,
         "state": state,
-        "job_id": if waiting { Value::Null } else { Value::String(node.job_id.to_string()) },
+        "job_id": job_id,
         "result": node.result.as_ref().map_or(Value::Null, |r| serde_json::from_str(r.0.get()).unwrap_or(Value::Null)),
         "started_at": ts(node.started_at),
         "completed_at": ts(node.finished_at.filter(|_| matches!(state, "completed" | "failed" | "cancelled"))),
@@ -305,7 +368,25 @@ fn render(view: &WorkflowView) -> Value {
     let mut out = summary(w);
     let map = out.as_object_mut().expect("an object");
     map.insert("started_at".to_owned(), ts(started_at));
-    let entries: Vec<Value> = members.iter().map(|n| entry(n)).collect();
+    let chain = w.r#type == "chain";
+    let entries: Vec<Value> = members
+        .iter()
+        .map(|n| {
+            let before: Vec<String> = if chain && n.idx > 0 {
+                vec![(n.idx - 1).to_string()]
+            } else {
+                Vec::new()
+            };
+            entry(n, &before)
+        })
+        .collect();
+    let member_ids: Vec<String> = members.iter().map(|n| n.idx.to_string()).collect();
+    let callback_entries: Vec<Value> = view
+        .nodes
+        .iter()
+        .filter(|n| NodeKind::parse(&n.kind).is_some_and(NodeKind::is_callback))
+        .map(|n| entry(n, &member_ids))
+        .collect();
     let (noun, total) = match WorkflowType::parse(&w.r#type) {
         Some(WorkflowType::Chain) => ("steps", "steps_total"),
         _ => ("jobs", "jobs_total"),
@@ -313,18 +394,20 @@ fn render(view: &WorkflowView) -> Value {
     map.insert(total.to_owned(), json!(w.total));
     map.insert(format!("{noun}_completed"), json!(w.completed));
     map.insert(format!("{noun}_failed"), json!(w.failed));
+    if noun == "jobs" {
+        // The admin UI draws `steps` of every workflow: the members, then the callbacks.
+        let mut steps = entries.clone();
+        steps.extend(callback_entries.iter().cloned());
+        map.insert("steps".to_owned(), Value::Array(steps));
+    }
     map.insert(noun.to_owned(), Value::Array(entries));
     if w.r#type == "batch" {
         let mut callbacks = Map::new();
-        for node in view
-            .nodes
-            .iter()
-            .filter(|n| NodeKind::parse(&n.kind).is_some_and(NodeKind::is_callback))
-        {
-            let e = entry(node);
+        for e in &callback_entries {
+            let kind = e["kind"].as_str().unwrap_or_default().to_owned();
             callbacks.insert(
-                node.kind.clone(),
-                json!({"type": node.r#type, "state": e["state"], "job_id": e["job_id"], "queue": node.queue}),
+                kind,
+                json!({"type": e["type"], "state": e["state"], "job_id": e["job_id"], "queue": e["queue"]}),
             );
         }
         map.insert("callbacks".to_owned(), Value::Object(callbacks));

@@ -43,7 +43,8 @@ pub struct PrunerConfig {
 }
 
 /// Deletes, oldest first and in short batches, finished jobs past their retention (reporting
-/// dead-lettered ones as `dead_letter.pruned`), events past theirs, and workers stale for a day.
+/// dead-lettered ones as `dead_letter.pruned`), events past theirs, workers stale for a day,
+/// and workflows that ended longer ago than the retention of jobs that end as they did.
 /// Deleting finished rows touches neither the FETCH index nor any row a worker can hold.
 pub struct Pruner {
     context: Context,
@@ -79,6 +80,13 @@ impl Pruner {
                         Target::Progress => store::progress::prune(conn, size).await?,
                         Target::CronRuns(cutoff) => {
                             store::cron::prune_runs(conn, cutoff, size).await?
+                        }
+                        Target::Workflows {
+                            completed,
+                            failed,
+                            cancelled,
+                        } => {
+                            store::workflow::prune(conn, completed, failed, cancelled, size).await?
                         }
                     };
                     Ok((deleted as u64, deleted >= size))
@@ -141,6 +149,13 @@ enum Target {
     Progress,
     /// Cron run-ledger rows handled before the cutoff.
     CronRuns(DateTime<Utc>),
+    /// Workflows that ended completed, failed or cancelled before the cutoff of jobs that end
+    /// so.
+    Workflows {
+        completed: DateTime<Utc>,
+        failed: DateTime<Utc>,
+        cancelled: DateTime<Utc>,
+    },
 }
 
 /// The retention fields of the queue configuration layers ([OJS retention] and [dead-letter]
@@ -276,6 +291,11 @@ impl Service for Pruner {
         targets.push(Target::Workers(since(now, c.stale_workers)));
         targets.push(Target::Progress);
         targets.push(Target::CronRuns(since(now, c.cron_runs)));
+        targets.push(Target::Workflows {
+            completed: since(now, c.completed),
+            failed: since(now, c.discarded),
+            cancelled: since(now, c.cancelled),
+        });
         for target in targets {
             let done = self.prune(target).await?;
             pass.processed += done.processed;

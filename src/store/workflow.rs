@@ -176,6 +176,37 @@ pub async fn list(
     Ok((rows, total))
 }
 
+/// How many workflows are in each state (`running`, `completed`, `failed`, `cancelled`; a
+/// state without any is 0).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, utoipa::ToSchema)]
+pub struct WorkflowCounts {
+    pub running: i64,
+    pub completed: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+/// Workflows per state.
+pub async fn counts(db: impl PgExecutor<'_>) -> Result<WorkflowCounts, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select count(*) filter (where state = 'running') as "running!",
+               count(*) filter (where state = 'completed') as "completed!",
+               count(*) filter (where state = 'failed') as "failed!",
+               count(*) filter (where state = 'cancelled') as "cancelled!"
+          from ojs_workflow
+        "#
+    )
+    .fetch_one(db)
+    .await?;
+    Ok(WorkflowCounts {
+        running: row.running,
+        completed: row.completed,
+        failed: row.failed,
+        cancelled: row.cancelled,
+    })
+}
+
 /// What a cancel did.
 #[derive(Debug, Clone)]
 pub enum Cancelled {
@@ -249,6 +280,39 @@ pub async fn cancel(db: impl PgExecutor<'_>, id: Uuid) -> Result<Cancelled, sqlx
             completed: row.completed,
         },
     })
+}
+
+/// Deletes, oldest first, at most `limit` workflows that ended before the cutoff of their
+/// state (completed, failed, cancelled: the retention of jobs that end so), with their nodes.
+/// Returns how many.
+pub async fn prune(
+    db: impl PgExecutor<'_>,
+    completed_before: DateTime<Utc>,
+    failed_before: DateTime<Utc>,
+    cancelled_before: DateTime<Utc>,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    let done = sqlx::query!(
+        r#"
+        delete from ojs_workflow w
+         using (select id from ojs_workflow
+                 where state <> 'running'
+                   and coalesce(completed_at, cancelled_at) < greatest($1::timestamptz, $2::timestamptz, $3::timestamptz)
+                   and case state when 'completed' then completed_at < $1
+                                  when 'failed' then completed_at < $2
+                                  else cancelled_at < $3 end
+                 order by coalesce(completed_at, cancelled_at)
+                 limit $4) old
+         where w.id = old.id
+        "#,
+        completed_before,
+        failed_before,
+        cancelled_before,
+        limit,
+    )
+    .execute(db)
+    .await?;
+    Ok(i64::try_from(done.rows_affected()).unwrap_or(i64::MAX))
 }
 
 /// Deletes every workflow (the test reset; their jobs are deleted with all the others).

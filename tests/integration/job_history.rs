@@ -13,7 +13,7 @@ use crate::support::{TestApp, TestDb, job};
 use ojsd::maintenance::{Pruner, PrunerConfig, Service};
 
 /// One pass of the pruner (the maintenance tests' settings, batches of 100) at the database's now.
-async fn prune_once(app: &TestApp) {
+pub(crate) async fn prune_once(app: &TestApp) {
     let pruner = Pruner::new(
         app.maintenance(),
         PrunerConfig {

@@ -382,3 +382,79 @@ async fn results_reach_the_next_step_when_the_queue_keeps_no_completed_jobs() {
     app.ack_job(&next, "w").await;
     assert_eq!(workflow(&app, &w["id"]).await["state"], "completed");
 }
+
+#[tokio::test]
+async fn the_admin_ui_reads_steps_progress_counts_and_metrics() {
+    let app = TestApp::spawn().await;
+    let w = create(
+        &app,
+        json!({"type": "batch", "jobs": [step("u.a", "u"), step("u.b", "u")],
+               "callbacks": {"on_complete": step("u.cb", "ucb")}}),
+    )
+    .await;
+    let id = w["id"].as_str().unwrap().to_owned();
+    // The bare detail carries `steps` with ids, job ids and dependencies for every type.
+    let bare = app
+        .get(&format!("/ojs/v1/workflows/{id}"))
+        .await
+        .expect(200)
+        .json;
+    let steps = bare["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3);
+    assert_eq!(steps[0]["id"], "0");
+    assert_eq!(steps[0]["job_ids"].as_array().unwrap().len(), 1);
+    assert_eq!(steps[2]["depends_on"], json!(["0", "1"]));
+    assert_eq!(steps[2]["job_ids"], json!([]));
+
+    let job = app.fetch_one("u", "w").await;
+    app.ack_job(&job, "w").await;
+    let progress = app
+        .get(&format!("/ojs/v1/workflows/{id}/progress"))
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(progress["workflow_id"], w["id"]);
+    assert_eq!(progress["progress"], 50.0);
+    assert_eq!(
+        progress["steps"][0]["progress"].as_i64().unwrap()
+            + progress["steps"][1]["progress"].as_i64().unwrap(),
+        100
+    );
+
+    let stats = app.get("/ojs/v1/admin/stats").await.expect(200).json;
+    assert_eq!(stats["workflows"]["running"], 1, "{stats}");
+    let metrics = app.get("/metrics").await.expect(200);
+    let text = metrics.text;
+    assert!(
+        text.contains(r#"ojs_workflows{state="running"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn retention_removes_a_finished_workflow_with_its_nodes() {
+    let app = TestApp::spawn().await;
+    let done = create(&app, json!({"type": "group", "jobs": [step("r.a", "r")]})).await;
+    let running = create(&app, json!({"type": "group", "jobs": [step("r.b", "r2")]})).await;
+    let job = app.fetch_one("r", "w").await;
+    app.ack_job(&job, "w").await;
+    assert_eq!(workflow(&app, &done["id"]).await["state"], "completed");
+    // Ended longer ago than completed jobs are kept (7 days by default).
+    sqlx::query("update ojs_workflow set completed_at = now() - interval '8 days', created_at = now() - interval '9 days' where state = 'completed'")
+        .execute(app.pool())
+        .await
+        .unwrap();
+    crate::job_history::prune_once(&app).await;
+    app.get(&format!(
+        "/ojs/v1/workflows/{}",
+        done["id"].as_str().unwrap()
+    ))
+    .await
+    .expect_error(404, "not_found");
+    assert_eq!(workflow(&app, &running["id"]).await["state"], "running");
+    assert_eq!(
+        count(&app, "select count(*) from ojs_workflow_node").await,
+        1,
+        "the pruned workflow's node went with it"
+    );
+}

@@ -11,6 +11,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::broker::RECENT_WINDOW;
 use crate::broker::StateCounts;
+use crate::broker::WorkflowCounts;
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::query::QueryParams;
@@ -191,6 +192,8 @@ struct Stats {
     throughput: Throughput,
     /// Since this process started.
     uptime_seconds: u64,
+    /// Workflows per state.
+    workflows: WorkflowCounts,
 }
 
 impl Throughput {
@@ -216,12 +219,14 @@ impl Throughput {
 )]
 async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
     let overview = state.broker().overview().await?;
+    let workflows = state.broker().workflow_counts().await?;
     Ok(ok(Stats {
         queues: overview.queues,
         workers: overview.workers,
         jobs: overview.jobs,
         throughput: Throughput::of(overview.completed_recently, overview.discarded_recently),
         uptime_seconds: state.uptime().as_secs(),
+        workflows,
     })
     .into_response())
 }
