@@ -54,6 +54,17 @@ struct WorkflowRequest {
     priority: Option<i32>,
 }
 
+/// A workflow's state, as a filter.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)] // documentation: `list` reads the parameter as text
+enum WorkflowStateName {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
 /// `{"workflow": {...}}`, its members also at the top level.
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -122,7 +133,7 @@ async fn create(
     path = "/ojs/v1/workflows",
     tag = "workflows",
     summary = "List workflows",
-    params(PageParams, ("state" = Option<String>, Query, description = "running, completed, failed or cancelled")),
+    params(PageParams, ("state" = inline(Option<WorkflowStateName>), Query, description = "Only workflows in this state")),
     responses(
         (status = 200, description = "`{items, workflows, pagination}`", body = Object),
         (status = 400, description = "A query parameter is invalid."),
