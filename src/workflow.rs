@@ -382,7 +382,7 @@ fn item_job(
         }
         _ => item,
     };
-    envelope::parse(&item, limits).map_err(|rejection| rooted(rejection, path))
+    envelope::parse(&item, limits).map_err(|rejection| rejection.rerooted(path))
 }
 
 /// `item` with `options` = the workflow's `options` overlaid by the item's own.
@@ -400,38 +400,6 @@ fn with_default_options(item: &Object<'_>, defaults: &Object<'_>) -> String {
             .filter(|(key, _)| *key != "options")
             .chain(std::iter::once(("options", &*options))),
     )
-}
-
-/// A rejection's paths (`$.args`) as paths inside the definition (`$.steps[1].args`).
-fn rooted(rejection: Rejection, root: &str) -> Rejection {
-    let reroot = |p: String| match p.strip_prefix('$') {
-        Some(rest) => format!("{root}{rest}"),
-        None => format!("{root}.{p}"),
-    };
-    let all = |violations: Vec<Violation>| {
-        violations
-            .into_iter()
-            .map(|v| Violation::new(reroot(v.path), v.message))
-            .collect()
-    };
-    match rejection {
-        Rejection::Invalid(violations) => Rejection::Invalid(all(violations)),
-        Rejection::InvalidRetry(violations) => Rejection::InvalidRetry(all(violations)),
-        Rejection::PriorityOutOfRange {
-            violation,
-            value,
-            max,
-        } => Rejection::PriorityOutOfRange {
-            violation: Violation::new(reroot(violation.path), violation.message),
-            value,
-            max,
-        },
-        Rejection::Unsupported { path, message } => Rejection::Unsupported {
-            path: reroot(path),
-            message,
-        },
-        too_large @ Rejection::TooLarge { .. } => too_large,
-    }
 }
 
 /// The workflow a job belongs to, from its `extra`.

@@ -1,7 +1,6 @@
 //! Workflows: made atomically with all their jobs (those that wait are held `pending`), read
 //! with their jobs' live state, cancelled. The database advances them (migration V18).
 
-use sqlx::Connection;
 use uuid::Uuid;
 
 use super::{Broker, PushContext, PushOutcome};
@@ -80,8 +79,8 @@ impl Broker {
 
     /// A workflow with its nodes' live state.
     pub async fn workflow(&self, id: Uuid) -> Result<WorkflowView> {
-        let mut conn = self.db.acquire().await?;
-        let mut tx = conn.begin().await?;
+        // One snapshot: the counts and the nodes agree.
+        let mut tx = self.db.begin().await?;
         let workflow = store::workflow::get(&mut *tx, id)
             .await?
             .ok_or(Error::WorkflowNotFound(id))?;

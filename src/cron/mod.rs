@@ -477,41 +477,7 @@ fn template(
     }
     match envelope::parse(&template, limits) {
         Ok(_) => Ok(text),
-        Err(rejection) => Err(reroot(rejection, prefix)),
-    }
-}
-
-/// A template's refusal with its paths under `prefix` (`$.type` → `$.job_template.type`).
-fn reroot(rejection: Rejection, prefix: &str) -> Rejection {
-    if prefix == "$" {
-        return rejection;
-    }
-    let move_path = |path: String| match path.strip_prefix('$') {
-        Some(rest) => format!("{prefix}{rest}"),
-        None => path,
-    };
-    let move_all = |v: Vec<Violation>| {
-        v.into_iter()
-            .map(|x| Violation::new(move_path(x.path), x.message))
-            .collect()
-    };
-    match rejection {
-        Rejection::Invalid(v) => Rejection::Invalid(move_all(v)),
-        Rejection::InvalidRetry(v) => Rejection::InvalidRetry(move_all(v)),
-        Rejection::PriorityOutOfRange {
-            violation,
-            value,
-            max,
-        } => Rejection::PriorityOutOfRange {
-            violation: Violation::new(move_path(violation.path), violation.message),
-            value,
-            max,
-        },
-        Rejection::Unsupported { path, message } => Rejection::Unsupported {
-            path: move_path(path),
-            message,
-        },
-        other @ Rejection::TooLarge { .. } => other,
+        Err(rejection) => Err(rejection.rerooted(prefix)),
     }
 }
 

@@ -51,6 +51,40 @@ pub enum Rejection {
     Unsupported { path: String, message: String },
 }
 
+impl Rejection {
+    /// The same refusal with its paths under `root` (`$.type` → `$.steps[1].type`): for an
+    /// envelope validated inside a larger body (a cron template, a workflow item).
+    pub fn rerooted(self, root: &str) -> Rejection {
+        let move_path = |path: String| match path.strip_prefix('$') {
+            Some(rest) => format!("{root}{rest}"),
+            None => path,
+        };
+        let move_all = |v: Vec<Violation>| {
+            v.into_iter()
+                .map(|x| Violation::new(move_path(x.path), x.message))
+                .collect()
+        };
+        match self {
+            Rejection::Invalid(v) => Rejection::Invalid(move_all(v)),
+            Rejection::InvalidRetry(v) => Rejection::InvalidRetry(move_all(v)),
+            Rejection::PriorityOutOfRange {
+                violation,
+                value,
+                max,
+            } => Rejection::PriorityOutOfRange {
+                violation: Violation::new(move_path(violation.path), violation.message),
+                value,
+                max,
+            },
+            Rejection::Unsupported { path, message } => Rejection::Unsupported {
+                path: move_path(path),
+                message,
+            },
+            other @ Rejection::TooLarge { .. } => other,
+        }
+    }
+}
+
 /// Server settings that shape validation and defaults.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
