@@ -1353,7 +1353,7 @@ CREATE TABLE public.ojs_workflow (
     CONSTRAINT ojs_workflow_counts_bounded CHECK (((total >= 1) AND (completed >= 0) AND (failed >= 0) AND (cancelled >= 0) AND (((completed + failed) + cancelled) <= total) AND (callbacks_open >= 0))),
     CONSTRAINT ojs_workflow_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT ojs_workflow_state_known CHECK ((state = ANY (ARRAY['running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
-    CONSTRAINT ojs_workflow_type_known CHECK ((type = ANY (ARRAY['chain'::text, 'group'::text, 'batch'::text])))
+    CONSTRAINT ojs_workflow_type_known CHECK ((type = ANY (ARRAY['chain'::text, 'group'::text, 'batch'::text, 'dag'::text])))
 );
 
 --
@@ -1372,7 +1372,7 @@ COMMENT ON COLUMN public.ojs_workflow.id IS 'UUIDv7, as job ids.';
 -- Name: COLUMN ojs_workflow.type; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_workflow.type IS 'chain (steps run one after another), group (members run at once) or batch (a group with callbacks).';
+COMMENT ON COLUMN public.ojs_workflow.type IS 'chain (steps run one after another), group (members run at once), batch (a group with callbacks) or dag (steps that each run once the steps they depend on have completed).';
 
 --
 -- Name: COLUMN ojs_workflow.name; Type: COMMENT; Schema: public; Owner: -
@@ -1390,7 +1390,7 @@ COMMENT ON COLUMN public.ojs_workflow.state IS 'running from creation, then comp
 -- Name: COLUMN ojs_workflow.total; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_workflow.total IS 'Steps (chain) or member jobs (group, batch); callbacks are not counted.';
+COMMENT ON COLUMN public.ojs_workflow.total IS 'Steps (chain, dag) or member jobs (group, batch); callbacks are not counted.';
 
 --
 -- Name: COLUMN ojs_workflow.completed; Type: COMMENT; Schema: public; Owner: -
@@ -1408,7 +1408,7 @@ COMMENT ON COLUMN public.ojs_workflow.failed IS 'Steps or members whose job ende
 -- Name: COLUMN ojs_workflow.cancelled; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_workflow.cancelled IS 'Steps never run because the chain failed first.';
+COMMENT ON COLUMN public.ojs_workflow.cancelled IS 'Steps never run because the chain or dag failed first.';
 
 --
 -- Name: COLUMN ojs_workflow.callbacks_fired; Type: COMMENT; Schema: public; Owner: -
@@ -1487,6 +1487,7 @@ CREATE FUNCTION public.ojs_workflow_job_finished(workflow_id uuid, step integer,
 declare
     w ojs_workflow;
     n ojs_workflow_node;
+    released ojs_workflow_node;
     fired text[];
     results json;
     failed_now boolean := outcome <> 'completed';
@@ -1496,21 +1497,33 @@ begin
     if not found then
         return;
     end if;
+    -- The node as it was: released (its job ran), or waiting (its held job was ended by hand,
+    -- or deleted).
+    select * into n from ojs_workflow_node x
+     where x.workflow_id = w.id and x.idx = step and x.job_id = ojs_workflow_job_finished.job_id
+       and x.state in ('released', 'waiting');
+    if not found then
+        -- A job finishing twice (retried from the dead-letter queue after its first end), or
+        -- a held job deleted because its node was dropped: nothing to record.
+        return;
+    end if;
     update ojs_workflow_node x
        set state = case outcome when 'completed' then 'completed' when 'cancelled' then 'cancelled'
                         else 'failed' end,
            result = case when failed_now then null else ojs_workflow_job_finished.result end,
-           error = ojs_workflow_job_finished.error, finished_at = now()
-     where x.workflow_id = w.id and x.idx = step and x.job_id = ojs_workflow_job_finished.job_id
-       and x.state = 'released'
-    returning * into n;
-    if not found or w.state <> 'running' then
-        -- A job of a workflow that already ended (cancelled while it ran), or one finishing
-        -- twice (retried from the dead-letter queue after its first end): recorded, no more.
+           error = ojs_workflow_job_finished.error, finished_at = now(), waiting_on = 0
+     where x.workflow_id = w.id and x.idx = step;
+    if w.state <> 'running' then
+        -- A job of a workflow that already ended (cancelled or failed while it ran): recorded,
+        -- no more.
         return;
     end if;
 
     if n.kind in ('on_complete', 'on_success', 'on_failure') then
+        if n.state = 'waiting' then
+            -- A held callback ended by hand: it will not fire, and is not waited for.
+            return;
+        end if;
         update ojs_workflow
            set callbacks_open = callbacks_open - 1,
                state = case when failed_now then 'failed'
@@ -1538,26 +1551,56 @@ begin
      where id = w.id
     returning * into w;
     perform ojs_workflow_event(
-        case when w.type = 'chain' then 'workflow.step_' else 'workflow.job_' end
+        case when w.type in ('chain', 'dag') then 'workflow.step_' else 'workflow.job_' end
             || case when failed_now then 'failed' else 'completed' end,
-        w, job_id, jsonb_build_object('index', step, 'outcome', outcome));
+        w, job_id,
+        jsonb_build_object('index', step, 'step_id', coalesce(n.name, step::text), 'outcome', outcome));
+
+    if w.type in ('chain', 'dag') and failed_now then
+        -- A failed step stops the workflow: what has not been released never runs.
+        update ojs_workflow
+           set state = 'failed', completed_at = now(),
+               cancelled = cancelled + ojs_workflow_drop_waiting(w.id, array['step'], 'cancelled')
+         where id = w.id
+        returning * into w;
+        perform ojs_workflow_event('workflow.failed', w, null, '{}');
+        return;
+    end if;
 
     if w.type = 'chain' then
-        if failed_now then
-            update ojs_workflow
-               set state = 'failed', completed_at = now(),
-                   cancelled = cancelled + ojs_workflow_drop_waiting(w.id, array['step'], 'cancelled')
-             where id = w.id
-            returning * into w;
-            perform ojs_workflow_event('workflow.failed', w, null, '{}');
-        elsif step + 1 < w.total then
+        if step + 1 < w.total then
             update ojs_workflow_node x set state = 'released'
              where x.workflow_id = w.id and x.idx = step + 1 and x.state = 'waiting'
-            returning * into n;
+            returning * into released;
             select json_agg(x.result order by x.idx) into results
               from ojs_workflow_node x where x.workflow_id = w.id and x.idx <= step;
-            perform ojs_workflow_release(n.job_id, results);
+            perform ojs_workflow_release(released.job_id, results);
         else
+            update ojs_workflow set state = 'completed', completed_at = now()
+             where id = w.id returning * into w;
+            perform ojs_workflow_event('workflow.completed', w, null, '{}');
+        end if;
+        return;
+    end if;
+
+    if w.type = 'dag' then
+        -- The steps waiting on this one count it off; those with nothing left to wait for run,
+        -- given their dependencies' results in their depends_on order.
+        for released in
+            update ojs_workflow_node x
+               set waiting_on = x.waiting_on - 1,
+                   state = case when x.waiting_on = 1 then 'released' else x.state end
+             where x.workflow_id = w.id and x.state = 'waiting' and step = any(x.depends_on)
+            returning *
+        loop
+            if released.state = 'released' then
+                select json_agg(d.result order by o.ord) into results
+                  from unnest(released.depends_on) with ordinality o(idx, ord)
+                  join ojs_workflow_node d on d.workflow_id = w.id and d.idx = o.idx;
+                perform ojs_workflow_release(released.job_id, results);
+            end if;
+        end loop;
+        if w.completed = w.total then
             update ojs_workflow set state = 'completed', completed_at = now()
              where id = w.id returning * into w;
             perform ojs_workflow_event('workflow.completed', w, null, '{}');
@@ -1587,18 +1630,19 @@ begin
     perform ojs_workflow_drop_waiting(
         w.id, array(select k from unnest(array['on_complete', 'on_success', 'on_failure']) k where k <> all(fired)),
         'not_fired');
-    for n in
+    for released in
         update ojs_workflow_node x set state = 'released'
          where x.workflow_id = w.id and x.state = 'waiting' and x.kind = any(fired)
         returning *
     loop
-        perform ojs_workflow_release(n.job_id, results);
-        perform ojs_workflow_event('workflow.callback_fired', w, n.job_id,
-                                   jsonb_build_object('callback', n.kind));
+        perform ojs_workflow_release(released.job_id, results);
+        perform ojs_workflow_event('workflow.callback_fired', w, released.job_id,
+                                   jsonb_build_object('callback', released.kind));
     end loop;
     update ojs_workflow
        set callbacks_fired = array(select kind from ojs_workflow_node x
-                                    where x.workflow_id = w.id and x.kind = any(fired) order by x.idx),
+                                    where x.workflow_id = w.id and x.kind = any(fired)
+                                      and x.state = 'released' order by x.idx),
            callbacks_open = (select count(*) from ojs_workflow_node x
                               where x.workflow_id = w.id and x.kind = any(fired) and x.state = 'released')
      where id = w.id
@@ -1617,7 +1661,42 @@ $$;
 -- Name: FUNCTION ojs_workflow_job_finished(workflow_id uuid, step integer, job_id uuid, outcome text, result json, error jsonb, attempt integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ojs_workflow_job_finished(workflow_id uuid, step integer, job_id uuid, outcome text, result json, error jsonb, attempt integer) IS 'Advances a workflow when one of its jobs ends (completed, failed or cancelled), under the workflow row''s lock: releases the next chain step, ends the workflow, or fires a batch''s callbacks exactly once.';
+COMMENT ON FUNCTION public.ojs_workflow_job_finished(workflow_id uuid, step integer, job_id uuid, outcome text, result json, error jsonb, attempt integer) IS 'Advances a workflow when one of its jobs ends (completed, failed or cancelled), under the workflow row''s lock: releases the next chain step or the dag steps no longer waiting, ends the workflow, or fires a batch''s callbacks exactly once.';
+
+--
+-- Name: ojs_workflow_jobs_deleted(uuid[], json[], integer[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_workflow_jobs_deleted(ids uuid[], extras json[], attempts integer[]) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    g record;
+    ended integer := 0;
+begin
+    for g in
+        select u.id, (u.extra ->> 'workflow_id')::uuid as workflow_id,
+               (u.extra ->> 'workflow_step')::integer as step, u.attempt
+          from unnest(ids, extras, attempts) as u(id, extra, attempt)
+         where (u.extra -> 'workflow_id') is not null
+         order by 2, 3 desc
+    loop
+        perform ojs_workflow_job_finished(
+            g.workflow_id, g.step, g.id, 'cancelled', null,
+            jsonb_build_object('code', 'deleted', 'message', 'The job was deleted before it finished.'),
+            g.attempt);
+        ended := ended + 1;
+    end loop;
+    return ended;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_workflow_jobs_deleted(ids uuid[], extras json[], attempts integer[]); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_workflow_jobs_deleted(ids uuid[], extras json[], attempts integer[]) IS 'Ends the workflow nodes of jobs deleted before they finished (given each job''s id, extra and attempt) as cancelled; returns how many of them were workflow jobs.';
 
 --
 -- Name: ojs_workflow_release(uuid, json); Type: FUNCTION; Schema: public; Owner: -
@@ -4195,9 +4274,13 @@ CREATE TABLE public.ojs_workflow_node (
     result json,
     error jsonb,
     finished_at timestamp with time zone,
+    name text,
+    depends_on integer[],
+    waiting_on integer DEFAULT 0 NOT NULL,
     CONSTRAINT ojs_workflow_node_idx_nonnegative CHECK ((idx >= 0)),
     CONSTRAINT ojs_workflow_node_kind_known CHECK ((kind = ANY (ARRAY['step'::text, 'job'::text, 'on_complete'::text, 'on_success'::text, 'on_failure'::text]))),
-    CONSTRAINT ojs_workflow_node_state_known CHECK ((state = ANY (ARRAY['waiting'::text, 'released'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'not_fired'::text])))
+    CONSTRAINT ojs_workflow_node_state_known CHECK ((state = ANY (ARRAY['waiting'::text, 'released'::text, 'completed'::text, 'failed'::text, 'cancelled'::text, 'not_fired'::text]))),
+    CONSTRAINT ojs_workflow_node_waiting_on_nonnegative CHECK ((waiting_on >= 0))
 );
 
 --
@@ -4222,7 +4305,7 @@ COMMENT ON COLUMN public.ojs_workflow_node.idx IS 'Position: the step or member 
 -- Name: COLUMN ojs_workflow_node.kind; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_workflow_node.kind IS 'step (chain), job (group or batch member), or the batch callback it is: on_complete, on_success, on_failure.';
+COMMENT ON COLUMN public.ojs_workflow_node.kind IS 'step (chain, dag), job (group or batch member), or the batch callback it is: on_complete, on_success, on_failure.';
 
 --
 -- Name: COLUMN ojs_workflow_node.job_id; Type: COMMENT; Schema: public; Owner: -
@@ -4265,6 +4348,24 @@ COMMENT ON COLUMN public.ojs_workflow_node.error IS 'The error the job ended wit
 --
 
 COMMENT ON COLUMN public.ojs_workflow_node.finished_at IS 'When the node''s job finished, or the node was dropped.';
+
+--
+-- Name: COLUMN ojs_workflow_node.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.name IS 'Dag only: the step''s id, as the definition named it.';
+
+--
+-- Name: COLUMN ojs_workflow_node.depends_on; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.depends_on IS 'Dag only: the indexes (idx) of the steps this one runs after, in the definition''s order (the order of its parent_results).';
+
+--
+-- Name: COLUMN ojs_workflow_node.waiting_on; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow_node.waiting_on IS 'Dag only: how many of depends_on have not completed yet; the step is released when it reaches 0.';
 
 --
 -- Name: ojs_job_done_default; Type: TABLE ATTACH; Schema: public; Owner: -

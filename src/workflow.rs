@@ -1,6 +1,7 @@
 //! Workflows ([OJS workflows]): a chain (steps one after another, each given the results of
-//! the ones before), a group (members at once, independent) or a batch (a group whose
-//! callbacks `on_complete`, `on_success` and `on_failure` run once every member has finished).
+//! the ones before), a group (members at once, independent), a batch (a group whose
+//! callbacks `on_complete`, `on_success` and `on_failure` run once every member has finished),
+//! or a dag (steps named by an `id`, each run once the steps in its `depends_on` completed).
 //!
 //! This module validates a definition and turns it into the jobs to write: every node's job is
 //! made with the workflow, through the ordinary enqueue; the ones that wait on others are held
@@ -9,6 +10,7 @@
 //!
 //! [OJS workflows]: https://github.com/openjobspec/spec/blob/main/spec/ojs-workflows.md
 
+use std::collections::HashMap;
 use std::fmt;
 
 use serde_json::value::RawValue;
@@ -27,6 +29,8 @@ pub enum WorkflowType {
     Chain,
     Group,
     Batch,
+    /// The dependency form: no `type`, steps with `id` and `depends_on`.
+    Dag,
 }
 
 impl WorkflowType {
@@ -35,6 +39,7 @@ impl WorkflowType {
             WorkflowType::Chain => "chain",
             WorkflowType::Group => "group",
             WorkflowType::Batch => "batch",
+            WorkflowType::Dag => "dag",
         }
     }
 
@@ -43,6 +48,7 @@ impl WorkflowType {
             "chain" => Some(WorkflowType::Chain),
             "group" => Some(WorkflowType::Group),
             "batch" => Some(WorkflowType::Batch),
+            "dag" => Some(WorkflowType::Dag),
             _ => None,
         }
     }
@@ -109,6 +115,10 @@ pub const CALLBACKS: [NodeKind; 3] = [
 pub struct NodeDef {
     pub kind: NodeKind,
     pub job: NewJob,
+    /// Dag only: the step's `id`.
+    pub name: Option<String>,
+    /// Dag only: the indexes of the nodes it depends on, in the definition's order.
+    pub depends_on: Vec<usize>,
 }
 
 /// A validated workflow definition: its nodes in index order (steps or members, then the
@@ -139,15 +149,21 @@ pub enum Invalid {
     Item(Rejection),
 }
 
-/// Validates a whole definition (`POST /ojs/v1/workflows`, typed form) before anything is
-/// written: every problem of the shape and of every item, with its path.
+/// Longest dag step `id`.
+pub const MAX_STEP_ID_LEN: usize = 255;
+
+/// Validates a whole definition (`POST /ojs/v1/workflows`: the typed form, or the dependency
+/// form when there is no `type`) before anything is written: every problem of the shape and
+/// of every item, with its path.
 pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
     let mut v: Vec<Violation> = Vec::new();
     let r#type = match obj.get("type") {
+        // The dependency form names no type.
+        None if obj.get("steps").is_some() => Some(WorkflowType::Dag),
         None => {
             v.push(Violation::new(
                 "$.type",
-                "'type' is required: chain, group or batch",
+                "'type' is required: chain, group or batch (or no 'type' and 'steps' with 'depends_on')",
             ));
             None
         }
@@ -159,7 +175,7 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
             None => {
                 v.push(Violation::new(
                     "$.type",
-                    "'type' must be one of chain, group, batch",
+                    "'type' must be one of chain, group, batch, dag",
                 ));
                 None
             }
@@ -208,7 +224,7 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
     // (path, kind, item) in node order.
     let mut items: Vec<(String, NodeKind, &RawValue)> = Vec::new();
     let (list, kind, other) = match r#type {
-        WorkflowType::Chain => ("steps", NodeKind::Step, "jobs"),
+        WorkflowType::Chain | WorkflowType::Dag => ("steps", NodeKind::Step, "jobs"),
         WorkflowType::Group | WorkflowType::Batch => ("jobs", NodeKind::Job, "steps"),
     };
     if obj.get(other).is_some() {
@@ -289,19 +305,31 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
         return Err(Invalid::Definition(v));
     }
 
+    let graph = if r#type == WorkflowType::Dag {
+        dependencies(&items, &mut v)
+    } else {
+        Vec::new()
+    };
+
     let id = Uuid::now_v7();
     let mut nodes = Vec::with_capacity(items.len());
     for (index, (path, kind, raw)) in items.iter().enumerate() {
-        match item_job(raw, path, defaults.as_ref(), limits) {
+        let (name, depends_on) = graph.get(index).cloned().unwrap_or_default();
+        match item_job(raw, path, defaults.as_ref(), limits, r#type) {
             Ok(mut job) => {
                 if let Some(priority) = priority
                     && !has_priority(raw)
                 {
                     job.priority = priority;
                 }
-                job.pending |= holds(r#type, *kind, index);
+                job.pending |= holds(r#type, *kind, index, &depends_on);
                 job.extra = with_workflow_keys(&job.extra, id, index);
-                nodes.push(NodeDef { kind: *kind, job });
+                nodes.push(NodeDef {
+                    kind: *kind,
+                    job,
+                    name,
+                    depends_on,
+                });
             }
             Err(Rejection::Invalid(violations)) => v.extend(violations),
             Err(other) if v.is_empty() => return Err(Invalid::Item(other)),
@@ -311,8 +339,8 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
     if !v.is_empty() {
         return Err(Invalid::Definition(v));
     }
-    // A chain's later steps without a priority of their own take the first step's.
-    if r#type == WorkflowType::Chain && priority.is_none() {
+    // A chain's or dag's later steps without a priority of their own take the first step's.
+    if matches!(r#type, WorkflowType::Chain | WorkflowType::Dag) && priority.is_none() {
         let first = nodes[0].job.priority;
         for (node, (_, _, raw)) in nodes.iter_mut().zip(&items).skip(1) {
             if !has_priority(raw) {
@@ -329,9 +357,139 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
     })
 }
 
-/// Whether node `index` waits for others: every chain step after the first, every callback.
-fn holds(r#type: WorkflowType, kind: NodeKind, index: usize) -> bool {
-    kind.is_callback() || (r#type == WorkflowType::Chain && index > 0)
+/// Whether node `index` waits for others: every chain step after the first, every dag step
+/// with dependencies, every callback.
+fn holds(r#type: WorkflowType, kind: NodeKind, index: usize, depends_on: &[usize]) -> bool {
+    kind.is_callback() || (r#type == WorkflowType::Chain && index > 0) || !depends_on.is_empty()
+}
+
+/// A dag's steps' `id`s and dependencies (as indexes), one per item; every problem (a missing,
+/// repeated or malformed `id`, a dependency that names no step, itself or one step twice, a
+/// cycle) joins `v` with its path.
+fn dependencies(
+    items: &[(String, NodeKind, &RawValue)],
+    v: &mut Vec<Violation>,
+) -> Vec<(Option<String>, Vec<usize>)> {
+    let before = v.len();
+    let objects: Vec<Option<Object<'_>>> = items
+        .iter()
+        .map(|(_, _, raw)| Object::from_raw(raw).ok())
+        .collect();
+    // Every id first: a step may depend on one listed after it.
+    let mut ids: Vec<Option<String>> = Vec::with_capacity(items.len());
+    let mut index_of: HashMap<String, usize> = HashMap::new();
+    for (i, ((path, _, _), obj)) in items.iter().zip(&objects).enumerate() {
+        let Some(obj) = obj else {
+            ids.push(None);
+            continue;
+        };
+        let id = match obj.get("id").map(json::decode::<String>) {
+            None => {
+                v.push(Violation::new(
+                    format!("{path}.id"),
+                    "a step of a workflow without 'type' needs an 'id': a string naming it for 'depends_on'",
+                ));
+                None
+            }
+            Some(Ok(id)) if !id.is_empty() && id.len() <= MAX_STEP_ID_LEN => Some(id),
+            Some(_) => {
+                v.push(Violation::new(
+                    format!("{path}.id"),
+                    format!("'id' must be a string of 1 to {MAX_STEP_ID_LEN} bytes"),
+                ));
+                None
+            }
+        };
+        if let Some(id) = &id {
+            if let Some(&first) = index_of.get(id) {
+                v.push(Violation::new(
+                    format!("{path}.id"),
+                    format!("'id' {id:?} is already the id of $.steps[{first}]"),
+                ));
+            } else {
+                index_of.insert(id.clone(), i);
+            }
+        }
+        ids.push(id);
+    }
+    let mut deps: Vec<Vec<usize>> = Vec::with_capacity(items.len());
+    for (i, ((path, _, _), obj)) in items.iter().zip(&objects).enumerate() {
+        let mut own = Vec::new();
+        let listed = obj.as_ref().and_then(|o| o.get("depends_on"));
+        match listed.map(json::decode::<Vec<String>>) {
+            None => {}
+            Some(Err(_)) => v.push(Violation::new(
+                format!("{path}.depends_on"),
+                "'depends_on' must be an array of step ids (strings)",
+            )),
+            Some(Ok(names)) => {
+                for (k, name) in names.iter().enumerate() {
+                    let at = format!("{path}.depends_on[{k}]");
+                    match index_of.get(name) {
+                        None => v.push(Violation::new(at, format!("no step has the id {name:?}"))),
+                        Some(&j) if j == i => {
+                            v.push(Violation::new(at, "a step cannot depend on itself"))
+                        }
+                        Some(j) if own.contains(j) => {
+                            v.push(Violation::new(at, format!("{name:?} is listed twice")))
+                        }
+                        Some(&j) => own.push(j),
+                    }
+                }
+            }
+        }
+        deps.push(own);
+    }
+    if v.len() == before
+        && let Some(cycle) = find_cycle(&deps)
+    {
+        let names: Vec<&str> = cycle
+            .iter()
+            .map(|&i| ids[i].as_deref().unwrap_or_default())
+            .collect();
+        v.push(Violation::new(
+            format!("{}.depends_on", items[cycle[0]].0),
+            format!(
+                "the steps depend on each other in a cycle: {}",
+                names.join(" -> ")
+            ),
+        ));
+    }
+    ids.into_iter().zip(deps).collect()
+}
+
+/// A cycle of `deps` (node → the nodes it depends on), as the nodes along it with the first
+/// repeated at the end; `None` if there is none.
+fn find_cycle(deps: &[Vec<usize>]) -> Option<Vec<usize>> {
+    // Kahn's algorithm: peel off the steps whose dependencies are all peeled.
+    let mut waiting: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); deps.len()];
+    for (i, own) in deps.iter().enumerate() {
+        for &j in own {
+            dependents[j].push(i);
+        }
+    }
+    let mut ready: Vec<usize> = (0..deps.len()).filter(|&i| waiting[i] == 0).collect();
+    while let Some(j) = ready.pop() {
+        for &i in &dependents[j] {
+            waiting[i] -= 1;
+            if waiting[i] == 0 {
+                ready.push(i);
+            }
+        }
+    }
+    // What is left waits on a cycle; walk back along unpeeled dependencies until one repeats.
+    let mut at = (0..deps.len()).find(|&i| waiting[i] > 0)?;
+    let mut path = vec![at];
+    loop {
+        at = *deps[at].iter().find(|&&j| waiting[j] > 0)?;
+        if let Some(start) = path.iter().position(|&p| p == at) {
+            let mut cycle = path.split_off(start);
+            cycle.push(at);
+            return Some(cycle);
+        }
+        path.push(at);
+    }
 }
 
 /// Whether an item names its own priority (at the top or in its options).
@@ -353,6 +511,7 @@ fn item_job(
     path: &str,
     defaults: Option<&Object<'_>>,
     limits: &Limits,
+    r#type: WorkflowType,
 ) -> Result<NewJob, Rejection> {
     let Ok(item) = Object::from_raw(raw) else {
         return Err(Rejection::Invalid(vec![Violation::new(
@@ -372,21 +531,33 @@ fn item_job(
             });
         }
     }
-    let merged;
-    let item = match defaults {
+    // A dag step's `id` names the step (not its job) and `depends_on` is the workflow's.
+    let graph_keys: &[&str] = if r#type == WorkflowType::Dag {
+        &["id", "depends_on"]
+    } else {
+        &[]
+    };
+    let merged = match defaults {
         Some(defaults) if !defaults.is_empty() => {
-            merged = with_default_options(&item, defaults);
-            Object::parse(&merged).map_err(|_| {
-                Rejection::Invalid(vec![Violation::new(path, "the item is not valid JSON")])
-            })?
+            Some(with_default_options(&item, defaults, graph_keys))
         }
-        _ => item,
+        _ if !graph_keys.is_empty() => Some(json::object_text(
+            item.iter().filter(|(key, _)| !graph_keys.contains(key)),
+        )),
+        _ => None,
+    };
+    let item = match &merged {
+        Some(text) => Object::parse(text).map_err(|_| {
+            Rejection::Invalid(vec![Violation::new(path, "the item is not valid JSON")])
+        })?,
+        None => item,
     };
     envelope::parse(&item, limits).map_err(|rejection| rejection.rerooted(path))
 }
 
-/// `item` with `options` = the workflow's `options` overlaid by the item's own.
-fn with_default_options(item: &Object<'_>, defaults: &Object<'_>) -> String {
+/// `item` without the `dropped` keys, with `options` = the workflow's `options` overlaid by the
+/// item's own.
+fn with_default_options(item: &Object<'_>, defaults: &Object<'_>, dropped: &[&str]) -> String {
     let own = item.get("options").and_then(|o| Object::from_raw(o).ok());
     let options = json::object_text(
         defaults
@@ -397,7 +568,7 @@ fn with_default_options(item: &Object<'_>, defaults: &Object<'_>) -> String {
     let options = json::raw(options);
     json::object_text(
         item.iter()
-            .filter(|(key, _)| *key != "options")
+            .filter(|(key, _)| *key != "options" && !dropped.contains(key))
             .chain(std::iter::once(("options", &*options))),
     )
 }
@@ -527,12 +698,99 @@ mod tests {
             ),
             ["$.jobs", "$.callbacks"]
         );
-        assert_eq!(paths(r#"{"type":"dag","steps":[]}"#), ["$.type"]);
-        assert_eq!(paths(r#"{"steps":[]}"#), ["$.type"]);
+        assert_eq!(paths(r#"{"type":"tree","steps":[]}"#), ["$.type"]);
+        assert_eq!(paths(r#"{"jobs":[]}"#), ["$.type"]);
+        assert_eq!(paths(r#"{"steps":[]}"#), ["$.steps"]);
         assert_eq!(paths(r#"{"type":"chain","steps":"x"}"#), ["$.steps"]);
         assert_eq!(
             paths(r#"{"type":"group","jobs":[{"type":"a.b","args":[]}],"priority":-1}"#),
             ["$.priority"]
+        );
+    }
+
+    #[test]
+    fn the_dependency_form_holds_the_steps_that_wait_and_inherits_the_first_priority() {
+        // As the Go SDK sends a batch: callbacks are steps depending on every job.
+        let d = parsed(
+            r#"{"name":"n","steps":[
+                {"id":"job-0","type":"m.a","args":[],"depends_on":[],"options":{"priority":1}},
+                {"id":"job-1","type":"m.b","args":[],"depends_on":[]},
+                {"id":"on-success","type":"cb.s","args":[],"depends_on":["job-1","job-0"]},
+                {"id":"last","type":"cb.t","args":[],"depends_on":["on-success"],"priority":9}]}"#,
+        )
+        .unwrap();
+        assert_eq!(d.r#type, WorkflowType::Dag);
+        assert_eq!(d.total(), 4);
+        let pending: Vec<bool> = d.nodes.iter().map(|n| n.job.pending).collect();
+        assert_eq!(pending, [false, false, true, true]);
+        assert_eq!(d.nodes[2].depends_on, [1, 0], "in the definition's order");
+        assert_eq!(d.nodes[2].name.as_deref(), Some("on-success"));
+        let priorities: Vec<i32> = d.nodes.iter().map(|n| n.job.priority).collect();
+        assert_eq!(priorities, [1, 1, 1, 9]);
+        // `id` and `depends_on` are the workflow's, not the job's.
+        let extra: serde_json::Value = serde_json::from_str(&d.nodes[2].job.extra).unwrap();
+        assert!(extra.get("depends_on").is_none());
+        assert_ne!(d.nodes[2].job.id.to_string(), "on-success");
+        // `type: "dag"` says the same.
+        let explicit = parsed(
+            r#"{"type":"dag","steps":[{"id":"a","type":"x.y","args":[]},{"id":"b","type":"x.y","args":[],"depends_on":["a"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(explicit.nodes[1].depends_on, [0]);
+    }
+
+    #[test]
+    fn a_bad_dependency_is_named_by_its_path() {
+        assert_eq!(
+            paths(
+                r#"{"steps":[{"type":"a.b","args":[]},{"id":"","type":"a.b","args":[]},{"id":"x","type":"a.b","args":[]},{"id":"x","type":"a.b","args":[]}]}"#
+            ),
+            ["$.steps[0].id", "$.steps[1].id", "$.steps[3].id"]
+        );
+        assert_eq!(
+            paths(
+                r#"{"steps":[{"id":"a","type":"a.b","args":[],"depends_on":["b","a","c","c"]},{"id":"c","type":"a.b","args":[],"depends_on":"a"}]}"#
+            ),
+            [
+                "$.steps[0].depends_on[0]",
+                "$.steps[0].depends_on[1]",
+                "$.steps[0].depends_on[3]",
+                "$.steps[1].depends_on"
+            ]
+        );
+        match parsed(
+            r#"{"steps":[{"id":"root","type":"a.b","args":[]},
+                {"id":"a","type":"a.b","args":[],"depends_on":["root","c"]},
+                {"id":"b","type":"a.b","args":[],"depends_on":["a"]},
+                {"id":"c","type":"a.b","args":[],"depends_on":["b"]}]}"#,
+        ) {
+            Err(Invalid::Definition(v)) => {
+                assert_eq!(v.len(), 1);
+                assert_eq!(v[0].path, "$.steps[1].depends_on");
+                assert!(
+                    v[0].message.contains("a -> c -> b -> a"),
+                    "{}",
+                    v[0].message
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // A dependency form has no callbacks, and an item's job problems keep their paths.
+        assert_eq!(
+            paths(
+                r#"{"steps":[{"id":"a","args":[]}],"callbacks":{"on_complete":{"type":"a.b","args":[]}}}"#
+            ),
+            ["$.callbacks", "$.steps[0].type"]
+        );
+    }
+
+    #[test]
+    fn find_cycle_sees_only_cycles() {
+        assert_eq!(find_cycle(&[vec![], vec![0], vec![0, 1]]), None);
+        assert_eq!(find_cycle(&[vec![1], vec![0]]), Some(vec![0, 1, 0]));
+        assert_eq!(
+            find_cycle(&[vec![], vec![0, 3], vec![1], vec![2]]),
+            Some(vec![1, 3, 2, 1])
         );
     }
 

@@ -259,8 +259,10 @@ impl Broker {
         self.queue(name).await?;
         let mut purged = 0;
         loop {
+            let mut tx = self.db.begin().await?;
             let n =
-                store::admin::purge_queue(&self.db, name, states, older_than, BULK_BATCH).await?;
+                store::admin::purge_queue(&mut tx, name, states, older_than, BULK_BATCH).await?;
+            tx.commit().await?;
             purged += n;
             if n < BULK_BATCH {
                 return Ok(purged);

@@ -7,7 +7,7 @@ use super::{Broker, PushContext, PushOutcome};
 use crate::error::{Error, Result};
 use crate::store;
 use crate::store::workflow::{Cancelled, NewNode, NodeRow, WorkflowRow};
-use crate::workflow::Definition;
+use crate::workflow::{Definition, WorkflowType};
 
 /// A workflow as read: its row and its nodes in index order.
 #[derive(Debug, Clone)]
@@ -60,6 +60,9 @@ impl Broker {
                 r#type: &node.job.r#type,
                 queue: &p.job.queue,
                 waiting: node.job.pending,
+                name: node.name.as_deref(),
+                depends_on: (definition.r#type == WorkflowType::Dag)
+                    .then_some(node.depends_on.as_slice()),
             })
             .collect();
         store::workflow::insert(

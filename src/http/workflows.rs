@@ -1,4 +1,4 @@
-//! `/ojs/v1/workflows`: create a chain, group or batch (all its jobs at once, or nothing),
+//! `/ojs/v1/workflows`: create a chain, group, batch or dag (all its jobs at once, or nothing),
 //! read one with every step's live state, list them, cancel one. The body of a single
 //! workflow is `{"workflow": {...}}` with the same members also beside `workflow`, so clients
 //! that read either shape (the suites and the Go SDK, the JS SDK and the admin UI) find them.
@@ -33,14 +33,15 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(progress))
 }
 
-/// A workflow definition (typed form). Items are job bodies, validated as a PUSH is.
+/// A workflow definition. Items are job bodies, validated as a PUSH is.
 #[derive(ToSchema, serde::Deserialize)]
 #[allow(dead_code)]
 struct WorkflowRequest {
-    /// `chain`, `group` or `batch`.
-    r#type: String,
+    /// `chain`, `group` or `batch`. Absent (or `dag`) for the dependency form: `steps` whose
+    /// items also carry `id` (unique) and `depends_on` (ids of the steps they run after).
+    r#type: Option<String>,
     name: Option<String>,
-    /// Chain only: the steps, in order.
+    /// Chain: the steps, in order. Dependency form: the steps, each with `id` and `depends_on`.
     steps: Option<Vec<openapi::Enqueue>>,
     /// Group and batch: the member jobs.
     jobs: Option<Vec<openapi::Enqueue>>,
@@ -91,7 +92,7 @@ fn workflow_id(segment: &str) -> Result<Uuid, ApiError> {
     post,
     path = "/ojs/v1/workflows",
     tag = "workflows",
-    summary = "Create a workflow: a chain, group or batch of jobs",
+    summary = "Create a workflow: a chain, group, batch or dag of jobs",
     request_body = WorkflowRequest,
     responses(
         (status = 201, description = "Created; `Location` names it.", body = WorkflowBody),
@@ -273,7 +274,7 @@ async fn progress(
         .map(|n| {
             let state = entry_state(n);
             let finished = matches!(state, "completed" | "failed" | "cancelled" | "not_fired");
-            json!({"id": n.idx.to_string(), "state": state, "progress": if finished { 100 } else { 0 }})
+            json!({"id": entry_id(n), "state": state, "progress": if finished { 100 } else { 0 }})
         })
         .collect();
     let updated_at = view
@@ -339,8 +340,14 @@ fn entry_state(node: &NodeRow) -> &'static str {
     }
 }
 
+/// A node's `id` as its entry shows it: a dag step's own, else its index.
+fn entry_id(node: &NodeRow) -> String {
+    node.name.clone().unwrap_or_else(|| node.idx.to_string())
+}
+
 /// One node as a step or member entry. `depends_on` names the entries it waits for (the step
-/// before it in a chain; every member, for a batch callback), by their `id`.
+/// before it in a chain; its dependencies in a dag; every member, for a batch callback), by
+/// their `id`.
 fn entry(node: &NodeRow, depends_on: &[String]) -> Value {
     let state = entry_state(node);
     let waiting = matches!(state, "waiting" | "not_fired")
@@ -352,7 +359,7 @@ fn entry(node: &NodeRow, depends_on: &[String]) -> Value {
     };
     json!({
         "index": node.idx,
-        "id": node.idx.to_string(),
+        "id": entry_id(node),
         "kind": node.kind,
         "depends_on": depends_on,
         "job_ids": if job_id.is_null() { json!([]) } else { json!([job_id]) },
@@ -379,27 +386,32 @@ fn render(view: &WorkflowView) -> Value {
     let mut out = summary(w);
     let map = out.as_object_mut().expect("an object");
     map.insert("started_at".to_owned(), ts(started_at));
-    let chain = w.r#type == "chain";
+    let r#type = WorkflowType::parse(&w.r#type);
+    let member_ids: Vec<String> = members.iter().map(|n| entry_id(n)).collect();
     let entries: Vec<Value> = members
         .iter()
         .map(|n| {
-            let before: Vec<String> = if chain && n.idx > 0 {
-                vec![(n.idx - 1).to_string()]
-            } else {
-                Vec::new()
+            let before: Vec<String> = match r#type {
+                Some(WorkflowType::Chain) if n.idx > 0 => vec![(n.idx - 1).to_string()],
+                Some(WorkflowType::Dag) => n
+                    .depends_on
+                    .iter()
+                    .flatten()
+                    .filter_map(|&i| member_ids.get(usize::try_from(i).ok()?).cloned())
+                    .collect(),
+                _ => Vec::new(),
             };
             entry(n, &before)
         })
         .collect();
-    let member_ids: Vec<String> = members.iter().map(|n| n.idx.to_string()).collect();
     let callback_entries: Vec<Value> = view
         .nodes
         .iter()
         .filter(|n| NodeKind::parse(&n.kind).is_some_and(NodeKind::is_callback))
         .map(|n| entry(n, &member_ids))
         .collect();
-    let (noun, total) = match WorkflowType::parse(&w.r#type) {
-        Some(WorkflowType::Chain) => ("steps", "steps_total"),
+    let (noun, total) = match r#type {
+        Some(WorkflowType::Chain | WorkflowType::Dag) => ("steps", "steps_total"),
         _ => ("jobs", "jobs_total"),
     };
     map.insert(total.to_owned(), json!(w.total));

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
+use sqlx::{PgConnection, PgExecutor};
 use uuid::Uuid;
 
 use crate::job::{JobId, JobState};
@@ -532,9 +532,11 @@ pub async fn delete_finished(
 
 /// Purge: deletes up to `limit` jobs of `queue` in `states` (never `active`: a worker holds
 /// those) created before `older_than` (any time when `None`). Jobs locked by a concurrent
-/// operation are skipped. Returns how many were deleted.
+/// operation are skipped. A workflow job deleted before it finished ends its node as
+/// cancelled (`ojs_workflow_jobs_deleted`), so its workflow still ends: run it in a
+/// transaction. Returns how many were deleted.
 pub async fn purge_queue(
-    db: impl PgExecutor<'_>,
+    db: &mut PgConnection,
     queue: &str,
     states: &[JobState],
     older_than: Option<DateTime<Utc>>,
@@ -545,7 +547,7 @@ pub async fn purge_queue(
         .filter(|s| **s != JobState::Active)
         .map(|s| s.as_str())
         .collect();
-    sqlx::query_scalar!(
+    let row = sqlx::query!(
         r#"
         with doomed as (
             select id from ojs_job
@@ -557,7 +559,8 @@ pub async fn purge_queue(
                for update skip locked
         ),
         deleted as (
-            delete from ojs_job j using doomed d where j.id = d.id returning j.id
+            delete from ojs_job j using doomed d where j.id = d.id
+            returning j.id, j.extra, j.attempt, j.state
         ),
         -- Completed jobs live in ojs_job_done (migration V15).
         doomed_done as (
@@ -570,14 +573,35 @@ pub async fn purge_queue(
         ),
         deleted_done as (
             delete from ojs_job_done j using doomed_done d where j.id = d.id returning j.id
+        ),
+        unfinished as (
+            select d.id, d.extra, d.attempt from deleted d
+             where (d.extra -> 'workflow_id') is not null
+               and d.state not in ('completed', 'discarded', 'cancelled')
         )
-        select (select count(*) from deleted) + (select count(*) from deleted_done) as "purged!"
+        select (select count(*) from deleted) + (select count(*) from deleted_done) as "purged!",
+               (select array_agg(id) from unfinished) as "workflow_ids",
+               (select array_agg(extra::text) from unfinished) as "workflow_extras",
+               (select array_agg(attempt) from unfinished) as "workflow_attempts"
         "#,
         queue,
         &states as &[&str],
         older_than,
         limit,
     )
-    .fetch_one(db)
-    .await
+    .fetch_one(&mut *db)
+    .await?;
+    if let (Some(ids), Some(extras), Some(attempts)) =
+        (row.workflow_ids, row.workflow_extras, row.workflow_attempts)
+    {
+        sqlx::query!(
+            "select ojs_workflow_jobs_deleted($1::uuid[], $2::text[]::json[], $3::int[])",
+            &ids,
+            &extras,
+            &attempts,
+        )
+        .fetch_one(&mut *db)
+        .await?;
+    }
+    Ok(row.purged)
 }

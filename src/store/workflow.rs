@@ -39,6 +39,10 @@ pub struct NodeRow {
     pub result: Option<RawJson>,
     pub error: Option<RawJson>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Dag only: the step's id.
+    pub name: Option<String>,
+    /// Dag only: the indexes of the nodes it depends on.
+    pub depends_on: Option<Vec<i32>>,
     pub job_state: Option<JobState>,
     pub started_at: Option<DateTime<Utc>>,
 }
@@ -52,6 +56,10 @@ pub struct NewNode<'a> {
     pub queue: &'a str,
     /// Whether its job is held until the workflow releases it.
     pub waiting: bool,
+    /// Dag only: the step's id.
+    pub name: Option<&'a str>,
+    /// Dag only: the indexes of the nodes it depends on (`None` outside dags).
+    pub depends_on: Option<&'a [usize]>,
 }
 
 /// Writes a workflow and its nodes (index = position in `nodes`), and `workflow.created`.
@@ -72,6 +80,17 @@ pub async fn insert(
         .iter()
         .map(|n| if n.waiting { "waiting" } else { "released" })
         .collect();
+    let names: Vec<Option<&str>> = nodes.iter().map(|n| n.name).collect();
+    // Postgres array literals: unnest would flatten an array of arrays.
+    let depends_on: Vec<Option<String>> = nodes
+        .iter()
+        .map(|n| {
+            n.depends_on.map(|d| {
+                let items: Vec<String> = d.iter().map(usize::to_string).collect();
+                format!("{{{}}}", items.join(","))
+            })
+        })
+        .collect();
     sqlx::query!(
         r#"
         with w as (
@@ -80,10 +99,13 @@ pub async fn insert(
             returning *
         ),
         nodes as (
-            insert into ojs_workflow_node (workflow_id, idx, kind, job_id, type, queue, state)
-            select $1, t.ord - 1, t.kind, t.job_id, t.type, t.queue, t.state
-              from unnest($6::text[], $7::uuid[], $8::text[], $9::text[], $10::text[])
-                   with ordinality as t(kind, job_id, type, queue, state, ord)
+            insert into ojs_workflow_node (workflow_id, idx, kind, job_id, type, queue, state,
+                                           name, depends_on, waiting_on)
+            select $1, t.ord - 1, t.kind, t.job_id, t.type, t.queue, t.state, t.name,
+                   t.depends_on::int[], coalesce(cardinality(t.depends_on::int[]), 0)
+              from unnest($6::text[], $7::uuid[], $8::text[], $9::text[], $10::text[],
+                          $11::text[], $12::text[])
+                   with ordinality as t(kind, job_id, type, queue, state, name, depends_on, ord)
         )
         select ojs_workflow_event('workflow.created', w, null,
                                   jsonb_build_object('jobs', $4::int)) as "created"
@@ -99,6 +121,8 @@ pub async fn insert(
         &types as &[&str],
         &queues as &[&str],
         &states as &[&str],
+        &names as &[Option<&str>],
+        &depends_on as &[Option<String>],
     )
     .fetch_one(db)
     .await?;
@@ -128,7 +152,7 @@ pub async fn nodes(db: impl PgExecutor<'_>, id: Uuid) -> Result<Vec<NodeRow>, sq
         r#"
         select n.idx, n.kind, n.job_id, n.type, n.queue, n.state,
                n.result as "result: RawJson", n.error as "error: RawJson", n.finished_at,
-               j.state as "job_state: JobState", j.started_at
+               n.name, n.depends_on, j.state as "job_state: JobState", j.started_at
           from ojs_workflow_node n
           left join lateral (
               select a.state, a.started_at from ojs_job_all a where a.id = n.job_id limit 1

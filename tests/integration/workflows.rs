@@ -458,3 +458,197 @@ async fn retention_removes_a_finished_workflow_with_its_nodes() {
         "the pruned workflow's node went with it"
     );
 }
+
+/// The dependency form, as the Go SDK sends it: no `type`, steps with `id` and `depends_on`.
+fn dag_step(id: &str, depends_on: &[&str], queue: &str) -> Value {
+    json!({"id": id, "type": format!("d.{id}"), "args": [id], "depends_on": depends_on,
+           "options": {"queue": queue}})
+}
+
+#[tokio::test]
+async fn a_dag_runs_each_step_once_its_dependencies_completed_with_their_results() {
+    let app = TestApp::spawn().await;
+    // a → (b, c) → d, d listing c before b.
+    let w = create(
+        &app,
+        json!({"name": "diamond", "steps": [
+            dag_step("a", &[], "d"), dag_step("b", &["a"], "d"),
+            dag_step("c", &["a"], "d"), dag_step("d", &["c", "b"], "d")]}),
+    )
+    .await;
+    assert_eq!(w["type"], "dag");
+    assert_eq!(w["steps_total"], 4);
+    assert_eq!(w["steps"][3]["id"], "d");
+    assert_eq!(w["steps"][3]["depends_on"], json!(["c", "b"]));
+    assert_eq!(w["steps"][3]["state"], "waiting");
+
+    let a = app.fetch_one("d", "w").await;
+    assert_eq!(a["type"], "d.a");
+    assert!(a.get("depends_on").is_none(), "the graph is the workflow's");
+    nothing_to_fetch(&app, "d").await;
+    app.ack(json!({"job_id": a["id"], "result": "A"}))
+        .await
+        .expect(200);
+    let both = app
+        .fetch(json!({"queues": ["d"], "worker_id": "w", "count": 10}))
+        .await;
+    let mut types: Vec<&str> = both.iter().map(|j| j["type"].as_str().unwrap()).collect();
+    types.sort();
+    assert_eq!(types, ["d.b", "d.c"]);
+    for job in &both {
+        assert_eq!(job["parent_results"], json!(["A"]));
+    }
+    let (b, c) = if both[0]["type"] == "d.b" {
+        (&both[0], &both[1])
+    } else {
+        (&both[1], &both[0])
+    };
+    app.ack(json!({"job_id": b["id"], "result": "B"}))
+        .await
+        .expect(200);
+    nothing_to_fetch(&app, "d").await;
+    let half = workflow(&app, &w["id"]).await;
+    assert_eq!(half["steps_completed"], 2);
+    assert_eq!(half["steps"][3]["state"], "waiting");
+    app.ack(json!({"job_id": c["id"], "result": "C"}))
+        .await
+        .expect(200);
+    let d = app.fetch_one("d", "w").await;
+    assert_eq!(
+        d["parent_results"],
+        json!(["C", "B"]),
+        "in depends_on order"
+    );
+    app.ack_job(&d, "w").await;
+    let done = workflow(&app, &w["id"]).await;
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(done["steps_completed"], 4);
+    let step_ids: Vec<Value> = sqlx::query_scalar(
+        "select data -> 'step_id' from ojs_event where type = 'workflow.step_completed' order by seq",
+    )
+    .fetch_all(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(step_ids.len(), 4);
+    assert_eq!(step_ids[0], "a");
+}
+
+#[tokio::test]
+async fn a_failed_dag_step_fails_the_workflow_and_what_was_released_runs_on() {
+    let app = TestApp::spawn().await;
+    let mut a = dag_step("a", &[], "f");
+    a["options"]["retry"] = json!({"max_attempts": 1});
+    let w = create(
+        &app,
+        json!({"steps": [a, dag_step("b", &[], "f"), dag_step("after-a", &["a"], "f"),
+                         dag_step("after-b", &["b"], "f")]}),
+    )
+    .await;
+    let roots = app
+        .fetch(json!({"queues": ["f"], "worker_id": "w", "count": 10}))
+        .await;
+    assert_eq!(roots.len(), 2);
+    let (a, b) = if roots[0]["type"] == "d.a" {
+        (&roots[0], &roots[1])
+    } else {
+        (&roots[1], &roots[0])
+    };
+    app.nack(json!({"job_id": a["id"], "error": {"code": "bad", "message": "a failed"}}))
+        .await
+        .expect(200);
+    let failed = workflow(&app, &w["id"]).await;
+    assert_eq!(failed["state"], "failed");
+    assert_eq!(failed["failed_step_index"], 0);
+    assert_eq!(failed["steps"][2]["state"], "cancelled");
+    assert_eq!(failed["steps"][3]["state"], "cancelled");
+    // b was running: it finishes, and releases nothing.
+    app.ack_job(b, "w").await;
+    nothing_to_fetch(&app, "f").await;
+    let after = workflow(&app, &w["id"]).await;
+    assert_eq!(after["state"], "failed");
+    assert_eq!(after["steps"][1]["state"], "completed");
+    assert_eq!(after["steps"][3]["state"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_bad_dag_is_a_400_naming_the_step_and_writes_nothing() {
+    let app = TestApp::spawn().await;
+    let resp = app
+        .post(
+            "/ojs/v1/workflows",
+            json!({"steps": [dag_step("a", &["c"], "q"), dag_step("b", &["a"], "q"),
+                             dag_step("c", &["b"], "q")]}),
+        )
+        .await
+        .expect_error(400, "invalid_request");
+    let errors = &resp.json["error"]["details"]["validation_errors"];
+    assert_eq!(errors[0]["path"], "$.steps[0].depends_on", "{errors}");
+    assert!(
+        errors[0]["message"].as_str().unwrap().contains("cycle"),
+        "{errors}"
+    );
+    let resp = app
+        .post(
+            "/ojs/v1/workflows",
+            json!({"steps": [dag_step("a", &["nope"], "q"), {"type": "x.y", "args": []}]}),
+        )
+        .await
+        .expect_error(400, "invalid_request");
+    let paths: Vec<&str> = resp.json["error"]["details"]["validation_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["$.steps[1].id", "$.steps[0].depends_on[0]"]);
+    assert_eq!(count(&app, "select count(*) from ojs_workflow").await, 0);
+    assert_eq!(count(&app, "select count(*) from ojs_job").await, 0);
+}
+
+#[tokio::test]
+async fn a_held_step_cancelled_by_hand_or_a_purged_member_still_ends_its_workflow() {
+    let app = TestApp::spawn().await;
+    // A chain whose held second step is cancelled by hand fails there.
+    let chain = create(
+        &app,
+        json!({"type": "chain", "steps": [step("h.a", "h"), step("h.b", "h"), step("h.c", "h")]}),
+    )
+    .await;
+    let held: String = sqlx::query_scalar(
+        "select job_id::text from ojs_workflow_node where workflow_id = $1::uuid and idx = 1",
+    )
+    .bind(chain["id"].as_str().unwrap())
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    app.delete(&format!("/ojs/v1/jobs/{held}"))
+        .await
+        .expect(200);
+    let failed = workflow(&app, &chain["id"]).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(failed["failed_step_index"], 1);
+    assert_eq!(failed["steps"][2]["state"], "cancelled");
+    // The first step runs on, and releases nothing.
+    let first = app.fetch_one("h", "w").await;
+    app.ack_job(&first, "w").await;
+    nothing_to_fetch(&app, "h").await;
+
+    // A batch whose members and held callbacks are purged ends, firing nothing.
+    let batch = create(
+        &app,
+        json!({"type": "batch", "jobs": [step("p.a", "p"), step("p.b", "p")],
+               "callbacks": {"on_complete": step("p.cb", "p")}}),
+    )
+    .await;
+    let resp = app
+        .delete("/ojs/v1/admin/queues/p/jobs?confirm=true")
+        .await
+        .expect(200);
+    assert_eq!(resp.json["purged_count"], 3);
+    let ended = workflow(&app, &batch["id"]).await;
+    assert_eq!(ended["state"], "failed", "{ended}");
+    assert_eq!(ended["jobs_failed"], 2);
+    assert_eq!(ended["callbacks"]["on_complete"]["state"], "cancelled");
+    assert_eq!(ended["errors"][0]["code"], "deleted");
+    nothing_to_fetch(&app, "p").await;
+}
