@@ -152,6 +152,15 @@ impl From<Rejection> for Error {
     }
 }
 
+impl From<crate::workflow::Invalid> for Error {
+    fn from(invalid: crate::workflow::Invalid) -> Error {
+        match invalid {
+            crate::workflow::Invalid::Definition(violations) => Error::InvalidWorkflow(violations),
+            crate::workflow::Invalid::Item(rejection) => Error::from(rejection),
+        }
+    }
+}
+
 impl Error {
     /// A field-level request error.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Error {

@@ -114,7 +114,10 @@ pub const CALLBACKS: [NodeKind; 3] = [
 #[derive(Debug, Clone)]
 pub struct NodeDef {
     pub kind: NodeKind,
+    /// Its job, held `pending` when it waits for others (or its client asked so).
     pub job: NewJob,
+    /// Whether it waits for others: the workflow releases its job.
+    pub held: bool,
     /// Dag only: the step's `id`.
     pub name: Option<String>,
     /// Dag only: the indexes of the nodes it depends on, in the definition's order.
@@ -322,11 +325,13 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
                 {
                     job.priority = priority;
                 }
-                job.pending |= holds(r#type, *kind, index, &depends_on);
+                let held = holds(r#type, *kind, index, &depends_on);
+                job.pending |= held;
                 job.extra = with_workflow_keys(&job.extra, id, index);
                 nodes.push(NodeDef {
                     kind: *kind,
                     job,
+                    held,
                     name,
                     depends_on,
                 });
@@ -355,6 +360,136 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
         priority,
         nodes,
     })
+}
+
+/// The chain a PUSH body embeds (`"workflow": {"chain": [<step>, ...]}`): the posted job is
+/// step 0 and the listed items (job bodies) the steps after it, each taking the posted job's
+/// queue and priority unless it names its own. `None` when the body embeds no workflow. An
+/// embedded group or batch is unsupported (they have their own endpoint).
+pub fn embedded_chain(obj: &Object<'_>, limits: &Limits) -> Result<Option<Definition>, Invalid> {
+    let Some(raw) = obj.get("workflow") else {
+        return Ok(None);
+    };
+    let Ok(spec) = Object::from_raw(raw) else {
+        return Err(Invalid::Definition(vec![Violation::new(
+            "$.workflow",
+            format!(
+                "'workflow' must be an object holding 'chain', got {}",
+                Kind::of(raw).article_name()
+            ),
+        )]));
+    };
+    let mut v: Vec<Violation> = Vec::new();
+    for (key, _) in spec.iter() {
+        match key {
+            "chain" => {}
+            "group" | "batch" => {
+                return Err(Invalid::Item(Rejection::Unsupported {
+                    path: format!("$.workflow.{key}"),
+                    message: format!(
+                        "a job embeds only a chain; create a {key} with POST /ojs/v1/workflows"
+                    ),
+                }));
+            }
+            other => v.push(Violation::new(
+                format!("$.workflow.{other}"),
+                "an embedded workflow holds only 'chain'",
+            )),
+        }
+    }
+    let items: Vec<&RawValue> = match spec.get("chain") {
+        None => {
+            v.push(Violation::new(
+                "$.workflow.chain",
+                "'chain' is required: the steps to run after this job",
+            ));
+            Vec::new()
+        }
+        Some(raw) => match serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
+            Ok(items) if !items.is_empty() => items,
+            Ok(_) => {
+                v.push(Violation::new(
+                    "$.workflow.chain",
+                    "'chain' must hold at least one step",
+                ));
+                Vec::new()
+            }
+            Err(_) => {
+                v.push(Violation::new(
+                    "$.workflow.chain",
+                    format!(
+                        "'chain' must be an array of jobs, got {}",
+                        Kind::of(raw).article_name()
+                    ),
+                ));
+                Vec::new()
+            }
+        },
+    };
+    if items.len() >= MAX_NODES {
+        v.push(Violation::new(
+            "$.workflow.chain",
+            format!("a workflow holds at most {MAX_NODES} jobs"),
+        ));
+        return Err(Invalid::Definition(v));
+    }
+
+    let root_text = json::object_text(obj.iter().filter(|(key, _)| *key != "workflow"));
+    let root_obj = Object::parse(&root_text).map_err(|_| {
+        Invalid::Definition(vec![Violation::new("$", "the body is not valid JSON")])
+    })?;
+    // The posted job (no item of its own), then the steps.
+    let parsed = std::iter::once((None, envelope::parse(&root_obj, limits))).chain(
+        items.iter().enumerate().map(|(i, raw)| {
+            let path = format!("$.workflow.chain[{i}]");
+            (
+                Some(*raw),
+                item_job(raw, &path, None, limits, WorkflowType::Chain),
+            )
+        }),
+    );
+    let mut jobs: Vec<(NewJob, Option<&RawValue>)> = Vec::with_capacity(items.len() + 1);
+    for (raw, parsed) in parsed {
+        match parsed {
+            Ok(job) => jobs.push((job, raw)),
+            Err(Rejection::Invalid(violations)) => v.extend(violations),
+            Err(other) if v.is_empty() => return Err(Invalid::Item(other)),
+            Err(_) => {}
+        }
+    }
+    if !v.is_empty() {
+        return Err(Invalid::Definition(v));
+    }
+
+    let id = Uuid::now_v7();
+    let mut nodes: Vec<NodeDef> = Vec::with_capacity(jobs.len());
+    for (index, (mut job, raw)) in jobs.into_iter().enumerate() {
+        if let (Some(root), Some(raw)) = (nodes.first(), raw) {
+            if !has_priority(raw) {
+                job.priority = root.job.priority;
+            }
+            if !has_option(raw, "queue") {
+                job.queue.clone_from(&root.job.queue);
+            }
+        }
+        let held = holds(WorkflowType::Chain, NodeKind::Step, index, &[]);
+        job.pending |= held;
+        job.extra = with_workflow_keys(&job.extra, id, index);
+        nodes.push(NodeDef {
+            kind: NodeKind::Step,
+            job,
+            held,
+            name: None,
+            depends_on: Vec::new(),
+        });
+    }
+    Ok(Some(Definition {
+        id,
+        r#type: WorkflowType::Chain,
+        name: None,
+        priority: None,
+        nodes,
+    }))
 }
 
 /// Whether node `index` waits for others: every chain step after the first, every dag step
@@ -494,14 +629,19 @@ fn find_cycle(deps: &[Vec<usize>]) -> Option<Vec<usize>> {
 
 /// Whether an item names its own priority (at the top or in its options).
 fn has_priority(raw: &RawValue) -> bool {
+    has_option(raw, "priority")
+}
+
+/// Whether an item sets `name` (at the top or in its options).
+fn has_option(raw: &RawValue, name: &str) -> bool {
     let Ok(obj) = Object::from_raw(raw) else {
         return false;
     };
-    obj.get("priority").is_some()
+    obj.get(name).is_some()
         || obj
             .get("options")
             .and_then(|o| Object::from_raw(o).ok())
-            .is_some_and(|o| o.get("priority").is_some())
+            .is_some_and(|o| o.get(name).is_some())
 }
 
 /// One item validated as a PUSH body, the workflow's `options` under its own, its violations'
@@ -723,6 +863,7 @@ mod tests {
         assert_eq!(d.total(), 4);
         let pending: Vec<bool> = d.nodes.iter().map(|n| n.job.pending).collect();
         assert_eq!(pending, [false, false, true, true]);
+        assert!(d.nodes.iter().all(|n| n.held == n.job.pending));
         assert_eq!(d.nodes[2].depends_on, [1, 0], "in the definition's order");
         assert_eq!(d.nodes[2].name.as_deref(), Some("on-success"));
         let priorities: Vec<i32> = d.nodes.iter().map(|n| n.job.priority).collect();

@@ -59,7 +59,7 @@ impl Broker {
                 job_id: p.job.id.0,
                 r#type: &node.job.r#type,
                 queue: &p.job.queue,
-                waiting: node.job.pending,
+                waiting: node.held,
                 name: node.name.as_deref(),
                 depends_on: (definition.r#type == WorkflowType::Dag)
                     .then_some(node.depends_on.as_slice()),

@@ -23,7 +23,7 @@ use crate::broker::{WorkflowCancelled, WorkflowNode as NodeRow, WorkflowRow, Wor
 use crate::error::Error;
 use crate::job::JobState;
 use crate::wire::timestamp;
-use crate::workflow::{self, Invalid, NodeKind, WorkflowType};
+use crate::workflow::{self, NodeKind, WorkflowType};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -111,12 +111,7 @@ async fn create(
     let ctx = push_context(&headers)?;
     let fields = body.object()?;
     let definition =
-        workflow::parse(fields.object(), &state.broker().settings().limits).map_err(|invalid| {
-            match invalid {
-                Invalid::Definition(violations) => Error::InvalidWorkflow(violations),
-                Invalid::Item(rejection) => Error::from(rejection),
-            }
-        })?;
+        workflow::parse(fields.object(), &state.broker().settings().limits).map_err(Error::from)?;
     for node in &definition.nodes {
         caller.check_queue(&node.job.queue)?;
     }

@@ -623,15 +623,22 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
     };
     let retry_input = retry_raw.map(|(_, raw)| raw.get().to_owned());
 
-    for name in ["rate_limit", "workflow"] {
-        if let Some((path, _)) = src.either(name) {
-            return Err(Rejection::Unsupported {
-                message: format!(
-                    "'{name}' is not supported by this server yet; remove it to enqueue the job"
-                ),
-                path,
-            });
-        }
+    if let Some((path, _)) = src.either("rate_limit") {
+        return Err(Rejection::Unsupported {
+            message:
+                "'rate_limit' is not supported by this server yet; remove it to enqueue the job"
+                    .to_owned(),
+            path,
+        });
+    }
+    // A single PUSH takes an embedded chain at its top level (`workflow::embedded_chain`),
+    // before the envelope is parsed; anywhere else it is refused.
+    if let Some((path, _)) = src.either("workflow") {
+        return Err(Rejection::Unsupported {
+            message: "an embedded workflow is accepted only at the top level of POST /ojs/v1/jobs; create workflows with POST /ojs/v1/workflows"
+                .to_owned(),
+            path,
+        });
     }
 
     let extra =

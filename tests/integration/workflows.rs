@@ -652,3 +652,98 @@ async fn a_held_step_cancelled_by_hand_or_a_purged_member_still_ends_its_workflo
     assert_eq!(ended["errors"][0]["code"], "deleted");
     nothing_to_fetch(&app, "p").await;
 }
+
+#[tokio::test]
+async fn a_job_can_embed_the_chain_that_follows_it() {
+    let app = TestApp::spawn().await;
+    let resp = app
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "e.first", "args": [1], "priority": 0, "options": {"queue": "e"},
+                   "workflow": {"chain": [
+                       {"type": "e.second", "args": [2]},
+                       {"type": "e.third", "args": [3], "priority": 4, "options": {"queue": "e2"}}]}}),
+        )
+        .await
+        .expect(201);
+    let job = &resp.json["job"];
+    assert_eq!(job["type"], "e.first");
+    assert!(job.get("workflow").is_none(), "the key is consumed");
+    let w = &resp.json["workflow"];
+    assert_eq!(w["type"], "chain");
+    assert_eq!(w["state"], "running");
+    assert_eq!(w["steps_total"], 3);
+    assert_eq!(
+        resp.header("location"),
+        Some(format!("/ojs/v1/jobs/{}", job["id"].as_str().unwrap()).as_str())
+    );
+
+    let first = app.fetch_one("e", "w").await;
+    assert_eq!(first["id"], job["id"]);
+    assert_eq!(first["workflow_id"], w["id"]);
+    nothing_to_fetch(&app, "e").await;
+    app.ack(json!({"job_id": first["id"], "result": "one"}))
+        .await
+        .expect(200);
+    let second = app.fetch_one("e", "w").await;
+    assert_eq!(second["type"], "e.second");
+    assert_eq!(second["priority"], 0, "the posted job's priority");
+    assert_eq!(second["parent_results"], json!(["one"]));
+    app.ack_job(&second, "w").await;
+    let third = app.fetch_one("e2", "w").await;
+    assert_eq!(third["priority"], 4, "its own");
+    app.ack_job(&third, "w").await;
+    assert_eq!(workflow(&app, &w["id"]).await["state"], "completed");
+
+    // Refusals write nothing.
+    let bad = app
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "e.first", "args": [], "workflow": {"chain": [{"args": []}], "x": 1}}),
+        )
+        .await
+        .expect_error(400, "invalid_request");
+    let paths: Vec<&str> = bad.json["error"]["details"]["validation_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["$.workflow.x", "$.workflow.chain[0].type"]);
+    app.post(
+        "/ojs/v1/jobs",
+        json!({"type": "e.first", "args": [], "workflow": {"group": [{"type": "a.b", "args": []}]}}),
+    )
+    .await
+    .expect_error(422, "unsupported");
+    app.post(
+        "/ojs/v1/jobs",
+        json!({"type": "e.first", "args": [], "workflow": []}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
+    app.post(
+        "/ojs/v1/jobs/batch",
+        json!({"jobs": [{"type": "e.first", "args": [], "workflow": {"chain": [{"type": "a.b", "args": []}]}}]}),
+    )
+    .await
+    .expect_error(422, "unsupported");
+    assert_eq!(count(&app, "select count(*) from ojs_workflow").await, 1);
+    assert_eq!(count(&app, "select count(*) from ojs_job").await, 0);
+}
+
+#[tokio::test]
+async fn a_workflow_job_its_client_staged_is_activated_by_hand_once_released() {
+    let app = TestApp::spawn().await;
+    let mut staged = step("s.staged", "s");
+    staged["pending"] = json!(true);
+    let w = create(&app, json!({"type": "group", "jobs": [staged]})).await;
+    nothing_to_fetch(&app, "s").await;
+    let job_id = w["jobs"][0]["job_id"].as_str().unwrap().to_owned();
+    app.post(&format!("/ojs/v1/jobs/{job_id}/activate"), json!({}))
+        .await
+        .expect(200);
+    let job = app.fetch_one("s", "w").await;
+    app.ack_job(&job, "w").await;
+    assert_eq!(workflow(&app, &w["id"]).await["state"], "completed");
+}

@@ -24,6 +24,7 @@ use crate::job::JobId;
 use crate::job::envelope::{self, NewJob};
 use crate::job::wire::WireJob;
 use crate::wire::json::{Kind, Object};
+use crate::workflow;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -149,11 +150,12 @@ fn parse_envelope(
     params(PushHeaders),
     request_body = openapi::Enqueue,
     responses(
-        (status = 201, description = "Created; `Location` names the job.", body = openapi::JobBody),
+        (status = 201, description = "Created; `Location` names the job. With an embedded chain, also `workflow`: `{id, type, state, steps_total}`.", body = openapi::JobBody),
         (status = 200, description = "A unique policy returned the existing job (`deduplicated: true`).", body = openapi::JobBody),
         (status = 400, description = "The envelope is invalid."),
-        (status = 409, description = "A unique policy refused a duplicate."),
+        (status = 409, description = "A unique policy refused a duplicate (with an embedded chain: a duplicate of any of its jobs)."),
         (status = 413, description = "The envelope is too large."),
+        (status = 422, description = "The retry policy is invalid, or the body embeds a group or batch."),
         (status = 429, description = "The queue is full."),
     )
 )]
@@ -165,6 +167,9 @@ async fn push(
 ) -> Result<Response, ApiError> {
     let ctx = push_context(&headers)?;
     let fields = body.object()?;
+    if fields.object().contains("workflow") {
+        return push_chain(&state, &caller, &ctx, fields.object(), body.text().len()).await;
+    }
     let job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
     caller.check_queue(&job.queue)?;
     let pushed = state.broker().push(vec![job], &ctx).await?;
@@ -202,6 +207,60 @@ async fn push(
         }
     };
     Ok(with_pressure(response, pressure.as_ref()))
+}
+
+/// A PUSH with an embedded chain (`"workflow": {"chain": [...]}`): the job and the chain's
+/// later steps are made as one workflow, or nothing is. 201 with the job and a summary of the
+/// workflow; a unique policy that finds a duplicate of any of its jobs refuses it (409).
+async fn push_chain(
+    state: &AppState,
+    caller: &Caller,
+    ctx: &PushContext,
+    obj: &Object<'_>,
+    size: usize,
+) -> Result<Response, ApiError> {
+    let max = state.settings().max_envelope_bytes;
+    if size > max {
+        return Err(Error::Rejected {
+            index: None,
+            rejection: envelope::Rejection::TooLarge {
+                field: "envelope",
+                size,
+                max,
+            },
+        }
+        .into());
+    }
+    let definition = workflow::embedded_chain(obj, &state.broker().settings().limits)
+        .map_err(Error::from)?
+        .ok_or_else(|| ApiError::internal("no embedded workflow"))?;
+    for node in &definition.nodes {
+        caller.check_queue(&node.job.queue)?;
+    }
+    let view = state.broker().create_workflow(&definition, ctx).await?;
+    let root = view
+        .nodes
+        .first()
+        .ok_or_else(|| ApiError::internal("a workflow without steps"))?;
+    let job = state.broker().info(JobId(root.job_id)).await?;
+    #[derive(Serialize)]
+    struct Chained<'a> {
+        job: WireJob<'a>,
+        workflow: serde_json::Value,
+    }
+    let w = &view.workflow;
+    Ok(created(
+        &job.id.to_string(),
+        Chained {
+            job: job.wire(),
+            workflow: serde_json::json!({
+                "id": w.id.to_string(),
+                "type": w.r#type,
+                "state": w.state,
+                "steps_total": w.total,
+            }),
+        },
+    ))
 }
 
 /// Header naming the producer, checked against a queue's `producers`.

@@ -159,6 +159,11 @@ pub struct Enqueue {
     meta: Option<Value>,
     /// The same options, nested.
     options: Option<EnqueueOptions>,
+    /// `POST /ojs/v1/jobs` only: `{"chain": [<job>, ...]}` makes this job the first step of a
+    /// chain workflow whose later steps are the listed jobs (each taking this job's queue and
+    /// priority unless it names its own); the response then also has `workflow`.
+    #[schema(value_type = Option<Object>)]
+    workflow: Option<Value>,
     #[serde(flatten)]
     top: EnqueueOptions,
 }

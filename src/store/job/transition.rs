@@ -531,8 +531,11 @@ pub async fn activate(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>,
             update ojs_job j
                set state = 'available', activated_at = now(), enqueued_at = now()
              where j.id = $1 and j.state = 'pending'
-               -- A job a workflow holds waits for the workflow (migration V18).
-               and (j.extra -> 'workflow_id') is null
+               -- A job a workflow holds waits for the workflow (migration V18); one it has
+               -- released, held only because its client asked, is activated as any other.
+               and ((j.extra -> 'workflow_id') is null
+                    or not exists (select from ojs_workflow_node n
+                                    where n.job_id = j.id and n.state = 'waiting'))
             returning j
         ),
         events as (
