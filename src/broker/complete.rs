@@ -162,30 +162,39 @@ impl Completer {
             })
             .collect();
         let delete_on_ack = self.retention.delete_on_ack(&self.db).await?;
-        let completed = match complete_group::<Completed>(&self.hot, &params, &delete_on_ack).await
-        {
-            // Jobs of workflows advance their workflows in this statement, each under its
-            // workflow's row lock: two statements finishing jobs of the same workflows in
-            // another order can deadlock. One ACK per statement cannot.
-            Err(e) if params.len() > 1 && is_deadlock(&e) => {
-                let mut one_by_one = Vec::with_capacity(params.len());
-                for ack in &params {
-                    let mut done = complete_group::<Completed>(
-                        &self.hot,
-                        std::slice::from_ref(ack),
-                        &delete_on_ack,
-                    )
-                    .await?;
-                    one_by_one.push(done.pop().flatten());
+        let completed: Vec<Result<Option<Completed>>> =
+            match complete_group::<Completed>(&self.hot, &params, &delete_on_ack).await {
+                Ok(done) => done.into_iter().map(Ok).collect(),
+                // One ACK's failure must not fail the others': jobs of workflows advance their
+                // workflows in this statement, each under its workflow's row lock, so two
+                // statements finishing jobs of the same workflows in another order can
+                // deadlock, and one workflow's advance can fail alone. Each ACK is then
+                // written by itself; the call fails only if every one of them does.
+                Err(e) if params.len() > 1 => {
+                    let mut one_by_one = Vec::with_capacity(params.len());
+                    for ack in &params {
+                        one_by_one.push(
+                            complete_group::<Completed>(
+                                &self.hot,
+                                std::slice::from_ref(ack),
+                                &delete_on_ack,
+                            )
+                            .await
+                            .map(|mut done| done.pop().flatten())
+                            .map_err(Error::from),
+                        );
+                    }
+                    if one_by_one.iter().all(Result::is_err) {
+                        return Err(e.into());
+                    }
+                    one_by_one
                 }
-                one_by_one
-            }
-            other => other?,
-        };
+                Err(e) => return Err(e.into()),
+            };
         let mut out = Vec::with_capacity(acks.len());
         for ((id, _), job) in acks.iter().zip(completed) {
             out.push(match job {
-                Some(job) => {
+                Ok(Some(job)) => {
                     telemetry::job_completed(
                         &job.queue,
                         &job.r#type,
@@ -194,7 +203,8 @@ impl Completer {
                     );
                     Ok(job)
                 }
-                None => Err(self.not_held(*id, "acknowledge", worker_id).await),
+                Ok(None) => Err(self.not_held(*id, "acknowledge", worker_id).await),
+                Err(e) => Err(e),
             });
         }
         Ok(out)
@@ -409,13 +419,6 @@ async fn complete_group<A: AckAnswer>(
         .zip(first)
         .map(|(a, first)| if first { done.remove(&a.id.0) } else { None })
         .collect())
-}
-
-/// Whether a statement was chosen as a deadlock's victim (SQLSTATE 40P01).
-fn is_deadlock(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|code| code == "40P01")
 }
 
 /// Writes a group of ACK requests (see [`complete_group`]). When the statement fails, each ACK

@@ -282,3 +282,37 @@ async fn concurrent_pushes_of_one_client_id_create_it_once() {
     app.push(job("a.b", "default")).await;
     assert_eq!(app.job_count().await, 2);
 }
+
+#[tokio::test]
+async fn a_batch_ack_whose_statement_fails_for_one_job_completes_the_others() {
+    let app = TestApp::spawn().await;
+    let ids = claimed(&app, "q", "w", 3).await;
+    // A completion that fails in the database for one job only (as a workflow's advance
+    // might): the statement writing all three fails, and each is then written alone.
+    sqlx::raw_sql(&format!(
+        r#"
+        create function test_refuse() returns trigger language plpgsql as $$
+        begin raise exception 'refused'; end $$;
+        create trigger test_refuse after insert on ojs_job_done for each row
+            when (new.id = '{}'::uuid) execute function test_refuse();
+        "#,
+        ids[1]
+    ))
+    .execute(app.pool())
+    .await
+    .unwrap();
+    let resp = app
+        .post(
+            "/ojs/v1/workers/ack/batch",
+            json!({"worker_id": "w", "acks": ids.iter().map(|id| json!({"job_id": id})).collect::<Vec<_>>()}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(resp.json["acknowledged"], 2, "{}", resp.json);
+    assert_eq!(resp.json["failed"], 1);
+    let r = resp.json["results"].as_array().unwrap();
+    assert_eq!(r[0]["state"], "completed");
+    assert!(r[1]["error"]["code"].is_string(), "{}", r[1]);
+    assert_eq!(r[2]["state"], "completed");
+    assert_eq!(app.job(&ids[1]).await["state"], "active");
+}
