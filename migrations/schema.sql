@@ -143,6 +143,8 @@ CREATE TABLE public.ojs_job (
     tenant_fair boolean DEFAULT false,
     tenant text,
     fair_key double precision,
+    rate_key text,
+    rate_held boolean,
     CONSTRAINT ojs_job_active_has_reservation CHECK (((state <> 'active'::public.ojs_job_state) OR ((attempt >= 1) AND (started_at IS NOT NULL) AND (visible_until IS NOT NULL) AND (reservation_ms IS NOT NULL)))),
     CONSTRAINT ojs_job_active_has_timeout CHECK (((state <> 'active'::public.ojs_job_state) OR (timeout_at IS NOT NULL))),
     CONSTRAINT ojs_job_attempt_non_negative CHECK ((attempt >= 0)),
@@ -471,6 +473,18 @@ COMMENT ON COLUMN public.ojs_job.tenant IS 'Tenant of a tenant-fair job (meta.te
 --
 
 COMMENT ON COLUMN public.ojs_job.fair_key IS 'Virtual finish time of a tenant-fair job while available: lower dispatches first within its priority.';
+
+--
+-- Name: COLUMN ojs_job.rate_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.rate_key IS 'The job''s rate-limit key (its rate_limit.key, or queue:<queue> when it names none); null for a job without a rate_limit.';
+
+--
+-- Name: COLUMN ojs_job.rate_held; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.rate_held IS 'True while an available keyed job waits for its key to allow it to start (held jobs are not in the dispatch indexes); null otherwise.';
 
 --
 -- Name: ojs_dead_letter_matches(public.ojs_job, text, text, text, text, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
@@ -868,6 +882,56 @@ $$;
 COMMENT ON FUNCTION public.ojs_job_id_taken(id uuid) IS 'Raises the violation of ojs_job_pkey for a client-supplied job id that a completed job holds (called by the enqueue statement).';
 
 --
+-- Name: ojs_job_rate_gone(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_rate_gone() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+begin
+    perform pg_notify('ojs_rate_key', old.rate_key);
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_rate_gone(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_rate_gone() IS 'Trigger function: notifies ojs_rate_key when a keyed job in flight is deleted.';
+
+--
+-- Name: ojs_job_rate_hold(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_rate_hold() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+begin
+    if tg_op = 'INSERT' then
+        perform ojs_rate_key_policy(new.rate_key, new.extra -> 'rate_limit');
+    end if;
+    if new.state = 'available' and (tg_op = 'INSERT' or old.state <> 'available') then
+        new.rate_held := true;
+        perform pg_notify('ojs_rate_key', new.rate_key);
+    elsif tg_op = 'UPDATE' and old.rate_held is null and old.state in ('available', 'active')
+          and new.state <> old.state then
+        -- Leaves flight (finished, failed, cancelled, rescheduled).
+        perform pg_notify('ojs_rate_key', new.rate_key);
+    end if;
+    return new;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_rate_hold(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_rate_hold() IS 'Trigger function: holds a keyed job that becomes available; notifies ojs_rate_key when a keyed job becomes available again or leaves flight.';
+
+--
 -- Name: ojs_job_size(json, json); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -963,6 +1027,265 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ojs_queue_refused(queue text, code text) IS 'Aborts an enqueue its queue refuses (SQLSTATE OJ001: draining; OJ002: unknown under strict queues; message = queue name).';
+
+--
+-- Name: ojs_rate_key_policy(text, json); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_rate_key_policy(key text, policy json) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    c integer := (policy ->> 'concurrency')::integer;
+    rl integer := (policy -> 'rate' ->> 'limit')::integer;
+    rp bigint := ojs_rate_period_ms(policy -> 'rate' ->> 'period');
+    tl integer := (policy -> 'throttle' ->> 'limit')::integer;
+    tp bigint := ojs_rate_period_ms(policy -> 'throttle' ->> 'period');
+    ol text := coalesce(policy ->> 'on_limit', 'wait');
+    k ojs_rate_key;
+begin
+    select * into k from ojs_rate_key r where r.key = ojs_rate_key_policy.key;
+    if found and k.concurrency is not distinct from c and k.rate_limit is not distinct from rl
+       and k.rate_period_ms is not distinct from rp and k.throttle_limit is not distinct from tl
+       and k.throttle_period_ms is not distinct from tp and k.on_limit = ol then
+        return;
+    end if;
+    insert into ojs_rate_key as r (key, concurrency, rate_limit, rate_period_ms, throttle_limit,
+                                   throttle_period_ms, on_limit, next_check_at)
+    values (key, c, rl, rp, tl, tp, ol, now())
+    on conflict on constraint ojs_rate_key_pkey do update
+       set concurrency = excluded.concurrency, rate_limit = excluded.rate_limit,
+           rate_period_ms = excluded.rate_period_ms, throttle_limit = excluded.throttle_limit,
+           throttle_period_ms = excluded.throttle_period_ms, on_limit = excluded.on_limit,
+           next_check_at = now(), updated_at = now();
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_rate_key_policy(key text, policy json); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_rate_key_policy(key text, policy json) IS 'The key of a job being enqueued takes the job''s rate_limit policy (from its extra): the latest enqueued wins; an unchanged policy is only read.';
+
+--
+-- Name: ojs_rate_period_ms(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_rate_period_ms(period text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    SET search_path TO '$user', 'public'
+    RETURN ((EXTRACT(epoch FROM (period)::interval) * (1000)::numeric))::bigint;
+
+--
+-- Name: FUNCTION ojs_rate_period_ms(period text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_rate_period_ms(period text) IS 'Milliseconds of an ISO 8601 period (PT1S, P1D, PT0.5S).';
+
+--
+-- Name: ojs_rate_release(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_rate_release(rate_key text) RETURNS integer
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    k ojs_rate_key;
+    overriding boolean;
+    lim integer;
+    per bigint;
+    active_n integer;
+    unstarted integer;
+    started integer;
+    oldest timestamptz;
+    last_start timestamptz;
+    allow bigint := 2147483647;
+    binding text;
+    binding_limit integer;
+    binding_current integer;
+    next_at timestamptz;
+    released uuid[];
+    held_left boolean;
+    keep_ms bigint := 0;
+begin
+    select * into k from ojs_rate_key r where r.key = ojs_rate_release.rate_key for update;
+    if not found then
+        return 0;
+    end if;
+    overriding := k.override_expires_at is null or k.override_expires_at > now();
+
+    select count(*) filter (where j.state = 'active'), count(*) filter (where j.state = 'available')
+      into active_n, unstarted
+      from ojs_job j
+     where j.rate_key = k.key and j.rate_held is null and j.state in ('available', 'active');
+
+    if k.blocked_until > now() then
+        allow := 0;
+        binding := 'blocked';
+        next_at := k.blocked_until;
+    end if;
+
+    -- Concurrency: the key's own and the override's, each must pass.
+    foreach lim in array array[k.concurrency, case when overriding then k.override_concurrency end] loop
+        if lim is not null and lim - active_n - unstarted < allow then
+            allow := lim - active_n - unstarted;
+            binding := 'concurrency';
+            binding_limit := lim;
+            binding_current := active_n + unstarted;
+            next_at := null;
+        end if;
+    end loop;
+
+    -- Rate: starts within the period, and the released jobs not started yet.
+    for lim, per in
+        select x.l, x.p from (values (k.rate_limit, k.rate_period_ms),
+                                     (case when overriding then k.override_rate_limit end,
+                                      case when overriding then k.override_rate_period_ms end)) x(l, p)
+         where x.l is not null
+    loop
+        keep_ms := greatest(keep_ms, per);
+        select coalesce(sum(w.jobs), 0), min(w.started_at) into started, oldest
+          from ojs_rate_window w
+         where w.key = k.key and w.started_at > now() - per * interval '1 millisecond';
+        if lim - started - unstarted < allow then
+            allow := lim - started - unstarted;
+            binding := 'rate';
+            binding_limit := lim;
+            binding_current := started + unstarted;
+            next_at := coalesce(oldest + per * interval '1 millisecond', now() + per * interval '1 millisecond');
+        end if;
+    end loop;
+
+    -- Throttle: one at a time, period/limit after the last start.
+    for lim, per in
+        select x.l, x.p from (values (k.throttle_limit, k.throttle_period_ms),
+                                     (case when overriding then k.override_throttle_limit end,
+                                      case when overriding then k.override_throttle_period_ms end)) x(l, p)
+         where x.l is not null
+    loop
+        keep_ms := greatest(keep_ms, per / lim + 1);
+        select max(w.started_at) into last_start from ojs_rate_window w where w.key = k.key;
+        if unstarted > 0 then
+            if 0 < allow then
+                allow := 0;
+                binding := 'throttle';
+                binding_limit := lim;
+                binding_current := unstarted;
+                -- The released job's start does not notify: look again after one interval.
+                next_at := now() + (per / lim) * interval '1 millisecond';
+            end if;
+        elsif last_start > now() - (per / lim) * interval '1 millisecond' then
+            if 0 < allow then
+                allow := 0;
+                binding := 'throttle';
+                binding_limit := lim;
+                binding_current := 1;
+                next_at := last_start + (per / lim) * interval '1 millisecond';
+            end if;
+        elsif 1 < allow then
+            allow := 1;
+        end if;
+    end loop;
+
+    if allow > 0 then
+        with r as (
+            select j.id from ojs_job j
+             where j.rate_key = k.key and j.state = 'available' and j.rate_held
+             order by j.priority, j.enqueued_at, j.seq
+             limit allow
+               for update skip locked
+        ),
+        let_go as (
+            update ojs_job j set rate_held = null from r where j.id = r.id
+            returning j.id, j.queue
+        ),
+        woken as (
+            select pg_notify('ojs_job_available', format('%s - - - %s', g.queue, g.n))
+              from (select l.queue, count(*) as n from let_go l group by l.queue) g
+        )
+        select array_agg(l.id) into released
+          from let_go l, (select count(*) from woken) w;
+    end if;
+
+    select exists (select from ojs_job j
+                    where j.rate_key = k.key and j.state = 'available' and j.rate_held)
+      into held_left;
+
+    -- on_limit drop: what the key does not let start now is discarded, not dead-lettered.
+    if held_left and k.on_limit = 'drop' then
+        with doomed as (
+            select j.id from ojs_job j
+             where j.rate_key = k.key and j.state = 'available' and j.rate_held
+               for update skip locked
+        ),
+        dropped as (
+            update ojs_job j
+               set state = 'discarded', discarded_at = now(), completed_at = now(),
+                   error = jsonb_build_object('code', 'rate_limit_dropped', 'type', 'rate_limit_dropped',
+                                              'message', format('Rate-limit key %s was at its %s limit (on_limit: drop).',
+                                                                k.key, coalesce(binding, 'concurrency'))),
+                   errors = j.errors || jsonb_build_array(ojs_error_entry(j.attempt,
+                                jsonb_build_object('code', 'rate_limit_dropped', 'type', 'rate_limit_dropped',
+                                                   'message', format('Rate-limit key %s was at its %s limit (on_limit: drop).',
+                                                                     k.key, coalesce(binding, 'concurrency'))),
+                                now()))
+              from doomed d
+             where j.id = d.id
+            returning j
+        ),
+        job_events as (
+            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+            select e.type, (x.j).id::text, (x.j).id, (x.j).queue, (x.j).type, e.from_state,
+                   e.to_state, e.data
+              from dropped x
+              cross join lateral ojs_job_events('available', null, null, null, 0, null, (x.j).priority, x.j) e
+             order by (x.j).seq, e.ord
+        )
+        insert into ojs_event (type, subject, job_id, queue, job_type, data)
+        select 'rate_limit.dropped', k.key, (x.j).id, (x.j).queue, (x.j).type,
+               jsonb_build_object('key', k.key, 'job_id', (x.j).id, 'job_type', (x.j).type,
+                                  'strategy', coalesce(binding, 'concurrency'))
+          from dropped x;
+        select exists (select from ojs_job j
+                        where j.rate_key = k.key and j.state = 'available' and j.rate_held)
+          into held_left;
+    end if;
+
+    if k.limited is not null and coalesce(cardinality(released), 0) > 0 then
+        insert into ojs_event (type, subject, job_id, data)
+        values ('rate_limit.released', k.key, released[1],
+                jsonb_build_object('key', k.key, 'strategy', k.limited, 'job_id', released[1],
+                                   'job_ids', to_jsonb(released)));
+    end if;
+    if held_left and k.limited is null and binding is not null then
+        insert into ojs_event (type, subject, data)
+        values ('rate_limit.exceeded', k.key,
+                jsonb_build_object('key', k.key, 'strategy', binding, 'limit', binding_limit,
+                                   'current', binding_current));
+    end if;
+
+    delete from ojs_rate_window w
+     where w.key = k.key and w.started_at < now() - keep_ms * interval '1 millisecond';
+
+    update ojs_rate_key r
+       set limited = case when held_left then coalesce(binding, r.limited) end,
+           -- Time alone releases nothing for a key limited by its concurrency (a job leaving
+           -- `active` notifies); a slow check covers a notification lost with its replica.
+           next_check_at = case when not held_left then null
+                                when allow > 0 then now()
+                                else coalesce(next_at, now() + interval '5 seconds') end
+     where r.key = k.key;
+    return coalesce(cardinality(released), 0);
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_rate_release(rate_key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_rate_release(rate_key text) IS 'Releases a key''s held jobs as far as its limits (and an unexpired override, and a NACK block) allow, under the key''s row lock; returns how many.';
 
 --
 -- Name: ojs_fair_queue; Type: TABLE; Schema: public; Owner: -
@@ -2304,6 +2627,8 @@ CREATE TABLE public.ojs_job_done (
     tenant_fair boolean DEFAULT false,
     tenant text,
     fair_key double precision,
+    rate_key text,
+    rate_held boolean,
     CONSTRAINT ojs_job_done_completed_at_set CHECK ((completed_at IS NOT NULL)),
     CONSTRAINT ojs_job_done_is_completed CHECK ((state = 'completed'::public.ojs_job_state))
 )
@@ -2622,6 +2947,18 @@ COMMENT ON COLUMN public.ojs_job_done.tenant IS 'Tenant of a tenant-fair job (me
 COMMENT ON COLUMN public.ojs_job_done.fair_key IS 'Virtual finish time of a tenant-fair job while available: lower dispatches first within its priority.';
 
 --
+-- Name: COLUMN ojs_job_done.rate_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.rate_key IS 'As ojs_job.rate_key.';
+
+--
+-- Name: COLUMN ojs_job_done.rate_held; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.rate_held IS 'As ojs_job.rate_held (always null once completed).';
+
+--
 -- Name: ojs_job_all; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -2676,7 +3013,9 @@ CREATE VIEW public.ojs_job_all AS
     ojs_job.pool,
     ojs_job.tenant_fair,
     ojs_job.tenant,
-    ojs_job.fair_key
+    ojs_job.fair_key,
+    ojs_job.rate_key,
+    ojs_job.rate_held
    FROM public.ojs_job
 UNION ALL
  SELECT ojs_job_done.id,
@@ -2729,7 +3068,9 @@ UNION ALL
     ojs_job_done.pool,
     ojs_job_done.tenant_fair,
     ojs_job_done.tenant,
-    ojs_job_done.fair_key
+    ojs_job_done.fair_key,
+    ojs_job_done.rate_key,
+    ojs_job_done.rate_held
    FROM public.ojs_job_done;
 
 --
@@ -3045,6 +3386,18 @@ COMMENT ON COLUMN public.ojs_job_all.tenant IS 'Tenant of a tenant-fair job (met
 COMMENT ON COLUMN public.ojs_job_all.fair_key IS 'Virtual finish time of a tenant-fair job while available: lower dispatches first within its priority.';
 
 --
+-- Name: COLUMN ojs_job_all.rate_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.rate_key IS 'As ojs_job.rate_key.';
+
+--
+-- Name: COLUMN ojs_job_all.rate_held; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.rate_held IS 'As ojs_job.rate_held.';
+
+--
 -- Name: ojs_job_counts; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -3149,6 +3502,8 @@ CREATE TABLE public.ojs_job_done_default (
     tenant_fair boolean DEFAULT false,
     tenant text,
     fair_key double precision,
+    rate_key text,
+    rate_held boolean,
     CONSTRAINT ojs_job_done_completed_at_set CHECK ((completed_at IS NOT NULL)),
     CONSTRAINT ojs_job_done_is_completed CHECK ((state = 'completed'::public.ojs_job_state))
 );
@@ -4003,6 +4358,148 @@ COMMENT ON COLUMN public.ojs_queue_overview.created_at IS 'When the queue came i
 COMMENT ON COLUMN public.ojs_queue_overview.updated_at IS 'Last change of state or configuration.';
 
 --
+-- Name: ojs_rate_key; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_rate_key (
+    key text NOT NULL,
+    concurrency integer,
+    rate_limit integer,
+    rate_period_ms bigint,
+    throttle_limit integer,
+    throttle_period_ms bigint,
+    on_limit text DEFAULT 'wait'::text NOT NULL,
+    blocked_until timestamp with time zone,
+    override_concurrency integer,
+    override_rate_limit integer,
+    override_rate_period_ms bigint,
+    override_throttle_limit integer,
+    override_throttle_period_ms bigint,
+    override_expires_at timestamp with time zone,
+    limited text,
+    next_check_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_rate_key_limited_known CHECK ((limited = ANY (ARRAY['concurrency'::text, 'rate'::text, 'throttle'::text, 'blocked'::text]))),
+    CONSTRAINT ojs_rate_key_limits_valid CHECK ((((concurrency IS NULL) OR (concurrency >= 0)) AND ((override_concurrency IS NULL) OR (override_concurrency >= 0)) AND ((rate_limit IS NULL) = (rate_period_ms IS NULL)) AND ((rate_limit IS NULL) OR ((rate_limit >= 1) AND (rate_period_ms >= 1))) AND ((throttle_limit IS NULL) = (throttle_period_ms IS NULL)) AND ((throttle_limit IS NULL) OR ((throttle_limit >= 1) AND (throttle_period_ms >= 1))) AND ((override_rate_limit IS NULL) = (override_rate_period_ms IS NULL)) AND ((override_rate_limit IS NULL) OR ((override_rate_limit >= 1) AND (override_rate_period_ms >= 1))) AND ((override_throttle_limit IS NULL) = (override_throttle_period_ms IS NULL)) AND ((override_throttle_limit IS NULL) OR ((override_throttle_limit >= 1) AND (override_throttle_period_ms >= 1))))),
+    CONSTRAINT ojs_rate_key_on_limit_known CHECK ((on_limit = ANY (ARRAY['wait'::text, 'reschedule'::text, 'drop'::text])))
+);
+
+--
+-- Name: TABLE ojs_rate_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_rate_key IS 'Rate-limit keys of jobs (their rate_limit policies): the latest policy enqueued under each key, an operator''s temporary override, a block from a NACK, and the releaser''s bookkeeping.';
+
+--
+-- Name: COLUMN ojs_rate_key.key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.key IS 'The key, as jobs name it (queue:<queue> for a policy without one).';
+
+--
+-- Name: COLUMN ojs_rate_key.concurrency; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.concurrency IS 'Most jobs of the key in flight at once (released or active); 0 pauses the key.';
+
+--
+-- Name: COLUMN ojs_rate_key.rate_limit; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.rate_limit IS 'Most job starts of the key within rate_period_ms (a sliding window).';
+
+--
+-- Name: COLUMN ojs_rate_key.rate_period_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.rate_period_ms IS 'The rate window, in milliseconds.';
+
+--
+-- Name: COLUMN ojs_rate_key.throttle_limit; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.throttle_limit IS 'Throttle: starts spaced throttle_period_ms / throttle_limit apart, one at a time.';
+
+--
+-- Name: COLUMN ojs_rate_key.throttle_period_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.throttle_period_ms IS 'The throttle period, in milliseconds.';
+
+--
+-- Name: COLUMN ojs_rate_key.on_limit; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.on_limit IS 'What an enqueue does with a job its key does not let start at once: wait (held until allowed), reschedule (as wait), drop (discarded, rate_limit_dropped).';
+
+--
+-- Name: COLUMN ojs_rate_key.blocked_until; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.blocked_until IS 'No job of the key starts before this (a NACK''s rate_limit_until).';
+
+--
+-- Name: COLUMN ojs_rate_key.override_concurrency; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.override_concurrency IS 'Operator override (PUT /ojs/v1/rate-limits/{key}) until override_expires_at: applies besides the key''s own limits, so the stricter wins.';
+
+--
+-- Name: COLUMN ojs_rate_key.override_rate_limit; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.override_rate_limit IS 'Override: rate limit.';
+
+--
+-- Name: COLUMN ojs_rate_key.override_rate_period_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.override_rate_period_ms IS 'Override: rate window, in milliseconds.';
+
+--
+-- Name: COLUMN ojs_rate_key.override_throttle_limit; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.override_throttle_limit IS 'Override: throttle limit.';
+
+--
+-- Name: COLUMN ojs_rate_key.override_throttle_period_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.override_throttle_period_ms IS 'Override: throttle period, in milliseconds.';
+
+--
+-- Name: COLUMN ojs_rate_key.override_expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.override_expires_at IS 'When the override lapses; null: until removed.';
+
+--
+-- Name: COLUMN ojs_rate_key.limited; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.limited IS 'The limit holding the key''s jobs back when last released (concurrency, rate, throttle, blocked); null when none were held. Edge for the rate_limit.exceeded and .released events.';
+
+--
+-- Name: COLUMN ojs_rate_key.next_check_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.next_check_at IS 'When the releaser should look at the key again (held jobs that time may release); null when nothing is held.';
+
+--
+-- Name: COLUMN ojs_rate_key.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.created_at IS 'When a job or override first named the key.';
+
+--
+-- Name: COLUMN ojs_rate_key.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_rate_key.updated_at IS 'When its policy last changed.';
+
+--
 -- Name: ojs_rate_window; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -4017,13 +4514,13 @@ CREATE TABLE public.ojs_rate_window (
 -- Name: TABLE ojs_rate_window; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.ojs_rate_window IS 'Job starts under a rate limit: one row per claim (key = "queue:<name>"), kept for one rate period.';
+COMMENT ON TABLE public.ojs_rate_window IS 'Job starts under a rate limit: one row per claim and key (queue:<name> for a queue''s own limit, or a job rate-limit key), kept for the longest period that counts them.';
 
 --
 -- Name: COLUMN ojs_rate_window.key; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_rate_window.key IS 'Rate-limit key: queue:<queue name>.';
+COMMENT ON COLUMN public.ojs_rate_window.key IS 'Rate-limit key: queue:<queue name> for a queue''s limit, or a job''s rate-limit key.';
 
 --
 -- Name: COLUMN ojs_rate_window.started_at; Type: COMMENT; Schema: public; Owner: -
@@ -4472,6 +4969,13 @@ ALTER TABLE ONLY public.ojs_queue
     ADD CONSTRAINT ojs_queue_pkey PRIMARY KEY (name);
 
 --
+-- Name: ojs_rate_key ojs_rate_key_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_rate_key
+    ADD CONSTRAINT ojs_rate_key_pkey PRIMARY KEY (key);
+
+--
 -- Name: ojs_worker ojs_worker_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4578,7 +5082,7 @@ CREATE INDEX ojs_job_dispatch_idx ON public.ojs_job USING btree (queue, (
 CASE
     WHEN (priority_aging_ms IS NULL) THEN priority
     ELSE 0
-END), (((date_part('epoch'::text, (enqueued_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) * (1000)::double precision) + (COALESCE((priority * priority_aging_ms), (0)::bigint))::double precision)), seq) WHERE (state = 'available'::public.ojs_job_state);
+END), (((date_part('epoch'::text, (enqueued_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) * (1000)::double precision) + (COALESCE((priority * priority_aging_ms), (0)::bigint))::double precision)), seq) WHERE ((state = 'available'::public.ojs_job_state) AND (rate_held IS NULL));
 
 --
 -- Name: ojs_job_done_completed_idx; Type: INDEX; Schema: public; Owner: -
@@ -4620,19 +5124,43 @@ CREATE INDEX ojs_job_done_default_unique_key_idx ON public.ojs_job_done_default 
 -- Name: ojs_job_fair_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_fair_idx ON public.ojs_job USING btree (queue, priority, fair_key, seq) WHERE ((state = 'available'::public.ojs_job_state) AND (fair_key IS NOT NULL));
+CREATE INDEX ojs_job_fair_idx ON public.ojs_job USING btree (queue, priority, fair_key, seq) WHERE ((state = 'available'::public.ojs_job_state) AND (fair_key IS NOT NULL) AND (rate_held IS NULL));
 
 --
 -- Name: ojs_job_fair_tenant_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_fair_tenant_idx ON public.ojs_job USING btree (queue, priority, tenant, fair_key) WHERE ((state = 'available'::public.ojs_job_state) AND (fair_key IS NOT NULL));
+CREATE INDEX ojs_job_fair_tenant_idx ON public.ojs_job USING btree (queue, priority, tenant, fair_key) WHERE ((state = 'available'::public.ojs_job_state) AND (fair_key IS NOT NULL) AND (rate_held IS NULL));
 
 --
 -- Name: ojs_job_finished_idx; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE INDEX ojs_job_finished_idx ON public.ojs_job USING btree (state, COALESCE(discarded_at, cancelled_at, completed_at)) WHERE (state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state]));
+
+--
+-- Name: ojs_job_rate_flight_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_rate_flight_idx ON public.ojs_job USING btree (rate_key, state) WHERE ((rate_key IS NOT NULL) AND (rate_held IS NULL) AND (state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])));
+
+--
+-- Name: INDEX ojs_job_rate_flight_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.ojs_job_rate_flight_idx IS 'A key''s jobs in flight (released and unclaimed, or active), counted against its concurrency and rate.';
+
+--
+-- Name: ojs_job_rate_held_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_rate_held_idx ON public.ojs_job USING btree (rate_key, priority, enqueued_at, seq) WHERE ((state = 'available'::public.ojs_job_state) AND rate_held);
+
+--
+-- Name: INDEX ojs_job_rate_held_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.ojs_job_rate_held_idx IS 'A key''s held jobs in release order.';
 
 --
 -- Name: ojs_job_retry_due_idx; Type: INDEX; Schema: public; Owner: -
@@ -4663,6 +5191,12 @@ CREATE INDEX ojs_job_waiting_deadline_idx ON public.ojs_job USING btree (LEAST(e
 --
 
 CREATE INDEX ojs_job_worker_idx ON public.ojs_job USING btree (worker_id) WHERE (state = 'active'::public.ojs_job_state);
+
+--
+-- Name: ojs_rate_key_check_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_rate_key_check_idx ON public.ojs_rate_key USING btree (next_check_at) WHERE (next_check_at IS NOT NULL);
 
 --
 -- Name: ojs_rate_window_key_idx; Type: INDEX; Schema: public; Owner: -
@@ -4759,6 +5293,42 @@ CREATE TRIGGER ojs_job_fair_tag_update BEFORE UPDATE OF state, queue ON public.o
 --
 
 COMMENT ON TRIGGER ojs_job_fair_tag_update ON public.ojs_job IS 'Runs ojs_job_fair_tag() for an update of state or queue that leaves a tenant_fair job available; the function acts when the job became available (promotion, activation, release, manual retry) or moved to another queue while available.';
+
+--
+-- Name: ojs_job ojs_job_rate_gone; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_rate_gone AFTER DELETE ON public.ojs_job FOR EACH ROW WHEN (((old.rate_key IS NOT NULL) AND (old.rate_held IS NULL) AND (old.state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])))) EXECUTE FUNCTION public.ojs_job_rate_gone();
+
+--
+-- Name: TRIGGER ojs_job_rate_gone ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_rate_gone ON public.ojs_job IS 'A keyed job in flight deleted (completed, purged) frees room in its key.';
+
+--
+-- Name: ojs_job ojs_job_rate_hold_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_rate_hold_insert BEFORE INSERT ON public.ojs_job FOR EACH ROW WHEN ((new.rate_key IS NOT NULL)) EXECUTE FUNCTION public.ojs_job_rate_hold();
+
+--
+-- Name: TRIGGER ojs_job_rate_hold_insert ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_rate_hold_insert ON public.ojs_job IS 'A keyed job enqueued available is held until its key releases it (the enqueue releases at once what the key allows).';
+
+--
+-- Name: ojs_job ojs_job_rate_hold_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_rate_hold_update BEFORE UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN ((new.rate_key IS NOT NULL)) EXECUTE FUNCTION public.ojs_job_rate_hold();
+
+--
+-- Name: TRIGGER ojs_job_rate_hold_update ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_rate_hold_update ON public.ojs_job IS 'A keyed job that becomes available again is held; one that leaves active frees room in its key.';
 
 --
 -- Name: ojs_job_done ojs_job_workflow_completed; Type: TRIGGER; Schema: public; Owner: -

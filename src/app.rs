@@ -291,6 +291,10 @@ impl Application {
         );
         background.spawn("metrics upkeep", metrics_upkeep(shutdown.clone()));
         background.spawn(
+            "rate-limit releaser",
+            crate::broker::rate_limits::run_releaser(db.clone(), shutdown.clone()),
+        );
+        background.spawn(
             "dispatch count flusher",
             flush_dispatch_counts(state.broker().clone(), shutdown.clone()),
         );

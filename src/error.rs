@@ -125,6 +125,9 @@ pub enum Error {
     /// No workflow has this id.
     #[error("workflow {0} not found")]
     WorkflowNotFound(uuid::Uuid),
+    /// No job or override has named this rate-limit key.
+    #[error("no rate-limit key {0}")]
+    RateKeyNotFound(String),
     /// The workflow has ended and cannot be cancelled.
     #[error("workflow {id} is already {state}")]
     WorkflowEnded { id: uuid::Uuid, state: String },

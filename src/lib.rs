@@ -17,7 +17,7 @@
 //! | layer | modules | what it holds |
 //! |---|---|---|
 //! | wire | `wire` | how values are spelled in client JSON: verbatim JSON, durations, timestamps, field violations |
-//! | domain | `job` `worker` `queue_config` `scheduling` `cron` `workflow` `error` | what a job, worker, queue, pool and cron entry are and may do; no I/O |
+//! | domain | `job` `worker` `queue_config` `rate_limit` `scheduling` `cron` `workflow` `error` | what a job, worker, queue, rate-limit policy, pool and cron entry are and may do; no I/O |
 //! | store | `store` | every SQL statement, given a connection |
 //! | infrastructure | `db` `telemetry` | connection pools, database health, logs and metrics |
 //! | runtime | `wakeup` `events` `leadership` `auth` | per-process machinery: long-poll wake-ups, the event tail, the maintenance lease, the key ring |
@@ -43,6 +43,7 @@ pub mod job;
 pub mod leadership;
 pub mod maintenance;
 pub mod queue_config;
+pub mod rate_limit;
 pub mod scheduling;
 pub mod store;
 pub mod telemetry;

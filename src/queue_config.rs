@@ -717,14 +717,7 @@ fn rate_limit(value: &Value, path: &str) -> Result<Value, ConfigError> {
             match period {
                 Value::Null => Value::Null,
                 _ => {
-                    let ms = match period.as_str() {
-                        Some("second") => Some(1_000),
-                        Some("minute") => Some(60_000),
-                        Some("hour") => Some(3_600_000),
-                        Some("day") => Some(86_400_000),
-                        Some(d) => duration::parse_ms(d).ok().filter(|ms| *ms > 0),
-                        None => None,
-                    };
+                    let ms = period.as_str().and_then(duration::parse_period_ms);
                     match ms {
                         Some(ms) => json!(duration::format_iso(ms)),
                         None => {

@@ -297,6 +297,7 @@ impl Enqueuer {
     /// After a successful PUSH: metrics, wakeups for the queues that gained available jobs,
     /// and the pressure of bounded queues (their depth against `warning_threshold`).
     async fn after_push(&self, pushed: &mut PushResult, configs: &Snapshot) {
+        self.release_keyed(&mut pushed.jobs).await;
         let new_jobs = || {
             pushed
                 .jobs
@@ -313,7 +314,9 @@ impl Enqueuer {
         // dispatch order.
         let mut added: Vec<(&str, usize, usize, Option<DispatchPlace>)> = Vec::new();
         for job in new_jobs() {
-            let (available, place) = if job.state == JobState::Available {
+            // A keyed job still held waits for its key, which wakes its queue when it lets go.
+            let (available, place) = if job.state == JobState::Available && job.rate_held.is_none()
+            {
                 (1, DispatchPlace::of(job).or(Some(DispatchPlace::START)))
             } else {
                 (0, None)
@@ -368,6 +371,39 @@ impl Enqueuer {
             }
         }
         pushed.pressure = pressure;
+    }
+
+    /// New jobs with a rate-limit key were written held (migration V20): their keys let go
+    /// what they allow now, and the jobs are reported as their keys left them (released, still
+    /// held, or dropped). A key that cannot be released here is released by the releasers, which
+    /// the enqueue notified.
+    async fn release_keyed(&self, jobs: &mut [Pushed]) {
+        let keyed: Vec<usize> = (0..jobs.len())
+            .filter(|&i| jobs[i].outcome == PushOutcome::Created && jobs[i].job.rate_key.is_some())
+            .collect();
+        if keyed.is_empty() {
+            return;
+        }
+        let keys: std::collections::BTreeSet<&str> = keyed
+            .iter()
+            .filter_map(|&i| jobs[i].job.rate_key.as_deref())
+            .collect();
+        for key in keys {
+            if let Err(e) = store::rate_limit::release(&self.db, key).await {
+                tracing::warn!(error = %e, key, "could not release a rate-limit key after an enqueue");
+            }
+        }
+        let ids: Vec<uuid::Uuid> = keyed.iter().map(|&i| jobs[i].job.id.0).collect();
+        match store::job::get_many(&self.db, &ids).await {
+            Ok(rows) => {
+                for row in rows {
+                    if let Some(&i) = keyed.iter().find(|&&i| jobs[i].job.id == row.id) {
+                        jobs[i].job = row;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read back rate-limited jobs"),
+        }
     }
 
     /// After a PUSH refused for a full queue: `queue.full` and `backpressure.rejected`

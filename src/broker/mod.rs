@@ -31,6 +31,7 @@ pub mod keys;
 pub mod pools;
 mod progress;
 mod queues;
+pub mod rate_limits;
 mod unique;
 mod workers;
 mod workflows;
@@ -53,6 +54,7 @@ pub use crate::store::admin::{JobFilter, JobSort, JobSummary, StateCounts};
 pub use crate::store::dead_letter::{DeadLetterFilter, DeadLetterStats, RetryOverride};
 pub use crate::store::event::{EventFilter, EventRow, Position};
 pub use crate::store::queue::{QueueCounts, QueueState};
+pub use crate::store::rate_limit::KeyUsage as RateKeyUsage;
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
 pub use crate::store::workflow::{NodeRow as WorkflowNode, WorkflowCounts, WorkflowRow};
 
@@ -330,8 +332,8 @@ impl Broker {
         })
     }
 
-    /// Deletes all jobs, workflows, workers, events, queues with their configuration, and cron
-    /// entries with their runs (test hook).
+    /// Deletes all jobs, workflows, workers, events, queues with their configuration, cron
+    /// entries with their runs, and rate-limit keys (test hook).
     pub async fn reset(&self) -> Result<()> {
         let mut tx = self.db.begin().await?;
         store::cron::delete_all(&mut tx).await?;
@@ -341,6 +343,7 @@ impl Broker {
         store::event::delete_all(&mut *tx).await?;
         store::queue::delete_all(&mut *tx).await?;
         store::pool::reset(&mut tx).await?;
+        store::rate_limit::delete_all(&mut tx).await?;
         tx.commit().await?;
         self.fetcher.forget_all();
         self.configs.reload(&self.db).await?;

@@ -329,6 +329,8 @@ mod tests {
             tenant_fair: None,
             tenant: None,
             fair_key: None,
+            rate_key: None,
+            rate_held: None,
         }
     }
 

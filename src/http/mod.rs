@@ -42,6 +42,8 @@ mod events;
 mod jobs;
 // Queues: lifecycle, statistics, configuration, pause and resume.
 mod queues;
+// Rate limits: rate-limited queues and the rate-limit keys of jobs.
+mod rate_limits;
 // Probes, manifest, metrics.
 mod system;
 // The worker protocol: registration, FETCH, ACK/NACK, heartbeats.
@@ -218,6 +220,7 @@ pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
         .merge(workflows::router())
         .merge(events::router())
         .merge(queues::router())
+        .merge(rate_limits::router())
         .merge(admin::router(settings.test_hooks))
         .merge(admin_ui::router(settings.admin_ui_dir.is_some()).into())
 }

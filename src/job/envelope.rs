@@ -17,6 +17,7 @@ use serde_json::value::RawValue;
 use super::retry::RetryPolicy;
 use super::unique::UniquePolicy;
 use super::{DEFAULT_PRIORITY, JobId, is_valid_queue, is_valid_type, priority_alias};
+use crate::rate_limit::{self, RatePolicy};
 use crate::wire::Violation;
 use crate::wire::json::{self, Kind, Object};
 use crate::wire::timestamp::{self, ClientTime};
@@ -129,8 +130,10 @@ pub struct NewJob {
     pub schema_uri: Option<String>,
     pub enqueue_ttl_secs: Option<i32>,
     pub total_timeout_secs: Option<i32>,
-    /// Unknown attributes as a compact JSON object text.
+    /// Unknown attributes as a compact JSON object text (and `rate_limit`, canonical).
     pub extra: String,
+    /// The job's rate limit by key.
+    pub rate_limit: Option<RatePolicy>,
     /// Generation of the queue configuration whose defaults were applied (`-1`: none yet;
     /// the broker applies them before writing).
     pub config_generation: i64,
@@ -623,14 +626,10 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
     };
     let retry_input = retry_raw.map(|(_, raw)| raw.get().to_owned());
 
-    if let Some((path, _)) = src.either("rate_limit") {
-        return Err(Rejection::Unsupported {
-            message:
-                "'rate_limit' is not supported by this server yet; remove it to enqueue the job"
-                    .to_owned(),
-            path,
-        });
-    }
+    let rate_limit = match src.either("rate_limit") {
+        None => None,
+        Some((path, raw)) => Some(rate_limit::parse(raw, &path).map_err(Rejection::Invalid)?),
+    };
     // A single PUSH takes an embedded chain at its top level (`workflow::embedded_chain`),
     // before the envelope is parsed; anywhere else it is refused.
     if let Some((path, _)) = src.either("workflow") {
@@ -641,10 +640,15 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
         });
     }
 
-    let extra =
-        json::object_text(obj.iter().filter(|(key, _)| {
-            !INPUT_ATTRIBUTES.contains(key) && !SYSTEM_ATTRIBUTES.contains(key)
-        }));
+    // The job shows its rate limit as the server reads it, key resolved.
+    let rate_limit_json = rate_limit
+        .as_ref()
+        .map(|p| json::raw(p.to_json(&p.key_for(&queue)).to_string()));
+    let extra = json::object_text(
+        obj.iter()
+            .filter(|(key, _)| !INPUT_ATTRIBUTES.contains(key) && !SYSTEM_ATTRIBUTES.contains(key))
+            .chain(rate_limit_json.as_deref().map(|raw| ("rate_limit", raw))),
+    );
 
     Ok(NewJob {
         id,
@@ -672,6 +676,7 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
         enqueue_ttl_secs,
         total_timeout_secs,
         extra,
+        rate_limit,
         config_generation: -1,
     })
 }
@@ -1062,10 +1067,6 @@ mod tests {
 
     #[test]
     fn unsupported_features_are_refused_not_ignored() {
-        assert!(matches!(
-            parse_text(r#"{"type":"t","args":[],"rate_limit":{"max_per_second":1}}"#),
-            Err(Rejection::Unsupported { .. })
-        ));
         assert!(matches!(
             parse_text(r#"{"type":"t","args":[],"workflow":{"chain":[]}}"#),
             Err(Rejection::Unsupported { .. })

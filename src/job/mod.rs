@@ -263,6 +263,10 @@ pub struct Job {
     /// Virtual finish time of a tenant-fair job while available (dispatch order within its
     /// priority).
     pub fair_key: Option<f64>,
+    /// The job's rate-limit key (`None`: no `rate_limit`).
+    pub rate_key: Option<String>,
+    /// `Some(true)` while an available keyed job waits for its key to let it start.
+    pub rate_held: Option<bool>,
 }
 
 /// The field names of [`Job`], in order (checked against the table by the test suite).
@@ -318,6 +322,8 @@ pub const JOB_COLUMNS: &[&str] = &[
     "tenant_fair",
     "tenant",
     "fair_key",
+    "rate_key",
+    "rate_held",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

@@ -27,6 +27,7 @@ pub mod locks;
 pub mod pool;
 pub mod progress;
 pub mod queue;
+pub mod rate_limit;
 pub mod refusal;
 pub mod worker;
 pub mod workflow;

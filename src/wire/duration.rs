@@ -34,6 +34,18 @@ pub fn parse_ms(input: &str) -> Result<u64, String> {
     Ok(ms)
 }
 
+/// A rate period: `second`, `minute`, `hour`, `day`, or a positive duration ([`parse_ms`]), in
+/// milliseconds.
+pub fn parse_period_ms(input: &str) -> Option<u64> {
+    match input {
+        "second" => Some(1_000),
+        "minute" => Some(60_000),
+        "hour" => Some(3_600_000),
+        "day" => Some(86_400_000),
+        d => parse_ms(d).ok().filter(|ms| *ms > 0),
+    }
+}
+
 /// The durations [`parse_ms`] accepts, as a regular expression for API schemas: an ISO 8601
 /// duration (weeks and days, then hours, minutes and seconds with up to 3 decimals), or the
 /// short form with one unit. Digit counts are bounded so that no match passes 100 years;

@@ -383,7 +383,8 @@ async fn rate_limited_queues_are_listed_with_their_use() {
     assert_eq!(body["pagination"]["total"], 1, "{body}");
     assert_eq!(
         body["items"][0],
-        json!({"key": "throttled", "queue": "throttled", "limit": 2, "period": "PT1M",
-               "active": 2, "waiting": 1})
+        json!({"kind": "queue", "key": "throttled", "queue": "throttled", "limit": 2,
+               "period": "PT1M", "active": 2, "waiting": 1,
+               "rate": {"limit": 2, "period": "PT1M", "current_count": 2}, "waiting_count": 1})
     );
 }

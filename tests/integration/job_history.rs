@@ -230,7 +230,10 @@ async fn a_populated_database_of_the_previous_release_migrates_with_every_job_in
         "{report:?}"
     );
     let after: Vec<(uuid::Uuid, Value)> =
-        sqlx::query_as("select id, to_jsonb(j) from ojs_job_all j order by id")
+        // Less the columns later migrations add (V20's rate-limit key, null for these jobs).
+        sqlx::query_as(
+            "select id, to_jsonb(j) - 'rate_key' - 'rate_held' from ojs_job_all j order by id",
+        )
             .fetch_all(&mut conn)
             .await
             .unwrap();

@@ -24,6 +24,7 @@ mod priority;
 mod progress;
 mod queue_config;
 mod queues;
+mod rate_limits;
 mod replicas;
 mod schema;
 mod support;

@@ -141,6 +141,7 @@ async fn the_fetch_claim_is_a_range_scan_of_the_dispatch_index_with_and_without_
     // The claim's ORDER BY, as written in src/store/job/claim.rs.
     let plan: Vec<String> = sqlx::query_scalar(
         "explain select id from ojs_job where queue = 'q3' and state = 'available'
+            and rate_held is null
           order by (case when priority_aging_ms is null then priority else 0 end),
                    (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
                     + coalesce(priority * priority_aging_ms, 0)),
@@ -267,6 +268,7 @@ async fn the_fair_claim_is_a_range_scan_of_the_fair_index() {
     let plan: Vec<String> = sqlx::query_scalar(
         "explain select id from ojs_job
           where queue = 'q3' and state = 'available' and fair_key is not null
+            and rate_held is null
           order by priority, fair_key, seq
           limit 10 for update skip locked",
     )

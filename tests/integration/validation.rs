@@ -331,7 +331,6 @@ async fn retry_intervals_in_milliseconds_are_applied() {
 async fn features_not_offered_are_refused_with_422_unsupported() {
     let app = TestApp::spawn().await;
     for body in [
-        json!({"type": "a.b", "args": [], "rate_limit": {"max_per_second": 1}}),
         json!({"type": "a.b", "args": [], "workflow": {"batch": [{"type": "c.d", "args": []}]}}),
         json!({"type": "a.b", "args": [], "options": {"workflow": {"chain": [{"type": "c.d", "args": []}]}}}),
     ] {

@@ -339,6 +339,7 @@ impl From<Error> for ApiError {
             )
             .with_details(json!({"job_id": job_id.to_string(), "workflow_id": workflow.to_string()})),
             Error::WorkflowNotFound(id) => ApiError::not_found("workflow", &id.to_string()),
+            Error::RateKeyNotFound(key) => ApiError::not_found("rate-limit key", &key),
             Error::WorkflowEnded { id, state } => ApiError::new(
                 StatusCode::CONFLICT,
                 "conflict",

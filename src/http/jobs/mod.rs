@@ -177,6 +177,11 @@ async fn push(
     let Some(Pushed { job, outcome }) = pushed.jobs.into_iter().next() else {
         return Err(ApiError::internal("push returned no job"));
     };
+    // A job with a rate limit: how its key stands now.
+    let rate = match &job.rate_key {
+        Some(key) => state.broker().rate_key(key).await.ok(),
+        None => None,
+    };
     let response = match outcome {
         PushOutcome::Created => created(&job.id.to_string(), JobBody { job: job.wire() }),
         PushOutcome::Deduplicated => {
@@ -206,7 +211,14 @@ async fn push(
             .into_response()
         }
     };
-    Ok(with_pressure(response, pressure.as_ref()))
+    let mut response = with_pressure(response, pressure.as_ref());
+    if let Some((limit, remaining, reset)) = rate.as_ref().and_then(super::rate_limits::headers) {
+        let headers = response.headers_mut();
+        headers.insert("x-ratelimit-limit", HeaderValue::from(limit));
+        headers.insert("x-ratelimit-remaining", HeaderValue::from(remaining));
+        headers.insert("x-ratelimit-reset", HeaderValue::from(reset));
+    }
+    Ok(response)
 }
 
 /// A PUSH with an embedded chain (`"workflow": {"chain": [...]}`): the job and the chain's

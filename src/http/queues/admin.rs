@@ -1,6 +1,6 @@
 //! `/ojs/v1/admin/queues` ([OJS admin queue management]): queues with their counts, recent
-//! throughput and latency, and the purge of a queue's jobs; and the rate-limited queues
-//! (`/ojs/v1/rate-limits`); pause and resume under their admin paths.
+//! throughput and latency, and the purge of a queue's jobs; pause and resume under their admin
+//! paths.
 //!
 //! [OJS admin queue management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#6-queue-management
 
@@ -30,78 +30,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list))
         .routes(routes!(show))
         .routes(routes!(purge))
-        .routes(routes!(rate_limits))
         .routes(routes!(admin_pause))
         .routes(routes!(admin_resume))
-}
-
-/// A rate-limited queue's limit and use.
-#[derive(Serialize, ToSchema)]
-#[schema(as = RateLimitUsage)]
-struct RateLimitUsage<'a> {
-    /// The queue.
-    key: &'a str,
-    /// The queue.
-    queue: &'a str,
-    /// Jobs per `period`.
-    limit: i64,
-    /// ISO 8601 duration.
-    period: String,
-    /// Jobs started within the last `period`.
-    active: i64,
-    /// Available jobs.
-    waiting: i64,
-}
-
-/// A page of rate-limited queues.
-#[derive(Serialize, ToSchema)]
-struct RateLimitList<'a> {
-    items: Vec<RateLimitUsage<'a>>,
-    pagination: Pagination,
-}
-
-/// `GET /ojs/v1/rate-limits`: the queues whose configuration sets a `rate_limit` (their own or
-/// `_default`'s), by name, a page at a time, as the OJS admin UI lists them: `key` (and
-/// `queue`) the queue, `limit` jobs per `period`, `active` the jobs started within the last
-/// period, `waiting` its available jobs. Limits are changed through the queue's configuration;
-/// the UI's per-key overrides are not offered.
-#[utoipa::path(
-    get,
-    path = "/ojs/v1/rate-limits",
-    tag = "admin",
-    operation_id = "admin_list_rate_limits",
-    summary = "List rate-limited queues",
-    description = "The queues whose configuration sets a `rate_limit` (their own or \
-                   `_default`'s), by name: `limit` jobs per `period`, `active` the jobs started \
-                   within the last period, `waiting` the available jobs.",
-    params(PageParams),
-    responses(
-        (status = 200, body = RateLimitList<'_>),
-        (status = 400, description = "A page parameter is invalid."),
-    )
-)]
-async fn rate_limits(
-    State(state): State<AppState>,
-    query: QueryParams,
-) -> Result<Response, ApiError> {
-    let page = Page::from_query(&query, ADMIN)?;
-    let (limits, total) = state.broker().rate_limits(page.limit, page.offset).await?;
-    let items = limits
-        .iter()
-        .map(|r| RateLimitUsage {
-            key: &r.queue,
-            queue: &r.queue,
-            limit: r.limit,
-            period: crate::wire::duration::format_iso(r.period_ms),
-            active: r.started,
-            waiting: r.waiting,
-        })
-        .collect();
-    Ok(ok(RateLimitList {
-        items,
-        pagination: page.describe(total),
-    })
-    .into_response())
 }
 
 /// Percentiles of the execution time of the jobs completed in the recent window, in whole

@@ -185,6 +185,9 @@ macro_rules! claim_statement {
               from ojs_job
              where queue = $1
                and state = 'available'
+               -- Not held for its rate-limit key (migration V20): the dispatch indexes hold
+               -- only such jobs.
+               and rate_held is null
                and (expires_at is null or expires_at > now())
                and (claim_deadline_at is null or claim_deadline_at > now())
                and (total_deadline_at is null or total_deadline_at > now())
@@ -225,7 +228,7 @@ macro_rules! claim_statement {
              where j.id = c.id
             -- Plain columns beside the row for the event below: reading fields out of a row
             -- value walks its columns each time (the row is then only sent to the client).
-            returning j, s.share, j.id, j.seq, j.queue, j.type, j.attempt, j.worker_id,
+            returning j, s.share, j.id, j.seq, j.queue, j.type, j.attempt, j.worker_id, j.rate_key,
                       coalesce(nullif(j.meta ->> 'trace_id', ''), nullif(split_part(j.meta ->> 'traceparent', '-', 2), '')) as trace_id
         ),
         -- One event row per worker and job type (migration V10): the server renders each
@@ -244,6 +247,15 @@ macro_rules! claim_statement {
                      order by queue, type, worker_id, block, seq) e
              group by e.queue, e.type, e.worker_id, e.block
              order by min(e.seq)
+        ),
+        -- Starts of keyed jobs (migration V20): their keys' rate windows and throttles count
+        -- them. The jobs were released by their keys, which counted them as started already.
+        keyed_starts as (
+            insert into ojs_rate_window (key, started_at, jobs)
+            select m.rate_key, coalesce($7, now()), count(*)
+              from moved m
+             where m.rate_key is not null
+             group by m.rate_key
         )
         select m.j as "job!: Job", m.share as "share!" from moved m
         "#,

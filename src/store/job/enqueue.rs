@@ -93,6 +93,7 @@ pub async fn insert_many(
     let mut extras = Vec::with_capacity(n);
     let mut pendings = Vec::with_capacity(n);
     let mut agings = Vec::with_capacity(n);
+    let mut rate_keys = Vec::with_capacity(n);
     for job in jobs {
         let row = Row::of(job);
         ids.push(job.id.0);
@@ -120,6 +121,7 @@ pub async fn insert_many(
         extras.push(job.extra.as_str());
         pendings.push(job.pending);
         agings.push(job.priority_aging_ms);
+        rate_keys.push(row.rate_key);
     }
     let handed: Vec<bool> = handoffs.to.iter().map(Option::is_some).collect();
     let hand_workers: Vec<Option<&str>> = handoffs
@@ -149,14 +151,14 @@ pub async fn insert_many(
                           $12::int8[], $13::text[], $14::timestamptz[], $15::int8[], $16::text[],
                           $17::int4[], $18::int4[], $19::text[], $20::text[], $21::text[],
                           $22::text[], $23::text[], $24::bool[], $25::int8[], $28::bool[],
-                          $29::text[], $30::int8[], $31::text[])
+                          $29::text[], $30::int8[], $31::text[], $34::text[])
                    with ordinality
                 as t(id, type, queue, args, meta, priority, max_attempts, retry, timeout_ms,
                      visibility_timeout_ms, scheduled_abs, scheduled_rel_ms, scheduled_at_input,
                      expires_abs, expires_rel_ms, expires_at_input, enqueue_ttl_secs,
                      total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
                      pending, priority_aging_ms, handed, hand_worker, hand_visibility_ms,
-                     hand_pool, ord)
+                     hand_pool, rate_key, ord)
              -- The hand-off columns are shorter when few or no jobs are handed off: unnest pads
              -- them with nulls.
              where id is not null
@@ -220,8 +222,9 @@ pub async fn insert_many(
                         when r.scheduled_at > now() then 'scheduled'
                         -- Handed to a waiting FETCH when its claim would take the job now
                         -- (false, not null, for a job not handed off: so nothing after the
-                        -- first test is evaluated for it).
-                        when coalesce(i.handed, false)
+                        -- first test is evaluated for it). A keyed job waits for its key
+                        -- (migration V20) and is never handed off.
+                        when coalesce(i.handed, false) and i.rate_key is null
                              and (r.expires_at is null or r.expires_at > now())
                              and not exists (select 1 from ojs_queue q
                                               where q.name = i.queue and q.state = 'paused')
@@ -246,7 +249,7 @@ pub async fn insert_many(
                     unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
                     total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair,
                     attempt, started_at, worker_id, reservation_ms, visible_until, timeout_at,
-                    pool)
+                    pool, rate_key)
             select id, type, queue, args::json, meta::json, priority, state, max_attempts,
                    retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
                    expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
@@ -267,7 +270,8 @@ pub async fn insert_many(
                    case when state = 'active'
                         then now() + coalesce(hand_visibility_ms, visibility_timeout_ms, $32) * interval '1 millisecond' end,
                    case when state = 'active' then now() + timeout_ms * interval '1 millisecond' end,
-                   case when state = 'active' then hand_pool end
+                   case when state = 'active' then hand_pool end,
+                   rate_key
               from resolved
              where not exists (select 1 from refused) and not exists (select 1 from overflow)
              -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
@@ -374,6 +378,7 @@ pub async fn insert_many(
         &hand_pools as &[Option<&str>],
         handoffs.default_visibility_timeout_ms,
         &supplied,
+        &rate_keys as &[Option<String>],
     )
     .fetch_all(db)
     .await?;
@@ -397,6 +402,8 @@ struct Row<'a> {
     tags: Option<String>,
     unique_policy: Option<&'a str>,
     unique_key: Option<&'a str>,
+    /// The rate-limit key of a job with a `rate_limit`.
+    rate_key: Option<String>,
 }
 
 impl<'a> Row<'a> {
@@ -415,6 +422,7 @@ impl<'a> Row<'a> {
                 .map(|t| serde_json::to_string(t).unwrap_or_else(|_| "[]".to_owned())),
             unique_policy: job.unique.as_ref().map(|u| u.raw.as_str()),
             unique_key: job.unique.as_ref().map(|u| u.key.as_str()),
+            rate_key: job.rate_limit.as_ref().map(|p| p.key_for(&job.queue)),
         }
     }
 }
@@ -474,7 +482,7 @@ async fn insert_one(
             select r.scheduled_at, r.expires_at,
                    case when $24::bool then 'pending'
                         when r.scheduled_at > now() then 'scheduled'
-                        when $28::bool
+                        when $28::bool and $34::text is null
                              and (r.expires_at is null or r.expires_at > now())
                              and not exists (select 1 from ojs_queue q
                                               where q.name = $3::text and q.state = 'paused')
@@ -496,7 +504,7 @@ async fn insert_one(
                     unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
                     total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair,
                     attempt, started_at, worker_id, reservation_ms, visible_until, timeout_at,
-                    pool)
+                    pool, rate_key)
             select $1::uuid, $2::text, $3::text, $4::text::json, $5::text::json, $6::int4, state, $7::int4, $8::text::json, $9::int8, $10::int8, scheduled_at, $13::text,
                    expires_at, $16::text, $17::int4, $18::int4,
                    case when $19::text is not null
@@ -515,7 +523,8 @@ async fn insert_one(
                    case when state = 'active'
                         then now() + coalesce($30::int8, $10::int8, $32::int8) * interval '1 millisecond' end,
                    case when state = 'active' then now() + $9::int8 * interval '1 millisecond' end,
-                   case when state = 'active' then $31::text end
+                   case when state = 'active' then $31::text end,
+                   $34::text
               from resolved
              where not exists (select 1 from refused) and not exists (select 1 from overflow)
             returning j as job, j.state
@@ -593,6 +602,7 @@ async fn insert_one(
         hand_to.and_then(|h| h.pool),
         default_visibility_timeout_ms,
         job.id_supplied,
+        row.rate_key,
     )
     .fetch_optional(db)
     .await?;

@@ -137,7 +137,7 @@ macro_rules! complete_statement {
                    next_retry_at, retry_delay_ms, completed_at, cancelled_at, discarded_at,
                    dead_lettered_at, result, error, errors, timeout_at, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
-                   capacity_tracked, pool, tenant_fair, tenant, fair_key)
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held)
             select id, seq, type, queue, args, meta, priority, 'completed', attempt,
                    max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
                    scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
@@ -146,7 +146,7 @@ macro_rules! complete_statement {
                    worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
                    dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
-                   capacity_tracked, pool, tenant_fair, tenant, fair_key
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, null
               from finished
              where keep
         ),
@@ -205,7 +205,7 @@ macro_rules! complete_jobs {
                    worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
                    dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
-                   capacity_tracked, pool, tenant_fair, tenant, fair_key)::ojs_job as "job!: Job"
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held)::ojs_job as "job!: Job"
           from finished
         "#
         )
@@ -297,7 +297,7 @@ async fn complete_one(
                    next_retry_at, retry_delay_ms, completed_at, cancelled_at, discarded_at,
                    dead_lettered_at, result, error, errors, timeout_at, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
-                   capacity_tracked, pool, tenant_fair, tenant, fair_key)
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held)
             select id, seq, type, queue, args, meta, priority, 'completed', attempt,
                    max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
                    scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
@@ -306,7 +306,7 @@ async fn complete_one(
                    worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
                    dead_lettered_at, $3::text::json, null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
-                   capacity_tracked, pool, tenant_fair, tenant, fair_key
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, null
               from gone
             returning row(d.*)::ojs_job as j
         ),

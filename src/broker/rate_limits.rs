@@ -1,0 +1,101 @@
+//! Job-level rate limits by key (migration V20): a key's limits and use, and the releaser that
+//! lets held jobs go when their key has room.
+//!
+//! The database decides what a key allows (`ojs_rate_release`, under the key's row lock);
+//! this side only says when to ask: at once after an enqueue (see the enqueuer), when a
+//! notification on `ojs_rate_key` says a key's job left flight or became available again, and
+//! when a key's `next_check_at` comes due (a window sliding, a throttle interval, a block
+//! lapsing). Every replica runs a releaser; they take turns on a key's row.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio_util::sync::CancellationToken;
+
+use super::Broker;
+use crate::error::{Error, Result};
+use crate::store;
+use crate::store::rate_limit::KeyUsage;
+
+/// The notification channel of keys that may have room.
+pub const RATE_KEY_CHANNEL: &str = "ojs_rate_key";
+
+/// Longest wait between two looks at the due keys (another replica may have set an earlier
+/// check without a notification reaching this one).
+const MAX_IDLE: Duration = Duration::from_secs(1);
+
+/// Keys released per look at the due ones.
+const DUE_BATCH: i64 = 500;
+
+impl Broker {
+    /// A key's limits and use (404 for a key nothing has named).
+    pub async fn rate_key(&self, key: &str) -> Result<KeyUsage> {
+        store::rate_limit::usage(&self.db, key)
+            .await?
+            .ok_or_else(|| Error::RateKeyNotFound(key.to_owned()))
+    }
+
+    /// Rate-limit keys by key, a page at a time, with how many there are.
+    pub async fn rate_keys(&self, limit: i64, offset: i64) -> Result<(Vec<KeyUsage>, i64)> {
+        Ok(store::rate_limit::list(&self.db, limit, offset).await?)
+    }
+}
+
+/// Releases held jobs of rate-limit keys until `shutdown`: on notifications, and when keys
+/// come due.
+pub async fn run_releaser(db: PgPool, shutdown: CancellationToken) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let result = tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = release_loop(&db, &shutdown) => r,
+        };
+        match result {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "rate-limit releaser failed; retrying");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+async fn release_loop(db: &PgPool, shutdown: &CancellationToken) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(db).await?;
+    listener.listen(RATE_KEY_CHANNEL).await?;
+    let mut keys: BTreeSet<String> = BTreeSet::new();
+    loop {
+        // Due keys first (also those missed while not listening), then wait for the next one
+        // to come due or for a notification.
+        let (due, next_at) = store::rate_limit::due(db, DUE_BATCH).await?;
+        let many = due.len() as i64 >= DUE_BATCH;
+        keys.extend(due);
+        for key in std::mem::take(&mut keys) {
+            store::rate_limit::release(db, &key).await?;
+        }
+        if many {
+            continue;
+        }
+        let wait = next_at
+            .and_then(|at| (at - chrono::Utc::now()).to_std().ok())
+            .unwrap_or(MAX_IDLE)
+            .min(MAX_IDLE);
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(wait) => {}
+            n = listener.recv() => {
+                keys.insert(n?.payload().to_owned());
+                // Whatever else is already here, in one pass.
+                while let Some(n) = listener.next_buffered() {
+                    keys.insert(n.payload().to_owned());
+                }
+            }
+        }
+    }
+}

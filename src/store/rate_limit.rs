@@ -1,0 +1,147 @@
+//! Rate-limit keys of jobs (`ojs_rate_key`, migration V20): releasing held jobs, the keys the
+//! releaser must look at, and each key's limits and use.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+/// Releases `key`'s held jobs as far as its limits allow (`ojs_rate_release`); returns how many.
+pub async fn release(db: impl PgExecutor<'_>, key: &str) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar!(r#"select ojs_rate_release($1) as "released!""#, key)
+        .fetch_one(db)
+        .await
+}
+
+/// Up to `limit` keys whose check is due, earliest first, and when the next check after them
+/// is due (`None`: no key waits for time).
+pub async fn due(
+    db: impl PgExecutor<'_>,
+    limit: i64,
+) -> Result<(Vec<String>, Option<DateTime<Utc>>), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        with due as (
+            select key from ojs_rate_key
+             where next_check_at <= now()
+             order by next_check_at
+             limit $1
+        )
+        select array(select key from due) as "keys!",
+               (select min(next_check_at) from ojs_rate_key
+                 where next_check_at > now()) as "next_at"
+        "#,
+        limit,
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((row.keys, row.next_at))
+}
+
+/// A key's limits and use.
+#[derive(Debug, Clone)]
+pub struct KeyUsage {
+    pub key: String,
+    pub concurrency: Option<i32>,
+    pub rate_limit: Option<i32>,
+    pub rate_period_ms: Option<i64>,
+    pub throttle_limit: Option<i32>,
+    pub throttle_period_ms: Option<i64>,
+    pub on_limit: String,
+    pub blocked_until: Option<DateTime<Utc>>,
+    pub override_concurrency: Option<i32>,
+    pub override_rate_limit: Option<i32>,
+    pub override_rate_period_ms: Option<i64>,
+    pub override_throttle_limit: Option<i32>,
+    pub override_throttle_period_ms: Option<i64>,
+    pub override_expires_at: Option<DateTime<Utc>>,
+    /// Whether an override is set and has not lapsed.
+    pub overriding: bool,
+    /// Jobs of the key running.
+    pub active: i64,
+    /// Released and not claimed yet (they count as started).
+    pub released: i64,
+    /// Held: waiting for the key.
+    pub waiting: i64,
+    /// Starts within the longest rate period (own or override).
+    pub started: i64,
+    /// The oldest of those starts.
+    pub oldest_start: Option<DateTime<Utc>>,
+    /// The latest start on record.
+    pub last_start: Option<DateTime<Utc>>,
+    pub limited: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The keys' limits and use, by key: `keys` (all when `None`), a page of `limit` after
+/// `offset`.
+async fn read(
+    db: impl PgExecutor<'_>,
+    keys: Option<&[String]>,
+    limit: i64,
+    offset: i64,
+) -> Result<Vec<KeyUsage>, sqlx::Error> {
+    sqlx::query_as!(
+        KeyUsage,
+        r#"
+        select k.key, k.concurrency, k.rate_limit, k.rate_period_ms, k.throttle_limit,
+               k.throttle_period_ms, k.on_limit, k.blocked_until, k.override_concurrency,
+               k.override_rate_limit, k.override_rate_period_ms, k.override_throttle_limit,
+               k.override_throttle_period_ms, k.override_expires_at,
+               (num_nonnulls(k.override_concurrency, k.override_rate_limit, k.override_throttle_limit) > 0
+                and (k.override_expires_at is null or k.override_expires_at > now())) as "overriding!",
+               f.active as "active!", f.released as "released!",
+               (select count(*) from ojs_job j
+                 where j.rate_key = k.key and j.state = 'available' and j.rate_held) as "waiting!",
+               w.started as "started!", w.oldest as "oldest_start", w.last as "last_start",
+               k.limited, k.created_at, k.updated_at
+          from ojs_rate_key k
+          cross join lateral (
+              select count(*) filter (where j.state = 'active') as active,
+                     count(*) filter (where j.state = 'available') as released
+                from ojs_job j
+               where j.rate_key = k.key and j.rate_held is null and j.state in ('available', 'active')
+          ) f
+          cross join lateral (
+              select coalesce(sum(x.jobs) filter (where x.started_at > now() - p.ms * interval '1 millisecond'), 0)::int8 as started,
+                     min(x.started_at) filter (where x.started_at > now() - p.ms * interval '1 millisecond') as oldest,
+                     max(x.started_at) as last
+                from (select greatest(k.rate_period_ms, k.override_rate_period_ms, 0) as ms) p
+                left join ojs_rate_window x on x.key = k.key
+          ) w
+         where $1::text[] is null or k.key = any($1::text[])
+         order by k.key
+         limit $2 offset $3
+        "#,
+        keys,
+        limit,
+        offset,
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// One key's limits and use; `None` for a key no job or override has named.
+pub async fn usage(db: impl PgExecutor<'_>, key: &str) -> Result<Option<KeyUsage>, sqlx::Error> {
+    Ok(read(db, Some(&[key.to_owned()]), 1, 0).await?.pop())
+}
+
+/// The keys, by key, a page at a time, and how many there are.
+pub async fn list(
+    db: impl PgExecutor<'_> + Copy,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<KeyUsage>, i64), sqlx::Error> {
+    let rows = read(db, None, limit, offset).await?;
+    let total = sqlx::query_scalar!(r#"select count(*) as "n!" from ojs_rate_key"#)
+        .fetch_one(db)
+        .await?;
+    Ok((rows, total))
+}
+
+/// Forgets every key (the test reset; `store::queue::delete_all` forgets the starts).
+pub async fn delete_all(db: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query!("delete from ojs_rate_key")
+        .execute(&mut *db)
+        .await?;
+    Ok(())
+}
