@@ -370,6 +370,21 @@ pub fn workflows(counts: &crate::store::workflow::WorkflowCounts) {
     }
 }
 
+/// Rate-limit keys of jobs (`ojs_rate_limit_keys`), those holding jobs back
+/// (`ojs_rate_limit_keys_limited`), and the jobs they hold (`ojs_rate_limit_held_jobs`).
+pub fn rate_keys((keys, limited, held): (i64, i64, i64)) {
+    gauge!("ojs_rate_limit_keys").set(keys as f64);
+    gauge!("ojs_rate_limit_keys_limited").set(limited as f64);
+    gauge!("ojs_rate_limit_held_jobs").set(held as f64);
+}
+
+/// Jobs a rate-limit key let go (`ojs_rate_limit_released_total`).
+pub fn rate_released(jobs: i32) {
+    if jobs > 0 {
+        counter!("ojs_rate_limit_released_total").increment(u64::try_from(jobs).unwrap_or(0));
+    }
+}
+
 /// An occurrence of cron entry `cron` handled: `enqueued`, `overlap_skip`, `enqueue_failed`
 /// or `dst_skip` (`ojs_cron_runs_total`).
 pub fn cron_run(cron: &str, outcome: &'static str) {

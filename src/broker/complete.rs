@@ -250,6 +250,20 @@ impl Completer {
             conn.answered(&failed);
             failed?.into_iter().map(|j| (j.id.0, j)).collect()
         };
+        // A worker's `rate_limit_until`: the job's key starts nothing before then.
+        for req in &reqs {
+            let (Some(until), Some(key)) = (
+                req.error.as_ref().and_then(JobError::rate_limit_until),
+                failed
+                    .get(&req.job_id.0)
+                    .and_then(|j| j.rate_key.as_deref()),
+            ) else {
+                continue;
+            };
+            let mut tx = self.db.begin().await?;
+            store::rate_limit::block(&mut tx, key, until, req.job_id.0).await?;
+            tx.commit().await?;
+        }
         let mut out = Vec::with_capacity(reqs.len());
         for (req, plan) in reqs.iter().zip(plans) {
             out.push(match plan {

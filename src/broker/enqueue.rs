@@ -389,8 +389,11 @@ impl Enqueuer {
             .filter_map(|&i| jobs[i].job.rate_key.as_deref())
             .collect();
         for key in keys {
-            if let Err(e) = store::rate_limit::release(&self.db, key).await {
-                tracing::warn!(error = %e, key, "could not release a rate-limit key after an enqueue");
+            match store::rate_limit::release(&self.db, key).await {
+                Ok(n) => telemetry::rate_released(n),
+                Err(e) => {
+                    tracing::warn!(error = %e, key, "could not release a rate-limit key after an enqueue")
+                }
             }
         }
         let ids: Vec<uuid::Uuid> = keyed.iter().map(|&i| jobs[i].job.id.0).collect();

@@ -58,10 +58,12 @@ impl Broker {
         let available = store::queue::available_by_priority(&mut *tx, None).await?;
         let (depth, bounds) = store::queue::depth_gauges(&mut tx).await?;
         let workflows = store::workflow::counts(&mut *tx).await?;
+        let rate_keys = store::rate_limit::gauges(&mut *tx).await?;
         tx.commit().await?;
         telemetry::available_by_priority(&available);
         telemetry::queue_depth(&depth, &bounds);
         telemetry::workflows(&workflows);
+        telemetry::rate_keys(rate_keys);
         Ok(())
     }
 

@@ -54,7 +54,7 @@ pub use crate::store::admin::{JobFilter, JobSort, JobSummary, StateCounts};
 pub use crate::store::dead_letter::{DeadLetterFilter, DeadLetterStats, RetryOverride};
 pub use crate::store::event::{EventFilter, EventRow, Position};
 pub use crate::store::queue::{QueueCounts, QueueState};
-pub use crate::store::rate_limit::KeyUsage as RateKeyUsage;
+pub use crate::store::rate_limit::{KeyUsage as RateKeyUsage, Override as RateOverride};
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
 pub use crate::store::workflow::{NodeRow as WorkflowNode, WorkflowCounts, WorkflowRow};
 

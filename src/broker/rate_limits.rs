@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use super::Broker;
 use crate::error::{Error, Result};
 use crate::store;
-use crate::store::rate_limit::KeyUsage;
+use crate::store::rate_limit::{KeyUsage, Override as RateOverride};
+use crate::telemetry;
 
 /// The notification channel of keys that may have room.
 pub const RATE_KEY_CHANNEL: &str = "ojs_rate_key";
@@ -35,6 +36,27 @@ impl Broker {
         store::rate_limit::usage(&self.db, key)
             .await?
             .ok_or_else(|| Error::RateKeyNotFound(key.to_owned()))
+    }
+
+    /// Sets a key's temporary override (it applies besides the key's own limits, so the
+    /// stricter wins, until `expires_at`) and answers the key as it stands.
+    pub async fn override_rate_key(&self, key: &str, o: &RateOverride) -> Result<KeyUsage> {
+        let mut tx = self.db.begin().await?;
+        store::rate_limit::set_override(&mut tx, key, o).await?;
+        tx.commit().await?;
+        self.rate_key(key).await
+    }
+
+    /// Removes a key's override (404 for an unknown key).
+    pub async fn clear_rate_override(&self, key: &str) -> Result<()> {
+        let mut tx = self.db.begin().await?;
+        let found = store::rate_limit::clear_override(&mut tx, key).await?;
+        tx.commit().await?;
+        if found {
+            Ok(())
+        } else {
+            Err(Error::RateKeyNotFound(key.to_owned()))
+        }
     }
 
     /// Rate-limit keys by key, a page at a time, with how many there are.
@@ -77,7 +99,7 @@ async fn release_loop(db: &PgPool, shutdown: &CancellationToken) -> Result<(), s
         let many = due.len() as i64 >= DUE_BATCH;
         keys.extend(due);
         for key in std::mem::take(&mut keys) {
-            store::rate_limit::release(db, &key).await?;
+            telemetry::rate_released(store::rate_limit::release(db, &key).await?);
         }
         if many {
             continue;

@@ -5,22 +5,28 @@
 //! [OJS rate limiting]: https://github.com/openjobspec/spec/blob/main/spec/ojs-rate-limiting.md
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::broker::RateKeyUsage;
+use crate::broker::{RateKeyUsage, RateOverride};
 use crate::http::error::ApiError;
+use crate::http::extract::JsonBody;
 use crate::http::query::{ADMIN, Page, PageParams, QueryParams};
 use crate::http::{AppState, ok};
+use crate::rate_limit::{self, Window};
+use crate::wire::json::Object;
+use crate::wire::violation::Violation;
 use crate::wire::{duration, timestamp};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list))
-        .routes(routes!(show))
+        .routes(routes!(show, put_override))
+        .routes(routes!(delete_override))
 }
 
 /// A page of rate limits.
@@ -123,6 +129,130 @@ async fn show(
     Ok(ok(render(&usage)).into_response())
 }
 
+/// An override: the policy's limits, or the admin UI's `{"limit", "period"}` (a rate).
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+struct OverrideRequest {
+    concurrency: Option<i32>,
+    /// `{"limit", "period"}`.
+    #[schema(value_type = Option<Object>)]
+    rate: Option<Value>,
+    /// `{"limit", "period"}`.
+    #[schema(value_type = Option<Object>)]
+    throttle: Option<Value>,
+    /// With `period`: a rate of `limit` per `period` (the admin UI's form).
+    limit: Option<i32>,
+    period: Option<String>,
+    /// When the override lapses (RFC 3339); absent: until it is removed.
+    expires_at: Option<String>,
+}
+
+/// `PUT /ojs/v1/rate-limits/{key}`: a temporary override.
+#[utoipa::path(
+    put,
+    path = "/ojs/v1/rate-limits/{key}",
+    tag = "admin",
+    operation_id = "admin_override_rate_limit",
+    summary = "Override a rate-limit key's limits for a while",
+    description = "`concurrency`, `rate` {limit, period} and `throttle` {limit, period} (or the                    admin UI's `limit` + `period`, a rate) apply besides the key's own limits —                    the stricter wins — until `expires_at` (absent: until removed). Jobs the key                    had released and not started are held again and released as the override                    allows. A key no job has named yet is created.",
+    params(RateKeyParam),
+    request_body = OverrideRequest,
+    responses(
+        (status = 200, description = "The key as it stands.", body = Object),
+        (status = 400, description = "The override or the key is invalid."),
+    )
+)]
+async fn put_override(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
+    if !rate_limit::valid_key(&key) {
+        return Err(ApiError::invalid_field(
+            "key",
+            "a rate-limit key is 1 to 255 letters, digits and . _ : - (starting with a letter or digit)",
+        ));
+    }
+    let fields = body.object()?;
+    let o = parse_override(fields.object())
+        .map_err(|v| crate::error::Error::from(crate::job::envelope::Rejection::Invalid(v)))?;
+    let usage = state.broker().override_rate_key(&key, &o).await?;
+    Ok(ok(render(&usage)).into_response())
+}
+
+/// `DELETE /ojs/v1/rate-limits/{key}/override`.
+#[utoipa::path(
+    delete,
+    path = "/ojs/v1/rate-limits/{key}/override",
+    tag = "admin",
+    operation_id = "admin_delete_rate_limit_override",
+    summary = "Remove a rate-limit key's override",
+    params(RateKeyParam),
+    responses(
+        (status = 204, description = "Removed (or there was none); the key's own limits apply."),
+        (status = 404, description = "No job or override has named the key."),
+    )
+)]
+async fn delete_override(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<Response, ApiError> {
+    state.broker().clear_rate_override(&key).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn parse_override(obj: &Object<'_>) -> Result<RateOverride, Vec<Violation>> {
+    let mut v = Vec::new();
+    let mut o = RateOverride::default();
+    let window_of = |w: Window| (w.limit, w.period_ms);
+    for (name, raw) in obj.iter() {
+        match name {
+            "concurrency" => match crate::wire::json::as_integer(raw) {
+                Some(n) if (0..=i64::from(i32::MAX)).contains(&n) => o.concurrency = Some(n as i32),
+                _ => v.push(Violation::new("$.concurrency", "'concurrency' must be an integer >= 0")),
+            },
+            "rate" | "throttle" => match rate_limit::window(raw, &format!("$.{name}")) {
+                Ok(w) if name == "rate" => o.rate = Some(window_of(w)),
+                Ok(w) => o.throttle = Some(window_of(w)),
+                Err(e) => v.extend(e),
+            },
+            "limit" | "period" => {}
+            "expires_at" => match crate::wire::json::decode::<String>(raw)
+                .ok()
+                .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            {
+                Some(t) => o.expires_at = Some(t.with_timezone(&Utc)),
+                None => v.push(Violation::new("$.expires_at", "'expires_at' must be an RFC 3339 timestamp")),
+            },
+            other => v.push(Violation::new(
+                format!("$.{other}"),
+                format!("unknown override field '{other}' (concurrency, rate, throttle, limit, period, expires_at)"),
+            )),
+        }
+    }
+    // The admin UI's form: a rate of `limit` per `period`.
+    if obj.get("limit").is_some() || obj.get("period").is_some() {
+        let text = crate::wire::json::object_text(
+            obj.iter().filter(|(k, _)| *k == "limit" || *k == "period"),
+        );
+        match rate_limit::window(&crate::wire::json::raw(text), "$") {
+            Ok(_) if o.rate.is_some() => v.push(Violation::new(
+                "$.limit",
+                "give 'rate' or 'limit' with 'period', not both",
+            )),
+            Ok(w) => o.rate = Some(window_of(w)),
+            Err(e) => v.extend(e),
+        }
+    }
+    if v.is_empty() && o.concurrency.is_none() && o.rate.is_none() && o.throttle.is_none() {
+        v.push(Violation::new(
+            "$",
+            "an override needs concurrency, rate, throttle, or limit with period",
+        ));
+    }
+    if v.is_empty() { Ok(o) } else { Err(v) }
+}
+
 fn ts(at: Option<DateTime<Utc>>) -> Value {
     at.map_or(Value::Null, |at| Value::String(timestamp::format(at)))
 }
@@ -219,10 +349,19 @@ pub(crate) fn render(u: &RateKeyUsage) -> Value {
     out.insert(
         "override".into(),
         if has_override {
-            json!({"concurrency": u.override_concurrency,
-                   "rate": window_json(window(u.override_rate_limit, u.override_rate_period_ms)),
-                   "throttle": window_json(window(u.override_throttle_limit, u.override_throttle_period_ms)),
-                   "expires_at": ts(u.override_expires_at), "active": over})
+            {
+                // The admin UI reads `limit` and `period`: the rate, else the throttle.
+                let flat = window(u.override_rate_limit, u.override_rate_period_ms).or(window(
+                    u.override_throttle_limit,
+                    u.override_throttle_period_ms,
+                ));
+                json!({"concurrency": u.override_concurrency,
+                       "rate": window_json(window(u.override_rate_limit, u.override_rate_period_ms)),
+                       "throttle": window_json(window(u.override_throttle_limit, u.override_throttle_period_ms)),
+                       "limit": flat.map(|w| w.0).or(u.override_concurrency),
+                       "period": flat.map(|w| iso(w.1)),
+                       "expires_at": ts(u.override_expires_at), "active": over})
+            }
         } else {
             Value::Null
         },

@@ -30,6 +30,10 @@ pub struct JobError {
     pub details: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backtrace: Option<Vec<String>>,
+    /// A worker's report that the job's rate-limit key must not start jobs before this
+    /// (RFC 3339, as sent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit_until: Option<String>,
 }
 
 impl JobError {
@@ -42,7 +46,16 @@ impl JobError {
             retryable: None,
             details: None,
             backtrace: None,
+            rate_limit_until: None,
         }
+    }
+
+    /// When the job's rate-limit key may start jobs again, if the report said.
+    pub fn rate_limit_until(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.rate_limit_until
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc))
     }
 
     /// Parses the `error` object of a NACK request. `path` names it in violations.
@@ -116,6 +129,22 @@ impl JobError {
                 }
             },
         };
+        let rate_limit_until = match obj.get("rate_limit_until") {
+            None => None,
+            Some(v) => match json::decode::<String>(v)
+                .ok()
+                .filter(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok())
+            {
+                Some(t) => Some(t),
+                None => {
+                    violations.push(Violation::new(
+                        format!("{path}.rate_limit_until"),
+                        "error.rate_limit_until must be an RFC 3339 timestamp",
+                    ));
+                    None
+                }
+            },
+        };
         if !violations.is_empty() {
             return Err(violations);
         }
@@ -135,6 +164,7 @@ impl JobError {
             retryable,
             details,
             backtrace,
+            rate_limit_until,
         })
     }
 

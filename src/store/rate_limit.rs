@@ -145,3 +145,137 @@ pub async fn delete_all(db: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> 
         .await?;
     Ok(())
 }
+
+/// An override's limits (`None`: that limit is not overridden).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Override {
+    pub concurrency: Option<i32>,
+    pub rate: Option<(i32, i64)>,
+    pub throttle: Option<(i32, i64)>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Sets `key`'s override (the key is known from then on, even before a job names it), takes
+/// back the jobs it had released and not started (the override may allow fewer), and releases
+/// what it allows now.
+pub async fn set_override(
+    db: &mut sqlx::PgConnection,
+    key: &str,
+    o: &Override,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        insert into ojs_rate_key as k (key, override_concurrency, override_rate_limit,
+                                       override_rate_period_ms, override_throttle_limit,
+                                       override_throttle_period_ms, override_expires_at,
+                                       next_check_at)
+        values ($1, $2, $3, $4, $5, $6, $7, now())
+        on conflict on constraint ojs_rate_key_pkey do update
+           set override_concurrency = excluded.override_concurrency,
+               override_rate_limit = excluded.override_rate_limit,
+               override_rate_period_ms = excluded.override_rate_period_ms,
+               override_throttle_limit = excluded.override_throttle_limit,
+               override_throttle_period_ms = excluded.override_throttle_period_ms,
+               override_expires_at = excluded.override_expires_at,
+               next_check_at = now(), updated_at = now()
+        "#,
+        key,
+        o.concurrency,
+        o.rate.map(|r| r.0),
+        o.rate.map(|r| r.1),
+        o.throttle.map(|t| t.0),
+        o.throttle.map(|t| t.1),
+        o.expires_at,
+    )
+    .execute(&mut *db)
+    .await?;
+    rehold(&mut *db, key).await?;
+    release(&mut *db, key).await?;
+    Ok(())
+}
+
+/// Removes `key`'s override and releases what its own limits allow; false for an unknown key.
+pub async fn clear_override(db: &mut sqlx::PgConnection, key: &str) -> Result<bool, sqlx::Error> {
+    let found = sqlx::query!(
+        r#"
+        update ojs_rate_key
+           set override_concurrency = null, override_rate_limit = null,
+               override_rate_period_ms = null, override_throttle_limit = null,
+               override_throttle_period_ms = null, override_expires_at = null,
+               next_check_at = now(), updated_at = now()
+         where key = $1
+        "#,
+        key,
+    )
+    .execute(&mut *db)
+    .await?
+    .rows_affected()
+        > 0;
+    if found {
+        release(&mut *db, key).await?;
+    }
+    Ok(found)
+}
+
+/// Blocks `key` until `until` (a NACK's `rate_limit_until`; a later block wins), takes back
+/// the jobs it had released and not started, and writes `rate_limit.dynamic_adjusted`.
+pub async fn block(
+    db: &mut sqlx::PgConnection,
+    key: &str,
+    until: DateTime<Utc>,
+    job: uuid::Uuid,
+) -> Result<(), sqlx::Error> {
+    let updated = sqlx::query!(
+        r#"
+        with blocked as (
+            update ojs_rate_key
+               set blocked_until = greatest(blocked_until, $2), next_check_at = greatest(blocked_until, $2)
+             where key = $1
+            returning key, blocked_until
+        )
+        insert into ojs_event (type, subject, job_id, data)
+        select 'rate_limit.dynamic_adjusted', b.key, $3::uuid,
+               jsonb_build_object('key', b.key, 'until', ojs_timestamp_text(b.blocked_until),
+                                  'reason', 'rate_limit_until', 'job_id', $3::uuid)
+          from blocked b
+        "#,
+        key,
+        until,
+        job,
+    )
+    .execute(&mut *db)
+    .await?
+    .rows_affected();
+    if updated > 0 {
+        rehold(&mut *db, key).await?;
+    }
+    Ok(())
+}
+
+/// Holds again `key`'s jobs that were released and not claimed yet.
+async fn rehold(db: impl PgExecutor<'_>, key: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        update ojs_job set rate_held = true
+         where rate_key = $1 and state = 'available' and rate_held is null
+        "#,
+        key,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Rate-limit keys, those holding jobs back, and the jobs held (the gauges).
+pub async fn gauges(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select (select count(*) from ojs_rate_key) as "keys!",
+               (select count(*) from ojs_rate_key where limited is not null) as "limited!",
+               (select count(*) from ojs_job where state = 'available' and rate_held) as "held!"
+        "#
+    )
+    .fetch_one(db)
+    .await?;
+    Ok((row.keys, row.limited, row.held))
+}

@@ -323,9 +323,136 @@ async fn the_key_and_the_push_tell_how_it_stands() {
         .map(|i| i["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds, ["key"]);
+    let metrics = app.get("/metrics").await.expect(200).text;
+    for line in [
+        "ojs_rate_limit_keys 1",
+        "ojs_rate_limit_keys_limited 1",
+        "ojs_rate_limit_held_jobs 2",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    assert!(
+        metrics.contains("ojs_rate_limit_released_total 2"),
+        "{metrics}"
+    );
     // The test reset forgets keys.
     app.post("/ojs/v1/admin/reset", json!({})).await.expect(200);
     app.get("/ojs/v1/rate-limits/stripe")
         .await
         .expect_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn an_override_applies_besides_the_keys_limits_until_removed() {
+    let app = TestApp::spawn().await;
+    let policy = json!({"key": "partner", "concurrency": 5});
+    for _ in 0..6 {
+        app.post("/ojs/v1/jobs", keyed("p.a", "p", &policy))
+            .await
+            .expect(201);
+    }
+    // Five released, none claimed yet; the override takes back what it does not allow.
+    let key = app
+        .put("/ojs/v1/rate-limits/partner", json!({"concurrency": 1}))
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(key["concurrency"]["limit"], 1);
+    assert_eq!(key["override"]["concurrency"], 1);
+    assert_eq!(key["waiting_count"], 5);
+    let got = app
+        .fetch(json!({"queues": ["p"], "worker_id": "w", "count": 10}))
+        .await;
+    assert_eq!(got.len(), 1);
+    // The admin UI's form: a rate of `limit` per `period`, with an end.
+    let key = app
+        .put(
+            "/ojs/v1/rate-limits/partner",
+            json!({"limit": 100, "period": "PT1M", "expires_at": "2099-01-01T00:00:00Z"}),
+        )
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(key["override"]["limit"], 100);
+    assert_eq!(key["override"]["period"], "PT1M");
+    assert_eq!(
+        key["concurrency"]["limit"], 5,
+        "the concurrency override is gone"
+    );
+    app.put(
+        "/ojs/v1/rate-limits/partner",
+        json!({"limit": 0, "period": "PT1M"}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
+    app.put("/ojs/v1/rate-limits/partner", json!({}))
+        .await
+        .expect_error(400, "invalid_request");
+    app.put("/ojs/v1/rate-limits/-bad", json!({"concurrency": 1}))
+        .await
+        .expect_error(400, "invalid_request");
+    app.delete("/ojs/v1/rate-limits/partner/override")
+        .await
+        .expect(204);
+    let key = app
+        .get("/ojs/v1/rate-limits/partner")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(key["override"], Value::Null);
+    let rest = fetch_until(&app, "p", 4, Duration::from_secs(5)).await;
+    assert_eq!(rest.len(), 4, "the key's own limit again: 5 in flight");
+    app.delete("/ojs/v1/rate-limits/nobody/override")
+        .await
+        .expect_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn a_nacks_rate_limit_until_blocks_the_key_until_then() {
+    let app = TestApp::spawn().await;
+    let policy = json!({"key": "upstream", "concurrency": 10});
+    for _ in 0..3 {
+        app.post("/ojs/v1/jobs", keyed("u.a", "u", &policy))
+            .await
+            .expect(201);
+    }
+    let first = app.fetch_one("u", "w").await;
+    let until = Utc::now() + chrono::Duration::milliseconds(1500);
+    app.nack(json!({"job_id": first["id"], "error": {
+            "message": "429 from upstream", "rate_limit_until": until.to_rfc3339()}}))
+        .await
+        .expect(200);
+    let key = app
+        .get("/ojs/v1/rate-limits/upstream")
+        .await
+        .expect(200)
+        .json;
+    assert!(key["blocked_until"].is_string(), "{key}");
+    assert!(
+        app.fetch(json!({"queues": ["u"], "worker_id": "w", "count": 10}))
+            .await
+            .is_empty(),
+        "blocked: the released jobs were taken back"
+    );
+    let after = fetch_until(&app, "u", 2, Duration::from_secs(5)).await;
+    assert_eq!(after.len(), 2);
+    for job in &after {
+        let started: DateTime<Utc> = job["started_at"].as_str().unwrap().parse().unwrap();
+        assert!(
+            started >= until - chrono::Duration::milliseconds(20),
+            "{started} < {until}"
+        );
+    }
+    let adjusted: i64 = sqlx::query_scalar(
+        "select count(*) from ojs_event_log where type = 'rate_limit.dynamic_adjusted' and subject = 'upstream'",
+    )
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert_eq!(adjusted, 1);
+    app.nack(
+        json!({"job_id": after[0]["id"], "error": {"message": "x", "rate_limit_until": "soon"}}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
 }

@@ -656,3 +656,97 @@ async fn cron_fires_each_occurrence_once_through_a_leader_kill_and_a_postgres_re
     );
     drop(replicas);
 }
+
+/// 32 workers on two replicas fetch jobs of a concurrency-limited key and a rate-limited key
+/// at once: neither limit is ever exceeded, and every job runs.
+#[tokio::test]
+async fn rate_limit_keys_hold_across_two_replicas_under_32_fetchers() {
+    const EACH: usize = 60;
+    const WORKERS: usize = 32;
+    let db = TestDb::new().await;
+    let url = db.url();
+    let a = Replica::start(&url, "ra", &[("OJS_SKIP_MIGRATIONS", "true")]);
+    let b = Replica::start(&url, "rb", &[("OJS_SKIP_MIGRATIONS", "true")]);
+    let mut jobs: Vec<Value> = (0..EACH)
+        .map(|i| {
+            json!({"type": "rl.c", "args": [i], "queue": "rl",
+                   "rate_limit": {"key": "conc", "concurrency": 3}})
+        })
+        .collect();
+    jobs.extend((0..EACH).map(|i| {
+        json!({"type": "rl.r", "args": [i], "queue": "rl",
+               "rate_limit": {"key": "rate", "rate": {"limit": 15, "period": "PT0.5S"}}})
+    }));
+    api(&a)
+        .post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
+        .await
+        .expect(201);
+
+    let apis = Arc::new([api(&a), api(&b)]);
+    // Jobs of key "conc" held by workers; counted out before the ACK is sent.
+    let holding = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let starts = Arc::new(Mutex::new(Vec::<chrono::DateTime<chrono::Utc>>::new()));
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let (apis, holding, most, done, starts) = (
+            apis.clone(),
+            holding.clone(),
+            most.clone(),
+            done.clone(),
+            starts.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let client = &apis[w % 2];
+            let worker_id = format!("worker-{w}");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while done.load(Ordering::SeqCst) < 2 * EACH && Instant::now() < deadline {
+                let jobs = client
+                    .fetch(json!({"queues": ["rl"], "count": 2, "worker_id": worker_id}))
+                    .await;
+                if jobs.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                let conc = jobs.iter().filter(|j| j["type"] == "rl.c").count() as i64;
+                let now = holding.fetch_add(conc, Ordering::SeqCst) + conc;
+                most.fetch_max(now, Ordering::SeqCst);
+                for job in jobs.iter().filter(|j| j["type"] == "rl.r") {
+                    let at = job["started_at"].as_str().unwrap().parse().unwrap();
+                    starts.lock().await.push(at);
+                }
+                tokio::time::sleep(Duration::from_millis(4)).await;
+                for job in &jobs {
+                    if job["type"] == "rl.c" {
+                        holding.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    client.ack_job(job, &worker_id).await;
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 2 * EACH, "every job ran");
+    assert!(
+        most.load(Ordering::SeqCst) <= 3,
+        "{} jobs of key conc ran at once",
+        most.load(Ordering::SeqCst)
+    );
+    let mut starts = starts.lock().await.clone();
+    starts.sort();
+    assert_eq!(starts.len(), EACH);
+    for (i, at) in starts.iter().enumerate() {
+        let within = starts[i..]
+            .iter()
+            .filter(|s| **s < *at + chrono::Duration::milliseconds(500))
+            .count();
+        assert!(
+            within <= 15,
+            "{within} starts of key rate within 0.5 s of {at}"
+        );
+    }
+}

@@ -730,6 +730,16 @@ async fn a_job_can_embed_the_chain_that_follows_it() {
     .expect_error(422, "unsupported");
     assert_eq!(count(&app, "select count(*) from ojs_workflow").await, 1);
     assert_eq!(count(&app, "select count(*) from ojs_job").await, 0);
+    // `"workflow": null` is no workflow: a plain job.
+    let plain = app
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "e.plain", "args": [], "workflow": null}),
+        )
+        .await
+        .expect(201);
+    assert!(plain.json.get("workflow").is_none());
+    assert_eq!(count(&app, "select count(*) from ojs_workflow").await, 1);
 }
 
 #[tokio::test]

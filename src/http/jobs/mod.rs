@@ -167,7 +167,8 @@ async fn push(
 ) -> Result<Response, ApiError> {
     let ctx = push_context(&headers)?;
     let fields = body.object()?;
-    if fields.object().contains("workflow") {
+    // `"workflow": null` is no workflow, as a null attribute is absent everywhere else.
+    if fields.object().get("workflow").is_some() {
         return push_chain(&state, &caller, &ctx, fields.object(), body.text().len()).await;
     }
     let job = parse_envelope(&state, fields.object(), body.text().len(), None)?;

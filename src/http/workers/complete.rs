@@ -69,6 +69,9 @@ struct ErrorReport {
     #[schema(value_type = Option<Object>)]
     details: Option<serde_json::Value>,
     backtrace: Option<Vec<String>>,
+    /// The job's rate-limit key starts no job before this (RFC 3339).
+    #[schema(value_type = Option<String>, format = DateTime)]
+    rate_limit_until: Option<String>,
 }
 
 /// A batch ACK.
