@@ -146,6 +146,11 @@ as $$
 begin
     if tg_op = 'INSERT' then
         perform ojs_rate_key_policy(new.rate_key, new.extra -> 'rate_limit');
+    elsif new.state = 'available' and old.state <> 'available'
+          and not exists (select from ojs_rate_key r where r.key = new.rate_key) then
+        -- The key was pruned while the job waited (scheduled, retrying): it comes back with
+        -- the job's policy.
+        perform ojs_rate_key_policy(new.rate_key, new.extra -> 'rate_limit');
     end if;
     if new.state = 'available' and (tg_op = 'INSERT' or old.state <> 'available') then
         new.rate_held := true;

@@ -44,7 +44,8 @@ pub struct PrunerConfig {
 
 /// Deletes, oldest first and in short batches, finished jobs past their retention (reporting
 /// dead-lettered ones as `dead_letter.pruned`), events past theirs, workers stale for a day,
-/// and workflows that ended longer ago than the retention of jobs that end as they did.
+/// workflows that ended longer ago than the retention of jobs that end as they did, and
+/// rate-limit keys idle and unchanged for the retention of completed jobs.
 /// Deleting finished rows touches neither the FETCH index nor any row a worker can hold.
 pub struct Pruner {
     context: Context,
@@ -87,6 +88,9 @@ impl Pruner {
                             cancelled,
                         } => {
                             store::workflow::prune(conn, completed, failed, cancelled, size).await?
+                        }
+                        Target::RateKeys(cutoff) => {
+                            store::rate_limit::prune(conn, cutoff, size).await?
                         }
                     };
                     Ok((deleted as u64, deleted >= size))
@@ -156,6 +160,9 @@ enum Target {
         failed: DateTime<Utc>,
         cancelled: DateTime<Utc>,
     },
+    /// Rate-limit keys idle (no job held or in flight, no override or block in force) and
+    /// unchanged since the cutoff.
+    RateKeys(DateTime<Utc>),
 }
 
 /// The retention fields of the queue configuration layers ([OJS retention] and [dead-letter]
@@ -296,6 +303,7 @@ impl Service for Pruner {
             failed: since(now, c.discarded),
             cancelled: since(now, c.cancelled),
         });
+        targets.push(Target::RateKeys(since(now, c.completed)));
         for target in targets {
             let done = self.prune(target).await?;
             pass.processed += done.processed;

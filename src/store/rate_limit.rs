@@ -279,3 +279,43 @@ pub async fn gauges(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), sqlx::Er
     .await?;
     Ok((row.keys, row.limited, row.held))
 }
+
+/// Deletes, with their recorded starts, at most `limit` keys unchanged since `before` that hold
+/// no job back, have none in flight, and have no override or block in force (the pruner; a
+/// key comes back with the next job that names it). Returns how many.
+pub async fn prune(
+    db: impl PgExecutor<'_>,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select k.key from ojs_rate_key k
+             where k.updated_at < $1
+               and (k.blocked_until is null or k.blocked_until < now())
+               and (num_nonnulls(k.override_concurrency, k.override_rate_limit,
+                                 k.override_throttle_limit) = 0
+                    or k.override_expires_at < now())
+               and not exists (select from ojs_job j
+                                where j.rate_key = k.key and j.state = 'available' and j.rate_held)
+               and not exists (select from ojs_job j
+                                where j.rate_key = k.key and j.rate_held is null
+                                  and j.state in ('available', 'active'))
+             limit $2
+               for update skip locked
+        ),
+        starts as (
+            delete from ojs_rate_window w using doomed d where w.key = d.key
+        ),
+        deleted as (
+            delete from ojs_rate_key k using doomed d where k.key = d.key returning 1
+        )
+        select count(*) as "n!" from deleted
+        "#,
+        before,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}

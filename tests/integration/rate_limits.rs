@@ -456,3 +456,43 @@ async fn a_nacks_rate_limit_until_blocks_the_key_until_then() {
     .await
     .expect_error(400, "invalid_request");
 }
+
+#[tokio::test]
+async fn idle_keys_are_pruned_and_come_back_with_the_next_job() {
+    let app = TestApp::spawn().await;
+    let policy = json!({"key": "old", "concurrency": 1});
+    let done = app
+        .post("/ojs/v1/jobs", keyed("i.a", "i", &policy))
+        .await
+        .expect(201);
+    let job = app.fetch_one("i", "w").await;
+    assert_eq!(job["id"], done.json["job"]["id"]);
+    app.ack_job(&job, "w").await;
+    // A job of the same key waits, scheduled, while the key is pruned.
+    let mut later = keyed("i.b", "i", &policy);
+    later["scheduled_at"] = json!((Utc::now() + chrono::Duration::milliseconds(700)).to_rfc3339());
+    app.post("/ojs/v1/jobs", later).await.expect(201);
+    app.post(
+        "/ojs/v1/jobs",
+        keyed("i.c", "i", &json!({"key": "busy", "concurrency": 1})),
+    )
+    .await
+    .expect(201);
+    sqlx::query("update ojs_rate_key set updated_at = now() - interval '8 days'")
+        .execute(app.pool())
+        .await
+        .unwrap();
+    crate::job_history::prune_once(&app).await;
+    let keys: Vec<String> = sqlx::query_scalar("select key from ojs_rate_key order by key")
+        .fetch_all(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(keys, ["busy"], "a key with a job in flight stays");
+    // The scheduled job becomes available: its key comes back, and lets it run.
+    let got = fetch_until(&app, "i", 2, Duration::from_secs(5)).await;
+    let mut types: Vec<&str> = got.iter().map(|j| j["type"].as_str().unwrap()).collect();
+    types.sort();
+    assert_eq!(types, ["i.b", "i.c"]);
+    let key = app.get("/ojs/v1/rate-limits/old").await.expect(200).json;
+    assert_eq!(key["concurrency"]["limit"], 1);
+}
