@@ -10,7 +10,8 @@
 --   concurrency  released-but-unclaimed + active jobs of the key <= concurrency
 --   rate         starts within the last period + released-but-unclaimed <= limit
 --                (an exact sliding window over job starts: every claim of keyed jobs records
---                its starts in ojs_rate_window under the key)
+--                its starts in ojs_rate_window under 'key:' || the key, apart from a queue's
+--                own limit, which records under queue:<name>)
 --   throttle     one job at a time, each released once the previous one started and
 --                period/limit has passed since the last start
 --
@@ -259,7 +260,7 @@ begin
         keep_ms := greatest(keep_ms, per);
         select coalesce(sum(w.jobs), 0), min(w.started_at) into started, oldest
           from ojs_rate_window w
-         where w.key = k.key and w.started_at > now() - per * interval '1 millisecond';
+         where w.key = 'key:' || k.key and w.started_at > now() - per * interval '1 millisecond';
         if lim - started - unstarted < allow then
             allow := lim - started - unstarted;
             binding := 'rate';
@@ -277,7 +278,7 @@ begin
          where x.l is not null
     loop
         keep_ms := greatest(keep_ms, per / lim + 1);
-        select max(w.started_at) into last_start from ojs_rate_window w where w.key = k.key;
+        select max(w.started_at) into last_start from ojs_rate_window w where w.key = 'key:' || k.key;
         if unstarted > 0 then
             if 0 < allow then
                 allow := 0;
@@ -378,7 +379,7 @@ begin
     end if;
 
     delete from ojs_rate_window w
-     where w.key = k.key and w.started_at < now() - keep_ms * interval '1 millisecond';
+     where w.key = 'key:' || k.key and w.started_at < now() - keep_ms * interval '1 millisecond';
 
     update ojs_rate_key r
        set limited = case when held_left then coalesce(binding, r.limited) end,
@@ -430,5 +431,5 @@ comment on function ojs_job_rate_gone() is 'Trigger function: notifies ojs_rate_
 comment on trigger ojs_job_rate_gone on ojs_job is 'A keyed job in flight deleted (completed, purged) frees room in its key.';
 comment on function ojs_rate_release(text) is 'Releases a key''s held jobs as far as its limits (and an unexpired override, and a NACK block) allow, under the key''s row lock; returns how many.';
 comment on table ojs_rate_window is
-    'Job starts under a rate limit: one row per claim and key (queue:<name> for a queue''s own limit, or a job rate-limit key), kept for the longest period that counts them.';
-comment on column ojs_rate_window.key is 'Rate-limit key: queue:<queue name> for a queue''s limit, or a job''s rate-limit key.';
+    'Job starts under a rate limit: one row per claim and limit (queue:<name> for a queue''s own limit, key:<key> for a job rate-limit key), kept for the longest period that counts them.';
+comment on column ojs_rate_window.key is 'Whose starts: queue:<queue name> for a queue''s limit, key:<key> for a job rate-limit key (a key may itself be named queue:<name>).';

@@ -1153,7 +1153,7 @@ begin
         keep_ms := greatest(keep_ms, per);
         select coalesce(sum(w.jobs), 0), min(w.started_at) into started, oldest
           from ojs_rate_window w
-         where w.key = k.key and w.started_at > now() - per * interval '1 millisecond';
+         where w.key = 'key:' || k.key and w.started_at > now() - per * interval '1 millisecond';
         if lim - started - unstarted < allow then
             allow := lim - started - unstarted;
             binding := 'rate';
@@ -1171,7 +1171,7 @@ begin
          where x.l is not null
     loop
         keep_ms := greatest(keep_ms, per / lim + 1);
-        select max(w.started_at) into last_start from ojs_rate_window w where w.key = k.key;
+        select max(w.started_at) into last_start from ojs_rate_window w where w.key = 'key:' || k.key;
         if unstarted > 0 then
             if 0 < allow then
                 allow := 0;
@@ -1272,7 +1272,7 @@ begin
     end if;
 
     delete from ojs_rate_window w
-     where w.key = k.key and w.started_at < now() - keep_ms * interval '1 millisecond';
+     where w.key = 'key:' || k.key and w.started_at < now() - keep_ms * interval '1 millisecond';
 
     update ojs_rate_key r
        set limited = case when held_left then coalesce(binding, r.limited) end,
@@ -4519,13 +4519,13 @@ CREATE TABLE public.ojs_rate_window (
 -- Name: TABLE ojs_rate_window; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.ojs_rate_window IS 'Job starts under a rate limit: one row per claim and key (queue:<name> for a queue''s own limit, or a job rate-limit key), kept for the longest period that counts them.';
+COMMENT ON TABLE public.ojs_rate_window IS 'Job starts under a rate limit: one row per claim and limit (queue:<name> for a queue''s own limit, key:<key> for a job rate-limit key), kept for the longest period that counts them.';
 
 --
 -- Name: COLUMN ojs_rate_window.key; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_rate_window.key IS 'Rate-limit key: queue:<queue name> for a queue''s limit, or a job''s rate-limit key.';
+COMMENT ON COLUMN public.ojs_rate_window.key IS 'Whose starts: queue:<queue name> for a queue''s limit, key:<key> for a job rate-limit key (a key may itself be named queue:<name>).';
 
 --
 -- Name: COLUMN ojs_rate_window.started_at; Type: COMMENT; Schema: public; Owner: -

@@ -106,7 +106,7 @@ async fn read(
                      min(x.started_at) filter (where x.started_at > now() - p.ms * interval '1 millisecond') as oldest,
                      max(x.started_at) as last
                 from (select greatest(k.rate_period_ms, k.override_rate_period_ms, 0) as ms) p
-                left join ojs_rate_window x on x.key = k.key
+                left join ojs_rate_window x on x.key = 'key:' || k.key
           ) w
          where $1::text[] is null or k.key = any($1::text[])
          order by k.key
@@ -306,7 +306,7 @@ pub async fn prune(
                for update skip locked
         ),
         starts as (
-            delete from ojs_rate_window w using doomed d where w.key = d.key
+            delete from ojs_rate_window w using doomed d where w.key = 'key:' || d.key
         ),
         deleted as (
             delete from ojs_rate_key k using doomed d where k.key = d.key returning 1

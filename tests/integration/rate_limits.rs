@@ -496,3 +496,31 @@ async fn idle_keys_are_pruned_and_come_back_with_the_next_job() {
     let key = app.get("/ojs/v1/rate-limits/old").await.expect(200).json;
     assert_eq!(key["concurrency"]["limit"], 1);
 }
+
+#[tokio::test]
+async fn a_keyless_policy_and_its_queues_own_limit_both_hold() {
+    let app = TestApp::spawn().await;
+    app.post(
+        "/ojs/v1/queues",
+        json!({"name": "mix", "config": {"rate_limit": {"limit": 2, "period": "PT1M"}}}),
+    )
+    .await
+    .expect(201);
+    for _ in 0..4 {
+        // Key queue:mix, as the job names none: its own throttle, besides the queue's limit.
+        app.post(
+            "/ojs/v1/jobs",
+            keyed("x.a", "mix", &json!({"max_per_second": 5})),
+        )
+        .await
+        .expect(201);
+    }
+    let got = fetch_until(&app, "mix", 4, Duration::from_millis(1500)).await;
+    assert_eq!(got.len(), 2, "the queue's 2 a minute");
+    let key = app
+        .get("/ojs/v1/rate-limits/queue:mix")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(key["throttle"]["limit"], 5);
+}

@@ -249,10 +249,11 @@ macro_rules! claim_statement {
              order by min(e.seq)
         ),
         -- Starts of keyed jobs (migration V20): their keys' rate windows and throttles count
-        -- them. The jobs were released by their keys, which counted them as started already.
+        -- them (under key:<key>, apart from the queue limits' queue:<name>). The jobs were
+        -- released by their keys, which counted them as started already.
         keyed_starts as (
             insert into ojs_rate_window (key, started_at, jobs)
-            select m.rate_key, coalesce($7, now()), count(*)
+            select 'key:' || m.rate_key, coalesce($7, now()), count(*)
               from moved m
              where m.rate_key is not null
              group by m.rate_key
