@@ -228,10 +228,18 @@ begin
     end if;
     overriding := k.override_expires_at is null or k.override_expires_at > now();
 
-    select count(*) filter (where j.state = 'active'), count(*) filter (where j.state = 'available')
-      into active_n, unstarted
-      from ojs_job j
-     where j.rate_key = k.key and j.rate_held is null and j.state in ('available', 'active');
+    -- A key without limits (named only, for overrides to come) lets everything go, uncounted.
+    if num_nonnulls(k.concurrency, k.rate_limit, k.throttle_limit) > 0
+       or (overriding and num_nonnulls(k.override_concurrency, k.override_rate_limit,
+                                       k.override_throttle_limit) > 0) then
+        select count(*) filter (where j.state = 'active'), count(*) filter (where j.state = 'available')
+          into active_n, unstarted
+          from ojs_job j
+         where j.rate_key = k.key and j.rate_held is null and j.state in ('available', 'active');
+    else
+        active_n := 0;
+        unstarted := 0;
+    end if;
 
     if k.blocked_until > now() then
         allow := 0;
