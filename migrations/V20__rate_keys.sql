@@ -19,11 +19,13 @@
 -- a worker claims it and however many replicas claim at once. Each claim records its keyed
 -- starts in its own statement; releases are serialised per key by the key's row.
 --
--- What releases: the enqueue that made the job (in its transaction); a notification on
--- channel ojs_rate_key (payload: the key) whenever a keyed job leaves `active` or becomes
--- available again (a retry, a requeue), which every replica's releaser listens for; and the
--- releaser's pass over keys whose ojs_rate_key.next_check_at is due (a rate window sliding, a
--- throttle interval, a block from a NACK's rate_limit_until, an override expiring).
+-- What releases: the enqueue that made the job (once it commits); a notification on channel
+-- ojs_rate_key (payload: the key) whenever a keyed job leaves flight while its key holds jobs
+-- back, or becomes available again (a retry, a requeue), which every replica's releaser
+-- listens for; the releaser's pass over keys whose ojs_rate_key.next_check_at is due (a rate
+-- window sliding, a throttle interval, a block from a NACK's rate_limit_until, an override
+-- expiring); and its slow sweep over keys holding jobs (an enqueue whose process died before
+-- it released).
 --
 -- Upgrade: this migration adds two columns to ojs_job and ojs_job_done and rebuilds the
 -- dispatch indexes (writes to ojs_job wait while the available jobs are indexed anew). The
@@ -137,6 +139,15 @@ create function ojs_rate_period_ms(period text) returns bigint
     set search_path from current
 return (extract(epoch from period::interval) * 1000)::bigint;
 
+-- Whether a key holds jobs back (one probe of ojs_job_rate_held_idx): only then does a job
+-- leaving flight need to wake the releasers.
+create function ojs_rate_key_holds(key text) returns boolean
+    language sql
+    stable
+    set search_path from current
+return exists (select from ojs_job j
+                where j.rate_key = ojs_rate_key_holds.key and j.state = 'available' and j.rate_held);
+
 -- Holds a keyed job that becomes available (made so, retried, requeued, retried from the
 -- dead-letter queue), and tells the releasers when a keyed job in flight (released, or
 -- active) leaves it: its key may have room again. Keyed jobs only: the WHEN clause reads one column.
@@ -155,10 +166,16 @@ begin
     end if;
     if new.state = 'available' and (tg_op = 'INSERT' or old.state <> 'available') then
         new.rate_held := true;
-        perform pg_notify('ojs_rate_key', new.rate_key);
+        -- An enqueue releases its keys itself once it commits (a notification per enqueue
+        -- would make concurrent enqueues take turns at commit); a job that becomes available
+        -- again tells the releasers.
+        if tg_op = 'UPDATE' then
+            perform pg_notify('ojs_rate_key', new.rate_key);
+        end if;
     elsif tg_op = 'UPDATE' and old.rate_held is null and old.state in ('available', 'active')
-          and new.state <> old.state then
-        -- Leaves flight (finished, failed, cancelled, rescheduled).
+          and new.state <> old.state and ojs_rate_key_holds(new.rate_key) then
+        -- Leaves flight (finished, failed, cancelled, rescheduled) while the key holds jobs
+        -- back: one of them may go now.
         perform pg_notify('ojs_rate_key', new.rate_key);
     end if;
     return new;
@@ -183,7 +200,9 @@ create function ojs_job_rate_gone() returns trigger
     set search_path from current
 as $$
 begin
-    perform pg_notify('ojs_rate_key', old.rate_key);
+    if ojs_rate_key_holds(old.rate_key) then
+        perform pg_notify('ojs_rate_key', old.rate_key);
+    end if;
     return null;
 end;
 $$;
@@ -198,8 +217,9 @@ create trigger ojs_job_rate_gone
 -- key's row lock, in dispatch order (priority, then time available, then seq); wakes the
 -- queues that gained jobs; records when time alone may release more (next_check_at); writes
 -- rate_limit.exceeded when the key becomes limited and rate_limit.released when jobs of a
--- limited key are released. Returns how many it released.
-create function ojs_rate_release(rate_key text) returns integer
+-- limited key are released. Returns the queues it released jobs into, with how many.
+create function ojs_rate_release(rate_key text, wake boolean default true)
+    returns table (released_queue text, released_jobs integer)
     language plpgsql
     set search_path from current
 as $$
@@ -209,6 +229,7 @@ declare
     lim integer;
     per bigint;
     active_n integer;
+    cap bigint;
     unstarted integer;
     started integer;
     oldest timestamptz;
@@ -219,12 +240,22 @@ declare
     binding_current integer;
     next_at timestamptz;
     released uuid[];
+    released_queues text[];
     held_left boolean;
     keep_ms bigint := 0;
 begin
+    if not ojs_rate_key_holds(ojs_rate_release.rate_key) then
+        -- Nothing held back (the usual case of a key under its limits): nothing to release,
+        -- and, unless the key was marked limited, nothing to write — no lock, no commit to
+        -- flush. A job held after this read is released by whoever held it.
+        update ojs_rate_key r set limited = null, next_check_at = null
+         where r.key = ojs_rate_release.rate_key
+           and (r.limited is not null or r.next_check_at is not null);
+        return;
+    end if;
     select * into k from ojs_rate_key r where r.key = ojs_rate_release.rate_key for update;
     if not found then
-        return 0;
+        return;
     end if;
     overriding := k.override_expires_at is null or k.override_expires_at > now();
 
@@ -232,10 +263,24 @@ begin
     if num_nonnulls(k.concurrency, k.rate_limit, k.throttle_limit) > 0
        or (overriding and num_nonnulls(k.override_concurrency, k.override_rate_limit,
                                        k.override_throttle_limit) > 0) then
-        select count(*) filter (where j.state = 'active'), count(*) filter (where j.state = 'available')
-          into active_n, unstarted
-          from ojs_job j
-         where j.rate_key = k.key and j.rate_held is null and j.state in ('available', 'active');
+        -- Counted only as far as the largest limit: past it the key allows nothing anyway,
+        -- and a count stays a short range of ojs_job_rate_flight_idx.
+        cap := greatest(k.concurrency, k.rate_limit, k.throttle_limit,
+                        case when overriding then greatest(k.override_concurrency,
+                                                           k.override_rate_limit,
+                                                           k.override_throttle_limit) end) + 1;
+        -- One statement, one snapshot: a claim that commits meanwhile moves a job from one
+        -- count to the other, never out of both. (The starts below are read after this: a job
+        -- claimed in between counts twice, never not at all.)
+        select (select count(*)
+                  from (select from ojs_job j
+                         where j.rate_key = k.key and j.rate_held is null and j.state = 'active'
+                         limit cap) a),
+               (select count(*)
+                  from (select from ojs_job j
+                         where j.rate_key = k.key and j.rate_held is null and j.state = 'available'
+                         limit cap) u)
+          into active_n, unstarted;
     else
         active_n := 0;
         unstarted := 0;
@@ -320,13 +365,16 @@ begin
         let_go as (
             update ojs_job j set rate_held = null from r where j.id = r.id
             returning j.id, j.queue
-        ),
-        woken as (
-            select pg_notify('ojs_job_available', format('%s - - - %s', g.queue, g.n))
-              from (select l.queue, count(*) as n from let_go l group by l.queue) g
         )
-        select array_agg(l.id) into released
-          from let_go l, (select count(*) from woken) w;
+        select array_agg(l.id), array_agg(l.queue) into released, released_queues
+          from let_go l;
+        -- Wake the long polls of the queues that gained jobs (an enqueue announces them
+        -- itself, coalesced, and passes wake = false).
+        if wake then
+            perform pg_notify('ojs_job_available', format('%s - - - %s', q.queue, q.n))
+               from (select u.queue, count(*) as n from unnest(released_queues) u(queue)
+                      group by u.queue) q;
+        end if;
     end if;
 
     select exists (select from ojs_job j
@@ -389,15 +437,17 @@ begin
     delete from ojs_rate_window w
      where w.key = 'key:' || k.key and w.started_at < now() - keep_ms * interval '1 millisecond';
 
-    update ojs_rate_key r
-       set limited = case when held_left then coalesce(binding, r.limited) end,
-           -- Time alone releases nothing for a key limited by its concurrency (a job leaving
-           -- `active` notifies); a slow check covers a notification lost with its replica.
-           next_check_at = case when not held_left then null
-                                when allow > 0 then now()
-                                else coalesce(next_at, now() + interval '5 seconds') end
-     where r.key = k.key;
-    return coalesce(cardinality(released), 0);
+    -- Time alone releases nothing for a key limited by its concurrency (a job leaving flight
+    -- notifies); a slow check covers a notification lost with its replica.
+    next_at := case when not held_left then null
+                    when allow > 0 then now()
+                    else coalesce(next_at, now() + interval '5 seconds') end;
+    binding := case when held_left then coalesce(binding, k.limited) end;
+    if binding is distinct from k.limited or next_at is distinct from k.next_check_at then
+        update ojs_rate_key r set limited = binding, next_check_at = next_at where r.key = k.key;
+    end if;
+    return query
+        select u.queue, count(*)::integer from unnest(released_queues) u(queue) group by u.queue;
 end;
 $$;
 
@@ -437,7 +487,8 @@ comment on trigger ojs_job_rate_hold_insert on ojs_job is 'A keyed job enqueued 
 comment on trigger ojs_job_rate_hold_update on ojs_job is 'A keyed job that becomes available again is held; one that leaves active frees room in its key.';
 comment on function ojs_job_rate_gone() is 'Trigger function: notifies ojs_rate_key when a keyed job in flight is deleted.';
 comment on trigger ojs_job_rate_gone on ojs_job is 'A keyed job in flight deleted (completed, purged) frees room in its key.';
-comment on function ojs_rate_release(text) is 'Releases a key''s held jobs as far as its limits (and an unexpired override, and a NACK block) allow, under the key''s row lock; returns how many.';
+comment on function ojs_rate_key_holds(text) is 'Whether a rate-limit key holds jobs back.';
+comment on function ojs_rate_release(text, boolean) is 'Releases a key''s held jobs as far as its limits (and an unexpired override, and a NACK block) allow, under the key''s row lock; returns the queues that gained jobs, with how many. wake: NOTIFY ojs_job_available for them (an enqueue announces them itself).';
 comment on table ojs_rate_window is
     'Job starts under a rate limit: one row per claim and limit (queue:<name> for a queue''s own limit, key:<key> for a job rate-limit key), kept for the longest period that counts them.';
 comment on column ojs_rate_window.key is 'Whose starts: queue:<queue name> for a queue''s limit, key:<key> for a job rate-limit key (a key may itself be named queue:<name>).';

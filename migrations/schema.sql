@@ -890,7 +890,9 @@ CREATE FUNCTION public.ojs_job_rate_gone() RETURNS trigger
     SET search_path TO '$user', 'public'
     AS $$
 begin
-    perform pg_notify('ojs_rate_key', old.rate_key);
+    if ojs_rate_key_holds(old.rate_key) then
+        perform pg_notify('ojs_rate_key', old.rate_key);
+    end if;
     return null;
 end;
 $$;
@@ -920,10 +922,16 @@ begin
     end if;
     if new.state = 'available' and (tg_op = 'INSERT' or old.state <> 'available') then
         new.rate_held := true;
-        perform pg_notify('ojs_rate_key', new.rate_key);
+        -- An enqueue releases its keys itself once it commits (a notification per enqueue
+        -- would make concurrent enqueues take turns at commit); a job that becomes available
+        -- again tells the releasers.
+        if tg_op = 'UPDATE' then
+            perform pg_notify('ojs_rate_key', new.rate_key);
+        end if;
     elsif tg_op = 'UPDATE' and old.rate_held is null and old.state in ('available', 'active')
-          and new.state <> old.state then
-        -- Leaves flight (finished, failed, cancelled, rescheduled).
+          and new.state <> old.state and ojs_rate_key_holds(new.rate_key) then
+        -- Leaves flight (finished, failed, cancelled, rescheduled) while the key holds jobs
+        -- back: one of them may go now.
         perform pg_notify('ojs_rate_key', new.rate_key);
     end if;
     return new;
@@ -1034,6 +1042,21 @@ $$;
 COMMENT ON FUNCTION public.ojs_queue_refused(queue text, code text) IS 'Aborts an enqueue its queue refuses (SQLSTATE OJ001: draining; OJ002: unknown under strict queues; message = queue name).';
 
 --
+-- Name: ojs_rate_key_holds(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_rate_key_holds(key text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO '$user', 'public'
+    RETURN (EXISTS (SELECT FROM public.ojs_job j WHERE ((j.rate_key = ojs_rate_key_holds.key) AND (j.state = 'available'::public.ojs_job_state) AND j.rate_held)));
+
+--
+-- Name: FUNCTION ojs_rate_key_holds(key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_rate_key_holds(key text) IS 'Whether a rate-limit key holds jobs back.';
+
+--
 -- Name: ojs_rate_key_policy(text, json); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1089,10 +1112,10 @@ CREATE FUNCTION public.ojs_rate_period_ms(period text) RETURNS bigint
 COMMENT ON FUNCTION public.ojs_rate_period_ms(period text) IS 'Milliseconds of an ISO 8601 period (PT1S, P1D, PT0.5S).';
 
 --
--- Name: ojs_rate_release(text); Type: FUNCTION; Schema: public; Owner: -
+-- Name: ojs_rate_release(text, boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.ojs_rate_release(rate_key text) RETURNS integer
+CREATE FUNCTION public.ojs_rate_release(rate_key text, wake boolean DEFAULT true) RETURNS TABLE(released_queue text, released_jobs integer)
     LANGUAGE plpgsql
     SET search_path TO '$user', 'public'
     AS $$
@@ -1102,6 +1125,7 @@ declare
     lim integer;
     per bigint;
     active_n integer;
+    cap bigint;
     unstarted integer;
     started integer;
     oldest timestamptz;
@@ -1112,12 +1136,22 @@ declare
     binding_current integer;
     next_at timestamptz;
     released uuid[];
+    released_queues text[];
     held_left boolean;
     keep_ms bigint := 0;
 begin
+    if not ojs_rate_key_holds(ojs_rate_release.rate_key) then
+        -- Nothing held back (the usual case of a key under its limits): nothing to release,
+        -- and, unless the key was marked limited, nothing to write — no lock, no commit to
+        -- flush. A job held after this read is released by whoever held it.
+        update ojs_rate_key r set limited = null, next_check_at = null
+         where r.key = ojs_rate_release.rate_key
+           and (r.limited is not null or r.next_check_at is not null);
+        return;
+    end if;
     select * into k from ojs_rate_key r where r.key = ojs_rate_release.rate_key for update;
     if not found then
-        return 0;
+        return;
     end if;
     overriding := k.override_expires_at is null or k.override_expires_at > now();
 
@@ -1125,10 +1159,24 @@ begin
     if num_nonnulls(k.concurrency, k.rate_limit, k.throttle_limit) > 0
        or (overriding and num_nonnulls(k.override_concurrency, k.override_rate_limit,
                                        k.override_throttle_limit) > 0) then
-        select count(*) filter (where j.state = 'active'), count(*) filter (where j.state = 'available')
-          into active_n, unstarted
-          from ojs_job j
-         where j.rate_key = k.key and j.rate_held is null and j.state in ('available', 'active');
+        -- Counted only as far as the largest limit: past it the key allows nothing anyway,
+        -- and a count stays a short range of ojs_job_rate_flight_idx.
+        cap := greatest(k.concurrency, k.rate_limit, k.throttle_limit,
+                        case when overriding then greatest(k.override_concurrency,
+                                                           k.override_rate_limit,
+                                                           k.override_throttle_limit) end) + 1;
+        -- One statement, one snapshot: a claim that commits meanwhile moves a job from one
+        -- count to the other, never out of both. (The starts below are read after this: a job
+        -- claimed in between counts twice, never not at all.)
+        select (select count(*)
+                  from (select from ojs_job j
+                         where j.rate_key = k.key and j.rate_held is null and j.state = 'active'
+                         limit cap) a),
+               (select count(*)
+                  from (select from ojs_job j
+                         where j.rate_key = k.key and j.rate_held is null and j.state = 'available'
+                         limit cap) u)
+          into active_n, unstarted;
     else
         active_n := 0;
         unstarted := 0;
@@ -1213,13 +1261,16 @@ begin
         let_go as (
             update ojs_job j set rate_held = null from r where j.id = r.id
             returning j.id, j.queue
-        ),
-        woken as (
-            select pg_notify('ojs_job_available', format('%s - - - %s', g.queue, g.n))
-              from (select l.queue, count(*) as n from let_go l group by l.queue) g
         )
-        select array_agg(l.id) into released
-          from let_go l, (select count(*) from woken) w;
+        select array_agg(l.id), array_agg(l.queue) into released, released_queues
+          from let_go l;
+        -- Wake the long polls of the queues that gained jobs (an enqueue announces them
+        -- itself, coalesced, and passes wake = false).
+        if wake then
+            perform pg_notify('ojs_job_available', format('%s - - - %s', q.queue, q.n))
+               from (select u.queue, count(*) as n from unnest(released_queues) u(queue)
+                      group by u.queue) q;
+        end if;
     end if;
 
     select exists (select from ojs_job j
@@ -1282,23 +1333,25 @@ begin
     delete from ojs_rate_window w
      where w.key = 'key:' || k.key and w.started_at < now() - keep_ms * interval '1 millisecond';
 
-    update ojs_rate_key r
-       set limited = case when held_left then coalesce(binding, r.limited) end,
-           -- Time alone releases nothing for a key limited by its concurrency (a job leaving
-           -- `active` notifies); a slow check covers a notification lost with its replica.
-           next_check_at = case when not held_left then null
-                                when allow > 0 then now()
-                                else coalesce(next_at, now() + interval '5 seconds') end
-     where r.key = k.key;
-    return coalesce(cardinality(released), 0);
+    -- Time alone releases nothing for a key limited by its concurrency (a job leaving flight
+    -- notifies); a slow check covers a notification lost with its replica.
+    next_at := case when not held_left then null
+                    when allow > 0 then now()
+                    else coalesce(next_at, now() + interval '5 seconds') end;
+    binding := case when held_left then coalesce(binding, k.limited) end;
+    if binding is distinct from k.limited or next_at is distinct from k.next_check_at then
+        update ojs_rate_key r set limited = binding, next_check_at = next_at where r.key = k.key;
+    end if;
+    return query
+        select u.queue, count(*)::integer from unnest(released_queues) u(queue) group by u.queue;
 end;
 $$;
 
 --
--- Name: FUNCTION ojs_rate_release(rate_key text); Type: COMMENT; Schema: public; Owner: -
+-- Name: FUNCTION ojs_rate_release(rate_key text, wake boolean); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ojs_rate_release(rate_key text) IS 'Releases a key''s held jobs as far as its limits (and an unexpired override, and a NACK block) allow, under the key''s row lock; returns how many.';
+COMMENT ON FUNCTION public.ojs_rate_release(rate_key text, wake boolean) IS 'Releases a key''s held jobs as far as its limits (and an unexpired override, and a NACK block) allow, under the key''s row lock; returns the queues that gained jobs, with how many. wake: NOTIFY ojs_job_available for them (an enqueue announces them itself).';
 
 --
 -- Name: ojs_fair_queue; Type: TABLE; Schema: public; Owner: -

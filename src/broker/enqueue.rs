@@ -314,9 +314,8 @@ impl Enqueuer {
         // dispatch order.
         let mut added: Vec<(&str, usize, usize, Option<DispatchPlace>)> = Vec::new();
         for job in new_jobs() {
-            // A keyed job still held waits for its key, which wakes its queue when it lets go.
-            let (available, place) = if job.state == JobState::Available && job.rate_held.is_none()
-            {
+            // A keyed job's queue is announced by its key's release (release_keyed).
+            let (available, place) = if job.state == JobState::Available && job.rate_key.is_none() {
                 (1, DispatchPlace::of(job).or(Some(DispatchPlace::START)))
             } else {
                 (0, None)
@@ -389,8 +388,18 @@ impl Enqueuer {
             .filter_map(|&i| jobs[i].job.rate_key.as_deref())
             .collect();
         for key in keys {
-            match store::rate_limit::release(&self.db, key).await {
-                Ok(n) => telemetry::rate_released(n),
+            match store::rate_limit::release(&self.db, key, false).await {
+                Ok(queues) => {
+                    telemetry::rate_released(queues.iter().map(|(_, n)| n).sum());
+                    // Jobs of this key enqueued earlier may be among those released.
+                    for (queue, jobs) in queues {
+                        self.announcer.announce(
+                            &queue,
+                            usize::try_from(jobs).unwrap_or(0),
+                            DispatchPlace::START,
+                        );
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, key, "could not release a rate-limit key after an enqueue")
                 }

@@ -3,9 +3,11 @@
 //!
 //! The database decides what a key allows (`ojs_rate_release`, under the key's row lock);
 //! this side only says when to ask: at once after an enqueue (see the enqueuer), when a
-//! notification on `ojs_rate_key` says a key's job left flight or became available again, and
-//! when a key's `next_check_at` comes due (a window sliding, a throttle interval, a block
-//! lapsing). Every replica runs a releaser; they take turns on a key's row.
+//! notification on `ojs_rate_key` says a job of a key holding others back left flight, or a
+//! keyed job became available again, when a key's `next_check_at` comes due (a window
+//! sliding, a throttle interval, a block lapsing), and every few seconds for keys holding jobs
+//! with no check to come (an enqueue whose process died before it released). Every replica
+//! runs a releaser; they take turns on a key's row.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -29,6 +31,9 @@ const MAX_IDLE: Duration = Duration::from_secs(1);
 
 /// Keys released per look at the due ones.
 const DUE_BATCH: i64 = 500;
+
+/// How often the releaser looks for keys holding jobs with no check to come.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 impl Broker {
     /// A key's limits and use (404 for a key nothing has named).
@@ -92,14 +97,21 @@ async fn release_loop(db: &PgPool, shutdown: &CancellationToken) -> Result<(), s
     let mut listener = PgListener::connect_with(db).await?;
     listener.listen(RATE_KEY_CHANNEL).await?;
     let mut keys: BTreeSet<String> = BTreeSet::new();
+    // The first pass sweeps (what waited while no releaser ran).
+    let mut swept_at: Option<std::time::Instant> = None;
     loop {
+        if swept_at.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+            keys.extend(store::rate_limit::stranded(db, DUE_BATCH).await?);
+            swept_at = Some(std::time::Instant::now());
+        }
         // Due keys first (also those missed while not listening), then wait for the next one
         // to come due or for a notification.
         let (due, next_at) = store::rate_limit::due(db, DUE_BATCH).await?;
         let many = due.len() as i64 >= DUE_BATCH;
         keys.extend(due);
         for key in std::mem::take(&mut keys) {
-            telemetry::rate_released(store::rate_limit::release(db, &key).await?);
+            let released = store::rate_limit::release(db, &key, true).await?;
+            telemetry::rate_released(released.iter().map(|(_, n)| n).sum());
         }
         if many {
             continue;

@@ -366,6 +366,7 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         official!("timeouts"),
         official!("cron"),
         official!("workflows"),
+        official!("rate-limiting"),
     ],
     // ojsd's own extensions (not part of OJS).
     experimental: &[Extension {

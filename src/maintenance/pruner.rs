@@ -92,6 +92,7 @@ impl Pruner {
                         Target::RateKeys(cutoff) => {
                             store::rate_limit::prune(conn, cutoff, size).await?
                         }
+                        Target::RateStarts => store::rate_limit::prune_starts(conn, size).await?,
                     };
                     Ok((deleted as u64, deleted >= size))
                 })
@@ -163,6 +164,8 @@ enum Target {
     /// Rate-limit keys idle (no job held or in flight, no override or block in force) and
     /// unchanged since the cutoff.
     RateKeys(DateTime<Utc>),
+    /// Recorded starts of rate-limit keys that no limit counts any more.
+    RateStarts,
 }
 
 /// The retention fields of the queue configuration layers ([OJS retention] and [dead-letter]
@@ -304,6 +307,7 @@ impl Service for Pruner {
             cancelled: since(now, c.cancelled),
         });
         targets.push(Target::RateKeys(since(now, c.completed)));
+        targets.push(Target::RateStarts);
         for target in targets {
             let done = self.prune(target).await?;
             pass.processed += done.processed;

@@ -4,11 +4,35 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-/// Releases `key`'s held jobs as far as its limits allow (`ojs_rate_release`); returns how many.
-pub async fn release(db: impl PgExecutor<'_>, key: &str) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar!(r#"select ojs_rate_release($1) as "released!""#, key)
+/// Releases `key`'s held jobs as far as its limits allow (`ojs_rate_release`); returns the
+/// queues that gained jobs, with how many. `wake`: the database wakes their long polls (an
+/// enqueue announces them itself). Its own statement, committed without waiting for the WAL
+/// flush: a release lost in a crash leaves its jobs held, and the releasers release them again.
+pub async fn release(
+    db: impl PgExecutor<'_>,
+    key: &str,
+    wake: bool,
+) -> Result<Vec<(String, i32)>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"
+        select r.released_queue as "queue!", r.released_jobs as "jobs!"
+          from set_config('synchronous_commit', 'off', true),
+               ojs_rate_release($1, $2) r
+        "#,
+        key,
+        wake,
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.queue, r.jobs)).collect())
+}
+
+/// [`release`] inside a caller's transaction, which keeps its own durability.
+async fn release_in(db: impl PgExecutor<'_>, key: &str) -> Result<(), sqlx::Error> {
+    sqlx::query!("select count(*) from ojs_rate_release($1)", key)
         .fetch_one(db)
-        .await
+        .await?;
+    Ok(())
 }
 
 /// Up to `limit` keys whose check is due, earliest first, and when the next check after them
@@ -34,6 +58,34 @@ pub async fn due(
     .fetch_one(db)
     .await?;
     Ok((row.keys, row.next_at))
+}
+
+/// Up to `limit` keys that hold jobs back with no check to come (an enqueue whose process
+/// died between its commit and its release): one loose walk of `ojs_job_rate_held_idx`.
+pub async fn stranded(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with recursive held(key) as (
+            (select j.rate_key from ojs_job j
+              where j.state = 'available' and j.rate_held
+              order by j.rate_key limit 1)
+            union all
+            select (select j.rate_key from ojs_job j
+                     where j.state = 'available' and j.rate_held and j.rate_key > h.key
+                     order by j.rate_key limit 1)
+              from held h
+             where h.key is not null
+        )
+        select h.key as "key!" from held h
+         where h.key is not null
+           and not exists (select from ojs_rate_key r
+                            where r.key = h.key and r.next_check_at is not null)
+         limit $1
+        "#,
+        limit,
+    )
+    .fetch_all(db)
+    .await
 }
 
 /// A key's limits and use.
@@ -190,8 +242,7 @@ pub async fn set_override(
     .execute(&mut *db)
     .await?;
     rehold(&mut *db, key).await?;
-    release(&mut *db, key).await?;
-    Ok(())
+    release_in(&mut *db, key).await
 }
 
 /// Removes `key`'s override and releases what its own limits allow; false for an unknown key.
@@ -212,7 +263,7 @@ pub async fn clear_override(db: &mut sqlx::PgConnection, key: &str) -> Result<bo
     .rows_affected()
         > 0;
     if found {
-        release(&mut *db, key).await?;
+        release_in(&mut *db, key).await?;
     }
     Ok(found)
 }
@@ -314,6 +365,35 @@ pub async fn prune(
         select count(*) as "n!" from deleted
         "#,
         before,
+        limit,
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// Deletes at most `limit` recorded starts of job keys that no limit counts any more: older
+/// than the longest period of their key (own or override), or of a key that is gone (the
+/// pruner; a key that holds jobs back has its starts trimmed at each release). Returns how
+/// many.
+pub async fn prune_starts(db: impl PgExecutor<'_>, limit: i64) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"
+        with doomed as (
+            select w.ctid from ojs_rate_window w
+              left join ojs_rate_key k on w.key = 'key:' || k.key
+             where w.key like 'key:%'
+               and (k.key is null
+                    or w.started_at < now() - greatest(k.rate_period_ms, k.override_rate_period_ms,
+                                                       k.throttle_period_ms,
+                                                       k.override_throttle_period_ms, 0)
+                                             * interval '1 millisecond')
+             limit $1
+        ),
+        deleted as (
+            delete from ojs_rate_window w using doomed d where w.ctid = d.ctid returning 1
+        )
+        select count(*) as "n!" from deleted
+        "#,
         limit,
     )
     .fetch_one(db)

@@ -35,7 +35,9 @@ async fn manifest_describes_the_server() {
         .map(|e| &e["name"])
         .collect();
     assert_eq!(names.iter().collect::<Vec<_>>(), detailed);
-    assert!(names.contains(&json!("priority")));
+    for name in ["priority", "cron", "workflows", "rate-limiting"] {
+        assert!(names.contains(&json!(name)), "{name} in {names:?}");
+    }
 }
 
 /// For deployments with the official Python SDK, which reads only bodies labelled

@@ -128,6 +128,15 @@ struct Args {
     /// FETCH over a backlog whose order depends on aging.
     #[arg(long, default_value_t = 1)]
     priorities: usize,
+    /// Give every enqueued job a `rate_limit` whose key is one of this many of its workload's
+    /// (job n of queue q gets key `q-{n mod N}`), with `--rate-key-concurrency`; 0 enqueues
+    /// plain jobs. Measures what keyed jobs cost (held at enqueue, released by their key,
+    /// starts recorded).
+    #[arg(long, default_value_t = 0)]
+    rate_keys: usize,
+    /// The concurrency of each key of `--rate-keys` (high: the keys rarely hold jobs back).
+    #[arg(long, default_value_t = 100_000)]
+    rate_key_concurrency: u32,
     /// Finished jobs the retention scenario keeps in the table.
     #[arg(long, default_value_t = 1_000_000)]
     retained: usize,

@@ -62,10 +62,17 @@ impl Bench {
                     if first >= total {
                         return anyhow::Ok(latencies);
                     }
+                    let (keys, key_concurrency) =
+                        (bench.args.rate_keys, bench.args.rate_key_concurrency);
                     let job = |n| {
                         let mut job = noop_job(&queue, n, priorities);
                         if let Some(tenants) = &tenants {
                             job["meta"] = json!({"tenant_id": tenants.of(n)});
+                        }
+                        if keys > 0 {
+                            // Keys of their own per workload: a key spans queues.
+                            job["rate_limit"] = json!({"key": format!("{queue}-{}", n % keys),
+                                                       "concurrency": key_concurrency});
                         }
                         job
                     };
