@@ -46,6 +46,7 @@ struct RateLimitList {
 #[allow(dead_code)]
 struct RateKeyParam {
     /// The key, as jobs name it in `rate_limit.key` (`queue:<name>` for a policy without one).
+    #[param(pattern = "^[a-zA-Z0-9][a-zA-Z0-9._:-]{0,254}$")]
     key: String,
 }
 
@@ -129,22 +130,84 @@ async fn show(
     Ok(ok(render(&usage)).into_response())
 }
 
-/// An override: the policy's limits, or the admin UI's `{"limit", "period"}` (a rate).
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)]
-struct OverrideRequest {
-    concurrency: Option<i32>,
-    /// `{"limit", "period"}`.
-    #[schema(value_type = Option<Object>)]
-    rate: Option<Value>,
-    /// `{"limit", "period"}`.
-    #[schema(value_type = Option<Object>)]
-    throttle: Option<Value>,
-    /// With `period`: a rate of `limit` per `period` (the admin UI's form).
-    limit: Option<i32>,
-    period: Option<String>,
-    /// When the override lapses (RFC 3339); absent: until it is removed.
-    expires_at: Option<String>,
+/// An override: `concurrency`, `rate` and `throttle` as in a job's policy, and when it lapses
+/// (absent: until removed); or the admin UI's form, a rate of `limit` per `period`. An override
+/// without limits overrides nothing.
+struct OverrideRequest;
+
+impl utoipa::PartialSchema for OverrideRequest {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{
+            AdditionalProperties, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type,
+        };
+        let expires_at = || {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(
+                    utoipa::openapi::schema::KnownFormat::DateTime,
+                )))
+                .description(Some("When the override lapses (absent: until removed)."))
+        };
+        let policy = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "concurrency",
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0))
+                    .maximum(Some(i64::from(i32::MAX))),
+            )
+            .property("rate", window_schema())
+            .property("throttle", window_schema())
+            .property("expires_at", expires_at())
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)));
+        let ui = match window_schema() {
+            Schema::Object(window) => {
+                let mut form: ObjectBuilder = window.into();
+                form = form.property("expires_at", expires_at());
+                form
+            }
+            _ => ObjectBuilder::new(),
+        };
+        Schema::OneOf(OneOfBuilder::new().item(policy).item(ui).build()).into()
+    }
+}
+
+impl ToSchema for OverrideRequest {}
+
+/// `{"limit": N >= 1, "period": second | minute | hour | day | a duration}`.
+fn window_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{
+        AdditionalProperties, AnyOfBuilder, ObjectBuilder, Schema, Type,
+    };
+    let period = AnyOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(["second", "minute", "hour", "day"])),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(2))
+                .pattern(Some(crate::wire::duration::pattern_at_least_a_second())),
+        );
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "limit",
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .maximum(Some(i64::from(i32::MAX))),
+            )
+            .property("period", period)
+            .required("limit")
+            .required("period")
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .build(),
+    )
 }
 
 /// `PUT /ojs/v1/rate-limits/{key}`: a temporary override.
@@ -154,7 +217,8 @@ struct OverrideRequest {
     tag = "admin",
     operation_id = "admin_override_rate_limit",
     summary = "Override a rate-limit key's limits for a while",
-    description = "`concurrency`, `rate` {limit, period} and `throttle` {limit, period} (or the                    admin UI's `limit` + `period`, a rate) apply besides the key's own limits —                    the stricter wins — until `expires_at` (absent: until removed). Jobs the key                    had released and not started are held again and released as the override                    allows. A key no job has named yet is created.",
+    description = "`concurrency`, `rate` {limit, period} and `throttle` {limit, period} (or the                    admin UI's `limit` + `period`, a rate) apply besides the key's own limits —                    the stricter wins — until `expires_at` (absent: until removed). Jobs the key                    had released and not started are held again and released as the override                    allows. A key no job has named yet is created. An override without limits \
+                   overrides nothing.",
     params(RateKeyParam),
     request_body = OverrideRequest,
     responses(
@@ -206,6 +270,10 @@ fn parse_override(obj: &Object<'_>) -> Result<RateOverride, Vec<Violation>> {
     let mut o = RateOverride::default();
     let window_of = |w: Window| (w.limit, w.period_ms);
     for (name, raw) in obj.iter() {
+        if obj.get(name).is_none() {
+            // null: not given
+            continue;
+        }
         match name {
             "concurrency" => match crate::wire::json::as_integer(raw) {
                 Some(n) if (0..=i64::from(i32::MAX)).contains(&n) => o.concurrency = Some(n as i32),
@@ -243,12 +311,6 @@ fn parse_override(obj: &Object<'_>) -> Result<RateOverride, Vec<Violation>> {
             Ok(w) => o.rate = Some(window_of(w)),
             Err(e) => v.extend(e),
         }
-    }
-    if v.is_empty() && o.concurrency.is_none() && o.rate.is_none() && o.throttle.is_none() {
-        v.push(Violation::new(
-            "$",
-            "an override needs concurrency, rate, throttle, or limit with period",
-        ));
     }
     if v.is_empty() { Ok(o) } else { Err(v) }
 }

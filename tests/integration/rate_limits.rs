@@ -389,9 +389,12 @@ async fn an_override_applies_besides_the_keys_limits_until_removed() {
     )
     .await
     .expect_error(400, "invalid_request");
-    app.put("/ojs/v1/rate-limits/partner", json!({}))
-        .await
-        .expect_error(400, "invalid_request");
+    app.put(
+        "/ojs/v1/rate-limits/partner",
+        json!({"rate": {"limit": 1}, "expires_at": ""}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
     app.put("/ojs/v1/rate-limits/-bad", json!({"concurrency": 1}))
         .await
         .expect_error(400, "invalid_request");
