@@ -126,7 +126,7 @@ async fn show(
     State(state): State<AppState>,
     Path(key): Path<String>,
 ) -> Result<Response, ApiError> {
-    let usage = state.broker().rate_key(&key).await?;
+    let usage = state.broker().rate_key(known_key(&key)?).await?;
     Ok(ok(render(&usage)).into_response())
 }
 
@@ -261,7 +261,7 @@ async fn delete_override(
     State(state): State<AppState>,
     Path(key): Path<String>,
 ) -> Result<Response, ApiError> {
-    state.broker().clear_rate_override(&key).await?;
+    state.broker().clear_rate_override(known_key(&key)?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -313,6 +313,15 @@ fn parse_override(obj: &Object<'_>) -> Result<RateOverride, Vec<Violation>> {
         }
     }
     if v.is_empty() { Ok(o) } else { Err(v) }
+}
+
+/// A path segment that cannot be a key names none: 404.
+fn known_key(key: &str) -> Result<&str, ApiError> {
+    if rate_limit::valid_key(key) {
+        Ok(key)
+    } else {
+        Err(ApiError::not_found("rate-limit key", key))
+    }
 }
 
 fn ts(at: Option<DateTime<Utc>>) -> Value {

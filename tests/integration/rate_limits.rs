@@ -274,6 +274,13 @@ async fn a_bad_rate_limit_is_a_400_naming_the_field_and_writes_nothing() {
     app.get("/ojs/v1/rate-limits/never-named")
         .await
         .expect_error(404, "not_found");
+    // A segment that cannot be a key (here a NUL byte) names none.
+    app.get("/ojs/v1/rate-limits/%00")
+        .await
+        .expect_error(404, "not_found");
+    app.delete("/ojs/v1/rate-limits/%00/override")
+        .await
+        .expect_error(404, "not_found");
 }
 
 #[tokio::test]
