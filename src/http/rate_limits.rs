@@ -177,21 +177,8 @@ impl ToSchema for OverrideRequest {}
 
 /// `{"limit": N >= 1, "period": second | minute | hour | day | a duration}`.
 fn window_schema() -> utoipa::openapi::schema::Schema {
-    use utoipa::openapi::schema::{
-        AdditionalProperties, AnyOfBuilder, ObjectBuilder, Schema, Type,
-    };
-    let period = AnyOfBuilder::new()
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .enum_values(Some(["second", "minute", "hour", "day"])),
-        )
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .min_length(Some(2))
-                .pattern(Some(crate::wire::duration::pattern_at_least_a_second())),
-        );
+    use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, Type};
+    let period = crate::http::openapi::values::rate_period();
     Schema::Object(
         ObjectBuilder::new()
             .schema_type(Type::Object)

@@ -189,3 +189,21 @@ impl utoipa::PartialSchema for Priority {
 }
 
 impl utoipa::ToSchema for Priority {}
+
+/// A rate period: `second`, `minute`, `hour`, `day`, or a duration of at least a second (the
+/// queue configuration's `rate_limit` and a rate-limit key's override).
+pub fn rate_period() -> utoipa::openapi::schema::AnyOfBuilder {
+    use utoipa::openapi::schema::{AnyOfBuilder, ObjectBuilder, Type};
+    AnyOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(["second", "minute", "hour", "day"])),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(2))
+                .pattern(Some(duration::pattern_at_least_a_second())),
+        )
+}

@@ -35,7 +35,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// before; the schema asks for both.)
 fn rate_limit_schema() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{
-        AdditionalProperties, AnyOfBuilder, ObjectBuilder, OneOfBuilder, Schema, Type,
+        AdditionalProperties, ObjectBuilder, OneOfBuilder, Schema, Type,
     };
     let limit = || {
         ObjectBuilder::new()
@@ -43,20 +43,7 @@ fn rate_limit_schema() -> utoipa::openapi::schema::Schema {
             .minimum(Some(1))
             .maximum(Some(i64::MAX))
     };
-    let period = || {
-        AnyOfBuilder::new()
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(["second", "minute", "hour", "day"])),
-            )
-            .item(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .min_length(Some(2))
-                    .pattern(Some(crate::wire::duration::pattern_at_least_a_second())),
-            )
-    };
+    let period = crate::http::openapi::values::rate_period;
     let plain = || {
         ObjectBuilder::new()
             .schema_type(Type::Object)
