@@ -123,6 +123,18 @@ impl Application {
         )
         .await
         .context("cannot prepare the partitions of ojs_job_done")?;
+        // ojs_enqueue() (SQL) enqueues with this process's settings.
+        crate::store::setting::publish(
+            &db,
+            &crate::store::setting::EnqueueSettings {
+                limits: broker_settings(config).limits,
+                strict_queues: config.strict_queues,
+                max_envelope_bytes: config.max_envelope_bytes,
+                max_batch_jobs: config.max_batch_size,
+            },
+        )
+        .await
+        .context("cannot write the enqueue settings to ojs_setting")?;
 
         // Install the metrics recorder before anything records.
         crate::telemetry::metrics();

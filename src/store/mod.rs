@@ -29,6 +29,7 @@ pub mod progress;
 pub mod queue;
 pub mod rate_limit;
 pub mod refusal;
+pub mod setting;
 pub mod worker;
 pub mod workflow;
 
@@ -40,6 +41,11 @@ pub mod workflow;
 /// ([`crate::wakeup::Announcer`]). The rarer statements (promotion, requeue, activation) notify
 /// in-statement, once per queue per statement, never once per job.
 pub const JOB_AVAILABLE_CHANNEL: &str = "ojs_job_available";
+
+/// NOTIFY channel of jobs enqueued from SQL (`ojs_enqueue()`, migration V21), sent when their
+/// transaction commits: `queue type jobs scheduled`, one per queue and job type. The leader
+/// counts them in the metrics; every replica forgets when the next job comes due.
+pub const SQL_ENQUEUED_CHANNEL: &str = "ojs_job_enqueued";
 
 /// `application_name` of every replica's listening connection.
 pub const LISTENER_APPLICATION_NAME: &str = "ojsd-listener";

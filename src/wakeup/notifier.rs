@@ -175,6 +175,7 @@ impl Notifier {
             .listen_all([
                 store::JOB_AVAILABLE_CHANNEL,
                 store::leader::RESIGNED_CHANNEL,
+                store::SQL_ENQUEUED_CHANNEL,
             ])
             .await?;
         tracing::debug!("listening for notifications");
@@ -188,6 +189,9 @@ impl Notifier {
             match next {
                 Some(n) if n.channel() == store::leader::RESIGNED_CHANNEL => {
                     self.wake(Wakeup::LeaderResigned);
+                }
+                Some(n) if n.channel() == store::SQL_ENQUEUED_CHANNEL => {
+                    self.sql_enqueued(n.payload());
                 }
                 Some(n) => match parse_available(n.payload()) {
                     Available {
@@ -205,6 +209,27 @@ impl Notifier {
                     self.wake(Wakeup::All);
                 }
             }
+        }
+    }
+}
+
+impl Notifier {
+    /// Jobs enqueued from SQL committed (`queue type jobs scheduled`): counted in the metrics
+    /// (by the leader only, so that replicas do not each count them), and when some are
+    /// scheduled, the next due time is asked again. Their available jobs have their own
+    /// notification.
+    fn sql_enqueued(&self, payload: &str) {
+        let mut fields = payload.split(' ');
+        let (Some(queue), Some(job_type), Some(jobs), scheduled) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            return;
+        };
+        if scheduled.and_then(|n| n.parse::<u64>().ok()).unwrap_or(1) > 0 {
+            self.waiters.forget_next_due();
+        }
+        if let Ok(jobs) = jobs.parse::<u64>() {
+            crate::telemetry::jobs_enqueued_by_sql(queue, job_type, jobs);
         }
     }
 }

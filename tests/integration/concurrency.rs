@@ -227,19 +227,7 @@ async fn a_push_to_one_replica_wakes_a_long_poll_on_another() {
     let b = a.spawn_replica(|c| c.fetch_poll_interval_ms = 60_000).await;
     let b_url = b.base.clone();
     // Both replicas listening.
-    for _ in 0..100 {
-        let listeners: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity
-              where datname = current_database() and application_name = 'ojsd-listener'",
-        )
-        .fetch_one(a.pool())
-        .await
-        .unwrap();
-        if listeners == 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    a.wait_for_listeners(2).await;
 
     let waiting = spawn_fetch(
         &a.client,

@@ -27,6 +27,7 @@ mod queues;
 mod rate_limits;
 mod replicas;
 mod schema;
+mod sql_enqueue;
 mod support;
 mod system;
 mod unique;

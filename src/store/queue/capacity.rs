@@ -30,72 +30,12 @@ pub async fn drop_oldest(
     jobs: i64,
     bytes: i64,
 ) -> Result<Vec<(String, String)>, sqlx::Error> {
-    // Locked first, in a statement of its own, so that the next statement's snapshot sees
-    // what concurrent enqueues into the queue committed before the lock was granted.
-    let locked = sqlx::query_scalar!(
-        r#"
-        select true as "locked!" from ojs_queue_capacity
-         where queue = $1 and overflow_policy = 'drop_oldest'
-           for update
-        "#,
-        queue,
-    )
-    .fetch_optional(&mut *db)
-    .await?;
-    if locked.is_none() {
-        return Ok(Vec::new());
-    }
+    // The statements are the SQL function ojs_queue_drop_oldest (migration V21), which
+    // ojs_enqueue calls too.
     let rows = sqlx::query!(
         r#"
-        with need as (
-            select greatest(c.jobs + $2 - coalesce(c.max_jobs, c.jobs + $2), 0) as jobs,
-                   greatest(c.bytes + $3 - coalesce(c.max_bytes, c.bytes + $3), 0) as bytes
-              from ojs_queue_capacity c
-             where c.queue = $1
-        ),
-        candidates as (
-            select j.id, j.state,
-                   row_number() over w as n,
-                   sum(ojs_job_size(j.args, j.meta)) over w - ojs_job_size(j.args, j.meta) as freed_before
-              from ojs_job j
-             where j.queue = $1 and j.capacity_tracked
-               and j.state in ('scheduled', 'available', 'pending', 'retryable')
-            window w as (order by j.created_at, j.seq rows between unbounded preceding and current row)
-        ),
-        doomed as (
-            select c.id, c.state as prev,
-                   jsonb_build_object('code', 'overflow', 'type', 'overflow',
-                                      'message', 'Dropped to make room in its full queue (overflow policy drop_oldest).') as error
-              from candidates c, need n
-             where c.n <= n.jobs or c.freed_before < n.bytes
-        ),
-        discarded as (
-            update ojs_job j
-               set state = 'discarded', discarded_at = now(), completed_at = now(),
-                   next_retry_at = null, error = d.error,
-                   errors = j.errors || jsonb_build_array(ojs_error_entry(j.attempt, d.error))
-              from doomed d
-             where j.id = d.id
-               and j.state in ('scheduled', 'available', 'pending', 'retryable')
-            returning j, d.prev
-        ),
-        job_events as (
-            insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
-            select e.type, (x.j).id::text, (x.j).id, (x.j).queue, (x.j).type, e.from_state,
-                   e.to_state, e.data
-              from discarded x
-              cross join lateral ojs_job_events(x.prev, null, null, null, 0, null, (x.j).priority, x.j) e
-             order by (x.j).seq, e.ord
-        ),
-        queue_events as (
-            insert into ojs_event (type, subject, job_id, queue, job_type, data)
-            select k.kind, (x.j).queue, (x.j).id, (x.j).queue, (x.j).type,
-                   jsonb_build_object('queue', (x.j).queue, 'job_id', (x.j).id, 'job_type', (x.j).type)
-              from discarded x
-              cross join (values (1, 'queue.overflow'), (2, 'backpressure.dropped')) as k(ord, kind)
-             order by (x.j).seq, k.ord
-        )
-        select (x.j).queue as "queue!", (x.j).type as "job_type!" from discarded x
+        select dropped_queue as "queue!", dropped_type as "job_type!"
+          from ojs_queue_drop_oldest($1::text, $2::int8, $3::int8)
         "#,
         queue,
         jobs,

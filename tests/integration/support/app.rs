@@ -144,6 +144,23 @@ impl TestApp {
         let _ = conn.close().await;
     }
 
+    /// Waits (up to 2 s) until `n` servers listen for notifications on this database.
+    pub async fn wait_for_listeners(&self, n: i64) {
+        for _ in 0..100 {
+            let listening: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity
+                  where datname = current_database() and application_name = 'ojsd-listener'",
+            )
+            .fetch_one(self.pool())
+            .await
+            .unwrap();
+            if listening >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Runs SQL against the test database (to arrange a situation, e.g. move time).
     pub async fn sql(&self, statement: &str) {
         sqlx::raw_sql(statement)
