@@ -16,8 +16,9 @@
 -- ({"error": {code, type, message, retryable, details}}). Nothing an enqueue writes is visible,
 -- and no worker is woken (NOTIFY is transactional), until the caller commits; a rollback leaves
 -- nothing. v1 refuses (OJ422 unsupported) what it cannot do exactly as PUSH does: unique
--- policies (their key is a fingerprint computed by the server), job rate limits and embedded
--- workflows. A full queue drops its oldest jobs (drop_oldest, ojs_queue_drop_oldest below, as
+-- policies (their key is a fingerprint computed by the server) and embedded workflows. A job
+-- with a rate limit is written held, as PUSH writes it; its key's releasers let it go once the
+-- caller commits (NOTIFY ojs_rate_key). A full queue drops its oldest jobs (drop_oldest, ojs_queue_drop_oldest below, as
 -- PUSH does) or refuses (reject, and block: the caller's transaction does not wait for room).
 
 create table ojs_setting (
@@ -379,7 +380,8 @@ create type ojs_new_job as (
     schema_uri text,
     enqueue_ttl_secs integer,
     total_timeout_secs integer,
-    extra text
+    extra text,
+    rate_key text
 );
 
 comment on type ojs_new_job is
@@ -657,6 +659,182 @@ as $$
                              else '' end
                   else '' end
            end
+$$;
+
+-- A rate period (second, minute, hour, day, or a positive duration) in milliseconds; null if none.
+create function ojs_rate_period_read(v json) returns bigint
+    language sql immutable
+as $$
+    select case when json_typeof(v) <> 'string' then null
+                when v #>> '{}' = 'second' then 1000
+                when v #>> '{}' = 'minute' then 60000
+                when v #>> '{}' = 'hour' then 3600000
+                when v #>> '{}' = 'day' then 86400000
+                else nullif((ojs_duration_ms(v #>> '{}')).ms, 0) end
+$$;
+
+-- A rate limit's count (an integer from 1 to 2^31 - 1); null if it is not one.
+create function ojs_rate_limit_read(v json) returns integer
+    language sql immutable
+as $$
+    select case when n between 1 and 2147483647 then n::integer end
+      from (select ojs_json_integer(v) as n) x
+$$;
+
+-- A rate window {"limit": N, "period": P} at `path`, as canonical JSON ({"limit","period"}),
+-- or its violations appended.
+create function ojs_rate_window_read(raw json, path text, inout violations jsonb, out canonical text)
+    language plpgsql immutable
+as $$
+declare
+    obj json;
+    lim integer;
+    period bigint;
+    before integer := jsonb_array_length(violations);
+    m record;
+begin
+    if json_typeof(raw) <> 'object' then
+        violations := violations || jsonb_build_object('path', path,
+            'message', 'must be an object {"limit": N, "period": "PT1S"}');
+        return;
+    end if;
+    select coalesce(json_object_agg(x.key, x.value order by x.pos), '{}') into obj from ojs_json_members(raw) x;
+    lim := ojs_rate_limit_read(ojs_json_present(obj -> 'limit'));
+    if lim is null then
+        violations := violations || jsonb_build_object('path', path || '.limit',
+            'message', '''limit'' must be an integer >= 1');
+    end if;
+    period := ojs_rate_period_read(ojs_json_present(obj -> 'period'));
+    if period is null then
+        violations := violations || jsonb_build_object('path', path || '.period',
+            'message', '''period'' must be second, minute, hour, day or a positive duration');
+    end if;
+    for m in select x.key from ojs_json_members(raw) x where x.key not in ('limit', 'period') order by x.pos
+    loop
+        violations := violations || jsonb_build_object('path', path || '.' || m.key,
+            'message', format('unknown field ''%s'' (limit, period)', m.key));
+    end loop;
+    if jsonb_array_length(violations) = before then
+        canonical := format('{"limit":%s,"period":"%s"}', lim, ojs_duration_iso(period));
+    end if;
+end;
+$$;
+
+-- A job's rate_limit at `path` (the PL/pgSQL twin of the server's rate_limit::parse): its key
+-- (queue:<queue> when it names none) and its canonical form, as a job shows it, or its
+-- violations.
+create function ojs_rate_policy_read(raw json, path text, queue text, out rate_key text,
+                                     out canonical text, out violations jsonb)
+    language plpgsql immutable
+as $$
+declare
+    obj json;
+    numeric_rate boolean;
+    m record;
+    at text;
+    n bigint;
+    wc text;
+    key text;
+    concurrency integer;
+    rate text;
+    throttle text;
+    on_limit text := 'wait';
+    lim integer;
+    period bigint;
+begin
+    violations := '[]';
+    if json_typeof(raw) <> 'object' then
+        violations := jsonb_build_array(jsonb_build_object('path', path,
+            'message', format('''rate_limit'' must be an object, got %s', ojs_json_article(raw))));
+        return;
+    end if;
+    select coalesce(json_object_agg(x.key, x.value order by x.pos), '{}') into obj from ojs_json_members(raw) x;
+    numeric_rate := json_typeof(obj -> 'rate') = 'number';
+    for m in select x.key, x.value from ojs_json_members(raw) x order by x.pos
+    loop
+        at := path || '.' || m.key;
+        if m.key = 'key' then
+            if json_typeof(m.value) = 'string' and octet_length(m.value #>> '{}') <= 255
+               and m.value #>> '{}' ~ '^[A-Za-z0-9][A-Za-z0-9._:-]*$' then
+                key := m.value #>> '{}';
+            else
+                violations := violations || jsonb_build_object('path', at,
+                    'message', '''key'' must be 1 to 255 letters, digits and . _ : - (starting with a letter or digit)');
+            end if;
+        elsif m.key = 'concurrency' then
+            n := ojs_json_integer(m.value);
+            if n between 0 and 2147483647 then
+                concurrency := n;
+            else
+                violations := violations || jsonb_build_object('path', at,
+                    'message', '''concurrency'' must be an integer >= 0 (0 pauses the key)');
+            end if;
+        elsif m.key = 'rate' and numeric_rate then
+            lim := ojs_rate_limit_read(m.value);
+            period := ojs_rate_period_read(ojs_json_present(obj -> 'period'));
+            if lim is null then
+                violations := violations || jsonb_build_object('path', at, 'message', '''rate'' must be an integer >= 1');
+            elsif period is null then
+                violations := violations || jsonb_build_object('path', path || '.period',
+                    'message', '''period'' must be second, minute, hour, day or a positive duration');
+            else
+                rate := format('{"limit":%s,"period":"%s"}', lim, ojs_duration_iso(period));
+            end if;
+        elsif m.key = 'period' and numeric_rate then
+            null;
+        elsif m.key in ('rate', 'throttle') then
+            select x.violations, x.canonical into violations, wc from ojs_rate_window_read(m.value, at, violations) x;
+            if m.key = 'rate' then
+                rate := coalesce(wc, rate);
+            else
+                throttle := coalesce(wc, throttle);
+            end if;
+        elsif m.key = 'max_per_second' then
+            lim := ojs_rate_limit_read(m.value);
+            if lim is not null and ojs_json_present(obj -> 'throttle') is not null then
+                violations := violations || jsonb_build_object('path', at,
+                    'message', '''max_per_second'' is a throttle: give it or ''throttle'', not both');
+            elsif lim is not null then
+                throttle := format('{"limit":%s,"period":"PT1S"}', lim);
+            else
+                violations := violations || jsonb_build_object('path', at,
+                    'message', '''max_per_second'' must be an integer >= 1');
+            end if;
+        elsif m.key = 'on_limit' then
+            if json_typeof(m.value) = 'string' and m.value #>> '{}' in ('wait', 'reschedule', 'drop') then
+                on_limit := m.value #>> '{}';
+            else
+                violations := violations || jsonb_build_object('path', at,
+                    'message', '''on_limit'' must be one of wait, reschedule, drop');
+            end if;
+        else
+            violations := violations || jsonb_build_object('path', at,
+                'message', format('unknown rate_limit field ''%s'' (key, concurrency, rate, throttle, max_per_second, on_limit)', m.key));
+        end if;
+    end loop;
+    if violations = '[]' and key is null and concurrency is null and rate is null and throttle is null then
+        violations := jsonb_build_array(jsonb_build_object('path', path,
+            'message', 'a rate_limit needs a key or a limit (concurrency, rate, throttle, max_per_second)'));
+    end if;
+    if violations <> '[]' then
+        return;
+    end if;
+    rate_key := coalesce(key, 'queue:' || queue);
+    -- The server writes the policy's members in name order.
+    canonical := '{' || concat_ws(',',
+        '"concurrency":' || concurrency,
+        '"key":' || to_json(rate_key)::text,
+        '"on_limit":"' || on_limit || '"',
+        '"rate":' || rate,
+        '"throttle":' || throttle) || '}';
+end;
+$$;
+
+-- A JSON value, or SQL null for JSON null (an attribute given as null is absent).
+create function ojs_json_present(v json) returns json
+    language sql immutable
+as $$
+    select case when json_typeof(v) <> 'null' then v end
 $$;
 
 -- A client timestamp: RFC 3339 with a zone (kept as written), or `+<duration>` from now.
@@ -1002,6 +1180,8 @@ declare
     t record;
     r record;
     pr record;
+    rp record;
+    rate_canonical text;
     type_pattern text := case when s.hyphenated_types
                               then '^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$'
                               else '^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$' end;
@@ -1293,9 +1473,12 @@ begin
 
     select x.p, x.v into p, v from ojs_envelope_first(top, opt, array['rate_limit']) x;
     if v is not null then
-        perform ojs_enqueue_refuse(422, 'unsupported',
-            prefix || 'job rate limits are not accepted by ojs_enqueue yet: enqueue rate-limited jobs with POST /ojs/v1/jobs',
-            jsonb_build_object('field', p) || idx_details);
+        rp := ojs_rate_policy_read(v, p, j.queue);
+        if rp.violations <> '[]' then
+            perform ojs_enqueue_refuse_violations(rp.violations, idx, 400, 'invalid_request');
+        end if;
+        j.rate_key := rp.rate_key;
+        rate_canonical := rp.canonical;
     end if;
     select x.p, x.v into p, v from ojs_envelope_first(top, opt, array['workflow']) x;
     if v is not null then
@@ -1305,7 +1488,12 @@ begin
     end if;
 
     -- Unknown attributes are kept, in order; system-managed ones are ignored.
-    select ojs_json_object_text(array_agg(m.value order by m.pos), array_agg(m.key order by m.pos))
+    -- The job shows its rate limit as the server reads it, key resolved, last.
+    select ojs_json_object_text(
+               coalesce(array_agg(m.value order by m.pos), '{}')
+               || case when rate_canonical is not null then array[rate_canonical::json] else '{}' end,
+               coalesce(array_agg(m.key order by m.pos), '{}')
+               || case when rate_canonical is not null then array['rate_limit'] else '{}' end)
       into j.extra
       from ojs_json_members(body) m
      where m.key <> all (input_attributes) and m.key <> all (system_attributes);
@@ -1618,7 +1806,8 @@ begin
                            array_agg(u.extra order by u.ordinality) as extra,
                            array_agg(u.pending order by u.ordinality) as pending,
                            array_agg(u.priority_aging_ms order by u.ordinality) as priority_aging_ms,
-                           array_agg(u.id order by u.ordinality) filter (where u.id_supplied) as supplied
+                           array_agg(u.id order by u.ordinality) filter (where u.id_supplied) as supplied,
+                           array_agg(u.rate_key order by u.ordinality) as rate_key
                       from unnest(jobs) with ordinality as u) a,
                    ojs_insert_jobs(a.id, a.type, a.queue, a.args, a.meta, a.priority, a.max_attempts,
                                    a.retry, a.timeout_ms, a.visibility_timeout_ms, a.scheduled_abs,
@@ -1627,7 +1816,7 @@ begin
                                    a.total_timeout_secs, a.tags, a.schema_uri, a.no_text, a.no_text,
                                    a.extra, a.pending, a.priority_aging_ms, s.strict_queues,
                                    ojs_config_generation_locked(), '{}', '{}', '{}', '{}', 0,
-                                   coalesce(a.supplied, '{}'), a.no_text) x;
+                                   coalesce(a.supplied, '{}'), a.rate_key) x;
             exit attempts;
         exception
             when unique_violation then
@@ -1714,6 +1903,10 @@ begin
        from (select x.queue, x.type, count(*) as n, count(*) filter (where x.state = 'scheduled') as scheduled
                from unnest(out_jobs) x
               group by x.queue, x.type) a;
+    -- Jobs with a rate-limit key were written held: the releasers let them go once the caller
+    -- commits (the server's PUSH releases them itself).
+    perform pg_notify('ojs_rate_key', k.key)
+       from (select distinct x.rate_key as key from unnest(out_jobs) x where x.rate_key is not null) k;
     -- In request order.
     return array(select x from unnest(out_jobs) x
                    join unnest(jobs) with ordinality as o(id) on o.id = x.id
@@ -1848,7 +2041,7 @@ end;
 $$;
 
 comment on function ojs_enqueue(json) is
-    'Enqueues one job in the caller''s transaction: takes the body of POST /ojs/v1/jobs and returns its 201 body ({"job": {...}}). Same validation, defaults, queue configuration and events as PUSH; the job is visible, and workers are woken, when the caller commits. Refusals raise SQLSTATE OJ400/OJ409/OJ413/OJ422/OJ429 with the OJS error body as DETAIL. The producer for a queue''s `producers` list is the setting ojs.producer. Unique policies, job rate limits and embedded workflows are refused (OJ422 unsupported).';
+    'Enqueues one job in the caller''s transaction: takes the body of POST /ojs/v1/jobs and returns its 201 body ({"job": {...}}). Same validation, defaults, queue configuration and events as PUSH; the job is visible, and workers are woken, when the caller commits. Refusals raise SQLSTATE OJ400/OJ409/OJ413/OJ422/OJ429 with the OJS error body as DETAIL. The producer for a queue''s `producers` list is the setting ojs.producer. Unique policies and embedded workflows are refused (OJ422 unsupported); a rate-limited job is released by its key''s releasers once the caller commits.';
 comment on function ojs_enqueue_batch(json) is
     'Enqueues a batch in the caller''s transaction, all or nothing: takes the body of POST /ojs/v1/jobs/batch ({"jobs": [...]}) and returns its 201 body ({"jobs": [...], "count": n}). See ojs_enqueue.';
 comment on function ojs_enqueue(jsonb) is 'ojs_enqueue(json) for a jsonb body (its members in jsonb''s order).';
@@ -1858,7 +2051,7 @@ comment on function ojs_enqueue_batch(text) is 'ojs_enqueue_batch(json) for a te
 comment on function ojs_enqueue_type(text, json, text, integer, timestamptz, json, json, uuid) is
     'ojs_enqueue with typed arguments (null: not given; options as in the envelope): returns the new job''s id.';
 comment on function ojs_enqueue_bodies(json[], boolean) is
-    'The body of ojs_enqueue and ojs_enqueue_batch: reads every envelope (ojs_envelope_read), applies its queue''s configuration (allowed_job_types, producers via the setting ojs.producer, default_timeout, visibility_timeout, default_retry), writes the jobs with ojs_insert_jobs, translates its refusals into the OJS errors, and notifies ojs_job_available and ojs_job_enqueued (delivered at commit). Returns the jobs in order.';
+    'The body of ojs_enqueue and ojs_enqueue_batch: reads every envelope (ojs_enqueue_read), applies its queue''s configuration (ojs_enqueue_configure), refuses an id given twice, writes the jobs with ojs_insert_jobs (a full drop_oldest queue makes room once with ojs_queue_drop_oldest), translates its refusals into the OJS errors, and notifies ojs_job_available, ojs_rate_key and ojs_job_enqueued (delivered at commit). Returns the jobs in order.';
 comment on function ojs_enqueue_read(json, integer, ojs_setting) is 'One body of an enqueue read: an object, within the size limit (ojs_setting.max_envelope_bytes, compact), a valid envelope (ojs_envelope_read); raises PUSH''s refusal.';
 comment on function ojs_enqueue_configure(ojs_new_job, integer, ojs_setting, jsonb, text) is 'A read job with its queue''s configuration applied as PUSH applies it: allowed_job_types, producers (the setting ojs.producer), default_timeout, visibility_timeout, default_retry layered under the job''s retry; raises PUSH''s refusal.';
 comment on function ojs_envelope_read(json, integer, ojs_setting) is
@@ -1881,6 +2074,11 @@ comment on function ojs_duration_iso(bigint) is 'Milliseconds as an ISO 8601 dur
 comment on function ojs_client_time(text) is 'A client timestamp: RFC 3339 with a zone (at_abs), or +<duration> from now (rel_ms), or the problem with it.';
 comment on function ojs_envelope_time(json) is 'An envelope''s timestamp attribute: ojs_client_time of a string, with the text to echo for an absolute one, or the problem with it.';
 comment on function ojs_envelope_seconds(json, text, text, jsonb) is 'An envelope''s positive whole number of seconds, or a violation appended.';
+comment on function ojs_json_present(json) is 'A JSON value, or SQL null for JSON null.';
+comment on function ojs_rate_period_read(json) is 'A rate period (second, minute, hour, day or a positive duration) in milliseconds; null if it is none.';
+comment on function ojs_rate_limit_read(json) is 'A rate limit''s count (1 to 2^31 - 1); null if it is none.';
+comment on function ojs_rate_window_read(json, text, jsonb) is 'A rate window {limit, period} as canonical JSON, or its violations appended.';
+comment on function ojs_rate_policy_read(json, text, text) is 'A job''s rate_limit (the PL/pgSQL twin of the server''s rate_limit::parse): its key (queue:<queue> without one) and canonical form, or its violations.';
 comment on function ojs_priority_read(json, integer) is 'A priority value: an integer 0..max or critical/high/normal/low/bulk; outcome ok, range or invalid.';
 comment on function ojs_retry_interval(json, text, text, jsonb) is 'A positive interval of a retry object, as a duration string (name) or whole milliseconds (name_ms); problems appended to violations.';
 comment on function ojs_retry_read(json, text) is 'A retry object read with defaults: the stored effective policy ({} for the default) and max_attempts, or the violations.';

@@ -95,7 +95,7 @@ async fn sql_enqueue(app: &TestApp, function: &str, body: &Value) -> Answer {
 
 /// Envelopes covering every attribute the server reads, valid and not, at the top level and in
 /// `options`; JSON text, so that repeated keys and spacing can be sent too. `{ID}` is replaced by
-/// a fresh UUIDv7 for each run.
+/// a fresh UUIDv7 for each run, `{KEY}` by a fresh rate-limit key.
 fn corpus() -> Vec<String> {
     let optional: Vec<(&str, Vec<Value>)> = vec![
         (
@@ -303,6 +303,33 @@ fn corpus() -> Vec<String> {
             ],
         ),
         ("retry_policy", vec![json!({"max_attempts": 2}), json!(7)]),
+        (
+            "rate_limit",
+            vec![
+                json!({"key": "{KEY}", "concurrency": 5, "rate": {"limit": 100, "period": "PT1M"},
+                       "throttle": {"limit": 10, "period": "second"}, "on_limit": "drop"}),
+                json!({"max_per_second": 3}),
+                json!({"key": "{KEY}", "rate": 1, "period": "second"}),
+                json!({"key": "{KEY}", "rate": 2, "period": "PT0.5S"}),
+                json!({"key": "only.a-key:1"}),
+                json!({"concurrency": 0}),
+                json!({"key": "-bad", "concurrency": -1, "rate": {"limit": 0, "period": "never"},
+                       "on_limit": "later", "x": 1}),
+                json!({"key": "{KEY}", "rate": {"limit": 1}}),
+                json!({"key": "{KEY}", "rate": {"limit": 1, "period": "day", "burst": 2}}),
+                json!({"key": "{KEY}", "rate": 1}),
+                json!({"key": "{KEY}", "rate": 1.5, "period": "hour"}),
+                json!({"key": "{KEY}", "period": "second"}),
+                json!({"max_per_second": 2, "throttle": {"limit": 1, "period": "PT1S"}}),
+                json!({"max_per_second": 0}),
+                json!({"key": "{KEY}", "throttle": 5}),
+                json!({"key": null}),
+                json!({"key": "{KEY}".repeat(256)}),
+                json!({}),
+                json!([]),
+                json!("k"),
+            ],
+        ),
     ];
     let mut out = Vec::new();
     for (name, values) in &optional {
@@ -434,7 +461,11 @@ async fn the_validation_corpus_gets_the_same_answer_through_both_doors() {
     let mut compared = (0, 0);
     let mut differ = Vec::new();
     for template in corpus() {
-        let body = template.replace("{ID}", &uuid::Uuid::now_v7().to_string());
+        // A fresh id, and a rate-limit key of its own (what a key allows depends on the jobs
+        // enqueued under it before).
+        let body = template
+            .replace("{ID}", &uuid::Uuid::now_v7().to_string())
+            .replace("{KEY}", &format!("k-{}", uuid::Uuid::now_v7().simple()));
         // SQL first, rolled back, so that an id the body names is free for the HTTP request.
         let mut tx = conn.begin().await.unwrap();
         let sql = call(&mut tx, "ojs_enqueue", &body).await;
@@ -738,10 +769,6 @@ async fn what_v1_does_not_do_is_refused_and_nothing_is_written() {
             "$.options.unique",
         ),
         (
-            json!({"type": "a.b", "args": [], "rate_limit": {"key": "k", "concurrency": 1}}),
-            "$.rate_limit",
-        ),
-        (
             json!({"type": "a.b", "args": [], "workflow": {"chain": [{"type": "c.d", "args": []}]}}),
             "$.workflow",
         ),
@@ -752,6 +779,50 @@ async fn what_v1_does_not_do_is_refused_and_nothing_is_written() {
         assert_eq!(refused["error"]["details"]["field"], field, "{body}");
     }
     assert_eq!(app.job_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_rate_limited_job_from_sql_is_released_by_its_key_once_committed() {
+    let app = TestApp::spawn().await;
+    let keyed = |n: i64| {
+        json!({"type": "api.call", "args": [n], "queue": "calls",
+               "rate_limit": {"key": "partner-api", "concurrency": 1}})
+    };
+    let mut tx = app.pool().begin().await.unwrap();
+    let first = call(&mut tx, "ojs_enqueue", &keyed(1).to_string())
+        .await
+        .ok();
+    let second = call(&mut tx, "ojs_enqueue", &keyed(2).to_string())
+        .await
+        .ok();
+    assert_eq!(
+        first["job"]["rate_limit"],
+        json!({"key": "partner-api", "concurrency": 1, "on_limit": "wait"})
+    );
+    tx.commit().await.unwrap();
+    // The key lets one go (the releasers heard of it at the commit), and the next once the
+    // first is done.
+    let mut fetched = Vec::new();
+    for _ in 0..100 {
+        fetched = app.fetch(json!({"queues": ["calls"], "count": 2})).await;
+        if !fetched.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fetched.len(), 1, "concurrency 1: {fetched:?}");
+    assert_eq!(fetched[0]["id"], first["job"]["id"]);
+    app.ack_job(&fetched[0], "w").await.expect(200);
+    let mut next = Vec::new();
+    for _ in 0..100 {
+        next = app.fetch(json!({"queues": ["calls"], "count": 2})).await;
+        if !next.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0]["id"], second["job"]["id"]);
 }
 
 #[tokio::test]
