@@ -4,14 +4,18 @@
 //! fails on a connection that died with it.
 //!
 //! * **Detection.** Any statement that fails because the connection broke (I/O error, server
-//!   shutdown, connection exceptions) is reported with [`DbHealth::report`]; so is the
-//!   notification listener losing its connection, usually the first to notice.
+//!   shutdown, connection exceptions) or because the server no longer takes writes (SQLSTATE
+//!   25006: a primary demoted to a standby by a failover) is reported with
+//!   [`DbHealth::report`]; so is the notification listener losing its connection, usually the
+//!   first to notice.
 //! * **Fast failure.** While the database is marked down, the HTTP layer answers 503 with
 //!   `Retry-After` at once instead of queueing for a connection ([`DbHealth::is_down`]), and
 //!   requests already waiting on the database when it goes down are answered 503 at that moment
 //!   ([`DbHealth::went_down`]) rather than when their connection attempts time out.
 //! * **Recovery.** A prober opens a fresh connection every [`PROBE_INTERVAL`] while the
-//!   database is down and clears the mark as soon as one works.
+//!   database is down and clears the mark as soon as one works on a server that takes writes
+//!   (`transaction_read_only` off, as libpq's `target_session_attrs=read-write` checks): a
+//!   standby that answers is still an outage.
 //! * **No stale connections.** Every pooled connection opened before the last reported failure
 //!   is discarded when it is next checked out (the pool's `before_acquire` hook), so the first
 //!   requests after a restart get new connections rather than dead ones. This costs nothing in
@@ -74,12 +78,16 @@ pub fn is_connection_error(e: &sqlx::Error) -> bool {
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => db.code().as_deref().is_some_and(|code| {
-            // connection_exception, admin/crash shutdown, cannot_connect_now
-            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
-        }),
+        sqlx::Error::Database(db) => db.code().as_deref().is_some_and(is_connection_code),
         _ => false,
     }
+}
+
+/// SQLSTATEs after which a connection cannot be used for writes again: connection exceptions
+/// (08), admin or crash shutdown and cannot-connect-now (57P01–57P03), and a read-only
+/// transaction (25006): the server this connection reached no longer is the primary.
+pub fn is_connection_code(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "25006")
 }
 
 impl DbHealth {
@@ -146,14 +154,20 @@ impl DbHealth {
             }
             let attempt = async {
                 let mut conn = options.connect().await?;
-                sqlx::query("select 1").execute(&mut conn).await?;
-                conn.close().await
+                let read_only: String = sqlx::query_scalar("show transaction_read_only")
+                    .fetch_one(&mut conn)
+                    .await?;
+                conn.close().await?;
+                Ok::<_, sqlx::Error>(read_only == "on")
             };
             match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
-                Ok(Ok(())) => {
+                Ok(Ok(false)) => {
                     self.inner.down.send_replace(false);
                     tracing::info!("database reachable again");
                     continue;
+                }
+                Ok(Ok(true)) => {
+                    tracing::debug!("database answers but takes no writes (a standby); still down")
                 }
                 Ok(Err(e)) => tracing::debug!(error = %e, "database probe failed"),
                 Err(_) => tracing::debug!("database probe timed out"),
@@ -357,6 +371,12 @@ mod tests {
             std::io::ErrorKind::ConnectionReset
         ))));
         assert!(!is_connection_error(&sqlx::Error::PoolTimedOut));
+        assert!(
+            is_connection_code("25006"),
+            "read-only: the server was demoted"
+        );
+        assert!(is_connection_code("08006") && is_connection_code("57P01"));
+        assert!(!is_connection_code("23505") && !is_connection_code("25P03"));
         assert!(!is_connection_error(&sqlx::Error::RowNotFound));
     }
 

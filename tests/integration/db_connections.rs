@@ -1,4 +1,5 @@
-//! The connections the hot statements keep between statements (`ojsd::db::HotConnections`).
+//! The connections the hot statements keep between statements (`ojsd::db::HotConnections`), and
+//! what a server that no longer takes writes does to them.
 
 use std::time::Duration;
 
@@ -167,4 +168,59 @@ async fn a_pool_with_every_connection_out_gets_the_hot_one_back() {
         .await
         .expect("the pool has a connection for others")
         .unwrap();
+}
+
+/// A server that stops taking writes — a primary demoted to a standby by a failover, played
+/// here by `default_transaction_read_only` on the database and every session cut — is an
+/// outage: requests are answered 503 with `Retry-After` (not 500), and the prober does not
+/// take a server that answers but takes no writes for the primary. Once one takes writes again,
+/// so does ojsd.
+#[tokio::test]
+async fn a_server_that_takes_no_writes_is_an_outage_until_a_primary_answers() {
+    let app = crate::support::TestApp::spawn().await;
+    app.push_id(crate::support::job("a.b", "ha")).await;
+    let name = app.db.name.clone();
+    app.admin_sql(&format!(
+        "alter database \"{name}\" set default_transaction_read_only = on;
+         select pg_terminate_backend(pid) from pg_stat_activity where datname = '{name}'"
+    ))
+    .await;
+
+    // Every answer from now on is a 503 with Retry-After: the first statement fails on a cut
+    // connection, and no read-only server is taken for the database coming back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut answers = Vec::new();
+    while std::time::Instant::now() < deadline {
+        let resp = app
+            .post("/ojs/v1/jobs", crate::support::job("a.b", "ha"))
+            .await;
+        answers.push((resp.status, resp.header("retry-after").is_some()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        answers
+            .iter()
+            .all(|&(status, retry)| status == 503 && retry),
+        "{answers:?}"
+    );
+
+    app.admin_sql(&format!(
+        "alter database \"{name}\" reset default_transaction_read_only"
+    ))
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = app
+            .post("/ojs/v1/jobs", crate::support::job("a.b", "ha"))
+            .await;
+        if resp.status == 201 {
+            break;
+        }
+        assert_eq!(resp.status, 503, "{}", resp.text);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never took writes again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -388,16 +388,13 @@ fn database_error_kind(e: &sqlx::Error) -> ApiError {
 }
 
 /// SQLSTATEs meaning "the database cannot serve us right now" rather than "this statement is
-/// wrong": connection exceptions (08), authorization (28), missing database (3D000),
-/// insufficient resources (53), shutdown (57P01–57P03), a database closed to connections
-/// (55000, raised by `allow_connections = false`), and a statement or idle transaction cut
-/// short by the session's timeouts (57014, 25P03).
+/// wrong": those of a lost or demoted server ([`crate::db::is_connection_code`]: 08, 57P01–57P03,
+/// 25006), authorization (28), missing database (3D000), insufficient resources (53), a
+/// database closed to connections (55000, raised by `allow_connections = false`), and a
+/// statement or idle transaction cut short by the session's timeouts (57014, 25P03).
 fn is_unavailable_code(code: &str) -> bool {
-    code.starts_with("08")
+    crate::db::is_connection_code(code)
         || code.starts_with("28")
         || code.starts_with("53")
-        || matches!(
-            code,
-            "3D000" | "55000" | "57P01" | "57P02" | "57P03" | "57014" | "25P03"
-        )
+        || matches!(code, "3D000" | "55000" | "57014" | "25P03")
 }
