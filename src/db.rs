@@ -196,6 +196,7 @@ pub async fn connect_pool(
     health: &DbHealth,
 ) -> Result<PgPool, sqlx::Error> {
     let watched = health.clone();
+    let released = health.clone();
     let pool = PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .min_connections(settings.min_connections)
@@ -205,6 +206,12 @@ pub async fn connect_pool(
         .test_before_acquire(false)
         .before_acquire(move |_conn, meta| {
             let keep = !watched.predates_failure(meta.age);
+            Box::pin(async move { Ok(keep) })
+        })
+        // A connection given back after an outage was reported is closed, not pinged: the
+        // ping of one to a server that froze would wait for as long as TCP does.
+        .after_release(move |_conn, meta| {
+            let keep = !released.predates_failure(meta.age);
             Box::pin(async move { Ok(keep) })
         })
         .connect_with(options)

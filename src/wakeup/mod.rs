@@ -21,5 +21,5 @@ pub mod notifier;
 pub mod waiters;
 
 pub use floors::ClaimFloors;
-pub use notifier::{Announcer, Notifier, Wakeup};
+pub use notifier::{Announcer, LISTENER_PING_INTERVAL, LISTENER_PING_TIMEOUT, Notifier, Wakeup};
 pub use waiters::Waiters;

@@ -5,7 +5,9 @@
 //! parked on it ([`super::waiters`]) as it has new jobs, or all of them when it does not say; a
 //! resignation is broadcast to the followers. When the listening connection drops,
 //! notifications sent meanwhile are lost, so every waiter is woken to poll once, and waiters
-//! also poll on a timer as a safety net. A lost
+//! also poll on a timer as a safety net. The connection is pinged every
+//! [`LISTENER_PING_INTERVAL`]: one whose server froze or vanished without a reset (sqlx sets no
+//! TCP keepalive) is taken for lost after [`LISTENER_PING_TIMEOUT`]. A lost
 //! connection is also reported to [`DbHealth`]: it is usually the first sign of an outage.
 
 use std::collections::HashMap;
@@ -181,9 +183,38 @@ impl Notifier {
         tracing::debug!("listening for notifications");
         // Anything enqueued while we were not listening would otherwise wait for a poll.
         self.wake(Wakeup::All);
+        let mut ping = tokio::time::interval(LISTENER_PING_INTERVAL);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ping.tick().await;
         loop {
             let next = tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
+                _ = ping.tick() => {
+                    // An idle connection to a server that froze or vanished without a reset
+                    // never errors (sqlx sets no TCP keepalive): ask it something.
+                    let answered = tokio::time::timeout(
+                        LISTENER_PING_TIMEOUT,
+                        sqlx::query("select 1").execute(&mut listener),
+                    )
+                    .await;
+                    match answered {
+                        Ok(Ok(_)) => continue,
+                        Ok(Err(e)) => return Err(e),
+                        Err(_) => {
+                            tracing::warn!(
+                                "the notification connection did not answer within {} ms; reconnecting",
+                                LISTENER_PING_TIMEOUT.as_millis()
+                            );
+                            // Before the connection is dropped: the pool then closes it rather
+                            // than testing it (which would wait on the silent server).
+                            health.report_lost();
+                            return Err(sqlx::Error::Io(std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "the notification connection did not answer a ping",
+                            )));
+                        }
+                    }
+                }
                 n = listener.try_recv() => n?,
             };
             match next {
@@ -233,6 +264,11 @@ impl Notifier {
         }
     }
 }
+
+/// How often the listening connection is asked `select 1`, and how long it may take to answer
+/// before it is taken for lost (the database marked down, the listener reconnected).
+pub const LISTENER_PING_INTERVAL: Duration = Duration::from_secs(2);
+pub const LISTENER_PING_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A notification of available jobs, read.
 #[derive(Debug, PartialEq)]

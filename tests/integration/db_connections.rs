@@ -224,3 +224,74 @@ async fn a_server_that_takes_no_writes_is_an_outage_until_a_primary_answers() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Sends SIGCONT to a stopped backend when dropped, whatever the test's outcome.
+struct Stopped(i32);
+
+impl Stopped {
+    fn stop(pid: i32) -> Stopped {
+        let status = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "could not stop backend {pid}");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// The listening connection is pinged: when its server freezes (here its backend is stopped
+/// with SIGSTOP; a primary that vanished without a reset looks the same), the server notices
+/// within seconds, listens again on a new connection, and a job enqueued from elsewhere (from
+/// SQL, whose wake-up only a listener hears) wakes a long poll at once.
+#[tokio::test]
+async fn a_listener_whose_server_froze_is_replaced_within_seconds() {
+    let app = crate::support::TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 60_000).await;
+    app.wait_for_listeners(1).await;
+    let listener_pid = || async {
+        sqlx::query_scalar::<_, i32>(
+            "select pid from pg_stat_activity
+              where datname = current_database() and application_name = 'ojsd-listener'
+                and state <> 'idle in transaction' order by backend_start desc limit 1",
+        )
+        .fetch_optional(app.pool())
+        .await
+        .unwrap()
+    };
+    let frozen = listener_pid().await.expect("a listener");
+    let stopped = Stopped::stop(frozen);
+    let deadline = std::time::Instant::now()
+        + ojsd::wakeup::LISTENER_PING_INTERVAL
+        + ojsd::wakeup::LISTENER_PING_TIMEOUT
+        + Duration::from_secs(5);
+    loop {
+        if listener_pid().await.is_some_and(|pid| pid != frozen) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no new listener");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(stopped);
+
+    let waiting =
+        app.spawn_fetch(&serde_json::json!({"queues": ["thawed"], "count": 1, "wait_ms": 20000}));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id: String = sqlx::query_scalar(
+        r#"select ojs_enqueue('{"type": "a.b", "args": [], "queue": "thawed"}') -> 'job' ->> 'id'"#,
+    )
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    let fetched = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the long poll was not woken")
+        .unwrap();
+    assert_eq!(fetched["jobs"][0]["id"], id.as_str());
+}
