@@ -38,7 +38,7 @@ create table ojs_setting (
 insert into ojs_setting default values;
 
 comment on table ojs_setting is
-    'One row: the enqueue settings of the server process (OJS_STRICT_QUEUES, OJS_ALLOW_HYPHENATED_TYPES, OJS_DEFAULT_TIMEOUT, OJS_MAX_PRIORITY, OJS_PRIORITY_AGING_INTERVAL, body and batch limits), written by every server as it starts, read by ojs_enqueue. Replicas should share one configuration; the last to start wins.';
+    'One row: the enqueue settings of the server process (OJS_STRICT_QUEUES, OJS_ALLOW_HYPHENATED_TYPES, OJS_DEFAULT_TIMEOUT_SECS, OJS_MAX_PRIORITY, OJS_PRIORITY_AGING_INTERVAL, OJS_MAX_ENVELOPE_BYTES, OJS_MAX_BATCH_SIZE), written by every server as it starts, read by ojs_enqueue. Replicas should share one configuration; the last to start wins.';
 comment on column ojs_setting.singleton is 'Always true: the table has one row.';
 comment on column ojs_setting.strict_queues is 'Whether a queue must exist before its first job (OJS_STRICT_QUEUES).';
 comment on column ojs_setting.hyphenated_types is 'Whether job types may contain hyphens (OJS_ALLOW_HYPHENATED_TYPES).';

@@ -1195,7 +1195,7 @@ CREATE TABLE public.ojs_setting (
 -- Name: TABLE ojs_setting; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.ojs_setting IS 'One row: the enqueue settings of the server process (OJS_STRICT_QUEUES, OJS_ALLOW_HYPHENATED_TYPES, OJS_DEFAULT_TIMEOUT, OJS_MAX_PRIORITY, OJS_PRIORITY_AGING_INTERVAL, body and batch limits), written by every server as it starts, read by ojs_enqueue. Replicas should share one configuration; the last to start wins.';
+COMMENT ON TABLE public.ojs_setting IS 'One row: the enqueue settings of the server process (OJS_STRICT_QUEUES, OJS_ALLOW_HYPHENATED_TYPES, OJS_DEFAULT_TIMEOUT_SECS, OJS_MAX_PRIORITY, OJS_PRIORITY_AGING_INTERVAL, OJS_MAX_ENVELOPE_BYTES, OJS_MAX_BATCH_SIZE), written by every server as it starts, read by ojs_enqueue. Replicas should share one configuration; the last to start wins.';
 
 --
 -- Name: COLUMN ojs_setting.singleton; Type: COMMENT; Schema: public; Owner: -
