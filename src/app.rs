@@ -9,10 +9,12 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
 use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -20,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::cron::CronFirer;
 use crate::broker::{Broker, Settings};
 use crate::config::{self, Config};
-use crate::db::{self, DbHealth, HotConnections, PoolSettings};
+use crate::db::{self, DbHealth, DbTarget, HotConnections, PoolSettings};
 use crate::events::EventTail;
 use crate::http::{self, AppState, HttpSettings, Services};
 use crate::job::envelope::Limits;
@@ -36,7 +38,7 @@ use crate::wakeup::{Announcer, Notifier};
 pub struct Application {
     listener: TcpListener,
     db: PgPool,
-    connect_options: sqlx::postgres::PgConnectOptions,
+    target: Arc<DbTarget>,
     state: AppState,
     notifier: Notifier,
     announcer: Announcer,
@@ -51,7 +53,7 @@ pub struct Application {
 /// Creates the database if needed and applies pending migrations (under an advisory lock, so
 /// replicas starting together are safe).
 pub async fn migrate(config: &Config) -> anyhow::Result<ojsd_migrate::Report> {
-    let options = config.connect_options()?;
+    let options = find_database(&config.database_target()?).await?;
     if ojsd_migrate::ensure_database(&options)
         .await
         .context("cannot reach PostgreSQL to create the database")?
@@ -70,6 +72,26 @@ pub async fn migrate(config: &Config) -> anyhow::Result<ojsd_migrate::Report> {
     Ok(report)
 }
 
+/// How long finding the database at start may take, per host.
+const FIND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The options of the host of `target` to use (the one that takes writes, unless the URL
+/// accepts any), or an error naming what every host answered.
+pub async fn find_database(target: &DbTarget) -> anyhow::Result<PgConnectOptions> {
+    match target.find(FIND_TIMEOUT).await {
+        Ok((options, _)) => {
+            if target.hosts().len() > 1 {
+                tracing::info!(host = %db::target::describe(&options), "using the database host that takes writes");
+            }
+            Ok(options)
+        }
+        Err(why) if target.hosts().len() > 1 => {
+            anyhow::bail!("no database host to use: {why}")
+        }
+        Err(why) => anyhow::bail!("cannot use the database at {why}"),
+    }
+}
+
 impl Application {
     /// Connects, migrates (unless disabled) and binds the listener.
     pub async fn build(config: &Config) -> anyhow::Result<Application> {
@@ -85,26 +107,30 @@ impl Application {
         // hot statements' custom plans cost more to make than to run, and their SQL is written
         // so that the generic plan is the right one (literal state predicates that match the
         // partial indexes, parameters only where any value takes the same path).
-        let connect_options = config.connect_options()?.options([
-            (
-                "ojs.source",
-                format!("ojs://{}/api/{instance_id}", config.service_name),
-            ),
-            ("jit", "off".to_owned()),
-            ("plan_cache_mode", "force_generic_plan".to_owned()),
-            // No statement or forgotten transaction may hold locks, or pin the MVCC horizon
-            // that vacuum needs, for long. (Migrations connect without these.)
-            (
-                "statement_timeout",
-                format!("{}s", config.db_statement_timeout_secs),
-            ),
-            (
-                "idle_in_transaction_session_timeout",
-                format!("{}s", config.db_idle_in_transaction_timeout_secs),
-            ),
-        ]);
+        let target = config.database_target()?.map(|options| {
+            options.options([
+                (
+                    "ojs.source",
+                    format!("ojs://{}/api/{instance_id}", config.service_name),
+                ),
+                ("jit", "off".to_owned()),
+                ("plan_cache_mode", "force_generic_plan".to_owned()),
+                // No statement or forgotten transaction may hold locks, or pin the MVCC horizon
+                // that vacuum needs, for long. (Migrations connect without these.)
+                (
+                    "statement_timeout",
+                    format!("{}s", config.db_statement_timeout_secs),
+                ),
+                (
+                    "idle_in_transaction_session_timeout",
+                    format!("{}s", config.db_idle_in_transaction_timeout_secs),
+                ),
+            ])
+        });
+        find_database(&target).await?;
+        let target = Arc::new(target);
         let db = db::connect_pool(
-            connect_options.clone(),
+            &target,
             &PoolSettings {
                 max_connections: config.db_max_connections,
                 min_connections: config.db_min_connections,
@@ -236,7 +262,7 @@ impl Application {
         Ok(Application {
             listener,
             db,
-            connect_options,
+            target,
             state,
             notifier,
             announcer,
@@ -269,7 +295,7 @@ impl Application {
         let Application {
             listener,
             db,
-            connect_options,
+            target,
             state,
             notifier,
             announcer,
@@ -294,7 +320,7 @@ impl Application {
         background.spawn("announcer", announcer.run(db.clone(), shutdown.clone()));
         background.spawn(
             "database prober",
-            health.clone().probe(connect_options, shutdown.clone()),
+            health.clone().probe(target, shutdown.clone()),
         );
         background.spawn("event tail", events.run(shutdown.clone()));
         background.spawn(
@@ -504,28 +530,34 @@ async fn flush_dispatch_counts(broker: crate::broker::Broker, shutdown: Cancella
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when
+/// the future is first polled: a signal that arrives while the server is still starting (for
+/// `--embedded`, after its cluster started) is kept, and ends the server as soon as it runs,
+/// rather than killing the process. Must be called within the runtime.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            match (interrupt, terminate) {
+                (Ok(mut interrupt), Ok(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::error!(error = %e, "cannot listen for SIGINT and SIGTERM");
+                    std::future::pending::<()>().await;
+                }
             }
         }
-    };
+    }
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

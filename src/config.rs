@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
+use crate::db::DbTarget;
+use crate::db::target::split_url;
 use crate::telemetry::LogFormat;
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/ojs";
@@ -504,7 +506,7 @@ impl Config {
         {
             bail!("OJS_SERVICE_NAME must be 1-128 characters of letters, digits, '.', '_' and '-'");
         }
-        self.connect_options()?;
+        self.database_target()?;
         Ok(())
     }
 
@@ -541,23 +543,33 @@ impl Config {
         format!("{host}-{}-{suffix:04x}", std::process::id())
     }
 
-    /// Connection options from `database_url`. A database on this host (a loopback address or
-    /// a Unix socket) is reached without TLS unless the URL or `PGSSLMODE` asks for a mode:
-    /// the default mode, `prefer`, would encrypt every message to a server on the same
-    /// machine, which protects nothing and cost a tenth of the throughput of one-ACK-per-job
-    /// draining (Postgres and ojsd each encrypt and decrypt every statement and answer).
-    pub fn connect_options(&self) -> anyhow::Result<PgConnectOptions> {
-        let options = PgConnectOptions::from_str(&self.database_url)
-            .context("DATABASE_URL is not a valid PostgreSQL URL")?
-            .application_name("ojsd");
+    /// The database hosts `database_url` names (one, or several: see [`crate::db::target`]),
+    /// with their connection options. A database on this host (a loopback address or a Unix
+    /// socket) is reached without TLS unless the URL or `PGSSLMODE` asks for a mode: the
+    /// default mode, `prefer`, would encrypt every message to a server on the same machine,
+    /// which protects nothing and cost a tenth of the throughput of one-ACK-per-job draining
+    /// (Postgres and ojsd each encrypt and decrypt every statement and answer).
+    pub fn database_target(&self) -> anyhow::Result<DbTarget> {
+        let split =
+            split_url(&self.database_url).map_err(|why| anyhow::anyhow!("DATABASE_URL: {why}"))?;
         let mode_given =
             std::env::var_os("PGSSLMODE").is_some() || url_names_ssl_mode(&self.database_url);
-        let local = options.get_socket().is_some() || on_this_host(options.get_host());
-        Ok(if !mode_given && local {
-            options.ssl_mode(PgSslMode::Disable)
-        } else {
-            options
-        })
+        let hosts = split
+            .urls
+            .iter()
+            .map(|url| {
+                let options = PgConnectOptions::from_str(url)
+                    .context("DATABASE_URL is not a valid PostgreSQL URL")?
+                    .application_name("ojsd");
+                let local = options.get_socket().is_some() || on_this_host(options.get_host());
+                Ok(if !mode_given && local {
+                    options.ssl_mode(PgSslMode::Disable)
+                } else {
+                    options
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(DbTarget::new(hosts, split.attrs))
     }
 }
 
@@ -620,7 +632,7 @@ mod tests {
             database_url: url.to_owned(),
             ..parsed_defaults()
         };
-        Some(config.connect_options().expect("valid URL").get_ssl_mode())
+        Some(config.database_target().expect("valid URL").hosts()[0].get_ssl_mode())
     }
 
     #[test]

@@ -15,7 +15,13 @@
 //! * **Recovery.** A prober opens a fresh connection every [`PROBE_INTERVAL`] while the
 //!   database is down and clears the mark as soon as one works on a server that takes writes
 //!   (`transaction_read_only` off, as libpq's `target_session_attrs=read-write` checks): a
-//!   standby that answers is still an outage.
+//!   standby that answers is still an outage. With several hosts in `DATABASE_URL` it tries
+//!   them all and follows the one that takes writes ([`target`]): a failover is an outage that
+//!   ends on another host.
+//! * **Keepalives.** Every connection gets TCP keepalives and a user timeout ([`sockets`]),
+//!   so a server that vanishes without a reset is noticed in seconds; when the listener's ping
+//!   goes unanswered (a server that froze), every socket to the database is cut, so no
+//!   statement waits on it forever holding a connection.
 //! * **No stale connections.** Every pooled connection opened before the last reported failure
 //!   is discarded when it is next checked out (the pool's `before_acquire` hook), so the first
 //!   requests after a restart get new connections rather than dead ones. This costs nothing in
@@ -35,14 +41,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgConnection, PgPool, Postgres};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+pub mod sockets;
+pub mod target;
+
+pub use target::DbTarget;
+
 /// How often a down database is probed.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
-/// How long one probe may take.
+/// How long one probe (of one host) may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Shared knowledge of whether the database is reachable.
@@ -59,6 +70,10 @@ struct Inner {
     last_failure: Mutex<Option<Instant>>,
     /// The pool whose connections this watches (set by [`connect_pool`]).
     pool: OnceLock<PgPool>,
+    /// Where its connections go (set by [`connect_pool`]).
+    endpoints: OnceLock<sockets::Endpoints>,
+    /// The sockets of its connections.
+    sockets: sockets::Adopted,
 }
 
 impl Default for Inner {
@@ -67,6 +82,8 @@ impl Default for Inner {
             down: watch::Sender::new(false),
             last_failure: Mutex::new(None),
             pool: OnceLock::new(),
+            endpoints: OnceLock::new(),
+            sockets: sockets::Adopted::default(),
         }
     }
 }
@@ -103,6 +120,13 @@ impl DbHealth {
         let _ = down.wait_for(|down| *down).await;
     }
 
+    /// Resolves when the database is (or becomes) marked reachable.
+    pub async fn came_back(&self) {
+        let mut down = self.inner.down.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = down.wait_for(|down| !*down).await;
+    }
+
     /// Records `e` if it is a connection failure (see [`is_connection_error`]).
     pub fn report(&self, e: &sqlx::Error) {
         if is_connection_error(e) {
@@ -117,6 +141,20 @@ impl DbHealth {
         if !self.inner.down.send_replace(true) {
             tracing::warn!("database connection lost; answering 503 until it is back");
         }
+    }
+
+    /// Records that the database stopped answering (a ping went unanswered): every socket to
+    /// it is shut down, so that statements waiting on a server that froze fail now instead of
+    /// never (see [`sockets::cut`]), and the connection is lost as in [`DbHealth::report_lost`].
+    pub fn report_unresponsive(&self) {
+        if let Some(endpoints) = self.inner.endpoints.get() {
+            let cut = sockets::cut(endpoints, &self.inner.sockets);
+            tracing::warn!(
+                sockets = cut,
+                "the database stopped answering; cut its connections"
+            );
+        }
+        self.report_lost();
     }
 
     /// Whether a connection of age `age` was opened before the last reported failure.
@@ -143,8 +181,11 @@ impl DbHealth {
         }
     }
 
-    /// Probes the database while it is marked down, until `shutdown`.
-    pub async fn probe(self, options: PgConnectOptions, shutdown: CancellationToken) {
+    /// Probes the database while it is marked down, until `shutdown`: every host of `target`
+    /// at once, and the first that answers and takes writes (unless `target` accepts any)
+    /// ends the outage. When that is another host than the pool's (a failover promoted it), the
+    /// pool, and with it the notification listener, connects there from now on.
+    pub async fn probe(self, target: Arc<DbTarget>, shutdown: CancellationToken) {
         loop {
             if !self.is_down() {
                 tokio::select! {
@@ -152,25 +193,22 @@ impl DbHealth {
                     () = self.went_down() => continue,
                 }
             }
-            let attempt = async {
-                let mut conn = options.connect().await?;
-                let read_only: String = sqlx::query_scalar("show transaction_read_only")
-                    .fetch_one(&mut conn)
-                    .await?;
-                conn.close().await?;
-                Ok::<_, sqlx::Error>(read_only == "on")
-            };
-            match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
-                Ok(Ok(false)) => {
+            match target.find(PROBE_TIMEOUT).await {
+                Ok((options, moved)) => {
+                    if moved {
+                        if let Some(pool) = self.inner.pool.get() {
+                            pool.set_connect_options(options.clone());
+                        }
+                        tracing::warn!(
+                            host = %target::describe(&options),
+                            "following the database to another host: it takes writes now"
+                        );
+                    }
                     self.inner.down.send_replace(false);
                     tracing::info!("database reachable again");
                     continue;
                 }
-                Ok(Ok(true)) => {
-                    tracing::debug!("database answers but takes no writes (a standby); still down")
-                }
-                Ok(Err(e)) => tracing::debug!(error = %e, "database probe failed"),
-                Err(_) => tracing::debug!("database probe timed out"),
+                Err(why) => tracing::debug!(%why, "database probe found no host to use"),
             }
             tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -188,19 +226,48 @@ pub struct PoolSettings {
     pub acquire_timeout: Duration,
 }
 
-/// Opens a pool whose connections are retired after an outage (see the module docs), and
-/// which `health` probes from now on.
+/// Opens a pool on the host of `target` in use, whose connections are retired after an
+/// outage (see the module docs), and which `health` probes from now on. Every new connection
+/// gets TCP keepalives ([`sockets`]) and, unless `target` accepts any server, is checked to
+/// take writes: one that reached a standby is closed and reported as an outage, so the prober
+/// looks for the primary.
 pub async fn connect_pool(
-    options: PgConnectOptions,
+    target: &DbTarget,
     settings: &PoolSettings,
     health: &DbHealth,
 ) -> Result<PgPool, sqlx::Error> {
     let watched = health.clone();
     let released = health.clone();
+    let connected = health.clone();
+    let writes = target.requires_writes();
+    let endpoints = Arc::new(sockets::Endpoints::of(target.hosts()));
+    let _ = health.inner.endpoints.set((*endpoints).clone());
     let pool = PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .min_connections(settings.min_connections)
         .acquire_timeout(settings.acquire_timeout)
+        .after_connect(move |conn, _meta| {
+            let health = connected.clone();
+            let endpoints = endpoints.clone();
+            Box::pin(async move {
+                let (read_only, client_port): (bool, Option<i32>) = sqlx::query_as(
+                    "select current_setting('transaction_read_only') = 'on', inet_client_port()",
+                )
+                .fetch_one(&mut *conn)
+                .await?;
+                if let Some(port) = client_port.and_then(|p| u16::try_from(p).ok()) {
+                    sockets::adopt(&endpoints, port, &health.inner.sockets);
+                }
+                if writes && read_only {
+                    health.report_lost();
+                    return Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionRefused,
+                        "the database server takes no writes (a standby); looking for the primary",
+                    )));
+                }
+                Ok(())
+            })
+        })
         // A ping before every checkout doubles the round trips of every statement; connections
         // that predate an outage are retired instead.
         .test_before_acquire(false)
@@ -214,7 +281,7 @@ pub async fn connect_pool(
             let keep = !released.predates_failure(meta.age);
             Box::pin(async move { Ok(keep) })
         })
-        .connect_with(options)
+        .connect_with(target.current())
         .await?;
     // A second pool on the same health (none today) keeps probing the first.
     let _ = health.inner.pool.set(pool.clone());

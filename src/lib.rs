@@ -19,7 +19,7 @@
 //! | wire | `wire` | how values are spelled in client JSON: verbatim JSON, durations, timestamps, field violations |
 //! | domain | `job` `worker` `queue_config` `rate_limit` `scheduling` `cron` `workflow` `error` | what a job, worker, queue, rate-limit policy, pool and cron entry are and may do; no I/O |
 //! | store | `store` | every SQL statement, given a connection |
-//! | infrastructure | `db` `telemetry` | connection pools, database health, logs and metrics |
+//! | infrastructure | `db` `telemetry` `embedded` | connection pools, database health and failover, logs and metrics, the private cluster of `--embedded` |
 //! | runtime | `wakeup` `events` `leadership` `auth` | per-process machinery: long-poll wake-ups, the event tail, the maintenance lease, the key ring |
 //! | services | `broker` `maintenance` | the OJS operations; the leader's timed services |
 //! | http | `http` | the wire API |
@@ -36,6 +36,8 @@ pub mod broker;
 pub mod config;
 pub mod cron;
 pub mod db;
+#[cfg(unix)]
+pub mod embedded;
 pub mod error;
 pub mod events;
 pub mod http;

@@ -22,7 +22,21 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the server (the default).
-    Serve,
+    Serve {
+        /// Start a private PostgreSQL in the data directory (made on first use, with the
+        /// machine's own initdb and pg_ctl), use it, and stop it on shutdown. For trying ojsd
+        /// on a machine with no database running; never implied.
+        #[arg(long)]
+        embedded: bool,
+        /// The embedded cluster's directory.
+        #[arg(
+            long,
+            env = "OJS_DATA_DIR",
+            default_value = "./ojsd-data",
+            requires = "embedded"
+        )]
+        data_dir: std::path::PathBuf,
+    },
     /// Apply pending database migrations, then exit.
     Migrate,
     /// Create, list and revoke API keys (effective on every replica within a second).
@@ -64,11 +78,21 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     ojsd::telemetry::init(cli.config.log_format);
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => {
+    let command = cli.command.unwrap_or(Command::Serve {
+        embedded: false,
+        data_dir: "./ojsd-data".into(),
+    });
+    match command {
+        Command::Serve {
+            embedded: false, ..
+        } => {
             let app = Application::build(&cli.config).await?;
             app.run_until_stopped(app::shutdown_signal()).await
         }
+        Command::Serve {
+            embedded: true,
+            data_dir,
+        } => serve_embedded(cli.config, data_dir).await,
         Command::Keys(command) => keys(&cli.config, command).await,
         Command::Migrate => {
             cli.config.validate()?;
@@ -81,12 +105,63 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// `ojsd serve --embedded`: starts the private cluster, serves on it, stops it.
+async fn serve_embedded(mut config: Config, data_dir: std::path::PathBuf) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use ojsd::embedded::Cluster;
+    // From here on a SIGINT or SIGTERM ends the server gracefully, and so stops the cluster,
+    // however early it comes.
+    let stop = app::shutdown_signal();
+    if config.database_url != ojsd::config::DEFAULT_DATABASE_URL {
+        anyhow::bail!(
+            "--embedded runs ojsd on a private PostgreSQL, but DATABASE_URL names another \
+             database; drop one of the two"
+        );
+    }
+    let mut cluster = tokio::task::spawn_blocking(move || {
+        let mut cluster = Cluster::open(&data_dir, ojsd::embedded::Access::SocketOnly)?;
+        cluster.start(&[])?;
+        anyhow::Ok(cluster)
+    })
+    .await
+    .context("starting the embedded PostgreSQL")??;
+    config.database_url = cluster.database_url("ojs");
+    tracing::info!(
+        data = %cluster.pgdata().display(),
+        socket = %cluster.socket_dir().display(),
+        log = %cluster.log_file().display(),
+        psql = %cluster.psql_command("ojs"),
+        "embedded PostgreSQL running (Unix socket only; stopped when ojsd stops)"
+    );
+    let served = async {
+        let app = Application::build(&config).await?;
+        app.run_until_stopped(stop).await
+    }
+    .await;
+    let stopped = tokio::task::spawn_blocking(move || cluster.stop())
+        .await
+        .context("stopping the embedded PostgreSQL")?;
+    match (served, stopped) {
+        (Err(e), stopped) => {
+            if let Err(stop) = stopped {
+                tracing::error!(error = %stop, "cannot stop the embedded PostgreSQL");
+            }
+            Err(e)
+        }
+        (Ok(()), stopped) => {
+            stopped?;
+            tracing::info!("embedded PostgreSQL stopped");
+            Ok(())
+        }
+    }
+}
+
 async fn keys(config: &Config, command: Keys) -> anyhow::Result<()> {
     use anyhow::Context;
     use ojsd::store::api_key;
     config.validate()?;
     app::migrate(config).await?;
-    let db = sqlx::PgPool::connect_with(config.connect_options()?)
+    let db = sqlx::PgPool::connect_with(app::find_database(&config.database_target()?).await?)
         .await
         .context("cannot connect to PostgreSQL")?;
     let show = |row: &api_key::KeyRow| {

@@ -270,14 +270,19 @@ async fn run_loop<S: Service>(service: S, health: DbHealth, stop: CancellationTo
             let started = std::time::Instant::now();
             let pass = tokio::time::timeout(PASS_TIMEOUT, service.run_once(None))
                 .instrument(tracing::info_span!("maintenance", service = name));
+            // A pass whose database went away is abandoned at once: on a server that froze
+            // (its kernel still acknowledging), its statement would hold a pool connection
+            // until PASS_TIMEOUT, and a few such passes starve the requests of connections
+            // once the database is back or another host took over.
             let result = tokio::select! {
                 () = stop.cancelled() => return,
-                r = pass => r,
+                r = pass => r.map_err(|_elapsed| "timed out"),
+                () = health.went_down() => Err("database went away"),
             };
-            // `Err(None)`: the pass timed out.
+            // `Err(Err(why))`: the pass was abandoned.
             let result = match result {
-                Ok(pass) => pass.map_err(Some),
-                Err(_elapsed) => Err(None),
+                Ok(pass) => pass.map_err(Ok),
+                Err(why) => Err(Err(why)),
             };
             crate::telemetry::maintenance_pass(
                 name,
@@ -287,16 +292,16 @@ async fn run_loop<S: Service>(service: S, health: DbHealth, stop: CancellationTo
             match result {
                 Ok(pass) if pass.more => Duration::ZERO,
                 Ok(_) => service.pause(),
-                Err(Some(e)) => {
+                Err(Ok(e)) => {
                     health.report(&e);
                     tracing::warn!(service = name, error = %e, "maintenance pass failed");
                     jittered(service.interval())
                 }
-                Err(None) => {
+                Err(Err(why)) => {
                     tracing::warn!(
                         service = name,
                         timeout_secs = PASS_TIMEOUT.as_secs(),
-                        "maintenance pass timed out; abandoned"
+                        "maintenance pass abandoned: {why}"
                     );
                     jittered(service.interval())
                 }

@@ -141,16 +141,23 @@ impl Notifier {
                 () = shutdown.cancelled() => return,
                 r = self.listen_once(&db, &health, &shutdown) => r,
             };
-            self.listener_pid.store(0, Ordering::Relaxed);
+            // A listener that was up starts its retries from the shortest wait again.
+            if self.listener_pid.swap(0, Ordering::Relaxed) != 0 {
+                backoff = Duration::from_millis(100);
+            }
             match result {
                 Ok(()) => return,
                 Err(e) => {
                     tracing::warn!(error = %e, "notification listener failed; retrying");
                     health.report(&e);
                     self.wake(Wakeup::All);
+                    // During an outage, the prober finding the database (perhaps on another
+                    // host, after a failover) ends the wait at once.
+                    let down = health.is_down();
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         () = tokio::time::sleep(backoff) => {}
+                        () = health.came_back(), if down => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
@@ -190,8 +197,9 @@ impl Notifier {
             let next = tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
                 _ = ping.tick() => {
-                    // An idle connection to a server that froze or vanished without a reset
-                    // never errors (sqlx sets no TCP keepalive): ask it something.
+                    // An idle connection to a server that froze never errors (its kernel
+                    // answers keepalives), nor, for tens of seconds, one to a server that
+                    // vanished without a reset: ask it something.
                     let answered = tokio::time::timeout(
                         LISTENER_PING_TIMEOUT,
                         sqlx::query("select 1").execute(&mut listener),
@@ -206,8 +214,9 @@ impl Notifier {
                                 LISTENER_PING_TIMEOUT.as_millis()
                             );
                             // Before the connection is dropped: the pool then closes it rather
-                            // than testing it (which would wait on the silent server).
-                            health.report_lost();
+                            // than testing it (which would wait on the silent server). Every
+                            // statement waiting on that server fails now.
+                            health.report_unresponsive();
                             return Err(sqlx::Error::Io(std::io::Error::new(
                                 std::io::ErrorKind::TimedOut,
                                 "the notification connection did not answer a ping",
@@ -233,11 +242,15 @@ impl Notifier {
                         queue, from, jobs, ..
                     } => self.wake(Wakeup::queue_from(queue, jobs, from)),
                 },
-                // The connection was lost; the next try_recv reconnects and re-listens.
+                // The connection was lost. sqlx's listener would reconnect by itself on the
+                // next call, but without the session's name (which other replicas look for)
+                // and without the pid bookkeeping: listen again from the start instead.
                 None => {
-                    tracing::warn!("notification connection lost; reconnecting");
                     health.report_lost();
-                    self.wake(Wakeup::All);
+                    return Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "the notification connection was lost",
+                    )));
                 }
             }
         }

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use ojsd::db::{DbHealth, HotConnection, HotConnections, PoolSettings};
+use ojsd::db::target::SessionAttrs;
+use ojsd::db::{DbHealth, DbTarget, HotConnection, HotConnections, PoolSettings};
 use sqlx::PgPool;
 
 use crate::support::TestDb;
@@ -41,7 +42,7 @@ async fn two_at_once(hot: &HotConnections) -> (i32, i32) {
 /// A pool of `max_connections` watched by `health`.
 async fn pool_of(db: &TestDb, health: &DbHealth, max_connections: u32) -> PgPool {
     ojsd::db::connect_pool(
-        db.options.clone(),
+        &DbTarget::new(vec![db.options.clone()], SessionAttrs::ReadWrite),
         &PoolSettings {
             max_connections,
             min_connections: 0,
@@ -51,6 +52,65 @@ async fn pool_of(db: &TestDb, health: &DbHealth, max_connections: u32) -> PgPool
     )
     .await
     .expect("pool")
+}
+
+/// Every connection of the pool has TCP keepalives: its socket's keepalive timer runs (the
+/// kernel's table of TCP sockets shows timer 2, keepalive, for it) while it is idle.
+#[tokio::test]
+async fn pool_connections_have_tcp_keepalives() {
+    let db = TestDb::new().await;
+    let health = DbHealth::default();
+    let pool = pool(&db, &health).await;
+    let port: i32 = sqlx::query_scalar("select inet_client_port()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let local = format!(":{port:04X}");
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap()
+        + &std::fs::read_to_string("/proc/net/tcp6").unwrap_or_default();
+    let socket = tcp
+        .lines()
+        .find(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 5 && fields[1].ends_with(&local) && fields[3] == "01"
+        })
+        .unwrap_or_else(|| panic!("no established socket from port {port}"));
+    // Field 5 is `timer:expires`; 2 is the keepalive timer.
+    let timer = socket.split_whitespace().nth(5).unwrap();
+    assert!(timer.starts_with("02:"), "no keepalive timer: {socket}");
+}
+
+/// When the server stops answering, the pool's own connections are cut — a statement waiting
+/// on one fails at once — and no other pool's in the same process.
+#[tokio::test]
+async fn an_unresponsive_server_cuts_this_pools_connections_only() {
+    let db = TestDb::new().await;
+    let (health, other_health) = (DbHealth::default(), DbHealth::default());
+    let (pool, other) = (pool(&db, &health).await, pool(&db, &other_health).await);
+    let mut conn = pool.acquire().await.unwrap();
+    let mut bystander = other.acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let outcome = sqlx::query("select pg_sleep(30)").execute(&mut *conn).await;
+        (outcome.map(drop), started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    health.report_unresponsive();
+    let (outcome, waited) = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the statement still waits")
+        .unwrap();
+    assert!(
+        outcome.as_ref().is_err_and(ojsd::db::is_connection_error),
+        "{outcome:?}"
+    );
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(health.is_down());
+    let answered: i32 = sqlx::query_scalar("select 1")
+        .fetch_one(&mut *bystander)
+        .await
+        .expect("another pool's connection was cut");
+    assert_eq!(answered, 1);
 }
 
 /// A pool of 8: two connections may be kept.

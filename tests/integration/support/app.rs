@@ -178,7 +178,7 @@ impl Drop for TestApp {
     }
 }
 
-fn init_test_logging() {
+pub fn init_test_logging() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         if std::env::var_os("TEST_LOG").is_some() {

@@ -6,6 +6,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ojsd::embedded::{Access, Cluster};
 use serde_json::Value;
 
 /// One `ojsd` process (the binary this test run built).
@@ -128,168 +129,90 @@ impl Drop for Replica {
 }
 
 /// A PostgreSQL cluster of its own (a data directory under /tmp, its own port), which a test may
-/// stop and start without disturbing any other test.
+/// stop and start without disturbing any other test: ojsd's own embedded cluster
+/// ([`ojsd::embedded::Cluster`]), reachable over TCP on loopback.
 pub struct PrivateCluster {
-    bin: PathBuf,
+    cluster: Mutex<Cluster>,
     dir: PathBuf,
     pub port: u16,
-    /// Run the server binaries as this user (they refuse to run as root).
-    run_as: Option<&'static str>,
 }
 
-fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
+/// A fresh directory for a cluster under the temporary directory (which the cluster's user,
+/// when the tests run as root, can reach).
+pub fn cluster_dir() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "ojsd-pg-{}-{}",
+        std::process::id(),
+        uuid::Uuid::now_v7().simple()
+    ))
 }
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// The settings every test cluster runs with.
+pub const TEST_SETTINGS: [(&str, &str); 1] = [("max_connections", "50")];
 
 impl PrivateCluster {
     /// Creates and starts a cluster; panics with instructions when the server binaries are not
     /// installed.
     pub fn start() -> PrivateCluster {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()
-            .and_then(|versions| {
-                let mut found: Vec<PathBuf> = versions
-                    .filter_map(Result::ok)
-                    .map(|v| v.path().join("bin"))
-                    .filter(|b| b.join("initdb").exists())
-                    .collect();
-                found.sort();
-                found.pop()
-            })
-            .or_else(|| {
-                Command::new("pg_config")
-                    .arg("--bindir")
-                    .output()
-                    .ok()
-                    .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
-                    .filter(|b| b.join("initdb").exists())
-            })
-            .expect(
-                "this test runs a private PostgreSQL cluster and needs the server binaries \
-                 (initdb, pg_ctl): install the postgresql package",
-            );
-        let run_as = running_as_root().then_some("postgres");
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap().port()
-        };
-        let dir = std::env::temp_dir().join(format!(
-            "ojsd-pg-{}-{}",
-            std::process::id(),
-            uuid::Uuid::now_v7().simple()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        if let Some(user) = run_as {
-            let status = Command::new("chown")
-                .args([user, dir.to_str().unwrap()])
-                .status()
-                .unwrap();
-            assert!(status.success(), "chown the cluster directory");
-        }
-        let cluster = PrivateCluster {
-            bin,
+        let dir = cluster_dir();
+        let port = free_port();
+        let mut cluster = Cluster::open(&dir, Access::Loopback(port))
+            .unwrap_or_else(|e| panic!("this test runs a private PostgreSQL cluster: {e:#}"));
+        cluster.start(&test_settings()).expect("start the cluster");
+        PrivateCluster {
+            cluster: Mutex::new(cluster),
             dir,
             port,
-            run_as,
-        };
-        cluster.run(
-            "initdb",
-            &[
-                "-D",
-                &cluster.data(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-            ],
-        );
-        cluster.pg_ctl_start();
-        cluster
-    }
-
-    fn data(&self) -> String {
-        self.dir.join("data").to_string_lossy().into_owned()
-    }
-
-    fn run(&self, tool: &str, args: &[&str]) {
-        let program = self.bin.join(tool);
-        let output = match self.run_as {
-            Some(user) => Command::new("runuser")
-                .args(["-u", user, "--"])
-                .arg(&program)
-                .args(args)
-                .output(),
-            None => Command::new(&program).args(args).output(),
         }
-        .unwrap_or_else(|e| panic!("run {tool}: {e}"));
-        assert!(
-            output.status.success(),
-            "{tool} {args:?} failed: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-
-    fn pg_ctl_start(&self) {
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50",
-            self.port,
-            self.dir.display()
-        );
-        let log = self.dir.join("server.log").to_string_lossy().into_owned();
-        self.run(
-            "pg_ctl",
-            &[
-                "-D",
-                &self.data(),
-                "-o",
-                &options,
-                "-l",
-                &log,
-                "-w",
-                "-t",
-                "30",
-                "start",
-            ],
-        );
     }
 
     /// Stops the server (fast shutdown: sessions are terminated).
     pub fn stop(&self) {
-        self.run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
+        self.cluster
+            .lock()
+            .unwrap()
+            .stop()
+            .expect("stop the cluster");
     }
 
     /// Starts it again after [`PrivateCluster::stop`].
     pub fn start_again(&self) {
-        self.pg_ctl_start();
+        self.cluster
+            .lock()
+            .unwrap()
+            .start(&test_settings())
+            .expect("start the cluster again");
     }
 
     /// URL of database `name` on this cluster.
     pub fn url(&self, name: &str) -> String {
         format!(
-            "postgres://postgres@127.0.0.1:{}/{name}?sslmode=disable",
+            "postgres://{}@127.0.0.1:{}/{name}?sslmode=disable",
+            ojsd::embedded::SUPERUSER,
             self.port
         )
     }
 }
 
+/// [`TEST_SETTINGS`] as [`Cluster::start`] takes them.
+pub fn test_settings() -> Vec<(&'static str, String)> {
+    TEST_SETTINGS
+        .iter()
+        .map(|(name, value)| (*name, (*value).to_owned()))
+        .collect()
+}
+
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
-        let program = self.bin.join("pg_ctl");
-        let data = self.data();
-        let args = ["-D", data.as_str(), "-m", "immediate", "stop"];
-        let _ = match self.run_as {
-            Some(user) => Command::new("runuser")
-                .args(["-u", user, "--"])
-                .arg(&program)
-                .args(args)
-                .output(),
-            None => Command::new(&program).args(args).output(),
-        };
+        if let Ok(cluster) = self.cluster.get_mut() {
+            let _ = cluster.kill();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
