@@ -4,35 +4,22 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ojsd::app::Application;
 use ojsd::config::Config;
 use ojsd::embedded::{Access, Cluster};
 use serde_json::json;
 
-use crate::support::client::Client;
+use crate::support::app::Served;
 use crate::support::processes::cluster_dir;
 
-/// Serves on `url` until the returned sender is used or dropped.
-async fn serve(
-    url: String,
-) -> (
-    Client,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<anyhow::Result<()>>,
-) {
-    let config = Config {
+/// Serves on `url`.
+async fn serve(url: String) -> Served {
+    Served::start(Config {
         database_url: url,
         listen_addr: "127.0.0.1:0".parse().unwrap(),
         maintenance: false,
         ..Config::default()
-    };
-    let server = Application::build(&config).await.expect("build the server");
-    let api = Client::new(format!("http://{}", server.local_addr().unwrap()));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run_until_stopped(async move {
-        let _ = stopped.await;
-    }));
-    (api, stop, running)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -48,8 +35,8 @@ async fn an_embedded_cluster_is_made_once_listens_on_its_socket_only_and_keeps_i
     };
     let mut cluster = tokio::task::spawn_blocking(open.clone()).await.unwrap();
     let url = cluster.database_url("ojs");
-    let (api, stop, running) = serve(url.clone()).await;
-    let id = api.push_id(json!({"type": "a.b", "args": [1]})).await;
+    let served = serve(url.clone()).await;
+    let id = served.api.push_id(json!({"type": "a.b", "args": [1]})).await;
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let listening: String = sqlx::query_scalar("show listen_addresses")
         .fetch_one(&pool)
@@ -57,8 +44,7 @@ async fn an_embedded_cluster_is_made_once_listens_on_its_socket_only_and_keeps_i
         .unwrap();
     assert_eq!(listening, "", "the embedded cluster opens no TCP port");
     pool.close().await;
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
+    served.stop().await;
 
     // Stopped with ojsd; the same directory is opened again (no second initdb) with its data.
     let made = std::fs::metadata(cluster.pgdata().join("PG_VERSION"))
@@ -80,10 +66,9 @@ async fn an_embedded_cluster_is_made_once_listens_on_its_socket_only_and_keeps_i
             .unwrap(),
         made
     );
-    let (api, stop, running) = serve(cluster.database_url("ojs")).await;
-    assert_eq!(api.job(&id).await["args"], json!([1]));
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
+    let served = serve(cluster.database_url("ojs")).await;
+    assert_eq!(served.api.job(&id).await["args"], json!([1]));
+    served.stop().await;
     tokio::task::spawn_blocking(move || cluster.stop().expect("stop"))
         .await
         .unwrap();

@@ -7,13 +7,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ojsd::app::Application;
 use ojsd::config::Config;
 use ojsd::embedded::{Access, Cluster};
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::support::client::Client;
+use crate::support::app::Served;
 use crate::support::processes::{cluster_dir, free_port, test_settings};
 
 /// How long ojsd may take to take writes on the promoted standby, counted from the promotion.
@@ -156,19 +155,15 @@ async fn follow_the_primary(loss: Loss) {
     }
     primary_pool.close().await;
 
-    let config = Config {
+    let served = Served::start(Config {
         database_url: pair.url(),
         listen_addr: "127.0.0.1:0".parse().unwrap(),
         db_acquire_timeout_ms: 1000,
         fetch_poll_interval_ms: 60_000,
         ..Config::default()
-    };
-    let server = Application::build(&config).await.expect("build the server");
-    let api = Client::new(format!("http://{}", server.local_addr().unwrap()));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(server.run_until_stopped(async move {
-        let _ = stopped.await;
-    }));
+    })
+    .await;
+    let api = served.api.clone();
 
     // A job claimed before the failover and not acknowledged must come through it.
     api.push(json!({"type": "a.b", "args": [], "queue": "claimed"}))
@@ -304,8 +299,7 @@ async fn follow_the_primary(loss: Loss) {
     if let Some(pids) = frozen {
         signal(&pids, "KILL");
     }
-    let _ = stop.send(());
-    running.await.unwrap().unwrap();
+    served.stop().await;
     new_primary.close().await;
 }
 

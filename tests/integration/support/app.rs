@@ -30,6 +30,33 @@ impl InProcessReplica {
     }
 }
 
+/// A server built from `config` and running (for tests that bring their own database, such as
+/// a private cluster), with a client of it.
+pub struct Served {
+    pub api: Client,
+    stop: oneshot::Sender<()>,
+    server: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Served {
+    /// Builds the server from `config` (whose `listen_addr` should be port 0) and runs it.
+    pub async fn start(config: Config) -> Served {
+        let server = Application::build(&config).await.expect("build the server");
+        let api = Client::new(format!("http://{}", server.local_addr().unwrap()));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(server.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        Served { api, stop, server }
+    }
+
+    /// Stops the server gracefully and asserts it ended cleanly.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.server.await.unwrap().unwrap();
+    }
+}
+
 /// The real server, on its own database and port. It derefs to its [`Client`], so tests
 /// call the API on it directly (`app.post(...)`, `app.ack(...)`).
 pub struct TestApp {
