@@ -36,7 +36,10 @@ async fn an_embedded_cluster_is_made_once_listens_on_its_socket_only_and_keeps_i
     let mut cluster = tokio::task::spawn_blocking(open.clone()).await.unwrap();
     let url = cluster.database_url("ojs");
     let served = serve(url.clone()).await;
-    let id = served.api.push_id(json!({"type": "a.b", "args": [1]})).await;
+    let id = served
+        .api
+        .push_id(json!({"type": "a.b", "args": [1]}))
+        .await;
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     let listening: String = sqlx::query_scalar("show listen_addresses")
         .fetch_one(&pool)
