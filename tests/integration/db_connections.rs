@@ -340,18 +340,11 @@ async fn a_listener_whose_server_froze_is_replaced_within_seconds() {
     }
     drop(stopped);
 
-    let waiting =
-        app.spawn_fetch(&serde_json::json!({"queues": ["thawed"], "count": 1, "wait_ms": 20000}));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let id: String = sqlx::query_scalar(
-        r#"select ojs_enqueue('{"type": "a.b", "args": [], "queue": "thawed"}') -> 'job' ->> 'id'"#,
+    crate::support::app::assert_sql_enqueue_wakes_a_long_poll(
+        &app.api,
+        app.pool(),
+        "thawed",
+        Duration::from_secs(2),
     )
-    .fetch_one(app.pool())
-    .await
-    .unwrap();
-    let fetched = tokio::time::timeout(Duration::from_secs(2), waiting)
-        .await
-        .expect("the long poll was not woken")
-        .unwrap();
-    assert_eq!(fetched["jobs"][0]["id"], id.as_str());
+    .await;
 }

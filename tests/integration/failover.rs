@@ -280,19 +280,13 @@ async fn follow_the_primary(loss: Loss) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Wake-ups reach a parked long poll through the new primary's notifications.
-    let waiting = api.spawn_fetch(&json!({"queues": ["after"], "count": 1, "wait_ms": 20000}));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let id: String = sqlx::query_scalar(
-        r#"select ojs_enqueue('{"type": "a.b", "args": [], "queue": "after"}') -> 'job' ->> 'id'"#,
+    crate::support::app::assert_sql_enqueue_wakes_a_long_poll(
+        &api,
+        &new_primary,
+        "after",
+        Duration::from_secs(3),
     )
-    .fetch_one(&new_primary)
-    .await
-    .unwrap();
-    let fetched = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("the long poll was not woken")
-        .unwrap();
-    assert_eq!(fetched["jobs"][0]["id"], id.as_str());
+    .await;
 
     // The frozen server is put down before ojsd stops: a background statement still waiting
     // on it would otherwise hold the shutdown for the TCP user timeout.

@@ -30,6 +30,32 @@ impl InProcessReplica {
     }
 }
 
+/// Parks a long poll on `queue` at `api`, enqueues a job there from SQL on `pool` (whose
+/// wake-up only the notification listener hears), and asserts the poll answers with it
+/// within `within`.
+pub async fn assert_sql_enqueue_wakes_a_long_poll(
+    api: &Client,
+    pool: &sqlx::PgPool,
+    queue: &str,
+    within: Duration,
+) {
+    let waiting =
+        api.spawn_fetch(&serde_json::json!({"queues": [queue], "count": 1, "wait_ms": 20000}));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id: String = sqlx::query_scalar(
+        "select ojs_enqueue(json_build_object('type', 'a.b', 'args', '[]'::json, 'queue', $1::text)) -> 'job' ->> 'id'",
+    )
+    .bind(queue)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let fetched = tokio::time::timeout(within, waiting)
+        .await
+        .expect("the long poll was not woken")
+        .unwrap();
+    assert_eq!(fetched["jobs"][0]["id"], id.as_str());
+}
+
 /// A server built from `config` and running (for tests that bring their own database, such as
 /// a private cluster), with a client of it.
 pub struct Served {
