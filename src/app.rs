@@ -96,10 +96,16 @@ impl Application {
     /// Connects, migrates (unless disabled) and binds the listener.
     pub async fn build(config: &Config) -> anyhow::Result<Application> {
         config.validate()?;
+        let instance_id = config.resolved_instance_id();
+        let trace_settings = crate::telemetry::traces::TraceSettings::from_variables(
+            &config.otel,
+            &config.service_name,
+            &instance_id,
+        )?;
         if !config.skip_migrations {
             migrate(config).await?;
         }
-        let instance_id = config.resolved_instance_id();
+        let traces = crate::telemetry::traces::JobTracer::new(&trace_settings)?;
         let health = DbHealth::default();
         // Events written by API requests name this replica as their source. The statements are
         // short and their plans cheap: a JIT compile (tens of ms) would only ever cost time.
@@ -253,6 +259,7 @@ impl Application {
                 health: health.clone(),
                 role,
                 gate: gate.clone(),
+                traces,
             },
             shutdown.clone(),
         );
@@ -415,6 +422,9 @@ impl Application {
             }
         }
         db.close().await;
+        // The last job spans go out (the exporter's own thread; bounded wait).
+        let traces = state.traces().clone();
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown(Duration::from_secs(5))).await;
         served
             .context("server task failed")?
             .context("server failed")?;

@@ -347,6 +347,10 @@ pub struct Config {
     /// How often event streams (SSE) look for new events (ms).
     #[arg(long, env = "OJS_EVENT_POLL_INTERVAL_MS", default_value_t = DEFAULT_EVENT_POLL_INTERVAL_MS)]
     pub event_poll_interval_ms: u64,
+
+    /// Job traces: the standard OpenTelemetry variables.
+    #[command(flatten)]
+    pub otel: crate::telemetry::traces::OtelVariables,
 }
 
 impl Default for Config {
@@ -405,6 +409,7 @@ impl Default for Config {
             cron_history_retention: Span::parse_default(DEFAULT_CRON_HISTORY_RETENTION),
             heartbeat_timeout_secs: None,
             event_poll_interval_ms: DEFAULT_EVENT_POLL_INTERVAL_MS,
+            otel: crate::telemetry::traces::OtelVariables::default(),
         }
     }
 }

@@ -1,10 +1,13 @@
-//! Logs and metrics.
+//! Logs, metrics and job traces.
 //!
 //! Logs: `RUST_LOG` filters (default `info`), `OJS_LOG_FORMAT` picks text or JSON lines.
 //! Metrics: Prometheus text at `GET /metrics`, named after the [OJS metrics] plus HTTP request
 //! counters. Labels never carry job ids, arguments or messages.
+//! Job traces: OpenTelemetry spans over OTLP/HTTP ([`traces`]).
 //!
 //! [OJS metrics]: https://github.com/openjobspec/spec/blob/main/spec/ojs-observability.md#8-metrics
+
+pub mod traces;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

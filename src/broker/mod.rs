@@ -53,6 +53,7 @@ pub use crate::scheduling::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting
 pub use crate::store::admin::{JobFilter, JobSort, JobSummary, StateCounts};
 pub use crate::store::dead_letter::{DeadLetterFilter, DeadLetterStats, RetryOverride};
 pub use crate::store::event::{EventFilter, EventRow, Position};
+pub use crate::store::job::Completed;
 pub use crate::store::queue::{QueueCounts, QueueState};
 pub use crate::store::rate_limit::{KeyUsage as RateKeyUsage, Override as RateOverride};
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
@@ -205,7 +206,7 @@ impl Broker {
         &self,
         worker_id: Option<&str>,
         acks: &[(JobId, Option<&str>)],
-    ) -> Result<Vec<Result<store::job::Completed>>> {
+    ) -> Result<Vec<Result<Completed>>> {
         self.completer.ack_many(worker_id, acks).await
     }
 

@@ -1,6 +1,6 @@
 //! Extractors whose rejections are OJS errors.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
@@ -11,7 +11,9 @@ use serde_json::value::RawValue;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::job::{JobId, is_valid_queue};
+use crate::broker::Completed;
+use crate::job::{Job, JobId, is_valid_queue};
+use crate::telemetry::traces::{JobTracer, Operation, Traceparent};
 use crate::wire::json::{self, Kind, Object};
 
 /// Read limit of a route's body, in bytes (set per route with an `Extension`).
@@ -327,4 +329,80 @@ pub fn check_queue_name(field: &str, name: &str) -> Result<(), ApiError> {
 /// The queue name of a path, validated.
 pub fn queue_path(name: &str) -> Result<(), ApiError> {
     check_queue_name("path.name", name)
+}
+
+/// The W3C `traceparent` (with its `tracestate`) a request carries, when valid.
+pub fn caller_trace(headers: &axum::http::HeaderMap) -> Option<Traceparent> {
+    let traceparent = headers.get("traceparent")?.to_str().ok()?;
+    let tracestate = headers.get("tracestate").and_then(|v| v.to_str().ok());
+    Traceparent::parse(traceparent, tracestate)
+}
+
+/// What the job spans of a FETCH, ACK or NACK need of the request: its trace context and when
+/// it arrived. Read only while traces are on; otherwise every method does nothing.
+pub struct TraceCall(Option<(JobTracer, Option<Traceparent>, SystemTime)>);
+
+impl FromRequestParts<AppState> for TraceCall {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let tracer = state.traces();
+        Ok(TraceCall(tracer.is_on().then(|| {
+            (
+                tracer.clone(),
+                caller_trace(&parts.headers),
+                SystemTime::now(),
+            )
+        })))
+    }
+}
+
+impl TraceCall {
+    /// Whether spans are made (traces on).
+    pub fn is_on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// See [`JobTracer::fetched`].
+    pub fn fetched(&self, worker_id: Option<&str>, jobs: &[Job]) {
+        if let Some((tracer, caller, started)) = &self.0 {
+            tracer.fetched(caller.as_ref(), *started, worker_id, jobs);
+        }
+    }
+
+    /// See [`JobTracer::acked`].
+    pub fn acked(&self, job: &Job) {
+        if let Some((tracer, caller, started)) = &self.0 {
+            tracer.acked(caller.as_ref(), *started, job);
+        }
+    }
+
+    /// See [`JobTracer::acked_brief`].
+    pub fn acked_brief(&self, job: &Completed) {
+        if let Some((tracer, caller, started)) = &self.0 {
+            tracer.acked_brief(caller.as_ref(), *started, job);
+        }
+    }
+
+    /// See [`JobTracer::nacked`].
+    pub fn nacked(&self, job: &Job, failure: Option<(&str, &str)>) {
+        if let Some((tracer, caller, started)) = &self.0 {
+            tracer.nacked(caller.as_ref(), *started, job, failure);
+        }
+    }
+
+    /// See [`JobTracer::refused`].
+    pub fn refused(&self, operation: Operation, id: JobId, error: &ApiError) {
+        self.refused_item(operation, id, error.code, &error.message);
+    }
+
+    /// See [`JobTracer::refused`] (`code` and `message`: a batch item's error).
+    pub fn refused_item(&self, operation: Operation, id: JobId, code: &str, message: &str) {
+        if let Some((tracer, caller, started)) = &self.0 {
+            tracer.refused(operation, caller.as_ref(), *started, id, code, message);
+        }
+    }
 }

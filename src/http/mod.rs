@@ -125,6 +125,8 @@ pub struct Services {
     pub role: tokio::sync::watch::Receiver<Role>,
     /// Which requests need an API key, and the keys.
     pub gate: crate::auth::Gate,
+    /// Job spans (off unless an OTLP endpoint is configured).
+    pub traces: crate::telemetry::traces::JobTracer,
 }
 
 /// State shared by every handler.
@@ -183,6 +185,11 @@ impl AppState {
     /// Database reachability.
     pub fn health(&self) -> &DbHealth {
         &self.inner.services.health
+    }
+
+    /// The job tracer.
+    pub fn traces(&self) -> &crate::telemetry::traces::JobTracer {
+        &self.inner.services.traces
     }
 
     /// API keys and whether they are required.

@@ -32,6 +32,7 @@ mod schema;
 mod sql_enqueue;
 mod support;
 mod system;
+mod traces;
 mod unique;
 mod validation;
 mod worker_protocol;

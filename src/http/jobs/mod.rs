@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::{BodyLimit, JobIdPath, JsonBody};
+use super::extract::{BodyLimit, JobIdPath, JsonBody, caller_trace};
 use super::openapi;
 use super::{AppState, HttpSettings, Ojs, ok};
 use crate::broker::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
@@ -54,6 +54,13 @@ struct PushHeaders {
     /// Seconds (0–30) to wait for room when a `block` queue is full.
     #[param(rename = "OJS-Block-Timeout", maximum = 30)]
     block_timeout: Option<u32>,
+    /// W3C trace context of the producer: the parent of the enqueue span, and copied into the
+    /// job's `meta` when it has no `traceparent` (an invalid one is ignored).
+    #[param(rename = "traceparent")]
+    traceparent: Option<String>,
+    /// W3C trace state going with `traceparent`.
+    #[param(rename = "tracestate")]
+    tracestate: Option<String>,
 }
 
 /// The job id of a path.
@@ -171,9 +178,22 @@ async fn push(
     if fields.object().get("workflow").is_some() {
         return push_chain(&state, &caller, &ctx, fields.object(), body.text().len()).await;
     }
-    let job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
+    let mut job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
     caller.check_queue(&job.queue)?;
-    let pushed = state.broker().push(vec![job], &ctx).await?;
+    let span = state
+        .traces()
+        .enqueue(caller_trace(&headers).as_ref(), &mut job);
+    let pushed = match state.broker().push(vec![job], &ctx).await {
+        Ok(pushed) => pushed,
+        Err(e) => {
+            let e = ApiError::from(e);
+            span.end(Err((e.code, &e.message)));
+            return Err(e);
+        }
+    };
+    if let Some(p) = pushed.jobs.first() {
+        span.end(Ok((p.job.id, p.outcome != PushOutcome::Created)));
+    }
     let pressure = pushed.pressure;
     let Some(Pushed { job, outcome }) = pushed.jobs.into_iter().next() else {
         return Err(ApiError::internal("push returned no job"));
@@ -404,10 +424,27 @@ async fn push_batch(
         caller.check_queue(&job.queue)?;
         jobs.push(job);
     }
+    let trace = caller_trace(&headers);
+    let spans: Vec<_> = jobs
+        .iter_mut()
+        .map(|job| state.traces().enqueue(trace.as_ref(), job))
+        .collect();
     let PushResult {
         jobs: pushed,
         pressure,
-    } = state.broker().push(jobs, &ctx).await?;
+    } = match state.broker().push(jobs, &ctx).await {
+        Ok(pushed) => pushed,
+        Err(e) => {
+            let e = ApiError::from(e);
+            for span in spans {
+                span.end(Err((e.code, &e.message)));
+            }
+            return Err(e);
+        }
+    };
+    for (span, p) in spans.into_iter().zip(&pushed) {
+        span.end(Ok((p.job.id, p.outcome != PushOutcome::Created)));
+    }
 
     #[derive(Serialize)]
     struct BatchBody<'a> {

@@ -13,12 +13,13 @@ use super::MAX_RESULT_BYTES;
 use crate::broker::{NackRequest, Nacked};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
-use crate::http::extract::{Fields, JsonBody};
+use crate::http::extract::{Fields, JsonBody, TraceCall};
 use crate::http::{AppState, ok, openapi};
 use crate::job::failure::JobError;
 use crate::job::id_schema::WorkerId;
 use crate::job::wire::WireJob;
 use crate::job::{JobId, JobState};
+use crate::telemetry::traces::Operation;
 use crate::wire::json::Object;
 use crate::wire::timestamp;
 
@@ -132,6 +133,7 @@ struct NackBatchItem {
 async fn ack(
     State(state): State<AppState>,
     caller: Caller,
+    trace: TraceCall,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
@@ -139,10 +141,19 @@ async fn ack(
     caller.check_job(&state, job_id).await?;
     let worker_id = fields.worker_id("worker_id")?;
     let result = ack_result(&fields, "result")?;
-    let job = state
+    let job = match state
         .broker()
         .ack(job_id, worker_id.as_deref(), result)
-        .await?;
+        .await
+    {
+        Ok(job) => job,
+        Err(e) => {
+            let e = ApiError::from(e);
+            trace.refused(Operation::Ack, job_id, &e);
+            return Err(e);
+        }
+    };
+    trace.acked(&job);
     Ok(ok(Acked {
         acknowledged: true,
         id: job.id.to_string(),
@@ -215,6 +226,18 @@ fn nack_request(
     })
 }
 
+/// The worker's error of a NACK, for its span: its type (else its code) and message.
+fn failure_of(request: &NackRequest) -> Option<(String, String)> {
+    request.error.as_ref().map(|e| {
+        let kind = if e.r#type.is_empty() {
+            &e.code
+        } else {
+            &e.r#type
+        };
+        (kind.clone(), e.message.clone())
+    })
+}
+
 /// Moves a field error of a nested object under `prefix` (`$.x` → `$.nacks[3].x`).
 fn at(mut error: ApiError, prefix: &str) -> ApiError {
     if prefix != "$" {
@@ -245,13 +268,27 @@ fn at(mut error: ApiError, prefix: &str) -> ApiError {
 async fn nack(
     State(state): State<AppState>,
     caller: Caller,
+    trace: TraceCall,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let worker_id = fields.worker_id("worker_id")?;
     let request = nack_request(&fields, worker_id, "$")?;
     caller.check_job(&state, request.job_id).await?;
-    let nacked = state.broker().nack(request).await?;
+    let job_id = request.job_id;
+    let failure = trace.is_on().then(|| failure_of(&request)).flatten();
+    let nacked = match state.broker().nack(request).await {
+        Ok(nacked) => nacked,
+        Err(e) => {
+            let e = ApiError::from(e);
+            trace.refused(Operation::Nack, job_id, &e);
+            return Err(e);
+        }
+    };
+    trace.nacked(
+        &nacked.job,
+        failure.as_ref().map(|(t, m)| (t.as_str(), m.as_str())),
+    );
     Ok(ok(NackBody::of(&nacked)).into_response())
 }
 
@@ -399,6 +436,7 @@ impl ItemError {
 async fn ack_batch(
     State(state): State<AppState>,
     caller: Caller,
+    trace: TraceCall,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
@@ -421,6 +459,7 @@ async fn ack_batch(
         .map(|((id, _), outcome)| match outcome {
             Ok(job) => {
                 succeeded += 1;
+                trace.acked_brief(&job);
                 AckItem::Done {
                     job_id: job.id.to_string(),
                     acknowledged: true,
@@ -430,7 +469,9 @@ async fn ack_batch(
             }
             Err(e) => {
                 failed += 1;
-                AckItem::Failed(ItemError::new(*id, e))
+                let item = ItemError::new(*id, e);
+                trace.refused_item(Operation::Ack, *id, item.error.code, &item.error.message);
+                AckItem::Failed(item)
             }
         })
         .collect();
@@ -482,6 +523,7 @@ enum AckItem {
 async fn nack_batch(
     State(state): State<AppState>,
     caller: Caller,
+    trace: TraceCall,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
@@ -494,12 +536,30 @@ async fn nack_batch(
         .collect::<Result<Vec<_>, _>>()?;
     let ids: Vec<JobId> = requests.iter().map(|r| r.job_id).collect();
     caller.check_jobs(&state, &ids).await?;
+    // The workers' errors, for the spans (read only while traces are on).
+    let failures: Vec<_> = if trace.is_on() {
+        requests.iter().map(failure_of).collect()
+    } else {
+        Vec::new()
+    };
     let outcomes = state.broker().nack_many(requests).await?;
 
     let outcomes: Vec<Result<Nacked, ItemError>> = ids
         .into_iter()
         .zip(outcomes)
-        .map(|(id, outcome)| outcome.map_err(|e| ItemError::new(id, e)))
+        .enumerate()
+        .map(|(i, (id, outcome))| match outcome {
+            Ok(nacked) => {
+                let failure = failures.get(i).and_then(Option::as_ref);
+                trace.nacked(&nacked.job, failure.map(|(t, m)| (t.as_str(), m.as_str())));
+                Ok(nacked)
+            }
+            Err(e) => {
+                let item = ItemError::new(id, e);
+                trace.refused_item(Operation::Nack, id, item.error.code, &item.error.message);
+                Err(item)
+            }
+        })
         .collect();
 
     let results: Vec<NackItem<'_>> = outcomes

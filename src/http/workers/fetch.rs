@@ -15,7 +15,7 @@ use crate::broker::{FetchRequest, MAX_WEIGHT, Strategy, Weights};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
-use crate::http::extract::{Fields, JsonBody};
+use crate::http::extract::{Fields, JsonBody, TraceCall};
 use crate::http::openapi::values::{FetchCount, Milliseconds};
 use crate::http::{AppState, ok, openapi};
 use crate::job::id_schema::{QueueName, WorkerId};
@@ -157,6 +157,7 @@ pub(super) fn parse_weights(raw: &RawValue) -> Result<Weights, ApiError> {
 async fn fetch(
     State(state): State<AppState>,
     caller: Caller,
+    trace: TraceCall,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
@@ -170,6 +171,7 @@ async fn fetch(
         caller.check_queue(queue)?;
     }
     let jobs = state.broker().fetch(&request, state.shutdown()).await?;
+    trace.fetched(request.worker_id.as_deref(), &jobs);
     Ok(ok(Fetched {
         job: jobs.first().map(|j| j.wire()),
         jobs: jobs.iter().map(|j| j.wire()).collect(),

@@ -246,6 +246,10 @@ pub struct Completed {
     pub r#type: String,
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: DateTime<Utc>,
+    /// The attempt that completed.
+    pub attempt: i32,
+    /// `meta.traceparent`, for the ACK's span.
+    pub traceparent: Option<String>,
 }
 
 /// [`complete_many`] answering only [`Completed`] of each job: the same change and events,
@@ -263,7 +267,7 @@ pub async fn complete_many_brief(
         acks,
         delete_on_ack,
         r#"        select id as "id!: JobId", queue as "queue!", type as "type!", started_at,
-               now() as "completed_at!"
+               now() as "completed_at!", attempt as "attempt!", meta ->> 'traceparent' as traceparent
           from finished
 "#,
         Completed
