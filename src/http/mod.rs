@@ -361,14 +361,29 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
         span.in_scope(|| {
-            if status.is_server_error() {
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                // An outage answers every request 503 (the prober logs its start and end);
+                // one line every few seconds says how many, instead of one per request.
+                if let Some(suppressed) = UNAVAILABLE_LOG.admit(UNAVAILABLE_LOG_EVERY) {
+                    tracing::warn!(
+                        %method,
+                        route,
+                        request_id,
+                        code = error.code,
+                        cause = error.cause.as_deref().unwrap_or(&error.message),
+                        suppressed,
+                        "request answered 503 (later ones within {}s are counted, not logged)",
+                        UNAVAILABLE_LOG_EVERY.as_secs()
+                    );
+                }
+            } else if status.is_server_error() {
                 tracing::error!(
                     %method,
                     route,
                     request_id,
                     status = status.as_u16(),
                     code = error.code,
-                    cause = error.cause.as_deref().unwrap_or(""),
+                    cause = error.cause.as_deref().unwrap_or(&error.message),
                     "request failed"
                 );
             } else {
@@ -407,6 +422,48 @@ async fn ojs_middleware(State(state): State<AppState>, req: Request, next: Next)
 }
 
 /// 503 with `Retry-After`: the database is unreachable.
+/// How often a 503 is logged at most.
+const UNAVAILABLE_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Throttles the log lines of 503 answers.
+static UNAVAILABLE_LOG: LogThrottle = LogThrottle::new();
+
+/// Lets one log line through per period and counts the others.
+struct LogThrottle {
+    /// Milliseconds since the process started at which the last line was let through, + 1
+    /// (0: never).
+    last: std::sync::atomic::AtomicU64,
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+impl LogThrottle {
+    const fn new() -> LogThrottle {
+        LogThrottle {
+            last: std::sync::atomic::AtomicU64::new(0),
+            suppressed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(lines suppressed since the last one)` when this line may be logged: the first,
+    /// and then the first `every` after the last one let through.
+    fn admit(&self, every: Duration) -> Option<u64> {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let now = START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1;
+        let last = self.last.load(Ordering::Relaxed);
+        let every = every.as_millis() as u64;
+        if (last == 0 || now >= last + every)
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
 fn db_unavailable() -> Response {
     ApiError::unavailable("The database is unavailable; retry shortly.", None).into_response()
 }
@@ -462,5 +519,17 @@ mod tests {
         for bad in ["2.0", "1.1", "1", "", "10.0", "abc"] {
             assert!(!version_supported(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_throttled_log_lets_one_line_through_per_period_and_counts_the_rest() {
+        let throttle = LogThrottle::new();
+        let hour = Duration::from_secs(3600);
+        assert_eq!(throttle.admit(hour), Some(0));
+        assert_eq!(throttle.admit(hour), None);
+        assert_eq!(throttle.admit(hour), None);
+        // Once the period is over, the next line goes out with the count of those held back.
+        assert_eq!(throttle.admit(Duration::ZERO), Some(2));
+        assert_eq!(throttle.admit(Duration::ZERO), Some(0));
     }
 }
