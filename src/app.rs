@@ -81,7 +81,12 @@ pub async fn find_database(target: &DbTarget) -> anyhow::Result<PgConnectOptions
     match target.find(FIND_TIMEOUT).await {
         Ok((options, _)) => {
             if target.hosts().len() > 1 {
-                tracing::info!(host = %db::target::describe(&options), "using the database host that takes writes");
+                let host = db::target::describe(&options);
+                if target.requires_writes() {
+                    tracing::info!(%host, "using the database host that takes writes");
+                } else {
+                    tracing::info!(%host, "using the first database host that answered (target_session_attrs=any)");
+                }
             }
             Ok(options)
         }
