@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# The failover drill: three PostgreSQL 15 nodes on loopback under pg_auto_failover (a monitor,
-# a primary and two standbys, synchronous replication: ANY 1), two ojsd replicas given all
-# three hosts, producers and workers enqueueing and acknowledging throughout. The primary is
-# killed (its keeper and postmaster, SIGKILL: a node crash) and the monitor promotes a standby;
-# the crashed node comes back as a standby. With FREEZE=1 the new primary's Postgres is then
-# frozen (SIGSTOP on its postmaster and backends) and the monitor is waited for to promote
-# another -- which pg_auto_failover 2.0 did not do within 2 minutes, with or without its keeper
-# frozen too (see the README); ojsd's side of a frozen primary is tested in
-# tests/integration/failover.rs, where the standby is promoted by hand. The load's report
-# counts what was lost: enqueues answered 201 and gone, ACKs answered 200 and not completed,
-# claims that never came back, redeliveries, and every answer by status.
+# The failover drill: three PostgreSQL nodes on loopback under Patroni, with etcd as its store
+# and synchronous replication (Patroni's synchronous_mode: a primary's commit waits for one
+# standby, and only that standby may be promoted), two ojsd replicas given all three hosts,
+# producers and workers enqueueing and acknowledging throughout. Then:
+#   1. the primary is killed (its Patroni and its postmaster, SIGKILL: a node crash) — Patroni
+#      promotes the synchronous standby once the leader key expires;
+#   2. the crashed node is started again and rejoins as a standby (pg_rewind if needed);
+#   3. the new primary's Postgres is frozen (SIGSTOP on its postmaster and every backend, the
+#      host alive: no TCP timer notices) — its Patroni cannot renew the leader key, the key
+#      expires and the synchronous standby is promoted; later the frozen node is fenced (its
+#      Patroni and Postgres killed, as a watchdog would) while the load goes on.
+# The load's report counts what was lost: enqueues answered 201 and gone, ACKs answered 200 and
+# not completed, claims that never came back, redeliveries, and every answer by status; the
+# drill fails on any loss or on a 5xx other than 503.
 #
-#   drills/failover/run.sh            # ~3 minutes; installs pg_auto_failover from apt if missing
+#   drills/failover/run.sh            # ~3 minutes; installs patroni and etcd from apt if missing
 #
 # Settings: DRILL_DIR (default /tmp/ojsd-failover-drill, removed at the end unless KEEP=1),
-# DRILL_PORT (first of five ports, default 6100), OJSD (default target/release/ojsd, built if
-# missing), PHASE_SECONDS (load between faults, default 15), FREEZE=1 (the freeze phase).
+# DRILL_PORT (first of the ports used, default 6100: etcd +90/+91, nodes +1..+3, their REST
+# APIs +11..+13, ojsd +81/+82), OJSD (default target/release/ojsd, built if missing),
+# PHASE_SECONDS (load between faults, default 15), TTL (Patroni's leader key TTL, default 20).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -23,61 +27,111 @@ DIR=${DRILL_DIR:-/tmp/ojsd-failover-drill}
 PORT=${DRILL_PORT:-6100}
 OJSD=${OJSD:-target/release/ojsd}
 PHASE=${PHASE_SECONDS:-15}
+TTL=${TTL:-20}
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 
 say() { printf '\n== %s (%s)\n' "$*" "$(date +%T)"; }
 
-if ! command -v pg_autoctl >/dev/null; then
-  say "installing pg_auto_failover"
-  major=$(basename "$(dirname "$PGBIN")")
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "postgresql-$major-auto-failover" pg-auto-failover-cli >/dev/null
+if ! command -v patroni >/dev/null || ! command -v etcd >/dev/null; then
+  say "installing patroni and etcd"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q patroni etcd-server >/dev/null
 fi
 [ -x "$OJSD" ] || cargo build --release --bin ojsd
 
-# pg_autoctl and PostgreSQL refuse root: run them as `postgres` then.
-export XDG_CONFIG_HOME=$DIR/xdg/config XDG_DATA_HOME=$DIR/xdg/data XDG_RUNTIME_DIR=$DIR/xdg/run
+# Patroni and PostgreSQL refuse root: run them as `postgres` then.
 as_pg() {
-  local env=(env "XDG_CONFIG_HOME=$XDG_CONFIG_HOME" "XDG_DATA_HOME=$XDG_DATA_HOME"
-             "XDG_RUNTIME_DIR=$XDG_RUNTIME_DIR" "PATH=$PGBIN:$PATH")
-  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "${env[@]}" "$@"; else "${env[@]}" "$@"; fi
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  pkill -9 -f "pg_autoctl.*$DIR" 2>/dev/null || true
+  pkill -9 -f "patroni $DIR/" 2>/dev/null || true
   pkill -CONT -f "postgres -D $DIR" 2>/dev/null || true
   pkill -9 -f "postgres -D $DIR" 2>/dev/null || true
+  pkill -9 -f "etcd --data-dir $DIR" 2>/dev/null || true
   [ "${KEEP:-0}" = 1 ] || rm -rf "$DIR"
 }
 trap cleanup EXIT
-cleanup
+KEEP=0 cleanup
 mkdir -p "$DIR"
 [ "$(id -u)" != 0 ] || chown postgres "$DIR"
-as_pg mkdir -p "$XDG_CONFIG_HOME" "$XDG_DATA_HOME" "$XDG_RUNTIME_DIR"
 
-say "monitor and three nodes"
-as_pg pg_autoctl create monitor --pgdata "$DIR/monitor" --pgport "$PORT" --hostname 127.0.0.1 \
-  --auth trust --no-ssl >"$DIR/monitor.log" 2>&1
-as_pg pg_autoctl run --pgdata "$DIR/monitor" >>"$DIR/monitor.log" 2>&1 &
+say "etcd"
+as_pg etcd --data-dir "$DIR/etcd" --name drill \
+  --listen-client-urls "http://127.0.0.1:$((PORT + 90))" \
+  --advertise-client-urls "http://127.0.0.1:$((PORT + 90))" \
+  --listen-peer-urls "http://127.0.0.1:$((PORT + 91))" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$((PORT + 91))" \
+  --initial-cluster "drill=http://127.0.0.1:$((PORT + 91))" >"$DIR/etcd.log" 2>&1 &
 PIDS+=($!)
-MONITOR=postgres://autoctl_node@127.0.0.1:$PORT/pg_auto_failover
-for n in 1 2 3; do
-  as_pg pg_autoctl create postgres --pgdata "$DIR/node$n" --pgport $((PORT + n)) \
-    --hostname 127.0.0.1 --name "node$n" --dbname ojs --monitor "$MONITOR" --auth trust \
-    --no-ssl >"$DIR/node$n.log" 2>&1
-  as_pg pg_autoctl run --pgdata "$DIR/node$n" >>"$DIR/node$n.log" 2>&1 &
-  PIDS+=($!)
-  # Each node joins once the one before it is up.
-  for _ in $(seq 60); do
-    as_pg pg_autoctl show state --pgdata "$DIR/monitor" 2>/dev/null | grep -q "node$n .*| *\(primary\|secondary\) *| *\(primary\|secondary\)$" && break
-    sleep 1
-  done
+for _ in $(seq 30); do
+  etcdctl --endpoints "127.0.0.1:$((PORT + 90))" endpoint health >/dev/null 2>&1 && break
+  sleep 0.5
 done
-state() { as_pg pg_autoctl show state --pgdata "$DIR/monitor" 2>/dev/null; }
-primary() { state | awk -F'|' '$6 ~ /primary/ && $7 ~ /primary/ {gsub(/ /, "", $1); print $1}'; }
-state
-URL=$(as_pg pg_autoctl show uri --pgdata "$DIR/monitor" --formation default | sed 's/sslmode=prefer/sslmode=disable/; s|^postgres://|postgres://postgres@|')
+
+node_config() { # node number -> its Patroni configuration
+  local n=$1
+  cat <<YAML
+scope: ojsd-drill
+name: node$n
+log: {level: INFO}
+restapi:
+  listen: 127.0.0.1:$((PORT + 10 + n))
+  connect_address: 127.0.0.1:$((PORT + 10 + n))
+etcd3:
+  host: 127.0.0.1:$((PORT + 90))
+bootstrap:
+  dcs:
+    ttl: $TTL
+    loop_wait: 1
+    retry_timeout: 5
+    maximum_lag_on_failover: 1048576
+    synchronous_mode: true
+    postgresql:
+      use_pg_rewind: true
+      parameters:
+        wal_log_hints: 'on'
+        max_connections: 200
+  initdb: [{encoding: UTF8}, {locale: C}]
+  pg_hba:
+    - local all all trust
+    - host all all 127.0.0.1/32 trust
+    - host replication all 127.0.0.1/32 trust
+postgresql:
+  listen: 127.0.0.1:$((PORT + n))
+  connect_address: 127.0.0.1:$((PORT + n))
+  data_dir: $DIR/node$n
+  bin_dir: $PGBIN
+  pgpass: $DIR/pgpass$n
+  authentication:
+    superuser: {username: postgres}
+    replication: {username: postgres}
+    rewind: {username: postgres}
+  parameters:
+    unix_socket_directories: '$DIR'
+YAML
+}
+
+start_node() {
+  node_config "$1" >"$DIR/node$1.yml"
+  as_pg patroni "$DIR/node$1.yml" >>"$DIR/node$1.log" 2>&1 &
+  PIDS+=($!)
+}
+
+say "three nodes under Patroni"
+for n in 1 2 3; do start_node "$n"; done
+members() { patronictl -c "$DIR/node1.yml" list -f json 2>/dev/null || echo '[]'; }
+role_of() { # role -> member names holding it
+  members | python3 -c "import json,sys; print(' '.join(m['Member'] for m in json.load(sys.stdin) if m['Role'] == sys.argv[1] and m['State'] in ('running', 'streaming')))" "$1"
+}
+primary() { role_of Leader; }
+for _ in $(seq 120); do
+  [ -n "$(primary)" ] && [ -n "$(role_of 'Sync Standby')" ] && [ "$(members | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" = 3 ] && break
+  sleep 1
+done
+patronictl -c "$DIR/node1.yml" list
+URL="postgres://postgres@127.0.0.1:$((PORT + 1)),127.0.0.1:$((PORT + 2)),127.0.0.1:$((PORT + 3))/ojs?target_session_attrs=read-write"
 echo "ojsd's DATABASE_URL: $URL"
 
 say "two ojsd replicas"
@@ -99,56 +153,57 @@ sleep "$PHASE"
 
 wait_for_new_primary() {
   local old=$1 started=$SECONDS now
-  for _ in $(seq 120); do
+  for _ in $(seq 240); do
     now=$(primary)
     if [ -n "$now" ] && [ "$now" != "$old" ]; then
       echo "$now is primary, $((SECONDS - started)) s after the fault"
       return
     fi
-    sleep 1
+    sleep 0.5
   done
-  echo "no new primary within 120 s"; state; exit 1
+  echo "no new primary within 120 s"; patronictl -c "$DIR/node1.yml" list; exit 1
 }
-keeper_pids() { pgrep -f "pg_autoctl.*$DIR/$1\b" || true; }
+patroni_pid() { pgrep -f "patroni $DIR/$1.yml" || true; }
 postgres_pids() { # postmaster of node $1 and its children
   local pm; pm=$(head -1 "$DIR/$1/postmaster.pid" 2>/dev/null || true)
   [ -z "$pm" ] || { echo "$pm"; pgrep -P "$pm" || true; }
 }
 
 FIRST=$(primary)
-say "killing the primary, $FIRST (SIGKILL on its keeper and postmaster)"
-kill -9 $(keeper_pids "$FIRST") $(postgres_pids "$FIRST")
+say "killing the primary, $FIRST (SIGKILL on its Patroni and postmaster)"
+kill -9 $(patroni_pid "$FIRST") $(postgres_pids "$FIRST")
 wait_for_new_primary "$FIRST"
 sleep "$PHASE"
 
 say "the crashed node comes back ($FIRST rejoins as a standby)"
-as_pg pg_autoctl run --pgdata "$DIR/$FIRST" >>"$DIR/$FIRST.log" 2>&1 &
-PIDS+=($!)
+start_node "${FIRST#node}"
 for _ in $(seq 120); do
-  state | grep -q "^ *$FIRST .*| *secondary *| *secondary$" && break
+  members | grep -q "\"Member\": \"$FIRST\", [^}]*\"State\": \"\(streaming\|running\)\"" && break
   sleep 1
 done
-state
+patronictl -c "$DIR/node1.yml" list
 
-if [ "${FREEZE:-0}" = 1 ]; then
 SECOND=$(primary)
-# Its Postgres freezes on a live host (the keeper runs on and sees its server stop answering):
-# the case no TCP timer catches, since the host's kernel still acknowledges every packet.
+# Its Postgres freezes on a live host (its Patroni runs on and finds its server silent): the
+# case no TCP timer catches, since the host's kernel still acknowledges every packet.
 say "freezing the new primary's Postgres, $SECOND (SIGSTOP on its postmaster and backends)"
 FROZEN=$(postgres_pids "$SECOND")
 kill -STOP $FROZEN
 wait_for_new_primary "$SECOND"
 sleep "$PHASE"
-fi
+# Fenced as a watchdog would: a Patroni stuck on its frozen server that comes back acts on
+# the cluster as it last saw it (in a run without this, the thawed node took the leader key
+# back from the promoted one, which demoted itself), which is why Patroni wants a watchdog.
+say "fencing the frozen node, $SECOND (SIGKILL on its Patroni and its frozen Postgres)"
+kill -9 $(patroni_pid "$SECOND") $FROZEN
+sleep 5
 
 say "stopping the producers; draining"
 touch "$STOP"
 wait "$LOAD"
-[ -z "${FROZEN:-}" ] || kill -9 $FROZEN 2>/dev/null || true
-state
+patronictl -c "$DIR/node1.yml" list || true
 say "report"
 cat "$DIR/report.json"
-grep -h '"level":"WARN"\|WARN' "$DIR"/ojsd-*.log | grep -c "following the database" | sed 's/^/ojsd "following the database" warnings: /'
 python3 - "$DIR/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
