@@ -274,22 +274,18 @@ impl JobTracer {
             return EnqueueSpan(None);
         };
         let meta = MetaTrace::read(&job.meta);
-        let (parent, link) = parent_and_link(meta.context.as_ref(), caller);
-        let mut attributes = job_attributes(
+        let span = on.job_span(
             Operation::Enqueue,
-            &job.id.to_string(),
-            &job.r#type,
-            &job.queue,
-            0,
-        );
-        attributes.push(KeyValue::new("ojs.job.priority", i64::from(job.priority)));
-        let span = on.build(
-            Operation::Enqueue,
-            &job.queue,
-            parent,
-            link,
+            Named {
+                id: job.id,
+                job_type: &job.r#type,
+                queue: &job.queue,
+                attempt: 0,
+            },
+            meta.context.as_ref(),
+            caller,
             None,
-            attributes,
+            [KeyValue::new("ojs.job.priority", i64::from(job.priority))],
         );
         if !meta.present {
             let own = span.span_context();
@@ -318,27 +314,20 @@ impl JobTracer {
                 .map(SystemTime::from)
                 .filter(|claimed| *claimed > started && *claimed < SystemTime::now())
                 .unwrap_or(started);
-            let mut attributes = job_attributes(
+            let worker = worker_id.or(job.worker_id.as_deref());
+            on.job_span(
                 Operation::Fetch,
-                &job.id.to_string(),
-                &job.r#type,
-                &job.queue,
-                job.attempt,
-            );
-            attributes.push(KeyValue::new("ojs.job.state", job.state.as_str()));
-            attributes.push(KeyValue::new("ojs.job.priority", i64::from(job.priority)));
-            if let Some(worker) = worker_id.or(job.worker_id.as_deref()) {
-                attributes.push(KeyValue::new("ojs.worker.id", worker.to_owned()));
-            }
-            let meta = MetaTrace::read(job.meta.get());
-            let (parent, link) = parent_and_link(meta.context.as_ref(), caller);
-            on.build(
-                Operation::Fetch,
-                &job.queue,
-                parent,
-                link,
+                Named::of(job),
+                MetaTrace::read(job.meta.get()).context.as_ref(),
+                caller,
                 Some(start),
-                attributes,
+                [
+                    Some(KeyValue::new("ojs.job.state", job.state.as_str())),
+                    Some(KeyValue::new("ojs.job.priority", i64::from(job.priority))),
+                    worker.map(|w| KeyValue::new("ojs.worker.id", w.to_owned())),
+                ]
+                .into_iter()
+                .flatten(),
             )
             .end();
         }
@@ -347,26 +336,20 @@ impl JobTracer {
     /// After an ACK that completed `job`.
     pub fn acked(&self, caller: Option<&Traceparent>, started: SystemTime, job: &Job) {
         let Some(on) = &self.inner else { return };
-        let mut attributes = job_attributes(
+        on.job_span(
             Operation::Ack,
-            &job.id.to_string(),
-            &job.r#type,
-            &job.queue,
-            job.attempt,
-        );
-        attributes.push(KeyValue::new("ojs.job.state", job.state.as_str()));
-        if let Some(worker) = &job.worker_id {
-            attributes.push(KeyValue::new("ojs.worker.id", worker.clone()));
-        }
-        let meta = MetaTrace::read(job.meta.get());
-        let (parent, link) = parent_and_link(meta.context.as_ref(), caller);
-        on.build(
-            Operation::Ack,
-            &job.queue,
-            parent,
-            link,
+            Named::of(job),
+            MetaTrace::read(job.meta.get()).context.as_ref(),
+            caller,
             Some(started),
-            attributes,
+            [
+                Some(KeyValue::new("ojs.job.state", job.state.as_str())),
+                job.worker_id
+                    .as_ref()
+                    .map(|w| KeyValue::new("ojs.worker.id", w.clone())),
+            ]
+            .into_iter()
+            .flatten(),
         )
         .end();
     }
@@ -374,27 +357,23 @@ impl JobTracer {
     /// After a batch ACK item that completed a job (what a batch ACK reads of it).
     pub fn acked_brief(&self, caller: Option<&Traceparent>, started: SystemTime, job: &Completed) {
         let Some(on) = &self.inner else { return };
-        let mut attributes = job_attributes(
-            Operation::Ack,
-            &job.id.to_string(),
-            &job.r#type,
-            &job.queue,
-            job.attempt,
-        );
-        attributes.push(KeyValue::new("ojs.job.state", "completed"));
         let context = job
             .traceparent
             .as_deref()
             .and_then(|t| Traceparent::parse(t, None))
             .map(|t| t.context);
-        let (parent, link) = parent_and_link(context.as_ref(), caller);
-        on.build(
+        on.job_span(
             Operation::Ack,
-            &job.queue,
-            parent,
-            link,
+            Named {
+                id: job.id,
+                job_type: &job.r#type,
+                queue: &job.queue,
+                attempt: job.attempt,
+            },
+            context.as_ref(),
+            caller,
             Some(started),
-            attributes,
+            [KeyValue::new("ojs.job.state", "completed")],
         )
         .end();
     }
@@ -410,30 +389,20 @@ impl JobTracer {
         failure: Option<(&str, &str)>,
     ) {
         let Some(on) = &self.inner else { return };
-        let mut attributes = job_attributes(
+        let error = failure.map(|(kind, _)| {
+            [
+                KeyValue::new("error.type", kind.to_owned()),
+                KeyValue::new("ojs.job.error.attempt", i64::from(job.attempt)),
+            ]
+        });
+        let mut span = on.job_span(
             Operation::Nack,
-            &job.id.to_string(),
-            &job.r#type,
-            &job.queue,
-            job.attempt,
-        );
-        attributes.push(KeyValue::new("ojs.job.state", job.state.as_str()));
-        if let Some((kind, _)) = failure {
-            attributes.push(KeyValue::new("error.type", kind.to_owned()));
-            attributes.push(KeyValue::new(
-                "ojs.job.error.attempt",
-                i64::from(job.attempt),
-            ));
-        }
-        let meta = MetaTrace::read(job.meta.get());
-        let (parent, link) = parent_and_link(meta.context.as_ref(), caller);
-        let mut span = on.build(
-            Operation::Nack,
-            &job.queue,
-            parent,
-            link,
+            Named::of(job),
+            MetaTrace::read(job.meta.get()).context.as_ref(),
+            caller,
             Some(started),
-            attributes,
+            std::iter::once(KeyValue::new("ojs.job.state", job.state.as_str()))
+                .chain(error.into_iter().flatten()),
         );
         if let Some((_, message)) = failure {
             span.set_status(Status::error(message.to_owned()));
@@ -474,7 +443,49 @@ impl JobTracer {
     }
 }
 
+/// The job a span is about.
+struct Named<'a> {
+    id: JobId,
+    job_type: &'a str,
+    queue: &'a str,
+    attempt: i32,
+}
+
+impl Named<'_> {
+    fn of(job: &Job) -> Named<'_> {
+        Named {
+            id: job.id,
+            job_type: &job.r#type,
+            queue: &job.queue,
+            attempt: job.attempt,
+        }
+    }
+}
+
 impl Exporting {
+    /// A span of `job`: the common attributes and `extra`, a child of the job's trace (`job_trace`)
+    /// linked to the caller's (see [`parent_and_link`]).
+    fn job_span(
+        &self,
+        operation: Operation,
+        job: Named<'_>,
+        job_trace: Option<&SpanContext>,
+        caller: Option<&Traceparent>,
+        start: Option<SystemTime>,
+        extra: impl IntoIterator<Item = KeyValue>,
+    ) -> opentelemetry_sdk::trace::Span {
+        let mut attributes = job_attributes(
+            operation,
+            &job.id.to_string(),
+            job.job_type,
+            job.queue,
+            job.attempt,
+        );
+        attributes.extend(extra);
+        let (parent, link) = parent_and_link(job_trace, caller);
+        self.build(operation, job.queue, parent, link, start, attributes)
+    }
+
     fn build(
         &self,
         operation: Operation,

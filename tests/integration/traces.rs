@@ -131,6 +131,22 @@ fn links_of(span: &Span) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `span` continues the producer's trace under the job's enqueue span, linked to the worker's.
+fn assert_child_linked_to_worker(span: &Span, enqueue_span: &str) {
+    assert_eq!(
+        parent_of(span),
+        (PRODUCER_TRACE.into(), enqueue_span.to_owned()),
+        "{}",
+        span.name
+    );
+    assert_eq!(
+        links_of(span),
+        vec![(WORKER_TRACE.into(), WORKER_SPAN.into())],
+        "{}",
+        span.name
+    );
+}
+
 const PRODUCER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
 const SDK_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
@@ -304,14 +320,7 @@ async fn a_producers_trace_goes_on_into_the_jobs_claim_ack_and_nack() {
 
     // Fetch (claim) spans: children of the job's trace, linked to the worker's.
     let claim = collector.span_of("traced fetch", &first_id).await;
-    assert_eq!(
-        parent_of(&claim),
-        (PRODUCER_TRACE.into(), enqueue_span.clone())
-    );
-    assert_eq!(
-        links_of(&claim),
-        vec![(WORKER_TRACE.into(), WORKER_SPAN.into())]
-    );
+    assert_child_linked_to_worker(&claim, &enqueue_span);
     assert_eq!(attr(&claim, "ojs.job.attempt").as_deref(), Some("1"));
     assert_eq!(attr(&claim, "ojs.worker.id").as_deref(), Some("w-1"));
     assert_eq!(
@@ -328,14 +337,7 @@ async fn a_producers_trace_goes_on_into_the_jobs_claim_ack_and_nack() {
 
     // ACK and NACK spans.
     let ack = collector.span_of("traced ack", &first_id).await;
-    assert_eq!(
-        parent_of(&ack),
-        (PRODUCER_TRACE.into(), enqueue_span.clone())
-    );
-    assert_eq!(
-        links_of(&ack),
-        vec![(WORKER_TRACE.into(), WORKER_SPAN.into())]
-    );
+    assert_child_linked_to_worker(&ack, &enqueue_span);
     assert_eq!(attr(&ack, "ojs.job.attempt").as_deref(), Some("1"));
     assert_eq!(attr(&ack, "ojs.job.state").as_deref(), Some("completed"));
     assert_ne!(
