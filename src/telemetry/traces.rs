@@ -444,6 +444,7 @@ impl JobTracer {
 }
 
 /// The job a span is about.
+#[derive(Clone, Copy)]
 struct Named<'a> {
     id: JobId,
     job_type: &'a str,
