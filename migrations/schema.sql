@@ -6940,6 +6940,64 @@ COMMENT ON COLUMN public.ojs_rate_window.started_at IS 'When the claim started i
 COMMENT ON COLUMN public.ojs_rate_window.jobs IS 'Jobs the claim started.';
 
 --
+-- Name: ojs_system_hold; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_system_hold (
+    id boolean DEFAULT true NOT NULL,
+    enabled boolean DEFAULT false NOT NULL,
+    reason text,
+    started_at timestamp with time zone,
+    ends_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_system_hold_id_check CHECK (id),
+    CONSTRAINT ojs_system_hold_reason_length CHECK ((octet_length(reason) <= 1000)),
+    CONSTRAINT ojs_system_hold_started CHECK (((NOT enabled) OR (started_at IS NOT NULL)))
+);
+
+--
+-- Name: TABLE ojs_system_hold; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_system_hold IS 'Maintenance mode (the system hold): one row. In force while enabled and ends_at, if set, is in the future: no replica hands out work (FETCH answers empty, long polls wait), the promoter and the cron firer pause; enqueues, heartbeats, ACKs and NACKs go on. Set with POST /ojs/v1/admin/system/maintenance; changes write server.maintenance_started, server.maintenance_updated and server.maintenance_ended events.';
+
+--
+-- Name: COLUMN ojs_system_hold.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_system_hold.id IS 'Always true: the table has exactly one row.';
+
+--
+-- Name: COLUMN ojs_system_hold.enabled; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_system_hold.enabled IS 'Whether maintenance mode was turned on (and not yet off or past ends_at and cleared).';
+
+--
+-- Name: COLUMN ojs_system_hold.reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_system_hold.reason IS 'What the operator said it is for (up to 1,000 bytes); null when off.';
+
+--
+-- Name: COLUMN ojs_system_hold.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_system_hold.started_at IS 'When it was turned on (kept when an operator changes the reason or end of a hold in force); null when off.';
+
+--
+-- Name: COLUMN ojs_system_hold.ends_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_system_hold.ends_at IS 'When it lifts by itself; null: until turned off.';
+
+--
+-- Name: COLUMN ojs_system_hold.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_system_hold.updated_at IS 'When the row last changed.';
+
+--
 -- Name: ojs_worker; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -7386,6 +7444,13 @@ ALTER TABLE ONLY public.ojs_rate_key
 
 ALTER TABLE ONLY public.ojs_setting
     ADD CONSTRAINT ojs_setting_pkey PRIMARY KEY (singleton);
+
+--
+-- Name: ojs_system_hold ojs_system_hold_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_system_hold
+    ADD CONSTRAINT ojs_system_hold_pkey PRIMARY KEY (id);
 
 --
 -- Name: ojs_worker ojs_worker_pkey; Type: CONSTRAINT; Schema: public; Owner: -

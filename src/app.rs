@@ -24,6 +24,7 @@ use crate::broker::{Broker, Settings};
 use crate::config::{self, Config};
 use crate::db::{self, DbHealth, DbTarget, HotConnections, PoolSettings};
 use crate::events::EventTail;
+use crate::hold::SystemHold;
 use crate::http::{self, AppState, HttpSettings, Services};
 use crate::job::envelope::Limits;
 use crate::leadership::{Elector, LeaderConfig};
@@ -180,11 +181,19 @@ impl Application {
         let announcer = Announcer::new(notifier.clone());
         let shutdown = CancellationToken::new();
         let heartbeat_timeout = config.heartbeat_timeout();
+        // Maintenance mode as stored: a replica restarted during it starts held.
+        let hold = SystemHold::new(notifier.waiters().clone());
+        hold.learned(
+            crate::store::hold::read(&db)
+                .await
+                .context("cannot read maintenance mode (ojs_system_hold)")?,
+        );
         let broker = Broker::new(
             db.clone(),
             HotConnections::new(db.clone(), health.clone()),
             broker_settings(config),
             announcer.clone(),
+            hold.clone(),
         );
         let elector = Elector::new(
             db.clone(),
@@ -231,7 +240,8 @@ impl Application {
             starvation: maintenance::StarvationConfig::default(),
             planner_stats: maintenance::PlannerStatsConfig::default(),
         };
-        let context = maintenance::Context::new(db.clone(), &config.service_name, &instance_id);
+        let context = maintenance::Context::new(db.clone(), &config.service_name, &instance_id)
+            .with_hold(hold);
         let events = EventTail::new(
             db.clone(),
             health.clone(),
@@ -340,6 +350,14 @@ impl Application {
             state.gate().ring.clone().run(db.clone(), shutdown.clone()),
         );
         background.spawn("metrics upkeep", metrics_upkeep(shutdown.clone()));
+        background.spawn(
+            "maintenance mode",
+            state
+                .broker()
+                .hold()
+                .clone()
+                .run(db.clone(), shutdown.clone()),
+        );
         background.spawn(
             "rate-limit releaser",
             crate::broker::rate_limits::run_releaser(db.clone(), shutdown.clone()),

@@ -20,7 +20,7 @@
 //! | domain | `job` `worker` `queue_config` `rate_limit` `scheduling` `cron` `workflow` `error` | what a job, worker, queue, rate-limit policy, pool and cron entry are and may do; no I/O |
 //! | store | `store` | every SQL statement, given a connection |
 //! | infrastructure | `db` `telemetry` `embedded` | connection pools, database health and failover, logs and metrics, the private cluster of `--embedded` |
-//! | runtime | `wakeup` `events` `leadership` `auth` | per-process machinery: long-poll wake-ups, the event tail, the maintenance lease, the key ring |
+//! | runtime | `wakeup` `events` `leadership` `auth` `hold` | per-process machinery: long-poll wake-ups, the event tail, the maintenance lease, the key ring, maintenance mode (the system hold) |
 //! | services | `broker` `maintenance` | the OJS operations; the leader's timed services |
 //! | http | `http` | the wire API |
 //! | root | `config` `app` | settings, start-up and supervision |
@@ -40,6 +40,7 @@ pub mod db;
 pub mod embedded;
 pub mod error;
 pub mod events;
+pub mod hold;
 pub mod http;
 pub mod job;
 pub mod leadership;

@@ -362,6 +362,11 @@ pub fn leader_changed(leader: bool) {
     gauge!("ojs_leader").set(if leader { 1.0 } else { 0.0 });
 }
 
+/// Reports whether maintenance mode is in force (`ojs_maintenance_mode`, 0 or 1).
+pub fn maintenance_mode(on: bool) {
+    gauge!("ojs_maintenance_mode").set(if on { 1.0 } else { 0.0 });
+}
+
 /// Whether this replica leads, as last reported to [`leader_changed`].
 static LEADER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

@@ -498,6 +498,11 @@ impl Service for CronFirer {
     }
 
     async fn run_once(&self, now: Option<DateTime<Utc>>) -> std::result::Result<Pass, sqlx::Error> {
+        if self.context.hold.is_on() {
+            // Maintenance mode: occurrences wait; afterwards each entry's misfire policy
+            // decides what runs.
+            return Ok(Pass::default());
+        }
         let now = match now {
             Some(now) => now,
             None => store::now(&self.broker.db).await?,

@@ -15,6 +15,7 @@ use super::group::GroupCommit;
 use super::{GROUP_FLUSHERS, Settings};
 use crate::db::HotConnections;
 use crate::error::{Error, Result};
+use crate::hold::SystemHold;
 use crate::job::DispatchPlace;
 use crate::job::envelope::{Limits, NewJob, Rejection};
 use crate::job::retry::RetryPolicy;
@@ -109,6 +110,7 @@ impl Enqueuer {
         configs: Arc<Configs>,
         settings: &Settings,
         announcer: Announcer,
+        hold: SystemHold,
     ) -> Enqueuer {
         let strict_queues = settings.strict_queues;
         let writer = Arc::new(PushWriter {
@@ -118,6 +120,7 @@ impl Enqueuer {
             configs: configs.clone(),
             waiters: announcer.notifier().waiters().clone(),
             default_visibility_timeout_ms: settings.default_visibility_timeout_ms,
+            hold,
         });
         let pushes = GroupCommit::spawn(GROUP_FLUSHERS, PUSH_GROUP_MAX, move |jobs| {
             writer.clone().flush(jobs)
@@ -677,6 +680,8 @@ struct PushWriter {
     configs: Arc<Configs>,
     waiters: Arc<Waiters>,
     default_visibility_timeout_ms: i64,
+    /// Maintenance mode: nothing is handed to parked FETCHes while it is in force.
+    hold: SystemHold,
 }
 
 /// A parked FETCH taken for jobs of a group, and which jobs (by index) are written for it.
@@ -748,7 +753,7 @@ impl PushWriter {
     /// pending, no unique policy) on a queue whose dispatch is not limited or tenant-fair.
     async fn take_waiters(&self, jobs: &[NewJob]) -> Vec<Handing> {
         let mut handing: Vec<Handing> = Vec::new();
-        if !jobs.iter().any(|j| self.waiters.any_parked(&j.queue)) {
+        if !jobs.iter().any(|j| self.waiters.any_parked(&j.queue)) || self.hold.is_on() {
             return handing;
         }
         let Ok(configs) = self.configs.current(&self.db).await else {

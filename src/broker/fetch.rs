@@ -16,6 +16,7 @@ use super::group::GroupCommit;
 use super::{GROUP_FLUSHERS, Settings};
 use crate::db::HotConnections;
 use crate::error::{Error, Result};
+use crate::hold::SystemHold;
 use crate::job::DispatchPlace;
 use crate::job::Job;
 use crate::scheduling::{
@@ -187,6 +188,8 @@ pub(super) struct Fetcher {
     pub(super) settings: Settings,
     /// Wakes long polls; keeps the claim floors.
     pub(super) notifier: Notifier,
+    /// Maintenance mode: while in force nothing is handed out.
+    hold: SystemHold,
     /// Fetching workers recently recorded as seen (so FETCH writes `last_seen_at` rarely),
     /// with the fetch defaults they registered.
     seen_workers: Mutex<HashMap<String, (Instant, FetchDefaults)>>,
@@ -309,6 +312,7 @@ impl Fetcher {
         configs: Arc<Configs>,
         settings: Settings,
         notifier: Notifier,
+        hold: SystemHold,
     ) -> Fetcher {
         let floors = notifier.floors().clone();
         let default_visibility = settings.default_visibility_timeout_ms;
@@ -325,6 +329,7 @@ impl Fetcher {
             configs,
             settings,
             notifier,
+            hold,
             seen_workers: Mutex::default(),
             dispatcher: Dispatcher::default(),
             stats: DispatchStats::default(),
@@ -351,6 +356,17 @@ impl Fetcher {
         let mut place = None;
         let mut first = true;
         loop {
+            if self.hold.is_on() {
+                // Maintenance mode: nothing is handed out; a long poll waits for its end.
+                tokio::select! {
+                    () = self.hold.lifted() => {}
+                    () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                    () = shutdown.cancelled() => return Ok(Vec::new()),
+                }
+                if Instant::now() >= deadline {
+                    return Ok(Vec::new());
+                }
+            }
             // Taken before the claim: a commit between the claim and parking is not missed.
             let mark = waiters.mark();
             let (jobs, routed) = self.try_fetch(req, first).await?;

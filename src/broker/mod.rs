@@ -53,6 +53,7 @@ pub use crate::scheduling::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting
 pub use crate::store::admin::{JobFilter, JobSort, JobSummary, StateCounts};
 pub use crate::store::dead_letter::{DeadLetterFilter, DeadLetterStats, RetryOverride};
 pub use crate::store::event::{EventFilter, EventRow, Position};
+pub use crate::store::hold::HoldRow;
 pub use crate::store::job::Completed;
 pub use crate::store::queue::{QueueCounts, QueueState};
 pub use crate::store::rate_limit::{KeyUsage as RateKeyUsage, Override as RateOverride};
@@ -67,6 +68,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::db::HotConnections;
 use crate::error::{Error, Result};
+use crate::hold::SystemHold;
 use crate::job::envelope::{Limits, NewJob};
 use crate::job::failure::JobError;
 use crate::job::{Job, JobId, JobState};
@@ -120,6 +122,8 @@ pub struct Broker {
     fetcher: Arc<Fetcher>,
     completer: Arc<Completer>,
     gauges: Arc<gauges::GaugeReads>,
+    /// Maintenance mode: while in force nothing is handed out.
+    hold: SystemHold,
 }
 
 /// Result of a CANCEL.
@@ -138,6 +142,7 @@ impl Broker {
         hot: HotConnections,
         settings: Settings,
         announcer: Announcer,
+        hold: SystemHold,
     ) -> Broker {
         let configs = Arc::new(Configs::default());
         let enqueuer = Enqueuer::new(
@@ -146,6 +151,7 @@ impl Broker {
             configs.clone(),
             &settings,
             announcer.clone(),
+            hold.clone(),
         );
         let fetcher = Fetcher::new(
             db.clone(),
@@ -153,6 +159,7 @@ impl Broker {
             configs.clone(),
             settings.clone(),
             announcer.notifier().clone(),
+            hold.clone(),
         );
         Broker {
             enqueuer: Arc::new(enqueuer),
@@ -168,7 +175,34 @@ impl Broker {
             settings,
             announcer,
             configs,
+            hold,
         }
+    }
+
+    /// Maintenance mode as this replica knows it.
+    pub fn hold(&self) -> &SystemHold {
+        &self.hold
+    }
+
+    /// Maintenance mode as stored (this replica learns it at once).
+    pub async fn maintenance(&self) -> Result<HoldRow> {
+        let row = store::hold::read(&self.db).await?;
+        self.hold.learned(row.clone());
+        Ok(row)
+    }
+
+    /// Turns maintenance mode on (`reason`, lifting after `duration` when given) or off; in
+    /// force on this replica at once, on the others within [`crate::hold::RELOAD_INTERVAL`].
+    pub async fn set_maintenance(
+        &self,
+        enabled: bool,
+        reason: Option<&str>,
+        duration: Option<Duration>,
+    ) -> Result<HoldRow> {
+        let ms = duration.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let row = store::hold::set(&self.db, enabled, reason, ms).await?;
+        self.hold.learned(row.clone());
+        Ok(row)
     }
 
     /// The broker's settings.
@@ -334,7 +368,7 @@ impl Broker {
     }
 
     /// Deletes all jobs, workflows, workers, events, queues with their configuration, cron
-    /// entries with their runs, and rate-limit keys (test hook).
+    /// entries with their runs, and rate-limit keys, and turns maintenance mode off (test hook).
     pub async fn reset(&self) -> Result<()> {
         let mut tx = self.db.begin().await?;
         store::cron::delete_all(&mut tx).await?;
@@ -345,6 +379,7 @@ impl Broker {
         store::queue::delete_all(&mut *tx).await?;
         store::pool::reset(&mut tx).await?;
         store::rate_limit::delete_all(&mut tx).await?;
+        store::hold::clear(&mut *tx).await?;
         tx.commit().await?;
         self.fetcher.forget_all();
         self.configs.reload(&self.db).await?;

@@ -159,9 +159,12 @@ struct Health<'a> {
     /// When the database could count them.
     #[serde(skip_serializing_if = "Option::is_none")]
     workers: Option<WorkerTotals>,
+    /// `true` while maintenance mode is on (then `status` is `degraded`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    maintenance: Option<bool>,
 }
 
-/// `ok`, `degraded` (slow database, or shutting down) or `unhealthy`.
+/// `ok`, `degraded` (slow database, shutting down, or maintenance mode) or `unhealthy`.
 #[derive(Debug, Clone, Copy)]
 enum HealthStatus {
     Ok,
@@ -256,6 +259,7 @@ async fn middleware() -> Ojs<Middleware> {
 )]
 async fn metrics(State(state): State<AppState>) -> Response {
     state.broker().refresh_gauges().await;
+    crate::telemetry::maintenance_mode(state.broker().hold().is_on());
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"))],
         crate::telemetry::metrics().render(),
@@ -412,7 +416,8 @@ async fn health(State(state): State<AppState>) -> Response {
     let uptime = state.uptime().as_secs();
     match probe(&state).await {
         Ok(latency) => {
-            let degraded = latency > DEGRADED_LATENCY || !state.accepting();
+            let held = state.broker().hold().is_on();
+            let degraded = latency > DEGRADED_LATENCY || !state.accepting() || held;
             let counts = state.broker().health_counts().await.ok();
             ok(Health {
                 status: if degraded {
@@ -441,6 +446,7 @@ async fn health(State(state): State<AppState>) -> Response {
                     active: c.workers - c.stale_workers,
                     stale: c.stale_workers,
                 }),
+                maintenance: held.then_some(true),
             })
             .into_response()
         }
@@ -459,6 +465,7 @@ async fn health(State(state): State<AppState>) -> Response {
                 instance: None,
                 queues: None,
                 workers: None,
+                maintenance: None,
             };
             with_retry_after(Ojs(StatusCode::SERVICE_UNAVAILABLE, body).into_response())
         }

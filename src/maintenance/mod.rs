@@ -49,6 +49,7 @@ pub use stale_workers::{StaleWorkers, StaleWorkersConfig};
 pub use starvation::{StarvationConfig, StarvationWatch};
 
 use crate::db::DbHealth;
+use crate::hold::SystemHold;
 use crate::leadership::{Role, jittered};
 use crate::store;
 
@@ -108,15 +109,26 @@ pub struct Context {
     /// `ojs://<service>` (the OJS service name, not the maintenance service).
     pub service_uri: String,
     pub instance_id: String,
+    /// Maintenance mode (the system hold): the promoter and the cron firer pause while it is
+    /// in force.
+    pub hold: SystemHold,
 }
 
 impl Context {
+    /// A context whose services never see maintenance mode on (see [`Context::with_hold`]).
     pub fn new(db: PgPool, service_name: &str, instance_id: &str) -> Context {
         Context {
             db,
             service_uri: format!("ojs://{service_name}"),
             instance_id: instance_id.to_owned(),
+            hold: SystemHold::default(),
         }
+    }
+
+    /// The services pause what maintenance mode pauses while `hold` is in force.
+    pub fn with_hold(mut self, hold: SystemHold) -> Context {
+        self.hold = hold;
+        self
     }
 
     /// One pass of bounded batches: runs `batch` in its own transaction (events naming

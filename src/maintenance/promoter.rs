@@ -43,12 +43,19 @@ impl Service for Promoter {
 
     async fn run_once(&self, now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
         let size = self.config.batch_size;
+        // Maintenance mode: due jobs wait (they keep their place: promoted later, their
+        // enqueued_at is their due time); dead-lettered jobs still move.
+        let held = self.context.hold.is_on();
         self.context
             .batches("scheduler", |conn| {
                 Box::pin(async move {
-                    let promoted = store::job::promote_due(&mut *conn, None, now, size)
-                        .await?
-                        .jobs;
+                    let promoted = if held {
+                        0
+                    } else {
+                        store::job::promote_due(&mut *conn, None, now, size)
+                            .await?
+                            .jobs
+                    };
                     // Dead-lettered jobs of queues with a dead-letter queue move there.
                     let routed = store::dead_letter::route(&mut *conn, size).await?;
                     if !routed.is_empty() {

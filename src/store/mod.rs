@@ -21,6 +21,7 @@ pub mod api_key;
 pub mod cron;
 pub mod dead_letter;
 pub mod event;
+pub mod hold;
 pub mod job;
 pub mod leader;
 pub mod locks;

@@ -22,6 +22,7 @@ mod job_history;
 mod jobs_api;
 mod leadership;
 mod maintenance;
+mod maintenance_mode;
 mod priority;
 mod progress;
 mod queue_config;

@@ -1,5 +1,6 @@
 //! The parts of the operator's API ([OJS admin API]) that have no data-plane twin: statistics
-//! ([`stats`]), API keys ([`keys`]), worker pools ([`pools`]), and the test-only reset
+//! ([`stats`]), API keys ([`keys`]), worker pools ([`pools`]), maintenance mode
+//! ([`maintenance`]), and the test-only reset
 //! (`test_hooks`), never routed unless `OJS_TEST_HOOKS=1`. The admin routes of jobs, queues,
 //! the dead-letter queue and workers live next to their data-plane twins, in each resource's
 //! `admin.rs`.
@@ -7,6 +8,7 @@
 //! [OJS admin API]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md
 
 pub mod keys;
+pub mod maintenance;
 pub mod pools;
 pub mod stats;
 
@@ -23,6 +25,7 @@ pub fn router(test_hooks: bool) -> OpenApiRouter<AppState> {
     let router = OpenApiRouter::new()
         .merge(stats::router())
         .merge(keys::router())
+        .merge(maintenance::router())
         .merge(pools::router());
     if test_hooks {
         router.routes(routes!(reset))

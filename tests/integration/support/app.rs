@@ -284,6 +284,11 @@ impl TestApp {
     /// `run_once(Some(now))` to fire what is due at `now`. Each call makes another firer (as
     /// another replica would be).
     pub fn cron_firer(&self) -> ojsd::broker::cron::CronFirer {
+        self.cron_firer_with(ojsd::hold::SystemHold::default())
+    }
+
+    /// [`TestApp::cron_firer`] seeing maintenance mode as `hold` says.
+    pub fn cron_firer_with(&self, hold: ojsd::hold::SystemHold) -> ojsd::broker::cron::CronFirer {
         let config = Config::default();
         let health = ojsd::db::DbHealth::default();
         let broker = ojsd::broker::Broker::new(
@@ -291,8 +296,9 @@ impl TestApp {
             ojsd::db::HotConnections::new(self.pool().clone(), health),
             ojsd::app::broker_settings(&config),
             ojsd::wakeup::Announcer::new(ojsd::wakeup::Notifier::new("test-cron")),
+            hold.clone(),
         );
-        ojsd::broker::cron::CronFirer::new(broker, self.maintenance())
+        ojsd::broker::cron::CronFirer::new(broker, self.maintenance().with_hold(hold))
     }
 
     /// The database clock plus `offset` (to run a service "later" without sleeping).
