@@ -252,15 +252,6 @@ impl JobTracer {
         }
     }
 
-    /// Sends the spans made so far now instead of at the next batch.
-    pub fn flush(&self) {
-        if let Some(on) = &self.inner
-            && let Err(e) = on.provider.force_flush()
-        {
-            tracing::warn!(error = %e, "job traces not exported");
-        }
-    }
-
     /// Before an enqueue: starts the job's enqueue span and gives the job its trace context
     /// (see the module's description). End it with [`EnqueueSpan::end`].
     pub fn enqueue(&self, caller: Option<&Traceparent>, job: &mut NewJob) -> EnqueueSpan {

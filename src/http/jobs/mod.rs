@@ -178,22 +178,9 @@ async fn push(
     if fields.object().get("workflow").is_some() {
         return push_chain(&state, &caller, &ctx, fields.object(), body.text().len()).await;
     }
-    let mut job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
+    let job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
     caller.check_queue(&job.queue)?;
-    let span = state
-        .traces()
-        .enqueue(caller_trace(&headers).as_ref(), &mut job);
-    let pushed = match state.broker().push(vec![job], &ctx).await {
-        Ok(pushed) => pushed,
-        Err(e) => {
-            let e = ApiError::from(e);
-            span.end(Err((e.code, &e.message)));
-            return Err(e);
-        }
-    };
-    if let Some(p) = pushed.jobs.first() {
-        span.end(Ok((p.job.id, p.outcome != PushOutcome::Created)));
-    }
+    let pushed = push_traced(&state, &headers, vec![job], &ctx).await?;
     let pressure = pushed.pressure;
     let Some(Pushed { job, outcome }) = pushed.jobs.into_iter().next() else {
         return Err(ApiError::internal("push returned no job"));
@@ -294,6 +281,37 @@ async fn push_chain(
             }),
         },
     ))
+}
+
+/// PUSH with an enqueue span per job (see [`crate::telemetry::traces`]): each job gets the
+/// producer's trace context (`traceparent` header) unless its `meta` has one, and each span
+/// ends with the job's outcome or the push's error.
+async fn push_traced(
+    state: &AppState,
+    headers: &HeaderMap,
+    mut jobs: Vec<NewJob>,
+    ctx: &PushContext,
+) -> Result<PushResult, ApiError> {
+    let trace = caller_trace(headers);
+    let spans: Vec<_> = jobs
+        .iter_mut()
+        .map(|job| state.traces().enqueue(trace.as_ref(), job))
+        .collect();
+    match state.broker().push(jobs, ctx).await {
+        Ok(pushed) => {
+            for (span, p) in spans.into_iter().zip(&pushed.jobs) {
+                span.end(Ok((p.job.id, p.outcome != PushOutcome::Created)));
+            }
+            Ok(pushed)
+        }
+        Err(e) => {
+            let e = ApiError::from(e);
+            for span in spans {
+                span.end(Err((e.code, &e.message)));
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Header naming the producer, checked against a queue's `producers`.
@@ -424,27 +442,10 @@ async fn push_batch(
         caller.check_queue(&job.queue)?;
         jobs.push(job);
     }
-    let trace = caller_trace(&headers);
-    let spans: Vec<_> = jobs
-        .iter_mut()
-        .map(|job| state.traces().enqueue(trace.as_ref(), job))
-        .collect();
     let PushResult {
         jobs: pushed,
         pressure,
-    } = match state.broker().push(jobs, &ctx).await {
-        Ok(pushed) => pushed,
-        Err(e) => {
-            let e = ApiError::from(e);
-            for span in spans {
-                span.end(Err((e.code, &e.message)));
-            }
-            return Err(e);
-        }
-    };
-    for (span, p) in spans.into_iter().zip(&pushed) {
-        span.end(Ok((p.job.id, p.outcome != PushOutcome::Created)));
-    }
+    } = push_traced(&state, &headers, jobs, &ctx).await?;
 
     #[derive(Serialize)]
     struct BatchBody<'a> {
