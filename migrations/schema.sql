@@ -6104,6 +6104,77 @@ COMMENT ON COLUMN public.ojs_job_progress.data IS 'Structured detail the worker 
 COMMENT ON COLUMN public.ojs_job_progress.updated_at IS 'When the latest report arrived.';
 
 --
+-- Name: ojs_job_schema; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job_schema (
+    job_type text NOT NULL,
+    version text NOT NULL,
+    major integer NOT NULL,
+    minor integer NOT NULL,
+    patch integer NOT NULL,
+    schema jsonb NOT NULL,
+    validation text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_job_schema_validation_known CHECK ((validation = ANY (ARRAY['strict'::text, 'warn'::text, 'off'::text]))),
+    CONSTRAINT ojs_job_schema_version_numbers CHECK (((major >= 0) AND (minor >= 0) AND (patch >= 0)))
+);
+
+--
+-- Name: TABLE ojs_job_schema; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job_schema IS 'Schema registry: a JSON Schema for the args of each registered version of a job type. Written through /ojs/v1/admin/schemas (or /ojs/v1/schemas); kept until deleted. Changes bump ojs_queue_config_generation and write schema.registered / schema.deleted events.';
+
+--
+-- Name: COLUMN ojs_job_schema.job_type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_schema.job_type IS 'The job type the schema describes.';
+
+--
+-- Name: COLUMN ojs_job_schema.version; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_schema.version IS 'The version as registered (N, N.N or N.N.N); a job names it in its top-level version attribute.';
+
+--
+-- Name: COLUMN ojs_job_schema.major; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_schema.major IS 'First number of the version (ordering and identity: 1, 1.0 and 1.0.0 are one version).';
+
+--
+-- Name: COLUMN ojs_job_schema.minor; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_schema.minor IS 'Second number of the version (0 when absent).';
+
+--
+-- Name: COLUMN ojs_job_schema.patch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_schema.patch IS 'Third number of the version (0 when absent).';
+
+--
+-- Name: COLUMN ojs_job_schema.schema; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_schema.schema IS 'The JSON Schema (draft 2020-12 unless its $schema names another), checked when registered.';
+
+--
+-- Name: COLUMN ojs_job_schema.validation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_schema.validation IS 'What a PUSH whose args fail it gets: strict (400 schema_validation), warn (accepted, with warnings), off (not checked); null: the server default (OJS_SCHEMA_VALIDATION).';
+
+--
+-- Name: COLUMN ojs_job_schema.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_schema.created_at IS 'When the version was registered.';
+
+--
 -- Name: ojs_job_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -7395,6 +7466,13 @@ ALTER TABLE ONLY public.ojs_job
 
 ALTER TABLE ONLY public.ojs_job_progress
     ADD CONSTRAINT ojs_job_progress_pkey PRIMARY KEY (job_id);
+
+--
+-- Name: ojs_job_schema ojs_job_schema_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job_schema
+    ADD CONSTRAINT ojs_job_schema_pkey PRIMARY KEY (job_type, major, minor, patch);
 
 --
 -- Name: ojs_leader ojs_leader_pkey; Type: CONSTRAINT; Schema: public; Owner: -

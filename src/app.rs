@@ -478,6 +478,7 @@ pub fn broker_settings(config: &Config) -> Settings {
         queue_weights: config.queue_weights.clone(),
         strict_queues: config.strict_queues,
         keep_completed: !config.retention_completed.0.is_zero(),
+        schema_validation: config.schema_validation,
     }
 }
 

@@ -154,6 +154,13 @@ pub struct Config {
     #[arg(long, env = "OJS_STRICT_QUEUES", value_parser = clap::builder::BoolishValueParser::new())]
     pub strict_queues: bool,
 
+    /// What a PUSH whose `args` fail its type's registered schema gets, for schemas registered
+    /// without a `validation` of their own: `strict` (400 `schema_validation`), `warn`
+    /// (accepted, with `warnings` in the answer) or `off` (not checked). Job types without a
+    /// registered schema are never checked.
+    #[arg(long, env = "OJS_SCHEMA_VALIDATION", default_value = "strict", value_parser = parse_validation_mode)]
+    pub schema_validation: crate::job_schema::ValidationMode,
+
     /// Queue weights for the `weighted` strategy, e.g. `critical=5,default=2,low=1`. When set
     /// they replace the weights a FETCH sends; queues not named weigh 1, weight 0 = never.
     #[arg(long, env = "OJS_QUEUE_WEIGHTS", value_parser = crate::scheduling::parse_weights_setting)]
@@ -369,6 +376,7 @@ impl Default for Config {
             fetch_strategy: None,
             queue_weights: None,
             strict_queues: false,
+            schema_validation: crate::job_schema::ValidationMode::Strict,
             default_timeout_secs: DEFAULT_TIMEOUT_SECS,
             default_visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
             heartbeat_interval_secs: DEFAULT_HEARTBEAT_INTERVAL_SECS,
@@ -620,6 +628,11 @@ fn worker_threads(
         bail!("OJS_WORKER_THREADS (or TOKIO_WORKER_THREADS) must be at least 1");
     }
     Ok(threads)
+}
+
+fn parse_validation_mode(s: &str) -> Result<crate::job_schema::ValidationMode, String> {
+    crate::job_schema::ValidationMode::from_name(s)
+        .ok_or_else(|| format!("'{s}' is not a validation mode: strict, warn or off"))
 }
 
 #[cfg(test)]

@@ -32,6 +32,15 @@ pub enum Error {
     /// The cron entry is unknown.
     #[error("cron entry {0} not found")]
     CronNotFound(String),
+    /// No schema is registered for the job type (at that version, when one is named).
+    #[error("no schema {job_type}@{version:?}")]
+    SchemaNotFound {
+        job_type: String,
+        version: Option<String>,
+    },
+    /// The job type already has a schema of that version.
+    #[error("schema {job_type}@{version} already registered")]
+    SchemaExists { job_type: String, version: String },
     /// The worker pool is unknown.
     #[error("pool {0} not found")]
     PoolNotFound(String),

@@ -15,6 +15,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
+use crate::job_schema::{SchemaSet, ValidationMode};
 use crate::queue_config::{DEFAULT_LAYER, QueueConfig};
 use crate::scheduling;
 use crate::scheduling::pool::WorkerPool;
@@ -44,6 +45,9 @@ pub struct Snapshot {
     default_completed_retention: Option<u64>,
     /// Queues whose own layer sets `retention.completed` (ms).
     completed_retention: Vec<(String, u64)>,
+    /// The registered schemas, compiled (loaded with the configurations: registering one bumps
+    /// the same generation, so the enqueue statement's check covers them too).
+    pub schemas: SchemaSet,
 }
 
 impl Snapshot {
@@ -107,6 +111,7 @@ impl Snapshot {
         layers: Vec<(String, Value)>,
         pools: Vec<WorkerPool>,
         fair: HashSet<String>,
+        schemas: SchemaSet,
     ) -> Snapshot {
         let empty = Value::Object(Default::default());
         let default_layer = layers
@@ -164,6 +169,7 @@ impl Snapshot {
             fair,
             default_completed_retention,
             completed_retention,
+            schemas,
         }
     }
 }
@@ -182,21 +188,24 @@ impl scheduling::Pools for Snapshot {
 #[derive(Debug)]
 pub struct Configs {
     state: Mutex<(Arc<Snapshot>, Option<Instant>)>,
+    /// The validation mode of schemas registered without one.
+    schema_default: ValidationMode,
 }
 
-impl Default for Configs {
-    fn default() -> Self {
+impl Configs {
+    /// An empty cache (loaded at first use); `schema_default` is the mode of schemas registered
+    /// without one (`OJS_SCHEMA_VALIDATION`).
+    pub fn new(schema_default: ValidationMode) -> Configs {
         let empty = Snapshot {
             generation: -1,
             ..Snapshot::default()
         };
         Configs {
             state: Mutex::new((Arc::new(empty), None)),
+            schema_default,
         }
     }
-}
 
-impl Configs {
     /// The current configurations: cached, or reloaded when the generation moved on (checked at
     /// most every [`REFRESH_INTERVAL`]).
     pub async fn current(&self, db: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
@@ -213,6 +222,16 @@ impl Configs {
         self.reload(db).await
     }
 
+    /// The current configurations, the generation checked now whatever the interval.
+    pub async fn verified(&self, db: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+        let snapshot = self.state.lock().expect("configs lock").0.clone();
+        if store::queue::config_generation(db).await? == snapshot.generation {
+            self.state.lock().expect("configs lock").1 = Some(Instant::now());
+            return Ok(snapshot);
+        }
+        self.reload(db).await
+    }
+
     /// Loads the configurations now.
     pub async fn reload(&self, db: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
         let now = Instant::now();
@@ -221,11 +240,19 @@ impl Configs {
         // generation and loads again.
         let pools = store::pool::all(db).await?;
         let fair = store::pool::fair_queues(db).await?;
+        let schemas = store::schema::all(db).await?;
         let snapshot = Arc::new(Snapshot::build(
             generation,
             layers,
             pools.into_iter().map(|p| p.pool).collect(),
             fair.into_iter().map(|f| f.queue).collect(),
+            SchemaSet::build(
+                schemas
+                    .into_iter()
+                    .map(store::schema::SchemaRow::stored)
+                    .collect(),
+                self.schema_default,
+            ),
         ));
         let mut state = self.state.lock().expect("configs lock");
         // A concurrent reload may have stored a newer generation already.

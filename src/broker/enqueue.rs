@@ -20,6 +20,7 @@ use crate::job::DispatchPlace;
 use crate::job::envelope::{Limits, NewJob, Rejection};
 use crate::job::retry::RetryPolicy;
 use crate::job::{Job, JobState};
+use crate::job_schema::{Check, SchemaSet};
 use crate::queue_config::OverflowPolicy;
 use crate::store;
 use crate::store::job::{HandTo, Handoffs};
@@ -70,6 +71,9 @@ pub struct PushContext {
 pub struct PushResult {
     pub jobs: Vec<Pushed>,
     pub pressure: Option<Pressure>,
+    /// What the schema check found in jobs of `warn`-mode schemas (`jobs[i]: ` first in a
+    /// batch).
+    pub warnings: Vec<String>,
 }
 
 /// A bounded queue's depth against its bound.
@@ -143,8 +147,7 @@ impl Enqueuer {
         let deadline = Instant::now() + ctx.block_timeout;
         let mut stale = 0;
         loop {
-            let configs = self.configs.current(&self.db).await?;
-            let prepared = prepare(&jobs, &configs, ctx, &self.limits)?;
+            let (configs, prepared) = self.prepare_current(&jobs, ctx).await?;
             let result = match self.write_pushed(&prepared, None).await {
                 Err(Error::QueueFull {
                     policy: OverflowPolicy::DropOldest,
@@ -178,6 +181,7 @@ impl Enqueuer {
                     let mut out = PushResult {
                         jobs,
                         pressure: None,
+                        warnings: schema_warnings(&prepared),
                     };
                     self.after_push(&mut out, &configs).await;
                     return Ok(out);
@@ -201,8 +205,7 @@ impl Enqueuer {
         use sqlx::Connection;
         let mut stale = 0;
         loop {
-            let configs = self.configs.current(&self.db).await?;
-            let prepared = prepare(jobs, &configs, ctx, &self.limits)?;
+            let (configs, prepared) = self.prepare_current(jobs, ctx).await?;
             let mut attempt = tx.begin().await?;
             let mut result = self.write_pushed(&prepared, Some(&mut attempt)).await;
             if let Err(Error::QueueFull {
@@ -235,8 +238,32 @@ impl Enqueuer {
     /// Whether the queue configuration admits `job` from `ctx` (job type and producer rules),
     /// without writing it.
     pub(super) async fn admissible(&self, job: &NewJob, ctx: &PushContext) -> Result<()> {
+        self.prepare_current(std::slice::from_ref(job), ctx)
+            .await
+            .map(|_| ())
+    }
+
+    /// [`prepare`] with the cached configuration; a refusal is only answered once the
+    /// configuration is known to be current (another replica may have just registered a
+    /// schema or changed a queue's rules), else the jobs are prepared again with the new one.
+    /// An accepted job needs no such check: the enqueue statement refuses a stale generation.
+    async fn prepare_current(
+        &self,
+        jobs: &[NewJob],
+        ctx: &PushContext,
+    ) -> Result<(Arc<Snapshot>, Vec<NewJob>)> {
         let configs = self.configs.current(&self.db).await?;
-        prepare(std::slice::from_ref(job), &configs, ctx, &self.limits).map(|_| ())
+        match prepare(jobs, &configs, ctx, &self.limits) {
+            Ok(prepared) => Ok((configs, prepared)),
+            Err(refused) => {
+                let latest = self.configs.verified(&self.db).await?;
+                if latest.generation == configs.generation {
+                    return Err(refused);
+                }
+                let prepared = prepare(jobs, &latest, ctx, &self.limits)?;
+                Ok((latest, prepared))
+            }
+        }
     }
 
     /// What a PUSH made with [`Enqueuer::push_in`] tells once its transaction committed:
@@ -245,6 +272,7 @@ impl Enqueuer {
         let mut out = PushResult {
             jobs,
             pressure: None,
+            warnings: Vec::new(),
         };
         self.after_push(&mut out, configs).await;
         out
@@ -626,6 +654,9 @@ fn prepare(
             }
             let mut job = job.clone();
             job.config_generation = configs.generation;
+            if !configs.schemas.is_empty() {
+                check_schema(&mut job, &configs.schemas, index)?;
+            }
             if !job.timeout_explicit {
                 job.timeout_ms = config
                     .default_timeout
@@ -647,6 +678,48 @@ fn prepare(
             Ok(job)
         })
         .collect()
+}
+
+/// The schema warnings of `jobs`, each prefixed with `jobs[i]: ` in a batch.
+fn schema_warnings(jobs: &[NewJob]) -> Vec<String> {
+    let batch = jobs.len() > 1;
+    jobs.iter()
+        .enumerate()
+        .flat_map(|(i, job)| {
+            job.schema_warnings.iter().map(move |w| match batch {
+                true => format!("jobs[{i}]: {w}"),
+                false => w.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Checks `job` against its type's registered schema: a failure in `strict` mode refuses it,
+/// one in `warn` mode is noted on the job (the PUSH answers with it).
+fn check_schema(job: &mut NewJob, schemas: &SchemaSet, index: Option<usize>) -> Result<()> {
+    let version = match job.version.as_deref() {
+        Some(raw) => Some(serde_json::from_str::<serde_json::Value>(raw).map_err(|_| {
+            Error::InvalidRequest {
+                field: "$.version".to_owned(),
+                message: "version is not valid JSON".to_owned(),
+            }
+        })?),
+        None => None,
+    };
+    match schemas.check(&job.r#type, version.as_ref(), &job.args) {
+        Check::Passed => Ok(()),
+        Check::Warned(warnings) => {
+            for w in &warnings {
+                tracing::info!(job_type = %job.r#type, warning = %w, "job accepted with a schema warning");
+            }
+            job.schema_warnings = warnings;
+            Ok(())
+        }
+        Check::Failed { schema, violations } => Err(Error::Rejected {
+            index,
+            rejection: Rejection::SchemaMismatch { schema, violations },
+        }),
+    }
 }
 
 /// [`store::job::insert_many`] without hand-offs, counting the queues it created.

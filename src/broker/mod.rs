@@ -32,10 +32,12 @@ pub mod pools;
 mod progress;
 mod queues;
 pub mod rate_limits;
+pub mod schemas;
 mod unique;
 mod workers;
 mod workflows;
 
+pub use crate::store::schema::SchemaRow;
 pub use admin::{
     AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW, RateLimitUsage,
 };
@@ -45,6 +47,7 @@ pub use enqueue::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 pub use fetch::FetchRequest;
 pub use progress::{Progress, ProgressReport};
 pub use queues::{DeleteStrategy, Deleted, Queue, QueueStats};
+pub use schemas::SchemaRegistration;
 pub use unique::{UniquePlan, plan_unique};
 pub use workers::{Registered, WorkerSummary};
 pub use workflows::{WorkflowCancelled, WorkflowView};
@@ -102,6 +105,8 @@ pub struct Settings {
     /// Whether completed jobs are kept unless their queue's configuration says otherwise
     /// (false when `OJS_RETENTION_COMPLETED` is zero: they are deleted on ACK).
     pub keep_completed: bool,
+    /// What a job failing a schema registered without a mode of its own gets.
+    pub schema_validation: crate::job_schema::ValidationMode,
 }
 
 /// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
@@ -144,7 +149,7 @@ impl Broker {
         announcer: Announcer,
         hold: SystemHold,
     ) -> Broker {
-        let configs = Arc::new(Configs::default());
+        let configs = Arc::new(Configs::new(settings.schema_validation));
         let enqueuer = Enqueuer::new(
             db.clone(),
             hot.clone(),
@@ -368,7 +373,8 @@ impl Broker {
     }
 
     /// Deletes all jobs, workflows, workers, events, queues with their configuration, cron
-    /// entries with their runs, and rate-limit keys, and turns maintenance mode off (test hook).
+    /// entries with their runs, rate-limit keys and registered schemas, and turns maintenance mode
+    /// off (test hook).
     pub async fn reset(&self) -> Result<()> {
         let mut tx = self.db.begin().await?;
         store::cron::delete_all(&mut tx).await?;
@@ -380,6 +386,7 @@ impl Broker {
         store::pool::reset(&mut tx).await?;
         store::rate_limit::delete_all(&mut tx).await?;
         store::hold::clear(&mut *tx).await?;
+        store::schema::delete_all(&mut *tx).await?;
         tx.commit().await?;
         self.fetcher.forget_all();
         self.configs.reload(&self.db).await?;

@@ -78,7 +78,11 @@ struct Capabilities {
     job_ttl: bool,
     priority_queues: bool,
     rate_limiting: bool,
+    /// `args` checked against the job type's registered schema on PUSH.
     schema_validation: bool,
+    /// The schema registry, versions named by a job's `version` (the key the OJS admin UI
+    /// reads to show its schemas page).
+    job_versioning: bool,
     unique_jobs: bool,
     workflows: bool,
     pause_resume: bool,
@@ -301,7 +305,8 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             job_ttl: true,
             priority_queues: true,
             rate_limiting: true,
-            schema_validation: false,
+            schema_validation: true,
+            job_versioning: true,
             unique_jobs: true,
             workflows: true,
             pause_resume: true,
@@ -317,7 +322,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             .map(|e| e.name)
             .collect(),
         extension_details: EXTENSIONS,
-        schema_validation: false,
+        schema_validation: true,
         unique_job_strength: "strong",
         priority: PriorityModel {
             default: crate::job::DEFAULT_PRIORITY,
@@ -371,6 +376,7 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         official!("cron"),
         official!("workflows"),
         official!("rate-limiting"),
+        official!("schema-registry"),
     ],
     // ojsd's own extensions (not part of OJS).
     experimental: &[Extension {

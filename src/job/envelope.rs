@@ -50,6 +50,13 @@ pub enum Rejection {
     InvalidRetry(Vec<Violation>),
     /// The envelope asks for a feature this server does not offer (422 `unsupported`).
     Unsupported { path: String, message: String },
+    /// `args` (or the `version` asked for) fail the job type's registered schema, in `strict`
+    /// mode (400 `schema_validation`). Found by the broker, after the envelope is read.
+    SchemaMismatch {
+        /// `type@version` of the schema.
+        schema: String,
+        violations: Vec<Violation>,
+    },
 }
 
 impl Rejection {
@@ -80,6 +87,10 @@ impl Rejection {
             Rejection::Unsupported { path, message } => Rejection::Unsupported {
                 path: move_path(path),
                 message,
+            },
+            Rejection::SchemaMismatch { schema, violations } => Rejection::SchemaMismatch {
+                schema,
+                violations: move_all(violations),
             },
             other @ Rejection::TooLarge { .. } => other,
         }
@@ -134,9 +145,14 @@ pub struct NewJob {
     pub extra: String,
     /// The job's rate limit by key.
     pub rate_limit: Option<RatePolicy>,
+    /// The top-level `version` attribute as sent (JSON text; also kept in `extra`): the
+    /// registered schema the job's `args` are checked against.
+    pub version: Option<String>,
     /// Generation of the queue configuration whose defaults were applied (`-1`: none yet;
     /// the broker applies them before writing).
     pub config_generation: i64,
+    /// What the schema check found in `warn` mode (set by the broker).
+    pub schema_warnings: Vec<String>,
 }
 
 /// A job's unique policy with its fingerprint.
@@ -677,7 +693,9 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
         total_timeout_secs,
         extra,
         rate_limit,
+        version: obj.get("version").map(|raw| raw.get().to_owned()),
         config_generation: -1,
+        schema_warnings: Vec::new(),
     })
 }
 

@@ -30,6 +30,7 @@ pub mod progress;
 pub mod queue;
 pub mod rate_limit;
 pub mod refusal;
+pub mod schema;
 pub mod setting;
 pub mod worker;
 pub mod workflow;

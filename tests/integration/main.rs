@@ -30,6 +30,7 @@ mod queues;
 mod rate_limits;
 mod replicas;
 mod schema;
+mod schema_registry;
 mod sql_enqueue;
 mod support;
 mod system;

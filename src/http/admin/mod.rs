@@ -1,6 +1,6 @@
 //! The parts of the operator's API ([OJS admin API]) that have no data-plane twin: statistics
 //! ([`stats`]), API keys ([`keys`]), worker pools ([`pools`]), maintenance mode
-//! ([`maintenance`]), and the test-only reset
+//! ([`maintenance`]), the schema registry ([`schemas`]), and the test-only reset
 //! (`test_hooks`), never routed unless `OJS_TEST_HOOKS=1`. The admin routes of jobs, queues,
 //! the dead-letter queue and workers live next to their data-plane twins, in each resource's
 //! `admin.rs`.
@@ -10,6 +10,7 @@
 pub mod keys;
 pub mod maintenance;
 pub mod pools;
+pub mod schemas;
 pub mod stats;
 
 use axum::extract::State;
@@ -26,7 +27,8 @@ pub fn router(test_hooks: bool) -> OpenApiRouter<AppState> {
         .merge(stats::router())
         .merge(keys::router())
         .merge(maintenance::router())
-        .merge(pools::router());
+        .merge(pools::router())
+        .merge(schemas::router());
     if test_hooks {
         router.routes(routes!(reset))
     } else {

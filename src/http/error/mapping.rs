@@ -107,6 +107,28 @@ impl From<Error> for ApiError {
                     ApiError::unsupported(prefixed(index, &message))
                         .with_details(with_index(json!({"field": path}), index))
                 }
+                Rejection::SchemaMismatch { schema, violations } => {
+                    // The first problem, with its path, names the schema; the rest are counted.
+                    let named: Vec<Violation> = violations
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| match i {
+                            0 => Violation::new(
+                                &v.path,
+                                format!("{}: {} (schema {schema})", v.path, v.message),
+                            ),
+                            _ => v.clone(),
+                        })
+                        .collect();
+                    let mut details = validation_details(&violations, index);
+                    details["schema"] = json!(schema);
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "schema_validation",
+                        validation_message(&named, index),
+                    )
+                    .with_details(details)
+                }
             },
             Error::JobNotFound(id) => ApiError::not_found("job", &id.to_string()),
             Error::NotInDeadLetter(id) => ApiError::new(
@@ -193,6 +215,26 @@ impl From<Error> for ApiError {
             Error::QueueNotFound(name) => ApiError::not_found("queue", &name),
             Error::PoolNotFound(name) => ApiError::not_found("pool", &name),
             Error::CronNotFound(name) => ApiError::not_found("cron entry", &name),
+            Error::SchemaNotFound { job_type, version } => {
+                let id = match &version {
+                    Some(v) => format!("{job_type}@{v}"),
+                    None => job_type.clone(),
+                };
+                let mut e = ApiError::not_found("schema", &id);
+                e.message = match version {
+                    Some(v) => format!("Job type '{job_type}' has no schema of version {v}."),
+                    None => format!("Job type '{job_type}' has no registered schema."),
+                };
+                e
+            }
+            Error::SchemaExists { job_type, version } => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "Job type '{job_type}' already has a schema of version {version}; a registered version never changes: register a new version, or delete this one first."
+                ),
+            )
+            .with_details(json!({"job_type": job_type, "version": version})),
             Error::UnknownQueue(name) => ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",

@@ -224,6 +224,9 @@ impl ApiError {
             "invalid_payload" => "Send a JSON object with Content-Type: application/json.",
             "invalid_request" => "Fix the field named in details.field and send the request again.",
             "validation_error" => "Fix the retry policy field named in the message.",
+            "schema_validation" => {
+                "Fix the args at the paths in details.validation_errors, or name a registered version (GET /ojs/v1/admin/schemas/{type}/versions)."
+            }
             "not_found" => "Check the id or path; jobs removed by retention are gone permanently.",
             "unauthenticated" => {
                 "Send an API key as Authorization: Bearer <key> (create one with `ojsd keys create`)."

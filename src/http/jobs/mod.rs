@@ -182,6 +182,7 @@ async fn push(
     caller.check_queue(&job.queue)?;
     let pushed = push_traced(&state, &headers, vec![job], &ctx).await?;
     let pressure = pushed.pressure;
+    let warnings = pushed.warnings;
     let Some(Pushed { job, outcome }) = pushed.jobs.into_iter().next() else {
         return Err(ApiError::internal("push returned no job"));
     };
@@ -190,34 +191,27 @@ async fn push(
         Some(key) => state.broker().rate_key(key).await.ok(),
         None => None,
     };
+    /// The answer: the job, whether a unique policy returned an existing one (and replaced
+    /// it in place), and the schema check's warnings.
+    #[derive(Serialize)]
+    struct Pushed1<'a> {
+        job: WireJob<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        deduplicated: Option<bool>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        replaced: Option<bool>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
+    }
+    let body = Pushed1 {
+        job: job.wire(),
+        deduplicated: (outcome != PushOutcome::Created).then_some(true),
+        replaced: (outcome == PushOutcome::ReplacedInPlace).then_some(true),
+        warnings,
+    };
     let response = match outcome {
-        PushOutcome::Created => created(&job.id.to_string(), JobBody { job: job.wire() }),
-        PushOutcome::Deduplicated => {
-            #[derive(Serialize)]
-            struct Deduplicated<'a> {
-                job: WireJob<'a>,
-                deduplicated: bool,
-            }
-            ok(Deduplicated {
-                job: job.wire(),
-                deduplicated: true,
-            })
-            .into_response()
-        }
-        PushOutcome::ReplacedInPlace => {
-            #[derive(Serialize)]
-            struct Replaced<'a> {
-                job: WireJob<'a>,
-                deduplicated: bool,
-                replaced: bool,
-            }
-            ok(Replaced {
-                job: job.wire(),
-                deduplicated: true,
-                replaced: true,
-            })
-            .into_response()
-        }
+        PushOutcome::Created => created(&job.id.to_string(), body),
+        PushOutcome::Deduplicated | PushOutcome::ReplacedInPlace => ok(body).into_response(),
     };
     let mut response = with_pressure(response, pressure.as_ref());
     if let Some((limit, remaining, reset)) = rate.as_ref().and_then(super::rate_limits::headers) {
@@ -445,14 +439,18 @@ async fn push_batch(
     let PushResult {
         jobs: pushed,
         pressure,
+        warnings,
     } = push_traced(&state, &headers, jobs, &ctx).await?;
 
     #[derive(Serialize)]
     struct BatchBody<'a> {
         jobs: Vec<WireJob<'a>>,
         count: usize,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
     }
     let body = BatchBody {
+        warnings,
         count: pushed.len(),
         jobs: pushed
             .iter()
