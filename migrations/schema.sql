@@ -556,7 +556,7 @@ COMMENT ON COLUMN public.ojs_job.tenant_fair IS 'Whether the job is in a tenant-
 -- Name: COLUMN ojs_job.tenant; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_job.tenant IS 'Tenant of a tenant-fair job (meta.tenant_id; empty string for none).';
+COMMENT ON COLUMN public.ojs_job.tenant IS 'The job''s tenant: meta.tenant_id (null without one; in a tenant-fair queue, the empty string). Written by the enqueue (ojs_insert_jobs) and by the tenant-fair tagging trigger.';
 
 --
 -- Name: COLUMN ojs_job.fair_key; Type: COMMENT; Schema: public; Owner: -
@@ -2076,7 +2076,7 @@ begin
                 unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
                 total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair,
                 attempt, started_at, worker_id, reservation_ms, visible_until, timeout_at,
-                pool, rate_key)
+                pool, rate_key, tenant)
         select id, type, queue, args::json, meta::json, priority, state, max_attempts,
                retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
                expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
@@ -2098,7 +2098,9 @@ begin
                     then now() + coalesce(hand_visibility_ms, visibility_timeout_ms, $32) * interval '1 millisecond' end,
                case when state = 'active' then now() + timeout_ms * interval '1 millisecond' end,
                case when state = 'active' then hand_pool end,
-               rate_key
+               rate_key,
+               -- The tenant (migration V24); a tenant-fair queue's tagging trigger sets it too.
+               nullif(meta::json ->> 'tenant_id', '')
           from resolved
          where not exists (select 1 from refused) and not exists (select 1 from overflow)
          -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
@@ -2456,7 +2458,7 @@ begin
     select * into fair from ojs_fair_queue f where f.queue = new.queue;
     if not found then
         new.tenant_fair := false;
-        new.tenant := null;
+        new.tenant := nullif(new.meta ->> 'tenant_id', '');
         new.fair_key := null;
         return new;
     end if;
@@ -4473,10 +4475,12 @@ CREATE TABLE public.ojs_api_key (
     key_prefix text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     revoked_at timestamp with time zone,
+    tenant text,
     CONSTRAINT ojs_api_key_hash_is_sha256 CHECK ((length(key_hash) = 32)),
     CONSTRAINT ojs_api_key_name_short CHECK ((length(name) <= 200)),
     CONSTRAINT ojs_api_key_queues_listed CHECK (((queues IS NULL) OR ((cardinality(queues) >= 1) AND (cardinality(queues) <= 100)))),
-    CONSTRAINT ojs_api_key_role_known CHECK ((role = ANY (ARRAY['producer'::text, 'worker'::text, 'admin'::text])))
+    CONSTRAINT ojs_api_key_role_known CHECK ((role = ANY (ARRAY['producer'::text, 'worker'::text, 'admin'::text]))),
+    CONSTRAINT ojs_api_key_tenant_format CHECK (((tenant ~ '^[a-zA-Z0-9][a-zA-Z0-9._:-]*$'::text) AND (octet_length(tenant) <= 255)))
 );
 
 --
@@ -4532,6 +4536,12 @@ COMMENT ON COLUMN public.ojs_api_key.created_at IS 'When the key was created.';
 --
 
 COMMENT ON COLUMN public.ojs_api_key.revoked_at IS 'When the key was revoked; a revoked key authenticates nothing.';
+
+--
+-- Name: COLUMN ojs_api_key.tenant; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_api_key.tenant IS 'The tenant the key acts as (X-OJS-Tenant): its enqueues are tagged with it and its reads and FETCHes see only its jobs; null: any tenant, or none.';
 
 --
 -- Name: ojs_cron; Type: TABLE; Schema: public; Owner: -
@@ -7664,6 +7674,24 @@ CREATE INDEX ojs_job_done_id_idx ON ONLY public.ojs_job_done USING btree (id);
 CREATE INDEX ojs_job_done_default_id_idx ON public.ojs_job_done_default USING btree (id);
 
 --
+-- Name: ojs_job_done_tenant_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_done_tenant_idx ON ONLY public.ojs_job_done USING btree (tenant, completed_at) WHERE (tenant <> ''::text);
+
+--
+-- Name: INDEX ojs_job_done_tenant_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.ojs_job_done_tenant_idx IS 'Finished jobs by tenant and completion time: the tenant statistics.';
+
+--
+-- Name: ojs_job_done_default_tenant_completed_at_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_done_default_tenant_completed_at_idx ON public.ojs_job_done_default USING btree (tenant, completed_at) WHERE (tenant <> ''::text);
+
+--
 -- Name: ojs_job_done_unique_key_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -7730,6 +7758,18 @@ CREATE INDEX ojs_job_retry_due_idx ON public.ojs_job USING btree (next_retry_at)
 CREATE INDEX ojs_job_scheduled_due_idx ON public.ojs_job USING btree (scheduled_at) WHERE (state = 'scheduled'::public.ojs_job_state);
 
 --
+-- Name: ojs_job_tenant_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_tenant_idx ON public.ojs_job USING btree (tenant, queue, state) WHERE (tenant <> ''::text);
+
+--
+-- Name: INDEX ojs_job_tenant_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.ojs_job_tenant_idx IS 'Jobs by tenant: tenant-scoped FETCH, reads and statistics (X-OJS-Tenant).';
+
+--
 -- Name: ojs_job_unique_key_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -7794,6 +7834,12 @@ ALTER INDEX public.ojs_job_done_completed_idx ATTACH PARTITION public.ojs_job_do
 --
 
 ALTER INDEX public.ojs_job_done_id_idx ATTACH PARTITION public.ojs_job_done_default_id_idx;
+
+--
+-- Name: ojs_job_done_default_tenant_completed_at_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.ojs_job_done_tenant_idx ATTACH PARTITION public.ojs_job_done_default_tenant_completed_at_idx;
 
 --
 -- Name: ojs_job_done_default_unique_key_idx; Type: INDEX ATTACH; Schema: public; Owner: -

@@ -68,6 +68,8 @@ pub struct Principal {
     pub role: Role,
     /// The queues the key may use; `None`: every queue.
     pub queues: Option<Arc<[String]>>,
+    /// The tenant the key acts as; `None`: any (or none).
+    pub tenant: Option<Arc<str>>,
 }
 
 impl Principal {
@@ -79,6 +81,27 @@ impl Principal {
     }
 }
 
+/// Whether `tenant` is a tenant id: a letter or digit, then letters, digits, `.`, `_`, `:` or
+/// `-`, at most 255 bytes (the multi-tenancy extension's format).
+pub fn is_valid_tenant(tenant: &str) -> bool {
+    tenant.len() <= 255
+        && tenant
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && tenant
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Why `tenant` is not a tenant id.
+pub fn invalid_tenant_message(tenant: &str) -> String {
+    format!(
+        "tenant {:?} is invalid: a letter or digit, then letters, digits, '.', '_', ':' or '-', at most 255 bytes",
+        tenant.chars().take(300).collect::<String>()
+    )
+}
+
 /// What a new key is to be: checked, ready to store.
 #[derive(Debug, Clone)]
 pub struct KeyRequest {
@@ -86,6 +109,8 @@ pub struct KeyRequest {
     pub role: Role,
     /// Limits a producer or worker key; `None`: every queue.
     pub queues: Option<Vec<String>>,
+    /// Binds a producer or worker key to a tenant.
+    pub tenant: Option<String>,
 }
 
 impl KeyRequest {
@@ -93,6 +118,7 @@ impl KeyRequest {
     pub fn new(
         role: &str,
         queues: Option<Vec<String>>,
+        tenant: Option<String>,
         name: Option<String>,
     ) -> Result<KeyRequest, (&'static str, String)> {
         let role: Role = role.parse().map_err(|e| ("$.role", e))?;
@@ -114,11 +140,28 @@ impl KeyRequest {
                 return Err(("$.queues", format!("queue name {bad:?} is invalid")));
             }
         }
+        if let Some(tenant) = &tenant {
+            if role == Role::Admin {
+                return Err((
+                    "$.tenant",
+                    "an admin key cannot be bound to a tenant (admin endpoints span every tenant)"
+                        .to_owned(),
+                ));
+            }
+            if !is_valid_tenant(tenant) {
+                return Err(("$.tenant", invalid_tenant_message(tenant)));
+            }
+        }
         let name = name.unwrap_or_default();
         if name.chars().count() > 200 {
             return Err(("$.name", "'name' must be at most 200 characters".to_owned()));
         }
-        Ok(KeyRequest { name, role, queues })
+        Ok(KeyRequest {
+            name,
+            role,
+            queues,
+            tenant,
+        })
     }
 }
 
@@ -198,6 +241,7 @@ impl KeyRing {
                         key_id: row.id,
                         role,
                         queues: row.queues.map(Into::into),
+                        tenant: row.tenant.map(Into::into),
                     },
                 ))
             })

@@ -54,6 +54,9 @@ enum Keys {
         /// Limit a producer or worker key to these queues (comma-separated).
         #[arg(long, value_delimiter = ',')]
         queues: Option<Vec<String>>,
+        /// Bind a producer or worker key to a tenant: it acts as that tenant (X-OJS-Tenant).
+        #[arg(long)]
+        tenant: Option<String>,
         /// What the key is for.
         #[arg(long)]
         name: Option<String>,
@@ -166,13 +169,17 @@ async fn keys(config: &Config, command: Keys) -> anyhow::Result<()> {
         .context("cannot connect to PostgreSQL")?;
     let show = |row: &api_key::KeyRow| {
         format!(
-            "{}  {:<8}  {:<14}  {}  {}{}",
+            "{}  {:<8}  {:<14}  {}  {}{}{}",
             row.id,
             row.role,
             row.key_prefix,
             row.queues
                 .as_ref()
                 .map_or_else(|| "*".to_owned(), |q| q.join(",")),
+            row.tenant
+                .as_ref()
+                .map(|t| format!("tenant={t}  "))
+                .unwrap_or_default(),
             row.name,
             row.revoked_at
                 .map(|at| format!("  (revoked {at})"))
@@ -180,8 +187,13 @@ async fn keys(config: &Config, command: Keys) -> anyhow::Result<()> {
         )
     };
     match command {
-        Keys::Create { role, queues, name } => {
-            let request = ojsd::auth::KeyRequest::new(&role, queues, name)
+        Keys::Create {
+            role,
+            queues,
+            tenant,
+            name,
+        } => {
+            let request = ojsd::auth::KeyRequest::new(&role, queues, tenant, name)
                 .map_err(|(field, message)| anyhow::anyhow!("{field}: {message}"))?;
             let created = ojsd::broker::keys::create_key(&db, &request).await?;
             println!("{}", show(&created.row));

@@ -158,7 +158,11 @@ pub const MAX_STEP_ID_LEN: usize = 255;
 /// Validates a whole definition (`POST /ojs/v1/workflows`: the typed form, or the dependency
 /// form when there is no `type`) before anything is written: every problem of the shape and
 /// of every item, with its path.
-pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
+pub fn parse(
+    obj: &Object<'_>,
+    limits: &Limits,
+    tenant: Option<&str>,
+) -> Result<Definition, Invalid> {
     let mut v: Vec<Violation> = Vec::new();
     let r#type = match obj.get("type") {
         // The dependency form names no type.
@@ -318,7 +322,7 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
     let mut nodes = Vec::with_capacity(items.len());
     for (index, (path, kind, raw)) in items.iter().enumerate() {
         let (name, depends_on) = graph.get(index).cloned().unwrap_or_default();
-        match item_job(raw, path, defaults.as_ref(), limits, r#type) {
+        match item_job(raw, path, defaults.as_ref(), limits, tenant, r#type) {
             Ok(mut job) => {
                 if let Some(priority) = priority
                     && !has_priority(raw)
@@ -366,7 +370,11 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<Definition, Invalid> {
 /// step 0 and the listed items (job bodies) the steps after it, each taking the posted job's
 /// queue and priority unless it names its own. `None` when the body embeds no workflow. An
 /// embedded group or batch is unsupported (they have their own endpoint).
-pub fn embedded_chain(obj: &Object<'_>, limits: &Limits) -> Result<Option<Definition>, Invalid> {
+pub fn embedded_chain(
+    obj: &Object<'_>,
+    limits: &Limits,
+    tenant: Option<&str>,
+) -> Result<Option<Definition>, Invalid> {
     let Some(raw) = obj.get("workflow") else {
         return Ok(None);
     };
@@ -439,12 +447,12 @@ pub fn embedded_chain(obj: &Object<'_>, limits: &Limits) -> Result<Option<Defini
         Invalid::Definition(vec![Violation::new("$", "the body is not valid JSON")])
     })?;
     // The posted job (no item of its own), then the steps.
-    let parsed = std::iter::once((None, envelope::parse(&root_obj, limits))).chain(
+    let parsed = std::iter::once((None, envelope::parse_for(&root_obj, limits, tenant))).chain(
         items.iter().enumerate().map(|(i, raw)| {
             let path = format!("$.workflow.chain[{i}]");
             (
                 Some(*raw),
-                item_job(raw, &path, None, limits, WorkflowType::Chain),
+                item_job(raw, &path, None, limits, tenant, WorkflowType::Chain),
             )
         }),
     );
@@ -651,6 +659,7 @@ fn item_job(
     path: &str,
     defaults: Option<&Object<'_>>,
     limits: &Limits,
+    tenant: Option<&str>,
     r#type: WorkflowType,
 ) -> Result<NewJob, Rejection> {
     let Ok(item) = Object::from_raw(raw) else {
@@ -692,7 +701,7 @@ fn item_job(
         })?,
         None => item,
     };
-    envelope::parse(&item, limits).map_err(|rejection| rejection.rerooted(path))
+    envelope::parse_for(&item, limits, tenant).map_err(|rejection| rejection.rerooted(path))
 }
 
 /// `item` without the `dropped` keys, with `options` = the workflow's `options` overlaid by the
@@ -752,7 +761,7 @@ mod tests {
     }
 
     fn parsed(text: &str) -> Result<Definition, Invalid> {
-        parse(&Object::parse(text).unwrap(), &limits())
+        parse(&Object::parse(text).unwrap(), &limits(), None)
     }
 
     fn paths(text: &str) -> Vec<String> {

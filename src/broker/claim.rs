@@ -105,7 +105,7 @@ impl Fetcher {
         let fair = configs.is_tenant_fair(params.queue);
         let pool_limit = pool.and_then(|p| p.concurrency.map(|c| (p, i64::from(c))));
         if !config.limits_dispatch() && pool_limit.is_none() {
-            if !fair && params.started_at.is_none() {
+            if !fair && params.started_at.is_none() && params.tenant.is_none() {
                 let claim = SharedClaim {
                     queue: params.queue.to_owned(),
                     limit: i32::try_from(params.limit).unwrap_or(i32::MAX),
@@ -158,7 +158,9 @@ impl Fetcher {
         }
         // The plain claim starts at the queue's floor; an error or an early return drops
         // `floor`, which resets it.
-        let floor = (!fair).then(|| self.notifier.floors().begin(params.queue));
+        // A tenant's claim walks from the head: the floor is the whole queue's.
+        let floor =
+            (!fair && params.tenant.is_none()).then(|| self.notifier.floors().begin(params.queue));
         let jobs = claim_rows(
             &mut tx,
             ClaimParams {
@@ -232,6 +234,7 @@ impl Fetcher {
             started_at: None,
             pool: pool.map(|p| p.name.as_str()),
             from: DispatchPlace::START,
+            tenant: req.tenant.as_deref(),
         }
     }
 }
@@ -244,6 +247,9 @@ async fn claim_rows(
     fair: bool,
 ) -> Result<Vec<Job>, sqlx::Error> {
     telemetry::claim_statements(1);
+    if params.tenant.is_some() {
+        return store::job::claim_tenant(&mut *conn, params).await;
+    }
     if !fair {
         return store::job::claim(&mut *conn, params).await;
     }

@@ -51,6 +51,8 @@ pub struct FetchRequest {
     pub strategy: Option<Strategy>,
     /// Queue weights of the `weighted` strategy, when the request gives them.
     pub weights: Option<Weights>,
+    /// Only this tenant's jobs (`X-OJS-Tenant`, or the key's tenant).
+    pub tenant: Option<String>,
 }
 
 /// What a worker registered with that its FETCHes use: its pool and capacity, and the
@@ -84,19 +86,21 @@ impl FetchDefaults {
 }
 
 /// How an enqueue may hand jobs to this FETCH while it waits, when it may: jobs written for it
-/// must be the ones its claim would take. So not when a pool's concurrency, a starvation
-/// guarantee, or a strategy other than `strict` over its queues decides what it takes (queue
+/// must be the ones its claim would take. So not for a tenant's FETCH, nor when a pool's
+/// concurrency, a starvation guarantee, or a strategy other than `strict` over its queues
+/// decides what it takes (queue
 /// dispatch limits and tenant-fair queues are left out by the enqueue, per job).
 fn handoff_target(req: &FetchRequest, route: &Route) -> Option<HandoffTarget> {
     let pool_limited = route.pool.as_ref().is_some_and(|p| p.concurrency.is_some());
-    (route.strategy == Strategy::Strict && route.guarantee.is_none() && !pool_limited).then(|| {
-        HandoffTarget {
+    // An enqueue does not know a waiting FETCH's tenant: a tenant's FETCH is woken and claims.
+    let plain = req.tenant.is_none();
+    (plain && route.strategy == Strategy::Strict && route.guarantee.is_none() && !pool_limited)
+        .then(|| HandoffTarget {
             worker_id: req.worker_id.clone(),
             visibility_timeout_ms: req.visibility_timeout_ms,
             pool: route.pool_name().map(str::to_owned),
             room: req.count,
-        }
-    })
+        })
 }
 
 /// How a parked FETCH's wait ended.

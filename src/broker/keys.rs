@@ -41,12 +41,15 @@ pub async fn create_key(db: &sqlx::PgPool, request: &KeyRequest) -> Result<Creat
     let new = auth::generate();
     let row = store::api_key::create(
         db,
-        Uuid::now_v7(),
-        &request.name,
-        request.role.as_str(),
-        request.queues.as_deref(),
-        &new.hash,
-        &new.prefix,
+        store::api_key::NewKeyRow {
+            id: Uuid::now_v7(),
+            name: &request.name,
+            role: request.role.as_str(),
+            queues: request.queues.as_deref(),
+            tenant: request.tenant.as_deref(),
+            key_hash: &new.hash,
+            key_prefix: &new.prefix,
+        },
     )
     .await?;
     Ok(CreatedKey { row, key: new.key })

@@ -33,11 +33,13 @@ mod progress;
 mod queues;
 pub mod rate_limits;
 pub mod schemas;
+mod tenants;
 mod unique;
 mod workers;
 mod workflows;
 
 pub use crate::store::schema::SchemaRow;
+pub use crate::store::tenant::TenantRow;
 pub use admin::{
     AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW, RateLimitUsage,
 };

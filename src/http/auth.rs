@@ -170,3 +170,76 @@ impl Caller {
         Ok(())
     }
 }
+
+/// The header naming the tenant a request acts for (multi-tenancy extension).
+pub const TENANT_HEADER: &str = "x-ojs-tenant";
+
+/// The tenant a request acts as: its API key's, when the key is bound to one, else the
+/// `X-OJS-Tenant` header's; `None`: the request is not scoped to a tenant. With a tenant, an
+/// enqueue tags its jobs with it, and reads, cancels and FETCHes see only its jobs (another
+/// tenant's job answers 404, as if it did not exist).
+#[derive(Debug, Clone, Default)]
+pub struct Tenant(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Tenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Tenant, ApiError> {
+        let header = match parts.headers.get(TENANT_HEADER) {
+            None => None,
+            Some(value) => {
+                let value = value.to_str().map(str::trim).map_err(|_| {
+                    ApiError::invalid_field("header.X-OJS-Tenant", "X-OJS-Tenant must be ASCII")
+                })?;
+                if !value.is_empty() && !crate::auth::is_valid_tenant(value) {
+                    return Err(ApiError::invalid_field(
+                        "header.X-OJS-Tenant",
+                        crate::auth::invalid_tenant_message(value),
+                    ));
+                }
+                (!value.is_empty()).then(|| value.to_owned())
+            }
+        };
+        let bound = parts
+            .extensions
+            .get::<Principal>()
+            .and_then(|p| p.tenant.clone());
+        match (bound, header) {
+            (Some(own), Some(named)) if *own != *named => Err(ApiError::forbidden(format!(
+                "This key acts as tenant '{own}'; X-OJS-Tenant names '{named}'."
+            ))),
+            (Some(own), _) => Ok(Tenant(Some(own.to_string()))),
+            (None, header) => Ok(Tenant(header)),
+        }
+    }
+}
+
+impl Tenant {
+    /// The tenant, if the request is scoped to one.
+    pub fn id(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+
+    /// 404 for a job of another tenant (or of none), when the request is scoped to a tenant.
+    pub fn check_job(&self, job: &crate::job::Job) -> Result<(), ApiError> {
+        match self.id() {
+            Some(tenant) if job.tenant_id().as_deref() != Some(tenant) => {
+                Err(ApiError::not_found("job", &job.id.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Tenant::check_job`] for job `id`, read only when the request is scoped to a tenant
+    /// (a job that does not exist passes: the operation answers 404 itself).
+    pub async fn check_job_id(&self, state: &AppState, id: JobId) -> Result<(), ApiError> {
+        if self.id().is_none() {
+            return Ok(());
+        }
+        match state.broker().info(id).await {
+            Ok(job) => self.check_job(&job),
+            Err(crate::Error::JobNotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

@@ -39,7 +39,7 @@ mod dead_letter;
 // The event log, polled with a cursor or paged, and the SSE routes of jobs and queues.
 mod events;
 // Jobs: PUSH, INFO, CANCEL, ACTIVATE, priority, progress, unique-key holders.
-mod jobs;
+pub(crate) mod jobs;
 // Queues: lifecycle, statistics, configuration, pause and resume.
 mod queues;
 // Rate limits: rate-limited queues and the rate-limit keys of jobs.

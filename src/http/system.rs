@@ -83,6 +83,9 @@ struct Capabilities {
     /// The schema registry, versions named by a job's `version` (the key the OJS admin UI
     /// reads to show its schemas page).
     job_versioning: bool,
+    /// Tenants (`X-OJS-Tenant`, API keys bound to a tenant; the key the OJS admin UI reads to
+    /// show its tenants page).
+    multi_tenancy: bool,
     unique_jobs: bool,
     workflows: bool,
     pause_resume: bool,
@@ -307,6 +310,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             rate_limiting: true,
             schema_validation: true,
             job_versioning: true,
+            multi_tenancy: true,
             unique_jobs: true,
             workflows: true,
             pause_resume: true,
@@ -377,6 +381,7 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         official!("workflows"),
         official!("rate-limiting"),
         official!("schema-registry"),
+        official!("multi-tenancy"),
     ],
     // ojsd's own extensions (not part of OJS).
     experimental: &[Extension {

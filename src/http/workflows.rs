@@ -12,7 +12,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::auth::Caller;
+use super::auth::{Caller, Tenant};
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::jobs::push_context;
@@ -106,12 +106,17 @@ async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
+    tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let ctx = push_context(&headers)?;
     let fields = body.object()?;
-    let definition =
-        workflow::parse(fields.object(), &state.broker().settings().limits).map_err(Error::from)?;
+    let definition = workflow::parse(
+        fields.object(),
+        &state.broker().settings().limits,
+        tenant.id(),
+    )
+    .map_err(Error::from)?;
     for node in &definition.nodes {
         caller.check_queue(&node.job.queue)?;
     }

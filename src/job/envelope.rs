@@ -292,6 +292,18 @@ pub fn parse_priority(path: &str, raw: &RawValue, max: i32) -> Result<i32, Rejec
 
 /// Parses and validates one enqueue body (`obj` is the body's top-level object).
 pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
+    parse_for(obj, limits, None)
+}
+
+/// [`parse`] for a caller acting as `tenant` (`X-OJS-Tenant`, or its API key's tenant): the job
+/// gets `meta.tenant_id` = `tenant` unless it has one, and one naming another tenant is refused
+/// (`$.meta.tenant_id`). The tenant is in `meta` before anything reads it (a unique policy's
+/// `meta_keys` may name it).
+pub fn parse_for(
+    obj: &Object<'_>,
+    limits: &Limits,
+    tenant: Option<&str>,
+) -> Result<NewJob, Rejection> {
     let mut v: Vec<Violation> = Vec::new();
 
     let options = match obj.get("options") {
@@ -313,7 +325,12 @@ pub fn parse(obj: &Object<'_>, limits: &Limits) -> Result<NewJob, Rejection> {
     let src = Sources { top: obj, options };
 
     // Size limits come before field validation.
-    let meta = merge_meta(&src, &mut v);
+    let mut meta = merge_meta(&src, &mut v);
+    if let Some(tenant) = tenant
+        && let Some(text) = meta.take()
+    {
+        meta = Some(with_tenant(text, tenant, &mut v));
+    }
     if let Some(meta) = &meta
         && meta.len() > MAX_META_BYTES
     {
@@ -746,6 +763,52 @@ fn merge_meta(src: &Sources<'_>, v: &mut Vec<Violation>) -> Option<String> {
     }
 }
 
+/// `meta` (an object's text) with `tenant_id` = `tenant`: appended when absent (the rest kept
+/// byte for byte), checked when present.
+fn with_tenant(meta: String, tenant: &str, v: &mut Vec<Violation>) -> String {
+    let raw = json::raw(meta);
+    let Ok(obj) = Object::from_raw(&raw) else {
+        return raw.get().to_owned();
+    };
+    let quoted = serde_json::Value::from(tenant).to_string();
+    match obj.get("tenant_id") {
+        Some(present) => {
+            match json::decode::<String>(present) {
+                Ok(own) if own == tenant => {}
+                Ok(own) => v.push(Violation::new(
+                    "$.meta.tenant_id",
+                    format!(
+                        "meta.tenant_id {} is not the tenant of the request ({quoted}, from X-OJS-Tenant or the API key)",
+                        serde_json::Value::from(own)
+                    ),
+                )),
+                Err(_) => v.push(Violation::new(
+                    "$.meta.tenant_id",
+                    format!(
+                        "meta.tenant_id must be a string, got {}",
+                        Kind::of(present).article_name()
+                    ),
+                )),
+            }
+            raw.get().to_owned()
+        }
+        // `"tenant_id": null` counts as absent, and is replaced.
+        None if obj.iter().any(|(key, _)| key == "tenant_id") => {
+            let tenant_raw = json::raw(quoted);
+            json::object_text(obj.iter().map(|(key, value)| match key {
+                "tenant_id" => (key, &*tenant_raw),
+                _ => (key, value),
+            }))
+        }
+        None if obj.iter().next().is_none() => format!("{{\"tenant_id\":{quoted}}}"),
+        None => {
+            let text = raw.get().trim_end();
+            let body = text.strip_suffix('}').unwrap_or(text);
+            format!("{body},\"tenant_id\":{quoted}}}")
+        }
+    }
+}
+
 fn client_time(
     src: &Sources<'_>,
     candidates: &[(At, &str)],
@@ -824,6 +887,63 @@ mod tests {
             Err(Rejection::Invalid(v)) => v.into_iter().map(|v| v.path).collect(),
             other => panic!("expected Invalid for {text}, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_tenant_is_put_into_meta_or_must_match_it() {
+        let as_tenant = |text: &str| {
+            let obj = Object::parse(text).unwrap();
+            parse_for(&obj, &LIMITS, Some("acme-corp"))
+        };
+        let meta = |text: &str| as_tenant(text).unwrap().meta;
+        assert_eq!(
+            meta(r#"{"type":"a","args":[]}"#),
+            r#"{"tenant_id":"acme-corp"}"#
+        );
+        assert_eq!(
+            meta(r#"{"type":"a","args":[],"meta":{ }}"#),
+            r#"{"tenant_id":"acme-corp"}"#
+        );
+        // The client's bytes are kept.
+        assert_eq!(
+            meta(r#"{"type":"a","args":[],"meta":{"k": [1, 2] }}"#),
+            r#"{"k": [1, 2] ,"tenant_id":"acme-corp"}"#
+        );
+        assert_eq!(
+            meta(r#"{"type":"a","args":[],"meta":{"tenant_id":"acme-corp"}}"#),
+            r#"{"tenant_id":"acme-corp"}"#
+        );
+        // Merged from options.metadata too.
+        assert_eq!(
+            meta(r#"{"type":"a","args":[],"options":{"metadata":{"tenant_id":"acme-corp"}}}"#),
+            r#"{"tenant_id":"acme-corp"}"#
+        );
+        assert_eq!(
+            meta(r#"{"type":"a","args":[],"meta":{"tenant_id":null,"b":1}}"#),
+            r#"{"tenant_id":"acme-corp","b":1}"#
+        );
+        for other in [r#""beta""#, "7", "{}"] {
+            let text = format!(r#"{{"type":"a","args":[],"meta":{{"tenant_id":{other}}}}}"#);
+            match as_tenant(&text) {
+                Err(Rejection::Invalid(v)) => assert_eq!(v[0].path, "$.meta.tenant_id", "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // A unique policy sees the tenant.
+        let job = as_tenant(
+            r#"{"type":"a","args":[],"unique":{"keys":["type","meta"],"meta_keys":["tenant_id"]}}"#,
+        )
+        .unwrap();
+        let other = parse_for(
+            &Object::parse(
+                r#"{"type":"a","args":[],"unique":{"keys":["type","meta"],"meta_keys":["tenant_id"]}}"#,
+            )
+            .unwrap(),
+            &LIMITS,
+            Some("beta"),
+        )
+        .unwrap();
+        assert_ne!(job.unique.unwrap().key, other.unique.unwrap().key);
     }
 
     #[test]

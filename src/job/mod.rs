@@ -258,7 +258,7 @@ pub struct Job {
     pub pool: Option<String>,
     /// Whether the job is in a tenant-fair queue (`None`: rows older than fair scheduling).
     pub tenant_fair: Option<bool>,
-    /// Tenant of a tenant-fair job (`meta.tenant_id`, empty for none).
+    /// The job's tenant: `meta.tenant_id` (`None` without one; empty in a tenant-fair queue).
     pub tenant: Option<String>,
     /// Virtual finish time of a tenant-fair job while available (dispatch order within its
     /// priority).
@@ -267,6 +267,20 @@ pub struct Job {
     pub rate_key: Option<String>,
     /// `Some(true)` while an available keyed job waits for its key to let it start.
     pub rate_held: Option<bool>,
+}
+
+impl Job {
+    /// The job's tenant: its `tenant` column, else (a job finished before tenants were
+    /// tagged, migration V24) its `meta.tenant_id`.
+    pub fn tenant_id(&self) -> Option<String> {
+        match self.tenant.as_deref() {
+            Some(t) if !t.is_empty() => Some(t.to_owned()),
+            _ => crate::wire::json::Object::from_raw(&self.meta.0)
+                .ok()
+                .and_then(|meta| meta.get("tenant_id"))
+                .and_then(|raw| crate::wire::json::decode::<String>(raw).ok()),
+        }
+    }
 }
 
 /// The field names of [`Job`], in order (checked against the table by the test suite).

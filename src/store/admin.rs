@@ -319,6 +319,8 @@ pub struct JobFilter {
     pub since: Option<DateTime<Utc>>,
     /// `created_at` before.
     pub until: Option<DateTime<Utc>>,
+    /// Only this tenant's jobs (`ojs_job.tenant`, migration V24).
+    pub tenant: Option<String>,
 }
 
 impl JobFilter {
@@ -407,6 +409,7 @@ pub async fn list_jobs(
            and ($5::text is null or j.error ->> 'type' = $5 or j.error ->> 'code' = $5)
            and ($6::timestamptz is null or j.created_at >= $6)
            and ($7::timestamptz is null or j.created_at < $7)
+           and ($12::text is null or j.tenant = $12)
          order by case when $8 = 'created_at' and $9 then j.created_at end asc,
                   case when $8 = 'created_at' and not $9 then j.created_at end desc,
                   case when $8 = 'scheduled_at' and $9 then j.scheduled_at end asc nulls last,
@@ -428,6 +431,7 @@ pub async fn list_jobs(
         ascending,
         limit,
         offset,
+        filter.tenant,
     )
     .fetch_all(db)
     .await?;
@@ -442,6 +446,7 @@ pub async fn list_jobs(
            and ($5::text is null or j.error ->> 'type' = $5 or j.error ->> 'code' = $5)
            and ($6::timestamptz is null or j.created_at >= $6)
            and ($7::timestamptz is null or j.created_at < $7)
+           and ($8::text is null or j.tenant = $8)
         "#,
         filter.queue,
         states.as_deref(),
@@ -450,6 +455,7 @@ pub async fn list_jobs(
         filter.error_type,
         filter.since,
         filter.until,
+        filter.tenant,
     )
     .fetch_one(db)
     .await?;
@@ -476,6 +482,7 @@ pub async fn matching_ids(
            and ($5::text is null or j.error ->> 'type' = $5 or j.error ->> 'code' = $5)
            and ($6::timestamptz is null or j.created_at >= $6)
            and ($7::timestamptz is null or j.created_at < $7)
+           and ($9::text is null or j.tenant = $9)
          order by j.seq
          limit $8
         "#,
@@ -487,6 +494,7 @@ pub async fn matching_ids(
         filter.since,
         filter.until,
         limit,
+        filter.tenant,
     )
     .fetch_all(db)
     .await

@@ -11,6 +11,8 @@ pub struct KeyRow {
     pub name: String,
     pub role: String,
     pub queues: Option<Vec<String>>,
+    /// The tenant the key acts as (migration V24).
+    pub tenant: Option<String>,
     pub key_prefix: String,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
@@ -22,33 +24,39 @@ pub struct RingKey {
     pub id: Uuid,
     pub role: String,
     pub queues: Option<Vec<String>>,
+    pub tenant: Option<String>,
     pub key_hash: Vec<u8>,
     pub revoked: bool,
 }
 
+/// A key to store.
+#[derive(Debug, Clone, Copy)]
+pub struct NewKeyRow<'a> {
+    pub id: Uuid,
+    pub name: &'a str,
+    pub role: &'a str,
+    pub queues: Option<&'a [String]>,
+    pub tenant: Option<&'a str>,
+    pub key_hash: &'a [u8],
+    pub key_prefix: &'a str,
+}
+
 /// Stores a new key.
-pub async fn create(
-    db: impl PgExecutor<'_>,
-    id: Uuid,
-    name: &str,
-    role: &str,
-    queues: Option<&[String]>,
-    key_hash: &[u8],
-    key_prefix: &str,
-) -> Result<KeyRow, sqlx::Error> {
+pub async fn create(db: impl PgExecutor<'_>, k: NewKeyRow<'_>) -> Result<KeyRow, sqlx::Error> {
     sqlx::query_as!(
         KeyRow,
         r#"
-        insert into ojs_api_key (id, name, role, queues, key_hash, key_prefix)
-        values ($1, $2, $3, $4, $5, $6)
-        returning id, name, role, queues, key_prefix, created_at, revoked_at
+        insert into ojs_api_key (id, name, role, queues, tenant, key_hash, key_prefix)
+        values ($1, $2, $3, $4, $5, $6, $7)
+        returning id, name, role, queues, tenant, key_prefix, created_at, revoked_at
         "#,
-        id,
-        name,
-        role,
-        queues,
-        key_hash,
-        key_prefix,
+        k.id,
+        k.name,
+        k.role,
+        k.queues,
+        k.tenant,
+        k.key_hash,
+        k.key_prefix,
     )
     .fetch_one(db)
     .await
@@ -59,7 +67,7 @@ pub async fn list(db: impl PgExecutor<'_>) -> Result<Vec<KeyRow>, sqlx::Error> {
     sqlx::query_as!(
         KeyRow,
         r#"
-        select id, name, role, queues, key_prefix, created_at, revoked_at
+        select id, name, role, queues, tenant, key_prefix, created_at, revoked_at
           from ojs_api_key
          order by revoked_at is not null, created_at desc, id
         "#
@@ -75,7 +83,7 @@ pub async fn revoke(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<KeyRow>,
         r#"
         update ojs_api_key set revoked_at = coalesce(revoked_at, now())
          where id = $1
-        returning id, name, role, queues, key_prefix, created_at, revoked_at
+        returning id, name, role, queues, tenant, key_prefix, created_at, revoked_at
         "#,
         id
     )
@@ -88,7 +96,7 @@ pub async fn for_ring(db: impl PgExecutor<'_>) -> Result<Vec<RingKey>, sqlx::Err
     sqlx::query_as!(
         RingKey,
         r#"
-        select id, role, queues, key_hash, revoked_at is not null as "revoked!"
+        select id, role, queues, tenant, key_hash, revoked_at is not null as "revoked!"
           from ojs_api_key
         "#
     )

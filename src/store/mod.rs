@@ -32,6 +32,7 @@ pub mod rate_limit;
 pub mod refusal;
 pub mod schema;
 pub mod setting;
+pub mod tenant;
 pub mod worker;
 pub mod workflow;
 

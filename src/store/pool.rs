@@ -252,7 +252,7 @@ pub async fn make_unfair(db: &mut PgConnection, queue: &str) -> Result<(), sqlx:
         .await?;
     sqlx::query!(
         r#"
-        update ojs_job set tenant_fair = false, tenant = null, fair_key = null
+        update ojs_job set tenant_fair = false, tenant = nullif(meta ->> 'tenant_id', ''), fair_key = null
          where queue = $1 and tenant_fair
         "#,
         queue

@@ -34,6 +34,7 @@ mod schema_registry;
 mod sql_enqueue;
 mod support;
 mod system;
+mod tenants;
 mod traces;
 mod unique;
 mod validation;

@@ -34,6 +34,9 @@ pub struct WireKey {
     /// The queues the key may use; absent: every queue.
     #[serde(skip_serializing_if = "Option::is_none")]
     queues: Option<Vec<String>>,
+    /// The tenant the key acts as; absent: any tenant (or none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant: Option<String>,
     /// The key's first characters, to recognise it.
     prefix: String,
     created_at: String,
@@ -48,6 +51,7 @@ impl WireKey {
             name: row.name.clone(),
             role: row.role.clone(),
             queues: row.queues.clone(),
+            tenant: row.tenant.clone(),
             prefix: row.key_prefix.clone(),
             created_at: timestamp::format(row.created_at),
             revoked_at: row.revoked_at.map(timestamp::format),
@@ -79,7 +83,7 @@ async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
 }
 
 /// A key to create: a `producer` (enqueue, read and cancel jobs) or `worker` key (the worker
-/// protocol), optionally limited to some queues, or an `admin` key (every endpoint and every
+/// protocol), optionally limited to some queues and bound to a tenant, or an `admin` key (every endpoint and every
 /// queue, so never limited); `name` says what it is for.
 struct CreateKeyRequest;
 
@@ -100,6 +104,11 @@ impl utoipa::PartialSchema for CreateKeyRequest {
                     "type": ["array", "null"], "items": queue, "minItems": 1, "maxItems": 100,
                     "description": "The queues the key may use (1 to 100); every queue when left out."
                 },
+                "tenant": {
+                    "type": ["string", "null"], "maxLength": 255,
+                    "pattern": "^[a-zA-Z0-9][a-zA-Z0-9._:-]*$",
+                    "description": "The tenant the key acts as (X-OJS-Tenant): its jobs are tagged with it, and it sees only that tenant's jobs."
+                },
                 "name": name,
             },
         });
@@ -109,6 +118,7 @@ impl utoipa::PartialSchema for CreateKeyRequest {
             "properties": {
                 "role": {"type": "string", "enum": [Role::Admin.as_str()]},
                 "queues": {"type": "null"},
+                "tenant": {"type": "null"},
                 "name": name,
             },
         });
@@ -147,6 +157,7 @@ async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Respons
     let request = KeyRequest::new(
         &fields.required_string("role")?,
         fields.strings("queues")?,
+        fields.string("tenant")?,
         fields.string("name")?,
     )
     .map_err(|(field, message)| ApiError::invalid_field(field, message))?;

@@ -1,6 +1,6 @@
 //! The parts of the operator's API ([OJS admin API]) that have no data-plane twin: statistics
 //! ([`stats`]), API keys ([`keys`]), worker pools ([`pools`]), maintenance mode
-//! ([`maintenance`]), the schema registry ([`schemas`]), and the test-only reset
+//! ([`maintenance`]), the schema registry ([`schemas`]), tenants ([`tenants`]), and the test-only reset
 //! (`test_hooks`), never routed unless `OJS_TEST_HOOKS=1`. The admin routes of jobs, queues,
 //! the dead-letter queue and workers live next to their data-plane twins, in each resource's
 //! `admin.rs`.
@@ -12,6 +12,7 @@ pub mod maintenance;
 pub mod pools;
 pub mod schemas;
 pub mod stats;
+pub mod tenants;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -28,7 +29,8 @@ pub fn router(test_hooks: bool) -> OpenApiRouter<AppState> {
         .merge(keys::router())
         .merge(maintenance::router())
         .merge(pools::router())
-        .merge(schemas::router());
+        .merge(schemas::router())
+        .merge(tenants::router());
     if test_hooks {
         router.routes(routes!(reset))
     } else {

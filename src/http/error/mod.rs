@@ -114,6 +114,8 @@ impl ApiError {
             "worker" => "Worker",
             "queue" => "Queue",
             "workflow" => "Workflow",
+            "tenant" => "Tenant",
+            "schema" => "Schema",
             _ => "Resource",
         };
         ApiError::new(

@@ -12,7 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::broker::BulkAction;
 use crate::broker::{JobFilter, JobSort, JobSummary, RetryOverride};
-use crate::http::auth::Caller;
+use crate::http::auth::{Caller, Tenant};
 use crate::http::dead_letter::{body_timestamp, parse_override, require_confirm};
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
@@ -75,10 +75,19 @@ fn filter_from_query(q: &QueryParams) -> Result<JobFilter, ApiError> {
         error_type: q.get("error_type").map(str::to_owned),
         since: q.timestamp("since")?,
         until: q.timestamp("until")?,
+        tenant: q.get("tenant").map(str::to_owned),
         ..JobFilter::default()
     };
     if let Some(queue) = &filter.queue {
         check_queue_name("query.queue", queue)?;
+    }
+    if let Some(tenant) = &filter.tenant
+        && !crate::auth::is_valid_tenant(tenant)
+    {
+        return Err(ApiError::invalid_field(
+            "query.tenant",
+            crate::auth::invalid_tenant_message(tenant),
+        ));
     }
     set_type(&mut filter, q.get("type").map(str::to_owned));
     Ok(filter)
@@ -140,6 +149,8 @@ struct ListParams {
     r#type: Option<String>,
     /// Only jobs whose last error has this code.
     error_type: Option<String>,
+    /// Only this tenant's jobs (`meta.tenant_id`).
+    tenant: Option<String>,
     /// RFC 3339 timestamp with a zone: created at or after.
     #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
     since: Option<String>,
@@ -157,7 +168,7 @@ struct ListParams {
 /// A page of jobs.
 #[derive(Serialize, ToSchema)]
 #[schema(as = AdminJobList)]
-struct ListBody<'a> {
+pub(crate) struct ListBody<'a> {
     items: Vec<Item<'a>>,
     pagination: Pagination,
 }
@@ -178,8 +189,20 @@ struct ListBody<'a> {
     )
 )]
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
-    let page = Page::from_query(&query, ADMIN)?;
-    let filter = filter_from_query(&query)?;
+    listing(&state, &query, None).await
+}
+
+/// A page of jobs as [`list`] answers it; only `tenant`'s when given (the tenant pages).
+pub(crate) async fn listing(
+    state: &AppState,
+    query: &QueryParams,
+    tenant: Option<String>,
+) -> Result<Response, ApiError> {
+    let page = Page::from_query(query, ADMIN)?;
+    let mut filter = filter_from_query(query)?;
+    if tenant.is_some() {
+        filter.tenant = tenant;
+    }
     let sort = match query.get("sort") {
         None | Some("created_at") => JobSort::CreatedAt,
         Some("scheduled_at") => JobSort::ScheduledAt,
@@ -335,7 +358,7 @@ async fn change_priority(
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     // Admin keys are never limited to queues.
-    jobs::change_priority(state, id, Caller(None), body).await
+    jobs::change_priority(state, id, Caller(None), Tenant::default(), body).await
 }
 
 /// `POST /ojs/v1/admin/jobs/{id}/cancel`: the data plane's cancel (`DELETE /ojs/v1/jobs/{id}`).
@@ -355,7 +378,7 @@ async fn change_priority(
     )
 )]
 async fn cancel(state: State<AppState>, id: JobIdPath) -> Result<Response, ApiError> {
-    jobs::cancel(state, id, Caller(None)).await
+    jobs::cancel(state, id, Caller(None), Tenant::default()).await
 }
 
 /// The members a bulk filter may have; any other is refused rather than ignored, since a

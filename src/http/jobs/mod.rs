@@ -2,7 +2,7 @@
 //! running job's progress ([`progress`]); the holders of unique keys ([`unique`]); and the
 //! operator's job routes under `/ojs/v1/admin/jobs` ([`admin`]).
 
-mod admin;
+pub(crate) mod admin;
 mod progress;
 mod unique;
 
@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::auth::Caller;
+use super::auth::{Caller, Tenant};
 use super::error::ApiError;
 use super::extract::{BodyLimit, JobIdPath, JsonBody, caller_trace};
 use super::openapi;
@@ -132,6 +132,7 @@ fn parse_envelope(
     obj: &Object<'_>,
     size: usize,
     index: Option<usize>,
+    tenant: &Tenant,
 ) -> Result<NewJob, Error> {
     let max = state.settings().max_envelope_bytes;
     if size > max {
@@ -144,7 +145,7 @@ fn parse_envelope(
             },
         });
     }
-    envelope::parse(obj, &state.broker().settings().limits)
+    envelope::parse_for(obj, &state.broker().settings().limits, tenant.id())
         .map_err(|rejection| Error::Rejected { index, rejection })
 }
 
@@ -170,15 +171,24 @@ async fn push(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
+    tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let ctx = push_context(&headers)?;
     let fields = body.object()?;
     // `"workflow": null` is no workflow, as a null attribute is absent everywhere else.
     if fields.object().get("workflow").is_some() {
-        return push_chain(&state, &caller, &ctx, fields.object(), body.text().len()).await;
+        return push_chain(
+            &state,
+            &caller,
+            &tenant,
+            &ctx,
+            fields.object(),
+            body.text().len(),
+        )
+        .await;
     }
-    let job = parse_envelope(&state, fields.object(), body.text().len(), None)?;
+    let job = parse_envelope(&state, fields.object(), body.text().len(), None, &tenant)?;
     caller.check_queue(&job.queue)?;
     let pushed = push_traced(&state, &headers, vec![job], &ctx).await?;
     let pressure = pushed.pressure;
@@ -229,6 +239,7 @@ async fn push(
 async fn push_chain(
     state: &AppState,
     caller: &Caller,
+    tenant: &Tenant,
     ctx: &PushContext,
     obj: &Object<'_>,
     size: usize,
@@ -245,7 +256,7 @@ async fn push_chain(
         }
         .into());
     }
-    let definition = workflow::embedded_chain(obj, &state.broker().settings().limits)
+    let definition = workflow::embedded_chain(obj, &state.broker().settings().limits, tenant.id())
         .map_err(Error::from)?
         .ok_or_else(|| ApiError::internal("no embedded workflow"))?;
     for node in &definition.nodes {
@@ -392,6 +403,7 @@ async fn push_batch(
     State(state): State<AppState>,
     headers: HeaderMap,
     caller: Caller,
+    tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let ctx = push_context(&headers)?;
@@ -432,7 +444,7 @@ async fn push_batch(
             )
             .with_details(serde_json::json!({"field": format!("$.jobs[{index}]"), "index": index}))
         })?;
-        let job = parse_envelope(&state, &obj, item.get().len(), Some(index))?;
+        let job = parse_envelope(&state, &obj, item.get().len(), Some(index), &tenant)?;
         caller.check_queue(&job.queue)?;
         jobs.push(job);
     }
@@ -479,9 +491,11 @@ async fn info(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     caller: Caller,
+    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     let job = state.broker().info(id).await?;
     caller.check_queue(&job.queue)?;
+    tenant.check_job(&job)?;
     Ok(wrapped_and_bare(job.wire()))
 }
 
@@ -503,8 +517,10 @@ pub(super) async fn cancel(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     caller: Caller,
+    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
+    tenant.check_job_id(&state, id).await?;
     let cancelled = state.broker().cancel(id).await?;
     Ok(wrapped_and_bare(
         cancelled
@@ -537,9 +553,11 @@ pub(super) async fn change_priority(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     caller: Caller,
+    tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
+    tenant.check_job_id(&state, id).await?;
     let fields = body.object()?;
     let Some(raw) = fields.raw("priority") else {
         return Err(ApiError::invalid_field(
@@ -584,8 +602,10 @@ async fn activate(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     caller: Caller,
+    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
+    tenant.check_job_id(&state, id).await?;
     let job = state.broker().activate(id).await?;
     Ok(ok(JobBody {
         job: job

@@ -278,6 +278,10 @@ struct Stats {
 struct Shown<'a> {
     #[serde(flatten)]
     queue: QueueBody<'a>,
+    /// The queue object again, wrapped (`$.queue.name`, as the multi-tenancy suite and the
+    /// stats endpoint read it).
+    #[serde(rename = "queue")]
+    wrapped: QueueBody<'a>,
     stats: Stats,
 }
 
@@ -303,6 +307,7 @@ async fn show(
     let configs = state.broker().queue_configs().await?;
     Ok(ok(Shown {
         queue: QueueBody::of(&queue, &configs),
+        wrapped: QueueBody::of(&queue, &configs),
         stats: Stats {
             depth: counts.depth(),
             available: counts.available,

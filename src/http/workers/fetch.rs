@@ -12,7 +12,7 @@ use utoipa_axum::routes;
 
 use super::{MAX_FETCH_QUEUES, positive_ms};
 use crate::broker::{FetchRequest, MAX_WEIGHT, Strategy, Weights};
-use crate::http::auth::Caller;
+use crate::http::auth::{Caller, Tenant};
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::extract::{Fields, JsonBody, TraceCall};
@@ -109,6 +109,7 @@ fn parse_fetch(state: &AppState, fields: &Fields<'_>) -> Result<FetchRequest, Ap
         wait,
         strategy,
         weights,
+        tenant: None,
     })
 }
 
@@ -157,11 +158,13 @@ pub(super) fn parse_weights(raw: &RawValue) -> Result<Weights, ApiError> {
 async fn fetch(
     State(state): State<AppState>,
     caller: Caller,
+    tenant: Tenant,
     trace: TraceCall,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
-    let request = parse_fetch(&state, &fields)?;
+    let mut request = parse_fetch(&state, &fields)?;
+    request.tenant = tenant.0;
     if caller.limited() && request.queues.is_empty() {
         return Err(ApiError::forbidden(
             "This key is limited to some queues: name them in 'queues'.",

@@ -130,6 +130,8 @@ pub struct ClaimParams<'a> {
     pub pool: Option<&'a str>,
     /// Where the walk of the dispatch index starts (see [`crate::wakeup::floors`]).
     pub from: DispatchPlace,
+    /// Only this tenant's jobs (`X-OJS-Tenant`): see [`claim_tenant`].
+    pub tenant: Option<&'a str>,
 }
 
 /// The claim statement of [`claim_shared`], [`claim`] and [`claim_fair`]: the plain and the
@@ -158,7 +160,7 @@ macro_rules! claim_statement {
 "#
         )
     };
-    ($db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr, $from:expr, $candidates:tt) => {{
+    ($db:expr, $queue:expr, $shares:expr, $default_visibility:expr, $started_at:expr, $from:expr, $candidates:tt $(, $extra:expr)*) => {{
         let shares: &[ClaimShare<'_>] = $shares;
         let from: DispatchPlace = $from;
         let limits: Vec<i32> = shares.iter().map(|s| s.limit).collect();
@@ -269,6 +271,7 @@ macro_rules! claim_statement {
             $started_at,
             from.priority,
             from.time_ms,
+            $($extra,)*
         )
         .fetch_all($db)
         .await?;
@@ -360,6 +363,35 @@ pub async fn claim_fair(
              -- virtual finish time, then seq.
              order by priority, fair_key, seq
 "#
+    );
+    Ok(claimed?.into_iter().map(|(_, job)| job).collect())
+}
+
+/// [`claim`] of one tenant's jobs (`p.tenant`; a FETCH with `X-OJS-Tenant`, or by a key bound
+/// to a tenant), in the plain dispatch order, whether or not the queue is tenant-fair (the
+/// fair order only interleaves tenants). Found through `ojs_job_tenant_idx` (migration V24);
+/// the walk starts at the head of the queue, never at a claim floor, which belongs to the
+/// whole queue's order.
+#[tracing::instrument(level = "debug", skip_all, fields(queue = p.queue, limit = p.limit))]
+pub async fn claim_tenant(
+    db: impl PgExecutor<'_>,
+    p: ClaimParams<'_>,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let tenant = p.tenant.unwrap_or_default();
+    let claimed: Result<Vec<(usize, Job)>, sqlx::Error> = claim_statement!(
+        db,
+        p.queue,
+        &one_share(&p),
+        p.default_visibility_timeout_ms,
+        p.started_at,
+        DispatchPlace::START,
+        r#"               and tenant = $10
+             order by (case when priority_aging_ms is null then priority else 0 end),
+                      (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
+                       + coalesce(priority * priority_aging_ms, 0)),
+                      seq
+"#,
+        tenant
     );
     Ok(claimed?.into_iter().map(|(_, job)| job).collect())
 }

@@ -315,7 +315,7 @@ async fn insert_one(
                     unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
                     total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair,
                     attempt, started_at, worker_id, reservation_ms, visible_until, timeout_at,
-                    pool, rate_key)
+                    pool, rate_key, tenant)
             select $1::uuid, $2::text, $3::text, $4::text::json, $5::text::json, $6::int4, state, $7::int4, $8::text::json, $9::int8, $10::int8, scheduled_at, $13::text,
                    expires_at, $16::text, $17::int4, $18::int4,
                    case when $19::text is not null
@@ -335,7 +335,9 @@ async fn insert_one(
                         then now() + coalesce($30::int8, $10::int8, $32::int8) * interval '1 millisecond' end,
                    case when state = 'active' then now() + $9::int8 * interval '1 millisecond' end,
                    case when state = 'active' then $31::text end,
-                   $34::text
+                   $34::text,
+                   -- The tenant, as ojs_insert_jobs writes it (migration V24).
+                   nullif($5::text::json ->> 'tenant_id', '')
               from resolved
              where not exists (select 1 from refused) and not exists (select 1 from overflow)
             returning j as job, j.state
