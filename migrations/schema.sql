@@ -7079,6 +7079,169 @@ COMMENT ON COLUMN public.ojs_system_hold.ends_at IS 'When it lifts by itself; nu
 COMMENT ON COLUMN public.ojs_system_hold.updated_at IS 'When the row last changed.';
 
 --
+-- Name: ojs_webhook; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_webhook (
+    id uuid NOT NULL,
+    url text NOT NULL,
+    events text[] NOT NULL,
+    secret text NOT NULL,
+    metadata jsonb DEFAULT '{}'::jsonb NOT NULL,
+    active boolean DEFAULT true NOT NULL,
+    paused_reason text,
+    paused_at timestamp with time zone,
+    cursor_xid bigint NOT NULL,
+    cursor_seq bigint NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    failure_count integer DEFAULT 0 NOT NULL,
+    delivered bigint DEFAULT 0 NOT NULL,
+    last_delivery_at timestamp with time zone,
+    last_delivery_status integer,
+    last_error text,
+    gap_at timestamp with time zone,
+    gap_events bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_webhook_events_count CHECK (((cardinality(events) >= 1) AND (cardinality(events) <= 100))),
+    CONSTRAINT ojs_webhook_secret_length CHECK (((octet_length(secret) >= 1) AND (octet_length(secret) <= 1024))),
+    CONSTRAINT ojs_webhook_url_length CHECK ((octet_length(url) <= 2048))
+);
+
+--
+-- Name: TABLE ojs_webhook; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_webhook IS 'Webhook subscriptions: the events of ojs_event matching events are POSTed to url, in log order, at least once, signed with secret (HMAC-SHA256). Written through /ojs/v1/webhooks/subscriptions; delivered by the leader (broker::webhooks).';
+
+--
+-- Name: COLUMN ojs_webhook.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.id IS 'The subscription id.';
+
+--
+-- Name: COLUMN ojs_webhook.url; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.url IS 'Where events are POSTed (http or https). Addresses in private, loopback and link-local ranges are refused at delivery unless OJS_WEBHOOK_ALLOW_PRIVATE is set.';
+
+--
+-- Name: COLUMN ojs_webhook.events; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.events IS 'Event type filters: an exact type (job.completed), a prefix (job.*), or * for every event.';
+
+--
+-- Name: COLUMN ojs_webhook.secret; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.secret IS 'The HMAC-SHA256 key of X-OJS-Signature. Never shown after the subscription is created.';
+
+--
+-- Name: COLUMN ojs_webhook.metadata; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.metadata IS 'What the operator attached to the subscription (shown, never sent).';
+
+--
+-- Name: COLUMN ojs_webhook.active; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.active IS 'Whether events are delivered; false: paused by the operator or after the last retry failed (paused_reason).';
+
+--
+-- Name: COLUMN ojs_webhook.paused_reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.paused_reason IS 'Why the subscription is paused; null while active.';
+
+--
+-- Name: COLUMN ojs_webhook.paused_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.paused_at IS 'When it was paused; null while active.';
+
+--
+-- Name: COLUMN ojs_webhook.cursor_xid; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.cursor_xid IS 'Position (transaction) of the last event delivered or passed over; the next delivery is the first matching event after it.';
+
+--
+-- Name: COLUMN ojs_webhook.cursor_seq; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.cursor_seq IS 'Position (sequence) of the last event delivered or passed over.';
+
+--
+-- Name: COLUMN ojs_webhook.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.attempt IS 'Failed attempts at the next event (0: none).';
+
+--
+-- Name: COLUMN ojs_webhook.next_attempt_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.next_attempt_at IS 'When the deliverer next looks at the subscription (the backoff of a failed delivery).';
+
+--
+-- Name: COLUMN ojs_webhook.failure_count; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.failure_count IS 'Failed delivery attempts since the last success.';
+
+--
+-- Name: COLUMN ojs_webhook.delivered; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.delivered IS 'Events delivered (2xx) since the subscription was created.';
+
+--
+-- Name: COLUMN ojs_webhook.last_delivery_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.last_delivery_at IS 'When the last delivery attempt ended.';
+
+--
+-- Name: COLUMN ojs_webhook.last_delivery_status; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.last_delivery_status IS 'HTTP status of the last attempt (null: no answer).';
+
+--
+-- Name: COLUMN ojs_webhook.last_error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.last_error IS 'What went wrong with the last failed attempt; null after a success.';
+
+--
+-- Name: COLUMN ojs_webhook.gap_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.gap_at IS 'When the pruner last deleted events matching the filter that had not been delivered yet (the subscription was paused or behind for longer than the event retention).';
+
+--
+-- Name: COLUMN ojs_webhook.gap_events; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.gap_events IS 'How many matching events were pruned before they could be delivered, in all.';
+
+--
+-- Name: COLUMN ojs_webhook.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.created_at IS 'When the subscription was created.';
+
+--
+-- Name: COLUMN ojs_webhook.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_webhook.updated_at IS 'When the subscription was last changed by an operator.';
+
+--
 -- Name: ojs_worker; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -7541,6 +7704,13 @@ ALTER TABLE ONLY public.ojs_system_hold
     ADD CONSTRAINT ojs_system_hold_pkey PRIMARY KEY (id);
 
 --
+-- Name: ojs_webhook ojs_webhook_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_webhook
+    ADD CONSTRAINT ojs_webhook_pkey PRIMARY KEY (id);
+
+--
 -- Name: ojs_worker ojs_worker_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -7798,6 +7968,12 @@ CREATE INDEX ojs_rate_key_check_idx ON public.ojs_rate_key USING btree (next_che
 --
 
 CREATE INDEX ojs_rate_window_key_idx ON public.ojs_rate_window USING btree (key, started_at);
+
+--
+-- Name: ojs_webhook_due_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_webhook_due_idx ON public.ojs_webhook USING btree (next_attempt_at) WHERE active;
 
 --
 -- Name: ojs_worker_heartbeat_idx; Type: INDEX; Schema: public; Owner: -

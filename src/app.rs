@@ -101,6 +101,7 @@ pub async fn find_database(target: &DbTarget) -> anyhow::Result<PgConnectOptions
 impl Application {
     /// Connects, migrates (unless disabled) and binds the listener.
     pub async fn build(config: &Config) -> anyhow::Result<Application> {
+        install_tls();
         config.validate()?;
         let instance_id = config.resolved_instance_id();
         let trace_settings = crate::telemetry::traces::TraceSettings::from_variables(
@@ -373,12 +374,16 @@ impl Application {
                 let context = context.clone();
                 maintenance::extra(move || CronFirer::new(broker.clone(), context.clone()))
             };
+            let webhooks = {
+                let broker = state.broker().clone();
+                maintenance::extra(move || crate::broker::webhooks::WebhookDeliverer::new(&broker))
+            };
             background.spawn(
                 "maintenance supervisor",
                 maintenance::supervise(
                     context,
                     config,
-                    vec![cron],
+                    vec![cron, webhooks],
                     health.clone(),
                     role,
                     shutdown.clone(),
@@ -459,6 +464,14 @@ impl Application {
     }
 }
 
+/// Makes ring (the TLS provider sqlx uses) the process's provider for outbound HTTPS (webhook
+/// deliveries, trace export); one installed earlier (by an embedding program) is kept. Every
+/// process that builds an HTTP client with this build's reqwest must call it first (the load
+/// tool and the tests do).
+pub fn install_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The broker's settings from the server's.
 pub fn broker_settings(config: &Config) -> Settings {
     Settings {
@@ -479,6 +492,11 @@ pub fn broker_settings(config: &Config) -> Settings {
         strict_queues: config.strict_queues,
         keep_completed: !config.retention_completed.0.is_zero(),
         schema_validation: config.schema_validation,
+        webhooks: crate::broker::webhooks::WebhookSettings {
+            allow_private: config.webhook_allow_private,
+            timeout: Duration::from_millis(config.webhook_timeout_ms),
+            concurrency: usize::try_from(config.webhook_concurrency).unwrap_or(8),
+        },
     }
 }
 

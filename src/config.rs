@@ -161,6 +161,20 @@ pub struct Config {
     #[arg(long, env = "OJS_SCHEMA_VALIDATION", default_value = "strict", value_parser = parse_validation_mode)]
     pub schema_validation: crate::job_schema::ValidationMode,
 
+    /// Let webhook deliveries reach private, loopback and link-local addresses (by default
+    /// they are refused, checked on every resolved address, so a webhook cannot reach into the
+    /// network ojsd runs in).
+    #[arg(long, env = "OJS_WEBHOOK_ALLOW_PRIVATE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub webhook_allow_private: bool,
+
+    /// How long a webhook receiver has to answer one delivery, in milliseconds.
+    #[arg(long, env = "OJS_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=120_000))]
+    pub webhook_timeout_ms: u64,
+
+    /// Webhook subscriptions delivered to at once (by the leader).
+    #[arg(long, env = "OJS_WEBHOOK_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub webhook_concurrency: u64,
+
     /// Queue weights for the `weighted` strategy, e.g. `critical=5,default=2,low=1`. When set
     /// they replace the weights a FETCH sends; queues not named weigh 1, weight 0 = never.
     #[arg(long, env = "OJS_QUEUE_WEIGHTS", value_parser = crate::scheduling::parse_weights_setting)]
@@ -377,6 +391,9 @@ impl Default for Config {
             queue_weights: None,
             strict_queues: false,
             schema_validation: crate::job_schema::ValidationMode::Strict,
+            webhook_allow_private: false,
+            webhook_timeout_ms: 10_000,
+            webhook_concurrency: 8,
             default_timeout_secs: DEFAULT_TIMEOUT_SECS,
             default_visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
             heartbeat_interval_secs: DEFAULT_HEARTBEAT_INTERVAL_SECS,

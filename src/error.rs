@@ -41,6 +41,9 @@ pub enum Error {
     /// The job type already has a schema of that version.
     #[error("schema {job_type}@{version} already registered")]
     SchemaExists { job_type: String, version: String },
+    /// The webhook subscription is unknown.
+    #[error("webhook subscription {0} not found")]
+    WebhookNotFound(uuid::Uuid),
     /// The worker pool is unknown.
     #[error("pool {0} not found")]
     PoolNotFound(String),

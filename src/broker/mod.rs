@@ -35,11 +35,13 @@ pub mod rate_limits;
 pub mod schemas;
 mod tenants;
 mod unique;
+pub mod webhooks;
 mod workers;
 mod workflows;
 
 pub use crate::store::schema::SchemaRow;
 pub use crate::store::tenant::TenantRow;
+pub use crate::store::webhook::{WebhookChange, WebhookRow};
 pub use admin::{
     AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW, RateLimitUsage,
 };
@@ -109,6 +111,8 @@ pub struct Settings {
     pub keep_completed: bool,
     /// What a job failing a schema registered without a mode of its own gets.
     pub schema_validation: crate::job_schema::ValidationMode,
+    /// Webhook deliveries.
+    pub webhooks: webhooks::WebhookSettings,
 }
 
 /// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
@@ -131,6 +135,8 @@ pub struct Broker {
     gauges: Arc<gauges::GaugeReads>,
     /// Maintenance mode: while in force nothing is handed out.
     hold: SystemHold,
+    /// Sends webhook deliveries (the leader's deliverer and the test endpoint).
+    webhook_sender: webhooks::Sender,
 }
 
 /// Result of a CANCEL.
@@ -168,7 +174,9 @@ impl Broker {
             announcer.notifier().clone(),
             hold.clone(),
         );
+        let webhook_sender = webhooks::Sender::new(settings.webhooks);
         Broker {
+            webhook_sender,
             enqueuer: Arc::new(enqueuer),
             fetcher: Arc::new(fetcher),
             completer: Arc::new(Completer::new(
@@ -375,8 +383,8 @@ impl Broker {
     }
 
     /// Deletes all jobs, workflows, workers, events, queues with their configuration, cron
-    /// entries with their runs, rate-limit keys and registered schemas, and turns maintenance mode
-    /// off (test hook).
+    /// entries with their runs, rate-limit keys, registered schemas and webhook subscriptions, and
+    /// turns maintenance mode off (test hook).
     pub async fn reset(&self) -> Result<()> {
         let mut tx = self.db.begin().await?;
         store::cron::delete_all(&mut tx).await?;
@@ -389,6 +397,7 @@ impl Broker {
         store::rate_limit::delete_all(&mut tx).await?;
         store::hold::clear(&mut *tx).await?;
         store::schema::delete_all(&mut *tx).await?;
+        store::webhook::delete_all(&mut *tx).await?;
         tx.commit().await?;
         self.fetcher.forget_all();
         self.configs.reload(&self.db).await?;

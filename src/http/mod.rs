@@ -49,6 +49,7 @@ mod system;
 // The worker protocol: registration, FETCH, ACK/NACK, heartbeats.
 mod workers;
 // Workflows: chain, group and batch.
+mod webhooks;
 mod workflows;
 
 use std::sync::Arc;
@@ -228,6 +229,7 @@ pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
         .merge(events::router())
         .merge(queues::router())
         .merge(rate_limits::router())
+        .merge(webhooks::router())
         .merge(admin::router(settings.test_hooks))
         .merge(admin_ui::router(settings.admin_ui_dir.is_some()).into())
 }

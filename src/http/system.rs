@@ -86,6 +86,8 @@ struct Capabilities {
     /// Tenants (`X-OJS-Tenant`, API keys bound to a tenant; the key the OJS admin UI reads to
     /// show its tenants page).
     multi_tenancy: bool,
+    /// Webhook subscriptions delivered from the event log (the key the OJS admin UI reads).
+    webhooks: bool,
     unique_jobs: bool,
     workflows: bool,
     pause_resume: bool,
@@ -311,6 +313,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             schema_validation: true,
             job_versioning: true,
             multi_tenancy: true,
+            webhooks: true,
             unique_jobs: true,
             workflows: true,
             pause_resume: true,
@@ -382,6 +385,7 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         official!("rate-limiting"),
         official!("schema-registry"),
         official!("multi-tenancy"),
+        official!("webhooks"),
     ],
     // ojsd's own extensions (not part of OJS).
     experimental: &[Extension {

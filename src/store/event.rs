@@ -588,7 +588,32 @@ pub async fn prune(
              where e.seq = o.seq
                and (o.time < $1
                     or (o.xid, o.seq) <= (select xid, seq from boundary))
-            returning 1
+            returning e.xid::text::int8 as xid, e.seq + coalesce(cardinality(e.job_ids), 1) - 1 as last,
+                      e.type, coalesce(cardinality(e.job_ids), 1) as events
+        ),
+        -- Webhook subscriptions (migration V25) that had not reached deleted events matching
+        -- their filter: the gap is recorded, and reported as an event.
+        missed as (
+            select w.id, sum(d.events) as events
+              from ojs_webhook w
+              join deleted d on (d.xid, d.last) > (w.cursor_xid, w.cursor_seq)
+             where '*' = any(w.events) or d.type = any(w.events)
+                or exists (select 1 from unnest(w.events) f
+                            where f like '%*' and d.type like replace(f, '*', '%'))
+             group by w.id
+        ),
+        gapped as (
+            update ojs_webhook w
+               set gap_at = now(), gap_events = w.gap_events + m.events
+              from missed m
+             where w.id = m.id
+            returning w.id, m.events
+        ),
+        reported as (
+            insert into ojs_event (type, subject, data)
+            select 'webhook.events_pruned', g.id::text,
+                   jsonb_build_object('subscription_id', g.id, 'events', g.events)
+              from gapped g
         )
         select count(*) as "deleted!" from deleted
         "#,

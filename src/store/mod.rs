@@ -33,6 +33,7 @@ pub mod refusal;
 pub mod schema;
 pub mod setting;
 pub mod tenant;
+pub mod webhook;
 pub mod worker;
 pub mod workflow;
 

@@ -355,6 +355,7 @@ async fn a_503_given_before_the_body_is_read_keeps_the_connection_usable_or_anno
         .await
         .unwrap();
     // Once a request has met the outage, the next ones are refused before their body is read.
+    ojsd::app::install_tls();
     let client = reqwest::Client::new();
     let status = client
         .post(format!("{base}/ojs/v1/jobs"))

@@ -38,6 +38,7 @@ mod tenants;
 mod traces;
 mod unique;
 mod validation;
+mod webhooks;
 mod worker_protocol;
 mod workers_api;
 mod workflows;

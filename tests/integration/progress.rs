@@ -180,6 +180,7 @@ async fn progress_streams_until_the_job_finishes() {
         .push_id(json!({"type": "a.b", "args": [], "queue": "prg-sse"}))
         .await;
     app.fetch_one("prg-sse", "w").await;
+    ojsd::app::install_tls();
     let client = reqwest::Client::new();
     let mut resp = client
         .get(format!("{}/ojs/v1/jobs/{id}/progress/stream", app.base))

@@ -18,6 +18,7 @@ const ELECT_INTERVAL: Duration = Duration::from_millis(1_000);
 
 /// A contract-checked client of `replica`, with timeouts: a replica may be gone.
 fn api(replica: &Replica) -> Client {
+    ojsd::app::install_tls();
     Client::with_http(
         &replica.base,
         reqwest::Client::builder()

@@ -243,6 +243,7 @@ async fn a_tenants_long_poll_wakes_for_its_job_and_leaves_others_jobs_alone() {
     let app = TestApp::spawn().await;
     let base = app.api.base.clone();
     let waiting = tokio::spawn(async move {
+        ojsd::app::install_tls();
         let client = reqwest::Client::new();
         let started = Instant::now();
         let resp: Value = client

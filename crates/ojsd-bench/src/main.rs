@@ -295,6 +295,7 @@ impl Bench {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    ojsd::app::install_tls();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .timeout(Duration::from_secs(120))

@@ -215,6 +215,7 @@ impl From<Error> for ApiError {
             Error::QueueNotFound(name) => ApiError::not_found("queue", &name),
             Error::PoolNotFound(name) => ApiError::not_found("pool", &name),
             Error::CronNotFound(name) => ApiError::not_found("cron entry", &name),
+            Error::WebhookNotFound(id) => ApiError::not_found("webhook subscription", &id.to_string()),
             Error::SchemaNotFound { job_type, version } => {
                 let id = match &version {
                     Some(v) => format!("{job_type}@{v}"),

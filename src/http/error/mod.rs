@@ -116,6 +116,7 @@ impl ApiError {
             "workflow" => "Workflow",
             "tenant" => "Tenant",
             "schema" => "Schema",
+            "webhook subscription" => "Webhook subscription",
             _ => "Resource",
         };
         ApiError::new(

@@ -53,6 +53,7 @@ const REQUEST_TYPES: [&str; 2] = ["application/json", OJS_JSON];
         (name = "dead-letter", description = "Jobs that failed for good."),
         (name = "events", description = "The job event log and its streams."),
         (name = "admin", description = "Operator endpoints."),
+        (name = "webhooks", description = "Webhook subscriptions: events delivered by HTTP POST, signed, in order, at least once."),
         (name = "schemas", description = "The schema registry: JSON Schemas of job types' args, checked on PUSH."),
     )
 )]

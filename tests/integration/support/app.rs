@@ -301,6 +301,28 @@ impl TestApp {
         ojsd::broker::cron::CronFirer::new(broker, self.maintenance().with_hold(hold))
     }
 
+    /// A webhook deliverer on this test's database, as the leader runs it (tests call its
+    /// `run_once(None)`), reaching private addresses when `allow_private`.
+    pub fn webhook_deliverer(
+        &self,
+        allow_private: bool,
+    ) -> ojsd::broker::webhooks::WebhookDeliverer {
+        let config = Config {
+            webhook_allow_private: allow_private,
+            webhook_timeout_ms: 2_000,
+            ..Config::default()
+        };
+        let health = ojsd::db::DbHealth::default();
+        let broker = ojsd::broker::Broker::new(
+            self.pool().clone(),
+            ojsd::db::HotConnections::new(self.pool().clone(), health),
+            ojsd::app::broker_settings(&config),
+            ojsd::wakeup::Announcer::new(ojsd::wakeup::Notifier::new("test-webhooks")),
+            ojsd::hold::SystemHold::default(),
+        );
+        ojsd::broker::webhooks::WebhookDeliverer::new(&broker)
+    }
+
     /// The database clock plus `offset` (to run a service "later" without sleeping).
     pub async fn db_now_plus(&self, offset: Duration) -> chrono::DateTime<chrono::Utc> {
         let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()")

@@ -35,6 +35,7 @@ pub struct Resp {
 impl Client {
     /// A client of the server at `base` (`http://host:port`).
     pub fn new(base: impl Into<String>) -> Client {
+        ojsd::app::install_tls();
         Client {
             base: base.into(),
             client: reqwest::Client::builder()

@@ -1,0 +1,471 @@
+//! Webhooks: subscriptions (see [`crate::webhook`] for the rules) and their delivery from the
+//! event log.
+//!
+//! The leader's [`WebhookDeliverer`] (a maintenance service) looks every
+//! [`DELIVERY_INTERVAL`] for active subscriptions that are due, at most
+//! [`WebhookSettings::concurrency`] at once. For each it reads the events after its cursor that
+//! match its filter (the log's delivery order, `store::event`), POSTs them one at a time, and
+//! moves the cursor after each 2xx; with nothing left it moves the cursor to the newest event,
+//! so its next read starts there. A failure stops that subscription's pass: the same event is
+//! tried again after the backoff of [`crate::webhook::RETRY_DELAYS`], and after the last one the
+//! subscription is paused, saying why. Delivery is at least once (a delivery whose answer is
+//! lost, or a leader that dies after sending and before moving the cursor, sends that event
+//! again) and in order per subscription; a receiver deduplicates by `X-OJS-Delivery-ID`.
+//!
+//! Nothing here runs on a request's path: enqueues, FETCHes and ACKs only write events, as
+//! they always do.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use super::Broker;
+use crate::error::{Error, Result};
+use crate::events::{EventKey, WireEvent};
+use crate::maintenance::{Pass, Service};
+use crate::store;
+use crate::store::event::{EventFilter, EventRow, Position};
+use crate::store::webhook::{NewWebhook, WebhookChange, WebhookRow};
+use crate::webhook::{self, Filters};
+
+/// How often the deliverer looks for due subscriptions when it found nothing to do.
+pub const DELIVERY_INTERVAL: Duration = Duration::from_millis(250);
+/// Events read per subscription at a time.
+const EVENTS_PER_READ: i64 = 100;
+/// Most events one subscription is sent in one pass (then the others get their turn).
+const EVENTS_PER_PASS: usize = 1_000;
+/// Subscriptions looked at per pass.
+const SUBSCRIPTIONS_PER_PASS: i64 = 256;
+/// Most bytes of a receiver's answer kept as the error.
+const MAX_ERROR_CHARS: usize = 300;
+
+/// Delivery settings.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookSettings {
+    /// Deliveries may reach private, loopback and link-local addresses
+    /// (`OJS_WEBHOOK_ALLOW_PRIVATE`).
+    pub allow_private: bool,
+    /// How long a receiver has to answer one delivery.
+    pub timeout: Duration,
+    /// Subscriptions delivered to at once.
+    pub concurrency: usize,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        WebhookSettings {
+            allow_private: false,
+            timeout: Duration::from_secs(10),
+            concurrency: 8,
+        }
+    }
+}
+
+/// A subscription to create.
+#[derive(Debug, Clone)]
+pub struct WebhookInput {
+    pub url: String,
+    pub events: Vec<String>,
+    /// `None`: one is generated (and shown once, in the answer).
+    pub secret: Option<String>,
+    pub metadata: serde_json::Value,
+    pub active: bool,
+}
+
+/// What one POST of an event did.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// The receiver's status, when it answered.
+    pub status: Option<u16>,
+    pub elapsed: Duration,
+    /// Why it failed (`None`: a 2xx).
+    pub error: Option<String>,
+    /// The start of the receiver's answer.
+    pub body: Option<String>,
+}
+
+impl Broker {
+    /// Creates a subscription, delivered the events that come after it.
+    pub async fn create_webhook(&self, input: WebhookInput) -> Result<(WebhookRow, bool)> {
+        let generated = input.secret.is_none();
+        let secret = input
+            .secret
+            .unwrap_or_else(|| format!("whsec_{}", hex::encode(rand::random::<[u8; 32]>())));
+        let from = store::event::head(&self.db)
+            .await?
+            .unwrap_or(Position { xid: 0, seq: 0 });
+        let row = store::webhook::create(
+            &self.db,
+            &NewWebhook {
+                id: Uuid::now_v7(),
+                url: &input.url,
+                events: &input.events,
+                secret: &secret,
+                metadata: &input.metadata,
+                active: input.active,
+                from,
+            },
+        )
+        .await?;
+        Ok((row, generated))
+    }
+
+    pub async fn webhooks(&self, limit: i64, offset: i64) -> Result<(Vec<WebhookRow>, i64)> {
+        Ok(store::webhook::list(&self.db, limit, offset).await?)
+    }
+
+    pub async fn webhook(&self, id: Uuid) -> Result<WebhookRow> {
+        store::webhook::get(&self.db, id)
+            .await?
+            .ok_or(Error::WebhookNotFound(id))
+    }
+
+    pub async fn update_webhook(&self, id: Uuid, change: &WebhookChange<'_>) -> Result<WebhookRow> {
+        store::webhook::update(&self.db, id, change)
+            .await?
+            .ok_or(Error::WebhookNotFound(id))
+    }
+
+    pub async fn delete_webhook(&self, id: Uuid) -> Result<()> {
+        match store::webhook::delete(&self.db, id).await? {
+            true => Ok(()),
+            false => Err(Error::WebhookNotFound(id)),
+        }
+    }
+
+    /// Sends subscription `id` a `webhook.test` event now (signed as any delivery; not
+    /// recorded, and whatever it answers changes nothing).
+    pub async fn test_webhook(&self, id: Uuid) -> Result<Attempt> {
+        let row = self.webhook(id).await?;
+        let delivery_id = Uuid::now_v7();
+        let body = json!({
+            "specversion": crate::events::EVENT_SPEC_VERSION,
+            "id": format!("evt_{delivery_id}"),
+            "type": "webhook.test",
+            "source": "ojs://ojsd/webhooks",
+            "time": crate::wire::timestamp::format(Utc::now()),
+            "subject": row.id.to_string(),
+            "data": {"subscription_id": row.id.to_string()},
+        });
+        let body = serde_json::to_vec(&body).map_err(|e| Error::Unsupported(e.to_string()))?;
+        Ok(self
+            .webhook_sender
+            .post(&row, "webhook.test", &delivery_id.to_string(), body)
+            .await)
+    }
+}
+
+/// The HTTP side of a delivery: one client, whose resolver refuses addresses the settings do
+/// not allow.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    client: reqwest::Client,
+    settings: WebhookSettings,
+}
+
+impl Sender {
+    pub fn new(settings: WebhookSettings) -> Sender {
+        // HTTPS on ring, as `app::install_tls` installs it (kept if one is installed already;
+        // the broker cannot call into `app`).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("ojsd/", env!("CARGO_PKG_VERSION"), " (webhooks)"))
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout.min(Duration::from_secs(5)))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .pool_max_idle_per_host(2)
+            .dns_resolver(Arc::new(GuardedResolver {
+                allow_private: settings.allow_private,
+            }))
+            .build()
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "webhook client could not be built; deliveries will fail");
+                reqwest::Client::new()
+            });
+        Sender { client, settings }
+    }
+
+    /// POSTs `body` (an event) to the subscription's URL, signed.
+    pub async fn post(
+        &self,
+        to: &WebhookRow,
+        event_type: &str,
+        delivery_id: &str,
+        body: Vec<u8>,
+    ) -> Attempt {
+        let started = Instant::now();
+        let fail = |error: String| Attempt {
+            status: None,
+            elapsed: started.elapsed(),
+            error: Some(error),
+            body: None,
+        };
+        // A URL naming an address (not a name) never reaches the resolver: checked here.
+        let Ok(url) = reqwest::Url::parse(&to.url) else {
+            return fail("the URL is invalid".to_owned());
+        };
+        if let Some(ip) = literal_ip(&url)
+            && !self.settings.allow_private
+            && !webhook::is_public(ip)
+        {
+            return fail(refusal(&ip));
+        }
+        let timestamp = Utc::now().timestamp();
+        let signature = webhook::signature(&to.secret, timestamp, &body);
+        let sent = self
+            .client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("x-ojs-event-type", event_type)
+            .header("x-ojs-delivery-id", delivery_id)
+            .header("x-ojs-subscription-id", to.id.to_string())
+            .header("x-ojs-timestamp", timestamp.to_string())
+            .header("x-ojs-signature", signature)
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Err(e) => fail(describe(&e)),
+            Ok(response) => {
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                let excerpt = clip(&text);
+                Attempt {
+                    status: Some(status.as_u16()),
+                    elapsed: started.elapsed(),
+                    error: (!status.is_success()).then(|| {
+                        format!(
+                            "the receiver answered {status}{}",
+                            match excerpt.is_empty() {
+                                true => String::new(),
+                                false => format!(": {excerpt}"),
+                            }
+                        )
+                    }),
+                    body: Some(excerpt),
+                }
+            }
+        }
+    }
+}
+
+fn literal_ip(url: &reqwest::Url) -> Option<IpAddr> {
+    match url.host()? {
+        url::Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+        url::Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+        url::Host::Domain(_) => None,
+    }
+}
+
+fn refusal(ip: &IpAddr) -> String {
+    format!(
+        "refused: {ip} is not a public address (set OJS_WEBHOOK_ALLOW_PRIVATE=true to deliver to private, loopback and link-local addresses)"
+    )
+}
+
+/// An error with its causes (reqwest's own message omits them).
+fn describe(e: &reqwest::Error) -> String {
+    let mut message = if e.is_timeout() {
+        "the receiver did not answer in time".to_owned()
+    } else if e.is_connect() {
+        "could not connect".to_owned()
+    } else {
+        "the request failed".to_owned()
+    };
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    clip(&message)
+}
+
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Resolves names like the system, and refuses every connection to an address the settings
+/// do not allow — checked on the addresses actually connected to, so a name that resolves
+/// elsewhere a moment later (DNS rebinding) does not pass.
+struct GuardedResolver {
+    allow_private: bool,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allow_private = self.allow_private;
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if !allow_private
+                && let Some(private) = addrs.iter().find(|a| !webhook::is_public(a.ip()))
+            {
+                return Err(format!("{host}: {}", refusal(&private.ip())).into());
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// The leader's deliverer: see the module documentation.
+pub struct WebhookDeliverer {
+    db: PgPool,
+    sender: Sender,
+    concurrency: usize,
+}
+
+impl WebhookDeliverer {
+    pub fn new(broker: &Broker) -> WebhookDeliverer {
+        WebhookDeliverer {
+            db: broker.db.clone(),
+            sender: broker.webhook_sender.clone(),
+            concurrency: broker.settings.webhooks.concurrency.max(1),
+        }
+    }
+}
+
+impl Service for WebhookDeliverer {
+    fn name(&self) -> &'static str {
+        "webhook deliverer"
+    }
+
+    fn interval(&self) -> Duration {
+        DELIVERY_INTERVAL
+    }
+
+    async fn run_once(&self, _now: Option<DateTime<Utc>>) -> Result<Pass, sqlx::Error> {
+        let due = store::webhook::due(&self.db, SUBSCRIPTIONS_PER_PASS).await?;
+        let mut pass = Pass {
+            processed: 0,
+            more: due.len() as i64 == SUBSCRIPTIONS_PER_PASS,
+        };
+        // A subscription whose cursor is at the newest event has nothing to read: an idle
+        // server costs two statements a pass, however many subscriptions there are.
+        let Some(head) = store::event::head(&self.db).await? else {
+            return Ok(pass);
+        };
+        let due: Vec<WebhookRow> = due.into_iter().filter(|s| s.cursor() < head).collect();
+        let mut tasks = JoinSet::new();
+        let mut due = due.into_iter();
+        loop {
+            while tasks.len() < self.concurrency {
+                let Some(subscription) = due.next() else {
+                    break;
+                };
+                let (db, sender) = (self.db.clone(), self.sender.clone());
+                tasks.spawn(async move { deliver(&db, &sender, subscription).await });
+            }
+            let Some(done) = tasks.join_next().await else {
+                break;
+            };
+            match done {
+                Ok(Ok((sent, more))) => {
+                    pass.processed += sent;
+                    pass.more |= more;
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "webhook delivery pass failed"),
+                Err(e) => tracing::error!(error = %e, "webhook delivery task panicked"),
+            }
+        }
+        Ok(pass)
+    }
+}
+
+/// Delivers what is due to one subscription: returns the events sent and whether it stopped
+/// with more waiting.
+async fn deliver(
+    db: &PgPool,
+    sender: &Sender,
+    subscription: WebhookRow,
+) -> Result<(u64, bool), sqlx::Error> {
+    let filters = Filters::of(&subscription.events);
+    let filter = EventFilter {
+        types: filters.types.clone(),
+        type_prefixes: if filters.all {
+            Vec::new()
+        } else {
+            filters.prefixes.clone()
+        },
+        ..EventFilter::default()
+    };
+    let mut cursor = subscription.cursor();
+    let mut sent = 0u64;
+    loop {
+        let head = store::event::head(db).await?;
+        let events: Vec<EventRow> =
+            store::event::list(db, &filter, Some(cursor), EVENTS_PER_READ).await?;
+        let exhausted = (events.len() as i64) < EVENTS_PER_READ;
+        for event in &events {
+            let key = EventKey::of(event);
+            let body = match serde_json::to_vec(&WireEvent::with_timestamp(event)) {
+                Ok(body) => body,
+                Err(e) => {
+                    tracing::error!(error = %e, event = %key.to_id(), "an event could not be rendered; passed over");
+                    if !store::webhook::advance(
+                        db,
+                        subscription.id,
+                        cursor,
+                        event.position,
+                        0,
+                        None,
+                    )
+                    .await?
+                    {
+                        return Ok((sent, false));
+                    }
+                    cursor = event.position;
+                    continue;
+                }
+            };
+            let delivery_id = format!("{}:{}", subscription.id, key.to_id());
+            let attempt = sender
+                .post(&subscription, &event.r#type, &delivery_id, body)
+                .await;
+            let status = attempt.status.map(i32::from);
+            if let Some(error) = attempt.error {
+                let failed = u32::try_from(subscription.attempt).unwrap_or(0) + 1;
+                let retry_at = webhook::retry_delay(failed)
+                    .and_then(|d| chrono::Duration::from_std(d).ok())
+                    .map(|d| Utc::now() + d);
+                if retry_at.is_none() {
+                    tracing::warn!(subscription = %subscription.id, url = %subscription.url, error = %error, "webhook subscription paused after its last retry");
+                }
+                store::webhook::failed(db, subscription.id, status, &error, retry_at).await?;
+                return Ok((sent, false));
+            }
+            if !store::webhook::advance(db, subscription.id, cursor, event.position, 1, status)
+                .await?
+            {
+                // Changed meanwhile (deleted, or another deliverer): stop here.
+                return Ok((sent, false));
+            }
+            cursor = event.position;
+            sent += 1;
+            if sent as usize >= EVENTS_PER_PASS {
+                return Ok((sent, true));
+            }
+        }
+        if exhausted {
+            // Nothing more matches up to the newest event: start there next time.
+            if let Some(head) = head
+                && head > cursor
+            {
+                store::webhook::advance(db, subscription.id, cursor, head, 0, None).await?;
+            }
+            return Ok((sent, false));
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! Webhooks: subscriptions as the suite and the admin UI call them, and delivery from the event
+//! log — in order, at least once, signed, retried, paused, never to a private address unless
+//! allowed, continued by whichever replica leads.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use hmac::{Hmac, Mac};
+use ojsd::maintenance::Service;
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use crate::support::TestApp;
+
+const SUBS: &str = "/ojs/v1/webhooks/subscriptions";
+
+/// One request a receiver got.
+#[derive(Debug, Clone)]
+struct Received {
+    event: Value,
+    delivery_id: String,
+    signature_ok: bool,
+}
+
+/// A receiver on loopback that records what it gets and answers 500 to the first `fail_first`
+/// requests.
+#[derive(Clone)]
+struct Receiver {
+    got: Arc<Mutex<Vec<Received>>>,
+    fail_first: Arc<Mutex<usize>>,
+    secret: &'static str,
+}
+
+impl Receiver {
+    async fn start(secret: &'static str, fail_first: usize) -> (Receiver, SocketAddr) {
+        let receiver = Receiver {
+            got: Arc::default(),
+            fail_first: Arc::new(Mutex::new(fail_first)),
+            secret,
+        };
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(receive))
+            .with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (receiver, addr)
+    }
+
+    fn got(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let timestamp = header("x-ojs-timestamp");
+    let mut mac = Hmac::<Sha256>::new_from_slice(r.secret.as_bytes()).unwrap();
+    mac.update(format!("{timestamp}.").as_bytes());
+    mac.update(&body);
+    let expected = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+    let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    {
+        let mut fail = r.fail_first.lock().unwrap();
+        if *fail > 0 {
+            *fail -= 1;
+            return StatusCode::INTERNAL_SERVER_ERROR;
+        }
+    }
+    assert_eq!(
+        header("x-ojs-event-type"),
+        event["type"].as_str().unwrap_or("")
+    );
+    r.got.lock().unwrap().push(Received {
+        signature_ok: header("x-ojs-signature") == expected,
+        delivery_id: header("x-ojs-delivery-id"),
+        event,
+    });
+    StatusCode::OK
+}
+
+async fn subscribe(app: &TestApp, addr: SocketAddr, events: Value, secret: &str) -> Value {
+    app.post(
+        SUBS,
+        json!({"url": format!("http://{addr}/hook"), "events": events, "secret": secret}),
+    )
+    .await
+    .expect(201)
+    .json
+}
+
+/// Runs `deliverer` until a pass does nothing more.
+async fn drain(deliverer: &ojsd::broker::webhooks::WebhookDeliverer) {
+    for _ in 0..20 {
+        let pass = deliverer.run_once(None).await.unwrap();
+        if pass.processed == 0 && !pass.more {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn subscriptions_are_created_read_changed_and_deleted_as_the_suite_and_the_ui_call_them() {
+    let app = TestApp::spawn().await;
+    let created = app
+        .post(
+            SUBS,
+            json!({"url": "https://example.com/h", "events": ["job.completed", "job.failed"], "secret": "s1"}),
+        )
+        .await
+        .expect(201)
+        .json;
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["subscription"]["id"], id.as_str());
+    assert_eq!(created["subscription"]["active"], true);
+    assert_eq!(created["events"], json!(["job.completed", "job.failed"]));
+    assert_eq!(created["secret"], "s1", "shown once");
+    // Without a secret, one is made.
+    let generated = app
+        .post(
+            SUBS,
+            json!({"url": "https://example.com/g", "events": ["*"]}),
+        )
+        .await
+        .expect(201)
+        .json;
+    assert!(generated["secret"].as_str().unwrap().starts_with("whsec_"));
+
+    let read = app.get(&format!("{SUBS}/{id}")).await.expect(200).json;
+    assert_eq!(read["subscription"]["url"], "https://example.com/h");
+    assert!(read.get("secret").is_none(), "never shown again: {read}");
+    let list = app
+        .get(&format!("{SUBS}?page=1&per_page=1"))
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(list["pagination"]["total"], 2);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    assert_eq!(list["subscriptions"], list["items"]);
+
+    // PATCH (the suite) and PUT (the UI) change the fields given.
+    let patched = app
+        .send_json(
+            reqwest::Method::PATCH,
+            &format!("{SUBS}/{id}"),
+            &json!({"events": ["job.completed", "job.failed", "job.cancelled"]}),
+        )
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(
+        patched["subscription"]["events"].as_array().unwrap().len(),
+        3
+    );
+    assert_eq!(patched["url"], "https://example.com/h");
+    let paused = app
+        .put(&format!("{SUBS}/{id}"), json!({"active": false}))
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(paused["state"], "paused");
+    assert_eq!(paused["paused_reason"], "paused by an operator");
+    let resumed = app
+        .put(
+            &format!("{SUBS}/{id}"),
+            json!({"active": true, "url": "https://example.com/x"}),
+        )
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(
+        (resumed["active"].as_bool(), resumed["url"].as_str()),
+        (Some(true), Some("https://example.com/x"))
+    );
+    assert!(resumed.get("paused_reason").is_none());
+
+    // Bad input: clear 400s naming the field.
+    for (body, field) in [
+        (json!({"events": ["job.completed"]}), "$.url"),
+        (json!({"url": "https://e.com/h"}), "$.events"),
+        (json!({"url": "ftp://e.com/h", "events": ["*"]}), "$.url"),
+        (
+            json!({"url": "https://u:p@e.com/h", "events": ["*"]}),
+            "$.url",
+        ),
+        (json!({"url": "https://e.com/h", "events": []}), "$.events"),
+        (
+            json!({"url": "https://e.com/h", "events": ["Job.Done"]}),
+            "$.events[0]",
+        ),
+        (
+            json!({"url": "https://e.com/h", "events": ["*"], "secret": ""}),
+            "$.secret",
+        ),
+        (
+            json!({"url": "https://e.com/h", "events": ["*"], "metadata": [1]}),
+            "$.metadata",
+        ),
+        (json!({"url": 7, "events": ["*"]}), "$.url"),
+    ] {
+        let e = app
+            .post(SUBS, body.clone())
+            .await
+            .expect_error(400, "invalid_request")
+            .json;
+        assert_eq!(e["error"]["details"]["field"], field, "{body}: {e}");
+    }
+    app.get(&format!("{SUBS}/not-a-uuid"))
+        .await
+        .expect_error(400, "invalid_request");
+    let unknown = "0196b7a0-0000-7000-8000-000000000000";
+    app.get(&format!("{SUBS}/{unknown}"))
+        .await
+        .expect_error(404, "not_found");
+
+    app.delete(&format!("{SUBS}/{id}")).await.expect(204);
+    app.get(&format!("{SUBS}/{id}"))
+        .await
+        .expect_error(404, "not_found");
+    app.delete(&format!("{SUBS}/{id}"))
+        .await
+        .expect_error(404, "not_found");
+    let manifest = app.get("/ojs/manifest").await.expect(200).json;
+    assert_eq!(manifest["capabilities"]["webhooks"], true);
+    assert!(
+        manifest["extensions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("webhooks"))
+    );
+}
+
+#[tokio::test]
+async fn every_matching_event_is_delivered_in_order_signed_and_retried() {
+    let app = TestApp::spawn().await;
+    // The first two attempts fail: the first event is tried again at once, then again.
+    let (receiver, addr) = Receiver::start("k3y", 1).await;
+    let sub = subscribe(&app, addr, json!(["job.enqueued", "job.completed"]), "k3y").await;
+    let id = sub["id"].as_str().unwrap().to_owned();
+    let deliverer = app.webhook_deliverer(true);
+
+    let mut jobs = Vec::new();
+    for i in 0..5 {
+        jobs.push(
+            app.push_id(json!({"type": "w.a", "queue": "wq", "args": [i]}))
+                .await,
+        );
+    }
+    let fetched = app
+        .fetch(json!({"queues": ["wq"], "worker_id": "w-1", "count": 5}))
+        .await;
+    for job in &fetched {
+        app.ack_job(job, "w-1").await.expect(200);
+    }
+    drain(&deliverer).await;
+    // The failed attempt is retried at once on the next pass.
+    drain(&deliverer).await;
+
+    let got = receiver.got();
+    assert!(got.iter().all(|r| r.signature_ok), "{got:?}");
+    let seen: Vec<(String, String)> = got
+        .iter()
+        .map(|r| {
+            (
+                r.event["type"].as_str().unwrap().to_owned(),
+                r.event["subject"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let mut expected: Vec<(String, String)> = jobs
+        .iter()
+        .map(|j| ("job.enqueued".to_owned(), j.clone()))
+        .collect();
+    expected.extend(fetched.iter().map(|j| {
+        (
+            "job.completed".to_owned(),
+            j["id"].as_str().unwrap().to_owned(),
+        )
+    }));
+    assert_eq!(
+        seen, expected,
+        "every event once here, in log order; job.started filtered out"
+    );
+    // Delivery ids name the subscription and the event (receivers deduplicate on them).
+    assert!(got[0].delivery_id.starts_with(&format!("{id}:evt_")));
+    let state = app.get(&format!("{SUBS}/{id}")).await.expect(200).json;
+    assert_eq!(state["delivered"], 10);
+    assert_eq!(state["failure_count"], 0);
+    assert_eq!(state["last_delivery_status"], 200);
+}
+
+#[tokio::test]
+async fn delivery_goes_on_from_the_cursor_whichever_replica_leads() {
+    let app = TestApp::spawn().await;
+    let (receiver, addr) = Receiver::start("k", 0).await;
+    subscribe(&app, addr, json!(["job.enqueued"]), "k").await;
+    let first_leader = app.webhook_deliverer(true);
+    for i in 0..3 {
+        app.push_id(json!({"type": "w.a", "args": [i]})).await;
+    }
+    drain(&first_leader).await;
+    drop(first_leader);
+    // Another replica leads now: it starts where the cursor is.
+    let second_leader = app.webhook_deliverer(true);
+    for i in 3..6 {
+        app.push_id(json!({"type": "w.a", "args": [i]})).await;
+    }
+    drain(&second_leader).await;
+    let args: Vec<i64> = receiver
+        .got()
+        .iter()
+        .map(|r| {
+            assert_eq!(r.event["type"], "job.enqueued");
+            r.event["data"]["args"][0].as_i64().unwrap_or(-1)
+        })
+        .collect();
+    let ids: Vec<String> = receiver
+        .got()
+        .iter()
+        .map(|r| r.event["id"].as_str().unwrap().to_owned())
+        .collect();
+    let mut unique = ids.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), 6, "each event once: {ids:?} {args:?}");
+}
+
+#[tokio::test]
+async fn private_addresses_are_refused_unless_allowed() {
+    let app = TestApp::spawn().await;
+    let (receiver, addr) = Receiver::start("k", 0).await;
+    let by_ip = subscribe(&app, addr, json!(["*"]), "k").await;
+    let by_name = app
+        .post(
+            SUBS,
+            json!({"url": format!("http://localhost:{}/hook", addr.port()), "events": ["*"], "secret": "k"}),
+        )
+        .await
+        .expect(201)
+        .json;
+    app.push_id(json!({"type": "w.a", "args": []})).await;
+    // The default: refused, by address and by a name that resolves to loopback.
+    let deliverer = app.webhook_deliverer(false);
+    deliverer.run_once(None).await.unwrap();
+    assert!(receiver.got().is_empty());
+    for sub in [&by_ip, &by_name] {
+        let state = app
+            .get(&format!("{SUBS}/{}", sub["id"].as_str().unwrap()))
+            .await
+            .expect(200)
+            .json;
+        let error = state["last_error"].as_str().unwrap_or("");
+        assert!(error.contains("is not a public address"), "{state}");
+        assert_eq!(state["failure_count"], 1);
+    }
+    // The test endpoint says the same, and sends nothing.
+    let tested = app
+        .post(
+            &format!("{SUBS}/{}/test", by_ip["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(tested["success"], false);
+    assert!(
+        tested["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a public address"),
+        "{tested}"
+    );
+    assert!(receiver.got().is_empty());
+}
+
+#[tokio::test]
+async fn the_test_endpoint_sends_a_signed_test_event() {
+    let app = TestApp::spawn_with(|c| c.webhook_allow_private = true).await;
+    let (receiver, addr) = Receiver::start("k", 0).await;
+    let sub = subscribe(&app, addr, json!(["job.completed"]), "k").await;
+    let tested = app
+        .post(
+            &format!("{SUBS}/{}/test", sub["id"].as_str().unwrap()),
+            json!({}),
+        )
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(
+        (tested["success"].as_bool(), tested["status"].as_u64()),
+        (Some(true), Some(200)),
+        "{tested}"
+    );
+    let got = receiver.got();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].event["type"], "webhook.test");
+    assert!(got[0].signature_ok);
+}
+
+#[tokio::test]
+async fn a_subscription_that_keeps_failing_is_paused_and_resumes_where_it_stopped() {
+    let app = TestApp::spawn().await;
+    let (receiver, addr) = Receiver::start("k", 1).await;
+    let sub = subscribe(&app, addr, json!(["job.enqueued"]), "k").await;
+    let id = sub["id"].as_str().unwrap().to_owned();
+    let job = app.push_id(json!({"type": "w.a", "args": []})).await;
+    // Its retries are spent (as if the last one were due now).
+    app.sql(&format!(
+        "update ojs_webhook set attempt = 8, failure_count = 8 where id = '{id}'"
+    ))
+    .await;
+    let deliverer = app.webhook_deliverer(true);
+    deliverer.run_once(None).await.unwrap();
+    let paused = app.get(&format!("{SUBS}/{id}")).await.expect(200).json;
+    assert_eq!(paused["state"], "paused", "{paused}");
+    let reason = paused["paused_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("9 failed attempts") && reason.contains("500"),
+        "{reason}"
+    );
+    deliverer.run_once(None).await.unwrap();
+    assert!(receiver.got().is_empty(), "nothing delivered while paused");
+    // Turned on again: the same event is delivered.
+    app.put(&format!("{SUBS}/{id}"), json!({"active": true}))
+        .await
+        .expect(200);
+    drain(&deliverer).await;
+    let got = receiver.got();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].event["subject"], job.as_str());
+}
+
+#[tokio::test]
+async fn events_pruned_before_delivery_are_reported_as_a_gap() {
+    let app = TestApp::spawn().await;
+    let (receiver, addr) = Receiver::start("k", 0).await;
+    let sub = subscribe(&app, addr, json!(["job.*"]), "k").await;
+    let id = sub["id"].as_str().unwrap().to_owned();
+    app.put(&format!("{SUBS}/{id}"), json!({"active": false}))
+        .await
+        .expect(200);
+    for i in 0..3 {
+        app.push_id(json!({"type": "w.a", "args": [i]})).await;
+    }
+    // The retention passes while it is paused: every event so far is pruned.
+    let far = app.db_now_plus(std::time::Duration::from_secs(3600)).await;
+    ojsd::store::event::prune(app.pool(), far, i64::MAX, 10_000)
+        .await
+        .unwrap();
+    let later = app.push_id(json!({"type": "w.a", "args": ["later"]})).await;
+    let state = app.get(&format!("{SUBS}/{id}")).await.expect(200).json;
+    assert_eq!(state["gap_events"], 3, "{state}");
+    assert!(state["gap_at"].is_string());
+    assert!(
+        app.event_types()
+            .await
+            .contains(&"webhook.events_pruned".to_owned())
+    );
+    // Resumed, it goes on from the oldest retained event.
+    app.put(&format!("{SUBS}/{id}"), json!({"active": true}))
+        .await
+        .expect(200);
+    drain(&app.webhook_deliverer(true)).await;
+    let subjects: Vec<String> = receiver
+        .got()
+        .iter()
+        .map(|r| r.event["subject"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(subjects, [later]);
+}
