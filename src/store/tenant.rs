@@ -49,6 +49,25 @@ pub async fn list(
     limit: i64,
     offset: i64,
 ) -> Result<(Vec<TenantRow>, i64), sqlx::Error> {
+    counts(db, None, limit, offset).await
+}
+
+/// One tenant (all counts zero when no retained job names it).
+pub async fn get(db: impl PgExecutor<'_>, tenant: &str) -> Result<TenantRow, sqlx::Error> {
+    let (rows, _) = counts(db, Some(tenant), 1, 0).await?;
+    Ok(rows.into_iter().next().unwrap_or_else(|| TenantRow {
+        tenant: tenant.to_owned(),
+        ..TenantRow::default()
+    }))
+}
+
+/// The tenants' counts (only `only`'s when given), by id.
+async fn counts(
+    db: impl PgExecutor<'_>,
+    only: Option<&str>,
+    limit: i64,
+    offset: i64,
+) -> Result<(Vec<TenantRow>, i64), sqlx::Error> {
     let rows = sqlx::query!(
         r#"
         with tenants as (
@@ -69,7 +88,7 @@ pub async fn list(
                    count(*) filter (where j.state = 'discarded'
                                       and j.discarded_at > now() - interval '24 hours') as failed_24h
               from ojs_job_all j
-             where j.tenant <> ''
+             where j.tenant <> '' and ($3::text is null or j.tenant = $3)
              group by j.tenant
         )
         select t.tenant as "tenant!", t.first_seen_at, t.queues as "queues!",
@@ -84,6 +103,7 @@ pub async fn list(
         "#,
         limit,
         offset,
+        only,
     )
     .fetch_all(db)
     .await?;
@@ -108,48 +128,4 @@ pub async fn list(
         })
         .collect();
     Ok((tenants, total))
-}
-
-/// One tenant (all counts zero when no retained job names it).
-pub async fn get(db: impl PgExecutor<'_>, tenant: &str) -> Result<TenantRow, sqlx::Error> {
-    let r = sqlx::query!(
-        r#"
-        select min(j.created_at) as first_seen_at,
-               count(distinct j.queue) as "queues!",
-               count(distinct j.worker_id) filter (where j.state = 'active') as "workers!",
-               count(*) filter (where j.state = 'scheduled') as "scheduled!",
-               count(*) filter (where j.state = 'available') as "available!",
-               count(*) filter (where j.state = 'pending') as "pending!",
-               count(*) filter (where j.state = 'active') as "active!",
-               count(*) filter (where j.state = 'retryable') as "retryable!",
-               count(*) filter (where j.state = 'completed') as "completed!",
-               count(*) filter (where j.state = 'discarded') as "discarded!",
-               count(*) filter (where j.state = 'cancelled') as "cancelled!",
-               count(*) filter (where j.state = 'completed'
-                                  and j.completed_at > now() - interval '24 hours') as "completed_24h!",
-               count(*) filter (where j.state = 'discarded'
-                                  and j.discarded_at > now() - interval '24 hours') as "failed_24h!"
-          from ojs_job_all j
-         where j.tenant = $1
-        "#,
-        tenant,
-    )
-    .fetch_one(db)
-    .await?;
-    Ok(TenantRow {
-        tenant: tenant.to_owned(),
-        first_seen_at: r.first_seen_at,
-        queues: r.queues,
-        workers: r.workers,
-        scheduled: r.scheduled,
-        available: r.available,
-        pending: r.pending,
-        active: r.active,
-        retryable: r.retryable,
-        completed: r.completed,
-        discarded: r.discarded,
-        cancelled: r.cancelled,
-        completed_24h: r.completed_24h,
-        failed_24h: r.failed_24h,
-    })
 }

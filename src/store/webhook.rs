@@ -240,11 +240,13 @@ pub async fn failed(
                last_delivery_status = $2,
                last_error = $3,
                next_attempt_at = coalesce($4, next_attempt_at),
-               active = $4 is not null,
-               paused_reason = case when $4 is null
+               -- Paused by an operator while the attempt was on its way: stays paused, as is.
+               active = active and $4 is not null,
+               paused_reason = case when not active then paused_reason
+                                    when $4 is null
                                     then 'paused after ' || (attempt + 1) || ' failed attempts: ' || $3
                                end,
-               paused_at = case when $4 is null then now() end
+               paused_at = case when not active then paused_at when $4 is null then now() end
          where id = $1
         "#,
         id,
