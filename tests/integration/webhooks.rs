@@ -98,8 +98,9 @@ async fn subscribe(app: &TestApp, addr: SocketAddr, events: Value, secret: &str)
     .json
 }
 
-/// Runs `deliverer` until `receiver` has `n` events (an event is deliverable once every
-/// transaction older than its own has ended, so it may take a while when other tests hold transactions open), then once more.
+/// Runs `deliverer` until `receiver` has `n` events, then once more. An event is deliverable
+/// once every older transaction of the cluster has ended, which takes a while when other tests
+/// hold transactions open.
 async fn deliver_until(
     deliverer: &ojsd::broker::webhooks::WebhookDeliverer,
     receiver: &Receiver,
@@ -116,7 +117,8 @@ async fn deliver_until(
     assert!(receiver.got().len() >= n, "{:?}", receiver.got());
 }
 
-/// Runs `deliverer` until subscription `id` satisfies `done` (its JSON), at most 60 s (a long transaction anywhere in the cluster holds the log back: other tests run beside these).
+/// Runs `deliverer` until subscription `id` satisfies `done` (its JSON), at most a minute (see
+/// [`deliver_until`]).
 async fn pass_until(
     app: &TestApp,
     deliverer: &ojsd::broker::webhooks::WebhookDeliverer,
