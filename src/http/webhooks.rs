@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
@@ -31,6 +31,18 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(list, create))
         .routes(routes!(show, patch, put, remove))
         .routes(routes!(test))
+}
+
+/// The subscription id of a path (documentation).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct IdParam {
+    /// The subscription id (anything but a UUID is 400).
+    #[param(
+        pattern = "^([0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
+    id: String,
 }
 
 /// A subscription.
@@ -272,7 +284,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     path = "/ojs/v1/webhooks/subscriptions/{id}",
     tag = "webhooks",
     summary = "Read a webhook subscription",
-    params(("id" = String, Path, description = "The subscription id")),
+    params(IdParam),
     responses(
         (status = 200, body = Both),
         (status = 400, description = "The id is not a UUID."),
@@ -333,7 +345,7 @@ struct ChangeRequest {
     path = "/ojs/v1/webhooks/subscriptions/{id}",
     tag = "webhooks",
     summary = "Change a webhook subscription",
-    params(("id" = String, Path, description = "The subscription id")),
+    params(IdParam),
     request_body = ChangeRequest,
     responses(
         (status = 200, body = Both),
@@ -355,7 +367,7 @@ async fn patch(
     path = "/ojs/v1/webhooks/subscriptions/{id}",
     tag = "webhooks",
     summary = "Change a webhook subscription (as PATCH)",
-    params(("id" = String, Path, description = "The subscription id")),
+    params(IdParam),
     request_body = ChangeRequest,
     responses(
         (status = 200, body = Both),
@@ -377,7 +389,7 @@ async fn put(
     path = "/ojs/v1/webhooks/subscriptions/{id}",
     tag = "webhooks",
     summary = "Delete a webhook subscription",
-    params(("id" = String, Path, description = "The subscription id")),
+    params(IdParam),
     responses(
         (status = 204, description = "Deleted."),
         (status = 400, description = "The id is not a UUID."),
@@ -420,7 +432,7 @@ struct Tested {
     summary = "Send a test event",
     description = "Signed as any delivery; the subscription's state and cursor do not change. \
                    An address that deliveries may not reach fails the same way here.",
-    params(("id" = String, Path, description = "The subscription id")),
+    params(IdParam),
     responses(
         (status = 200, body = Tested),
         (status = 404, description = "No such subscription."),

@@ -15,7 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::broker::{SchemaRegistration, SchemaRow};
@@ -35,6 +35,27 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(spec_latest))
         .routes(routes!(spec_versions))
         .routes(routes!(spec_remove))
+}
+
+/// The job type of a path (documentation).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct TypeParam {
+    /// The job type.
+    r#type: String,
+}
+
+/// The job type and version of a path (documentation).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct TypeVersionParams {
+    /// The job type.
+    r#type: String,
+    /// `N`, `N.N` or `N.N.N`; anything else is 400.
+    #[param(pattern = r"^(0|[1-9][0-9]{0,8})(\.(0|[1-9][0-9]{0,8})){0,2}$")]
+    version: String,
 }
 
 /// A registered schema version.
@@ -201,7 +222,7 @@ async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
     path = "/ojs/v1/admin/schemas/{type}",
     tag = "schemas",
     summary = "A job type's latest schema",
-    params(("type" = String, Path, description = "The job type")),
+    params(TypeParam),
     responses(
         (status = 200, body = View),
         (status = 404, description = "The type has no schema."),
@@ -222,7 +243,7 @@ async fn latest(
     tag = "schemas",
     summary = "A job type's schema versions",
     description = "The latest first; an empty list when the type has none.",
-    params(("type" = String, Path, description = "The job type")),
+    params(TypeParam),
     responses((status = 200, body = Versions))
 )]
 async fn versions(
@@ -239,10 +260,7 @@ async fn versions(
     path = "/ojs/v1/admin/schemas/{type}/{version}",
     tag = "schemas",
     summary = "One schema version",
-    params(
-        ("type" = String, Path, description = "The job type"),
-        ("version" = String, Path, description = "`N`, `N.N` or `N.N.N`"),
-    ),
+    params(TypeVersionParams),
     responses(
         (status = 200, body = View),
         (status = 400, description = "The version is not `N`, `N.N` or `N.N.N`."),
@@ -267,10 +285,7 @@ async fn show(
                    schema is read as the draft its `$schema` names, else 2020-12 (or 2019-09 \
                    for the tuple form of `items`). In force for PUSHes on every replica as soon \
                    as this answers.",
-    params(
-        ("type" = String, Path, description = "The job type"),
-        ("version" = String, Path, description = "`N`, `N.N` or `N.N.N`"),
-    ),
+    params(TypeVersionParams),
     request_body = RegisterRequest,
     responses(
         (status = 201, body = View),
@@ -310,10 +325,7 @@ struct RegisterRequest {
     summary = "Delete a schema version",
     description = "Jobs of the type are then checked against the latest version left (none: \
                    not checked). Answers the deleted version.",
-    params(
-        ("type" = String, Path, description = "The job type"),
-        ("version" = String, Path, description = "`N`, `N.N` or `N.N.N`"),
-    ),
+    params(TypeVersionParams),
     responses(
         (status = 200, body = View),
         (status = 404, description = "No such version."),
@@ -395,7 +407,7 @@ struct SpecRegisterRequest {
     path = "/ojs/v1/schemas/{type}",
     tag = "schemas",
     summary = "A job type's latest schema (the extension's binding)",
-    params(("type" = String, Path, description = "The job type")),
+    params(TypeParam),
     responses(
         (status = 200, body = Wrapped),
         (status = 404, description = "The type has no schema."),
@@ -418,7 +430,7 @@ async fn spec_latest(
     path = "/ojs/v1/schemas/{type}/versions",
     tag = "schemas",
     summary = "A job type's schema versions (the extension's binding)",
-    params(("type" = String, Path, description = "The job type")),
+    params(TypeParam),
     responses((status = 200, body = Versions))
 )]
 async fn spec_versions(
@@ -434,10 +446,7 @@ async fn spec_versions(
     path = "/ojs/v1/schemas/{type}/{version}",
     tag = "schemas",
     summary = "Delete a schema version (the extension's binding)",
-    params(
-        ("type" = String, Path, description = "The job type"),
-        ("version" = String, Path, description = "`N`, `N.N` or `N.N.N`"),
-    ),
+    params(TypeVersionParams),
     responses(
         (status = 200, body = Wrapped),
         (status = 404, description = "No such version."),

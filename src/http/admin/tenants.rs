@@ -9,7 +9,7 @@
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::broker::TenantRow;
@@ -36,6 +36,17 @@ fn tenant_path(id: &str) -> Result<(), ApiError> {
             crate::auth::invalid_tenant_message(id),
         ))
     }
+}
+
+/// The tenant id of a path (documentation).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct IdParam {
+    /// The tenant id: a letter or digit, then letters, digits, `.`, `_`, `:` or `-` (anything
+    /// else is 400).
+    #[param(pattern = "^[a-zA-Z0-9][a-zA-Z0-9._:-]*$", max_length = 255)]
+    id: String,
 }
 
 /// Its jobs by state.
@@ -156,7 +167,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     tag = "admin",
     operation_id = "admin_get_tenant",
     summary = "Read a tenant",
-    params(("id" = String, Path, description = "The tenant id")),
+    params(IdParam),
     responses(
         (status = 200, body = WireTenant),
         (status = 400, description = "The id is not a tenant id."),
@@ -202,7 +213,7 @@ struct StatsJobs {
     tag = "admin",
     operation_id = "admin_tenant_stats",
     summary = "A tenant's statistics",
-    params(("id" = String, Path, description = "The tenant id")),
+    params(IdParam),
     responses(
         (status = 200, body = Stats),
         (status = 400, description = "The id is not a tenant id."),
@@ -241,7 +252,7 @@ async fn stats(
     tag = "admin",
     operation_id = "admin_tenant_jobs",
     summary = "A tenant's jobs",
-    params(("id" = String, Path, description = "The tenant id"), PageParams),
+    params(IdParam, PageParams),
     responses(
         (status = 200, description = "As `GET /ojs/v1/admin/jobs`.", body = crate::http::jobs::admin::ListBody<'_>),
         (status = 400, description = "A parameter is invalid."),

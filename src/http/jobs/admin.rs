@@ -150,6 +150,7 @@ struct ListParams {
     /// Only jobs whose last error has this code.
     error_type: Option<String>,
     /// Only this tenant's jobs (`meta.tenant_id`).
+    #[param(pattern = "^[a-zA-Z0-9][a-zA-Z0-9._:-]*$", max_length = 255)]
     tenant: Option<String>,
     /// RFC 3339 timestamp with a zone: created at or after.
     #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
