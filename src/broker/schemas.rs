@@ -24,26 +24,35 @@ impl Broker {
     /// Every registered version, by type, the latest first; only `job_type`'s when given.
     pub async fn schemas(&self, job_type: Option<&str>) -> Result<Vec<SchemaRow>> {
         Ok(match job_type {
+            // Nothing is registered under a name that is not a job type (one with a NUL byte
+            // could not even be looked up).
+            Some(t) if !self.is_job_type(t) => Vec::new(),
             Some(t) => store::schema::of_type(&self.db, t).await?,
             None => store::schema::all(&self.db).await?,
         })
     }
 
+    fn is_job_type(&self, job_type: &str) -> bool {
+        is_valid_type(job_type, self.settings.limits.hyphenated_types)
+    }
+
     /// The version `version` of `job_type` (its latest when `None`).
     pub async fn schema(&self, job_type: &str, version: Option<&str>) -> Result<SchemaRow> {
         let key = version.map(|v| self.schema_version(v)).transpose()?;
-        store::schema::get(&self.db, job_type, key)
-            .await?
-            .ok_or_else(|| Error::SchemaNotFound {
-                job_type: job_type.to_owned(),
-                version: version.map(str::to_owned),
-            })
+        let found = match self.is_job_type(job_type) {
+            true => store::schema::get(&self.db, job_type, key).await?,
+            false => None,
+        };
+        found.ok_or_else(|| Error::SchemaNotFound {
+            job_type: job_type.to_owned(),
+            version: version.map(str::to_owned),
+        })
     }
 
     /// Registers a schema version: the type must be a valid job type, the version new, and the
     /// schema a JSON Schema this server can compile.
     pub async fn register_schema(&self, r: &SchemaRegistration) -> Result<SchemaRow> {
-        if !is_valid_type(&r.job_type, self.settings.limits.hyphenated_types) {
+        if !self.is_job_type(&r.job_type) {
             return Err(Error::InvalidRequest {
                 field: "type".to_owned(),
                 message: format!(
@@ -79,12 +88,14 @@ impl Broker {
     /// Deletes a schema version; jobs of the type are then checked against the latest left.
     pub async fn delete_schema(&self, job_type: &str, version: &str) -> Result<SchemaRow> {
         let key = self.schema_version(version)?;
-        let deleted = store::schema::delete(&self.db, job_type, key)
-            .await?
-            .ok_or_else(|| Error::SchemaNotFound {
-                job_type: job_type.to_owned(),
-                version: Some(version.to_owned()),
-            })?;
+        let deleted = match self.is_job_type(job_type) {
+            true => store::schema::delete(&self.db, job_type, key).await?,
+            false => None,
+        };
+        let deleted = deleted.ok_or_else(|| Error::SchemaNotFound {
+            job_type: job_type.to_owned(),
+            version: Some(version.to_owned()),
+        })?;
         self.configs.reload(&self.db).await?;
         Ok(deleted)
     }

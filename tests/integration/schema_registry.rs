@@ -236,6 +236,27 @@ async fn bad_registrations_get_clear_400s() {
     app.get(&format!("{ADMIN}/a.b/x"))
         .await
         .expect_error(400, "invalid_request");
+    // A name that is not a job type has nothing registered (a NUL byte never reaches the
+    // database).
+    app.get(&format!("{ADMIN}/a%00b"))
+        .await
+        .expect_error(404, "not_found");
+    app.get("/ojs/v1/schemas/a%00b")
+        .await
+        .expect_error(404, "not_found");
+    assert_eq!(
+        app.get(&format!("{ADMIN}/a%00b/versions"))
+            .await
+            .expect(200)
+            .json["versions"],
+        json!([])
+    );
+    app.get(&format!("{ADMIN}/a%00b/1"))
+        .await
+        .expect_error(404, "not_found");
+    app.delete(&format!("{ADMIN}/a%00b/1"))
+        .await
+        .expect_error(404, "not_found");
     assert_eq!(app.get(ADMIN).await.expect(200).json["schemas"], json!([]));
 }
 
