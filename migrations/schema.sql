@@ -4080,6 +4080,7 @@ CREATE TABLE public.ojs_workflow (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     completed_at timestamp with time zone,
     cancelled_at timestamp with time zone,
+    tenant text,
     CONSTRAINT ojs_workflow_counts_bounded CHECK (((total >= 1) AND (completed >= 0) AND (failed >= 0) AND (cancelled >= 0) AND (((completed + failed) + cancelled) <= total) AND (callbacks_open >= 0))),
     CONSTRAINT ojs_workflow_errors_array CHECK ((jsonb_typeof(errors) = 'array'::text)),
     CONSTRAINT ojs_workflow_state_known CHECK ((state = ANY (ARRAY['running'::text, 'completed'::text, 'failed'::text, 'cancelled'::text]))),
@@ -4187,6 +4188,12 @@ COMMENT ON COLUMN public.ojs_workflow.completed_at IS 'When it reached completed
 --
 
 COMMENT ON COLUMN public.ojs_workflow.cancelled_at IS 'When it was cancelled.';
+
+--
+-- Name: COLUMN ojs_workflow.tenant; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_workflow.tenant IS 'The tenant the workflow belongs to (the tenant of all its jobs); null: none. Requests acting as another tenant do not see it.';
 
 --
 -- Name: ojs_workflow_event(text, public.ojs_workflow, uuid, jsonb); Type: FUNCTION; Schema: public; Owner: -
@@ -4561,6 +4568,7 @@ CREATE TABLE public.ojs_cron (
     run_count bigint DEFAULT 0 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    tenant text,
     CONSTRAINT ojs_cron_disabled_not_due CHECK ((enabled OR (next_run_at IS NULL))),
     CONSTRAINT ojs_cron_name_format CHECK (((name ~ '^[a-z0-9][a-z0-9.-]*$'::text) AND (length(name) <= 255))),
     CONSTRAINT ojs_cron_next_both_or_neither CHECK (((next_run_at IS NULL) = (next_local IS NULL))),
@@ -4651,6 +4659,12 @@ COMMENT ON COLUMN public.ojs_cron.created_at IS 'When the entry was first regist
 --
 
 COMMENT ON COLUMN public.ojs_cron.updated_at IS 'When the entry was last registered again, changed, enabled or disabled.';
+
+--
+-- Name: COLUMN ojs_cron.tenant; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_cron.tenant IS 'The tenant of the request that registered the entry (its runs are that tenant''s jobs); null: none. Requests acting as another tenant do not see it.';
 
 --
 -- Name: ojs_cron_run; Type: TABLE; Schema: public; Owner: -
@@ -7263,6 +7277,7 @@ CREATE TABLE public.ojs_worker (
     strategy text,
     weights json,
     heartbeat_event_at timestamp with time zone,
+    tenant text,
     CONSTRAINT ojs_worker_concurrency_non_negative CHECK (((concurrency IS NULL) OR (concurrency >= 0))),
     CONSTRAINT ojs_worker_directive_known CHECK ((directive = ANY (ARRAY[''::text, 'quiet'::text, 'terminate'::text]))),
     CONSTRAINT ojs_worker_id_format CHECK ((((char_length(id) >= 1) AND (char_length(id) <= 255)) AND (id !~ '[[:cntrl:]]'::text))),
@@ -7377,6 +7392,12 @@ COMMENT ON COLUMN public.ojs_worker.weights IS 'Queue weights the worker registe
 --
 
 COMMENT ON COLUMN public.ojs_worker.heartbeat_event_at IS 'When the last sampled worker.heartbeat event was written (at most one a minute).';
+
+--
+-- Name: COLUMN ojs_worker.tenant; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_worker.tenant IS 'The tenant of the request that first named the worker (register, heartbeat or FETCH); null: none. Requests acting as another tenant cannot use or see it.';
 
 --
 -- Name: ojs_worker_status; Type: VIEW; Schema: public; Owner: -
@@ -7998,6 +8019,18 @@ CREATE INDEX ojs_workflow_ended_idx ON public.ojs_workflow USING btree (COALESCE
 --
 
 CREATE INDEX ojs_workflow_node_job_idx ON public.ojs_workflow_node USING btree (job_id);
+
+--
+-- Name: ojs_workflow_tenant_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_workflow_tenant_idx ON public.ojs_workflow USING btree (tenant, created_at) WHERE (tenant IS NOT NULL);
+
+--
+-- Name: INDEX ojs_workflow_tenant_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.ojs_workflow_tenant_idx IS 'A tenant''s workflows by creation time.';
 
 --
 -- Name: ojs_job_done_default_completed_at_idx; Type: INDEX ATTACH; Schema: public; Owner: -

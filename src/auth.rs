@@ -81,27 +81,6 @@ impl Principal {
     }
 }
 
-/// Whether `tenant` is a tenant id: a letter or digit, then letters, digits, `.`, `_`, `:` or
-/// `-`, at most 255 bytes (the multi-tenancy extension's format).
-pub fn is_valid_tenant(tenant: &str) -> bool {
-    tenant.len() <= 255
-        && tenant
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphanumeric())
-        && tenant
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
-
-/// Why `tenant` is not a tenant id.
-pub fn invalid_tenant_message(tenant: &str) -> String {
-    format!(
-        "tenant {:?} is invalid: a letter or digit, then letters, digits, '.', '_', ':' or '-', at most 255 bytes",
-        tenant.chars().take(300).collect::<String>()
-    )
-}
-
 /// What a new key is to be: checked, ready to store.
 #[derive(Debug, Clone)]
 pub struct KeyRequest {
@@ -109,7 +88,7 @@ pub struct KeyRequest {
     pub role: Role,
     /// Limits a producer or worker key; `None`: every queue.
     pub queues: Option<Vec<String>>,
-    /// Binds a producer or worker key to a tenant.
+    /// Binds the key to a tenant: it acts as that tenant.
     pub tenant: Option<String>,
 }
 
@@ -140,17 +119,13 @@ impl KeyRequest {
                 return Err(("$.queues", format!("queue name {bad:?} is invalid")));
             }
         }
-        if let Some(tenant) = &tenant {
-            if role == Role::Admin {
-                return Err((
-                    "$.tenant",
-                    "an admin key cannot be bound to a tenant (admin endpoints span every tenant)"
-                        .to_owned(),
-                ));
-            }
-            if !is_valid_tenant(tenant) {
-                return Err(("$.tenant", invalid_tenant_message(tenant)));
-            }
+        // Any key may be bound to a tenant: an admin key so bound administers that tenant
+        // alone (its admin routes see only the tenant's part; those acting on what every
+        // tenant shares are refused, see `http::tenancy`).
+        if let Some(tenant) = &tenant
+            && !crate::tenant::is_valid_id(tenant)
+        {
+            return Err(("$.tenant", crate::tenant::invalid_id_message(tenant)));
         }
         let name = name.unwrap_or_default();
         if name.chars().count() > 200 {

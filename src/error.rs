@@ -32,6 +32,10 @@ pub enum Error {
     /// The cron entry is unknown.
     #[error("cron entry {0} not found")]
     CronNotFound(String),
+    /// A request acting as a tenant registers an entry under a name another tenant's entry
+    /// (or one of no tenant) has.
+    #[error("cron entry name {0} is taken")]
+    CronNameTaken(String),
     /// No schema is registered for the job type (at that version, when one is named).
     #[error("no schema {job_type}@{version:?}")]
     SchemaNotFound {
@@ -65,6 +69,10 @@ pub enum Error {
     /// The worker is unknown.
     #[error("worker {0} not found")]
     WorkerNotFound(String),
+    /// A request acting as a tenant names a worker id that is not its own (another tenant's,
+    /// or one no tenant owns): it may neither use nor take it.
+    #[error("worker id {0} is taken")]
+    WorkerIdTaken(String),
     /// An operation for stale workers only, on a worker that is not stale.
     #[error("worker {worker_id} is {state}, not stale")]
     WorkerNotStale {

@@ -145,6 +145,10 @@ impl Serialize for WireEvent<'_> {
 #[derive(Debug, Clone)]
 pub struct EventTail {
     tx: broadcast::Sender<Arc<EventRow>>,
+    /// Where the tail reads from: `None` while nobody listens (it does not read then); the
+    /// first listener sets it to the head when it subscribes, so that every event deliverable
+    /// after its subscription is broadcast to it.
+    cursor: Arc<tokio::sync::Mutex<Option<Option<Position>>>>,
     db: PgPool,
     health: DbHealth,
     poll_interval: Duration,
@@ -156,25 +160,34 @@ impl EventTail {
         let (tx, _) = broadcast::channel(4_096);
         EventTail {
             tx,
+            cursor: Arc::default(),
             db,
             health,
             poll_interval,
         }
     }
 
-    /// Events deliverable from now on (the receiver sees those the tail reads after this call).
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<EventRow>> {
-        self.tx.subscribe()
+    /// Events deliverable from now on: the receiver gets every event that becomes deliverable
+    /// after this returns (and maybe some just before). The first listener sets where the tail
+    /// reads from (the head, read here); had the tail read the head only on its next poll,
+    /// events written in between would reach neither that listener's replay nor its receiver.
+    pub async fn subscribe(&self) -> Result<broadcast::Receiver<Arc<EventRow>>, sqlx::Error> {
+        let rx = self.tx.subscribe();
+        let mut cursor = self.cursor.lock().await;
+        if cursor.is_none() {
+            *cursor = Some(store::event::head(&self.db).await?);
+        }
+        Ok(rx)
     }
 
     /// Polls for new events while anyone listens, until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut cursor: Option<Option<Position>> = None;
         loop {
             let mut pause = self.poll_interval;
+            let mut cursor = self.cursor.lock().await;
             if self.tx.receiver_count() == 0 {
-                // Nobody listens: forget the position; the next listener starts from the head.
-                cursor = None;
+                // Nobody listens: forget the position; the next listener sets it.
+                *cursor = None;
             } else if !self.health.is_down() {
                 match self.poll(&mut cursor).await {
                     Ok(full) if full => pause = Duration::ZERO,
@@ -185,6 +198,7 @@ impl EventTail {
                     }
                 }
             }
+            drop(cursor);
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(pause) => {}

@@ -54,7 +54,8 @@ enum Keys {
         /// Limit a producer or worker key to these queues (comma-separated).
         #[arg(long, value_delimiter = ',')]
         queues: Option<Vec<String>>,
-        /// Bind a producer or worker key to a tenant: it acts as that tenant (X-OJS-Tenant).
+        /// Bind the key to a tenant: it acts as that tenant (X-OJS-Tenant); an admin key so
+        /// bound administers that tenant alone.
         #[arg(long)]
         tenant: Option<String>,
         /// What the key is for.

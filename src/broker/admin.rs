@@ -181,7 +181,7 @@ impl Broker {
     pub async fn health_counts(&self) -> Result<HealthCounts> {
         let (queues, paused_queues) = store::admin::queue_counts(&self.db).await?;
         let (workers, .., stale_workers) =
-            store::worker::summary(&self.db, self.settings.heartbeat_timeout).await?;
+            store::worker::summary(&self.db, None, self.settings.heartbeat_timeout).await?;
         Ok(HealthCounts {
             queues,
             paused_queues,
@@ -206,14 +206,14 @@ impl Broker {
     /// Queues by name, a page at a time, with their counts and recent activity; and how many
     /// there are.
     pub async fn admin_queues(&self, limit: i64, offset: i64) -> Result<(Vec<AdminQueue>, i64)> {
-        let (queues, total) = self.queues(None, limit, offset).await?;
+        let (queues, total) = self.queues(None, None, limit, offset).await?;
         Ok((self.with_activity(queues).await?, total))
     }
 
     /// One queue with its counts, recent activity, resolved configuration and oldest waiting
     /// job.
     pub async fn admin_queue(&self, name: &str) -> Result<AdminQueueDetail> {
-        let stats = self.queue_stats(name).await?;
+        let stats = self.queue_stats(name, None).await?;
         let queue = self
             .with_activity(vec![stats])
             .await?

@@ -72,7 +72,9 @@ impl Broker {
     pub async fn register_cron(&self, def: &Definition) -> Result<(CronEntry, bool)> {
         let now = store::now(&self.db).await?;
         self.check_template(def, now).await?;
-        let (row, created) = store::cron::upsert(&self.db, &new_cron(def, now)).await?;
+        let (row, created) = store::cron::upsert(&self.db, &new_cron(def, now))
+            .await?
+            .ok_or_else(|| Error::CronNameTaken(def.name.clone()))?;
         Ok((CronEntry::of(row), created))
     }
 
@@ -84,6 +86,7 @@ impl Broker {
         name: &str,
         patch: &Object<'_>,
         max_template_bytes: usize,
+        tenant: Option<&str>,
     ) -> Result<CronEntry> {
         let mut tx = self.db.begin().await?;
         let Some(row) = store::cron::get(&mut *tx, name, true).await? else {
@@ -91,11 +94,13 @@ impl Broker {
         };
         let merged = cron::patched(&registration_of(&row), patch).map_err(Error::from)?;
         let obj = Object::parse(&merged).map_err(|e| Error::invalid("$", e.to_string()))?;
-        let def =
-            cron::parse(&obj, &self.settings.limits, max_template_bytes).map_err(Error::from)?;
+        let def = cron::parse(&obj, &self.settings.limits, max_template_bytes, tenant)
+            .map_err(Error::from)?;
         let now = store::now(&mut *tx).await?;
         self.check_template(&def, now).await?;
-        let (row, _) = store::cron::upsert(&mut *tx, &new_cron(&def, now)).await?;
+        let (row, _) = store::cron::upsert(&mut *tx, &new_cron(&def, now))
+            .await?
+            .ok_or_else(|| Error::CronNotFound(name.to_owned()))?;
         tx.commit().await?;
         Ok(CronEntry::of(row))
     }
@@ -112,11 +117,12 @@ impl Broker {
     pub async fn cron_entries(
         &self,
         enabled: Option<bool>,
+        tenant: Option<&str>,
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<CronEntry>, i64)> {
-        let rows = store::cron::list(&self.db, enabled, offset, limit).await?;
-        let total = store::cron::count(&self.db, enabled).await?;
+        let rows = store::cron::list(&self.db, enabled, tenant, offset, limit).await?;
+        let total = store::cron::count(&self.db, enabled, tenant).await?;
         Ok((rows.into_iter().map(CronEntry::of).collect(), total))
     }
 
@@ -159,6 +165,7 @@ fn new_cron(def: &Definition, now: DateTime<Utc>) -> NewCron<'_> {
             .then(|| def.schedule.first_after(now))
             .flatten()
             .map(|o| (o.at, o.local)),
+        tenant: def.tenant.as_deref(),
     }
 }
 

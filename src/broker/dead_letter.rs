@@ -31,9 +31,9 @@ impl Broker {
         Ok(store::dead_letter::list(&self.db, filter, limit, offset).await?)
     }
 
-    /// Counts by queue and error type.
-    pub async fn dead_letter_stats(&self) -> Result<DeadLetterStats> {
-        Ok(store::dead_letter::stats(&self.db).await?)
+    /// Counts by queue and error type (of `tenant`'s jobs only, when given).
+    pub async fn dead_letter_stats(&self, tenant: Option<&str>) -> Result<DeadLetterStats> {
+        Ok(store::dead_letter::stats(&self.db, tenant).await?)
     }
 
     /// One dead-lettered job (404 when the job does not exist or is not in the DLQ).
@@ -92,15 +92,18 @@ impl Broker {
         Ok(())
     }
 
-    /// Deletes dead-lettered jobs older than `older_than` (all when `None`) of `queue`.
+    /// Deletes dead-lettered jobs older than `older_than` (all when `None`) of `queue` (and of
+    /// `tenant`, when given).
     pub async fn purge_dead_letters(
         &self,
         older_than: Option<DateTime<Utc>>,
         queue: Option<&str>,
+        tenant: Option<&str>,
     ) -> Result<i64> {
         let mut purged = 0;
         loop {
-            let n = store::dead_letter::purge(&self.db, older_than, queue, BULK_BATCH).await?;
+            let n =
+                store::dead_letter::purge(&self.db, older_than, queue, tenant, BULK_BATCH).await?;
             purged += n;
             if n < BULK_BATCH {
                 return Ok(purged);

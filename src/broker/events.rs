@@ -47,3 +47,63 @@ impl Broker {
         Ok(store::queue::queue_known(&self.db, name).await?)
     }
 }
+
+/// What an event is about, for deciding whose it is: a job (job events, dead letters), else a
+/// workflow, a worker or a cron entry named by its subject. Other events (queues, schemas,
+/// rate-limit keys, the system) belong to no tenant.
+enum About<'a> {
+    Job(uuid::Uuid),
+    Workflow(uuid::Uuid),
+    Worker(&'a str),
+    Cron(&'a str),
+    Nothing,
+}
+
+fn about(e: &EventRow) -> About<'_> {
+    if let Some(id) = e.job_id {
+        return About::Job(id);
+    }
+    let subject = e.subject.as_deref().unwrap_or("");
+    let prefix = e.r#type.split('.').next().unwrap_or("");
+    match prefix {
+        "workflow" => subject.parse().map_or(About::Nothing, About::Workflow),
+        "worker" if !subject.is_empty() => About::Worker(subject),
+        "cron" if !subject.is_empty() => About::Cron(subject),
+        _ => About::Nothing,
+    }
+}
+
+impl Broker {
+    /// Of `events`, those a request acting as `tenant` may see: events of its jobs, workflows,
+    /// workers and cron entries (one read per kind). Events of a job no longer retained (pruned,
+    /// or deleted by its ACK in a queue that keeps no completed job) are not shown: whose they
+    /// were is no longer known.
+    pub async fn tenant_events(
+        &self,
+        tenant: &str,
+        events: Vec<EventRow>,
+    ) -> Result<Vec<EventRow>> {
+        let mut subjects = store::tenant::EventSubjects::default();
+        for e in &events {
+            match about(e) {
+                About::Job(id) => subjects.jobs.push(id),
+                About::Workflow(id) => subjects.workflows.push(id),
+                About::Worker(id) => subjects.workers.push(id.to_owned()),
+                About::Cron(name) => subjects.crons.push(name.to_owned()),
+                About::Nothing => {}
+            }
+        }
+        let owners = store::tenant::subject_owners(&self.db, &subjects).await?;
+        let own = |owner: Option<&String>| owner.is_some_and(|o| o == tenant);
+        Ok(events
+            .into_iter()
+            .filter(|e| match about(e) {
+                About::Job(id) => own(owners.jobs.get(&id)),
+                About::Workflow(id) => own(owners.workflows.get(&id)),
+                About::Worker(id) => own(owners.workers.get(id)),
+                About::Cron(name) => own(owners.crons.get(name)),
+                About::Nothing => false,
+            })
+            .collect())
+    }
+}

@@ -55,6 +55,16 @@ pub struct FetchRequest {
     pub tenant: Option<String>,
 }
 
+/// A worker recorded as seen by a FETCH.
+#[derive(Debug)]
+struct Seen {
+    at: Instant,
+    defaults: FetchDefaults,
+    /// The tenant the worker was recorded as the tenant's for (`None`: recorded acting as no
+    /// tenant, which a FETCH acting as a tenant does not take as proof).
+    tenant: Option<String>,
+}
+
 /// What a worker registered with that its FETCHes use: its pool and capacity, and the
 /// strategy and weights for when no pool configuration applies.
 #[derive(Debug, Clone, Default)]
@@ -196,7 +206,7 @@ pub(super) struct Fetcher {
     hold: SystemHold,
     /// Fetching workers recently recorded as seen (so FETCH writes `last_seen_at` rarely),
     /// with the fetch defaults they registered.
-    seen_workers: Mutex<HashMap<String, (Instant, FetchDefaults)>>,
+    seen_workers: Mutex<HashMap<String, Seen>>,
     /// State of the strategies and starvation guarantees.
     pub(super) dispatcher: Dispatcher,
     /// Dispatch counts, backlog depths and overload events of fair scheduling.
@@ -436,7 +446,7 @@ impl Fetcher {
                 if req.queues.is_empty() && !self.in_configured_pool(worker, &*configs).await? {
                     return Err(no_queues());
                 }
-                self.record_seen(worker).await?
+                self.record_seen(worker, req.tenant.as_deref()).await?
             }
             None => FetchDefaults::default(),
         };
@@ -546,35 +556,52 @@ impl Fetcher {
     }
 
     /// Records a fetching worker as seen, at most every few seconds per worker, and returns
-    /// what it registered with (as of that write).
-    async fn record_seen(&self, worker_id: &str) -> Result<FetchDefaults> {
+    /// what it registered with (as of that write). A FETCH acting as a tenant may use only a
+    /// worker id that is new or the tenant's (409 otherwise); a worker is taken as the tenant's
+    /// from the cache only when that write was made acting as the same tenant.
+    async fn record_seen(&self, worker_id: &str, tenant: Option<&str>) -> Result<FetchDefaults> {
         let now = Instant::now();
         {
             let mut seen = self.seen_workers.lock().expect("seen-workers lock");
-            if let Some((at, defaults)) = seen.get(worker_id)
-                && now.duration_since(*at) < SEEN_WRITE_INTERVAL
+            if let Some(entry) = seen.get(worker_id)
+                && now.duration_since(entry.at) < SEEN_WRITE_INTERVAL
+                && (tenant.is_none() || entry.tenant.as_deref() == tenant)
             {
-                return Ok(defaults.clone());
+                return Ok(entry.defaults.clone());
             }
             if seen.len() >= 10_000 {
-                seen.retain(|_, (at, _)| now.duration_since(*at) < SEEN_WRITE_INTERVAL);
+                seen.retain(|_, entry| now.duration_since(entry.at) < SEEN_WRITE_INTERVAL);
             }
-            seen.insert(worker_id.to_owned(), (now, FetchDefaults::default()));
+            seen.insert(
+                worker_id.to_owned(),
+                Seen {
+                    at: now,
+                    defaults: FetchDefaults::default(),
+                    tenant: None,
+                },
+            );
         }
-        match store::worker::record_seen(&self.db, worker_id).await {
-            Ok(registration) => {
+        let recorded = store::worker::record_seen(&self.db, worker_id, tenant).await;
+        let mut seen = self.seen_workers.lock().expect("seen-workers lock");
+        match recorded {
+            Ok(Some(registration)) => {
                 let defaults = FetchDefaults::from_stored(registration);
-                self.seen_workers
-                    .lock()
-                    .expect("seen-workers lock")
-                    .insert(worker_id.to_owned(), (now, defaults.clone()));
+                seen.insert(
+                    worker_id.to_owned(),
+                    Seen {
+                        at: now,
+                        defaults: defaults.clone(),
+                        tenant: tenant.map(str::to_owned),
+                    },
+                );
                 Ok(defaults)
             }
+            Ok(None) => {
+                seen.remove(worker_id);
+                Err(Error::WorkerIdTaken(worker_id.to_owned()))
+            }
             Err(e) => {
-                self.seen_workers
-                    .lock()
-                    .expect("seen-workers lock")
-                    .remove(worker_id);
+                seen.remove(worker_id);
                 Err(e.into())
             }
         }
@@ -586,7 +613,7 @@ impl Fetcher {
     async fn in_configured_pool(&self, worker_id: &str, pools: &impl Pools) -> Result<bool> {
         let cached = (self.seen_workers.lock().expect("seen-workers lock"))
             .get(worker_id)
-            .map(|(_, defaults)| defaults.pool.clone());
+            .map(|entry| entry.defaults.pool.clone());
         let pool = match cached {
             Some(pool) => pool,
             None => store::worker::pool_of(&self.db, worker_id).await?,

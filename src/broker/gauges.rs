@@ -55,7 +55,7 @@ impl Broker {
     async fn read_depth_gauges(&self) -> Result<(), sqlx::Error> {
         let mut tx = self.db.begin().await?;
         store::serial_reads(&mut tx).await?;
-        let available = store::queue::available_by_priority(&mut *tx, None).await?;
+        let available = store::queue::available_by_priority(&mut *tx, None, None).await?;
         let (depth, bounds) = store::queue::depth_gauges(&mut tx).await?;
         let workflows = store::workflow::counts(&mut *tx).await?;
         let rate_keys = store::rate_limit::gauges(&mut *tx).await?;
@@ -69,8 +69,12 @@ impl Broker {
 
     /// Available jobs of `queue` per stored priority, most urgent first, only the priorities
     /// that have jobs; `QueueNotFound` for a queue that does not exist.
-    pub async fn priority_stats(&self, queue: &str) -> Result<Vec<(i32, i64)>> {
-        let counts = store::queue::available_by_priority(&self.db, Some(queue)).await?;
+    pub async fn priority_stats(
+        &self,
+        queue: &str,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(i32, i64)>> {
+        let counts = store::queue::available_by_priority(&self.db, Some(queue), tenant).await?;
         if counts.is_empty() && !self.queue_known(queue).await? {
             return Err(Error::QueueNotFound(queue.to_owned()));
         }

@@ -40,7 +40,7 @@ mod workers;
 mod workflows;
 
 pub use crate::store::schema::SchemaRow;
-pub use crate::store::tenant::TenantRow;
+pub use crate::store::tenant::{JobOwner, Owned, TenantRow};
 pub use crate::store::webhook::{WebhookChange, WebhookRow};
 pub use admin::{
     AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW, RateLimitUsage,
@@ -291,12 +291,6 @@ impl Broker {
         store::job::get(&self.db, id)
             .await?
             .ok_or(Error::JobNotFound(id))
-    }
-
-    /// The distinct queues of the jobs of `ids` that exist (one read, for queue-limited keys).
-    pub async fn job_queues(&self, ids: &[JobId]) -> Result<Vec<String>> {
-        let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.0).collect();
-        Ok(store::job::queues_of(&self.db, &ids).await?)
     }
 
     /// CANCEL: any non-terminal job (an active one included) becomes `cancelled`; cancelling a

@@ -172,27 +172,33 @@ impl Broker {
             .ok_or_else(|| Error::QueueNotFound(name.to_owned()))
     }
 
-    /// One queue with its counts.
-    pub async fn queue_stats(&self, name: &str) -> Result<QueueStats> {
+    /// One queue with its counts (of `tenant`'s jobs only, when given).
+    pub async fn queue_stats(&self, name: &str, tenant: Option<&str>) -> Result<QueueStats> {
         let queue = self.queue(name).await?;
-        Ok(self.with_counts(vec![queue]).await?.remove(0))
+        Ok(self.with_counts(vec![queue], tenant).await?.remove(0))
     }
 
-    /// Queues by name, a page at a time, with their counts; and how many there are.
+    /// Queues by name, a page at a time, with their counts (of `tenant`'s jobs only, when
+    /// given); and how many there are.
     pub async fn queues(
         &self,
         state: Option<QueueState>,
+        tenant: Option<&str>,
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<QueueStats>, i64)> {
         let (rows, total) = store::queue::list(&self.db, state, limit, offset).await?;
-        Ok((self.with_counts(rows).await?, total))
+        Ok((self.with_counts(rows, tenant).await?, total))
     }
 
     /// `queues` with their counts, read in one statement.
-    async fn with_counts(&self, queues: Vec<Queue>) -> Result<Vec<QueueStats>> {
+    async fn with_counts(
+        &self,
+        queues: Vec<Queue>,
+        tenant: Option<&str>,
+    ) -> Result<Vec<QueueStats>> {
         let names: Vec<String> = queues.iter().map(|q| q.name.clone()).collect();
-        let mut counts = store::queue::counts(&self.db, &names).await?;
+        let mut counts = store::queue::counts(&self.db, &names, tenant).await?;
         Ok(queues
             .into_iter()
             .map(|queue| QueueStats {

@@ -16,3 +16,20 @@ impl Broker {
         Ok(store::tenant::get(&self.db, tenant).await?)
     }
 }
+
+impl Broker {
+    /// The tenant `resource` belongs to: `None` when it does not exist, `Some(None)` when it
+    /// belongs to no tenant.
+    pub async fn owner(&self, resource: &store::tenant::Owned) -> Result<Option<Option<String>>> {
+        Ok(store::tenant::owner(&self.db, resource).await?)
+    }
+
+    /// The queue and tenant of each of `ids` that exists.
+    pub async fn job_owners(
+        &self,
+        ids: &[crate::job::JobId],
+    ) -> Result<Vec<store::tenant::JobOwner>> {
+        let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.0).collect();
+        Ok(store::tenant::job_owners(&self.db, &ids).await?)
+    }
+}

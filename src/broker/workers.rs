@@ -38,6 +38,7 @@ pub struct WorkerSummary {
 impl Broker {
     /// BEAT: records the worker as alive and extends the reservations it still holds.
     pub async fn heartbeat(&self, params: &HeartbeatParams<'_>) -> Result<HeartbeatOutcome> {
+        self.check_worker_tenant(&params.report).await?;
         let outcome = store::worker::heartbeat(&self.db, params).await?;
         // The heartbeat may carry registration data (a pool, a capacity) FETCH uses.
         self.fetcher.forget_seen(params.report.worker_id);
@@ -46,13 +47,29 @@ impl Broker {
 
     /// Registration (optional: the first heartbeat registers too).
     pub async fn register(&self, report: &WorkerReport<'_>) -> Result<Registered> {
-        let (created, directive, server_time) = store::worker::register(&self.db, report).await?;
+        let (created, directive, server_time) = store::worker::register(&self.db, report)
+            .await?
+            .ok_or_else(|| Error::WorkerIdTaken(report.worker_id.to_owned()))?;
         self.fetcher.forget_seen(report.worker_id);
         Ok(Registered {
             created,
             directive,
             server_time,
         })
+    }
+
+    /// For a report made acting as a tenant: 409 unless the worker id is new or the tenant's.
+    async fn check_worker_tenant(&self, report: &WorkerReport<'_>) -> Result<()> {
+        let Some(tenant) = report.tenant else {
+            return Ok(());
+        };
+        let worker = store::tenant::Owned::Worker(report.worker_id.to_owned());
+        match store::tenant::owner(&self.db, &worker).await? {
+            Some(owner) if owner.as_deref() != Some(tenant) => {
+                Err(Error::WorkerIdTaken(report.worker_id.to_owned()))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// One worker as the API shows it.
@@ -65,13 +82,14 @@ impl Broker {
     /// Workers by id, a page at a time, with the total and the counts by state.
     pub async fn workers(
         &self,
+        tenant: Option<&str>,
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<WorkerRecord>, WorkerSummary)> {
         let timeout = self.settings.heartbeat_timeout;
-        let items = store::worker::list(&self.db, None, timeout, limit, offset).await?;
+        let items = store::worker::list(&self.db, None, tenant, timeout, limit, offset).await?;
         let (total, running, quiet, terminate, stale) =
-            store::worker::summary(&self.db, timeout).await?;
+            store::worker::summary(&self.db, tenant, timeout).await?;
         Ok((
             items,
             WorkerSummary {

@@ -96,10 +96,11 @@ impl Broker {
     pub async fn workflows(
         &self,
         state: Option<&str>,
+        tenant: Option<&str>,
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<WorkflowRow>, i64)> {
-        Ok(store::workflow::list(&self.db, state, limit, offset).await?)
+        Ok(store::workflow::list(&self.db, state, tenant, limit, offset).await?)
     }
 
     /// Cancels a running workflow (409 once it has ended).

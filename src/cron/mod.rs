@@ -113,6 +113,9 @@ pub struct Definition {
     pub description: Option<String>,
     /// The enqueue body every run is made from: a compact JSON object without `id`.
     pub template: String,
+    /// The tenant the entry belongs to (the registration's): its template's `meta.tenant_id`
+    /// names it, so every run is the tenant's job.
+    pub tenant: Option<String>,
 }
 
 impl Definition {
@@ -171,6 +174,7 @@ pub fn parse(
     obj: &Object<'_>,
     limits: &Limits,
     max_template_bytes: usize,
+    tenant: Option<&str>,
 ) -> Result<Definition, Rejection> {
     let mut v: Vec<Violation> = Vec::new();
 
@@ -297,7 +301,7 @@ pub fn parse(
         }),
     };
 
-    let template = template(obj, limits, &mut v).and_then(|text| {
+    let template = template(obj, limits, tenant, &mut v).and_then(|text| {
         if text.len() > max_template_bytes {
             Err(Rejection::TooLarge {
                 field: "job_template",
@@ -330,6 +334,7 @@ pub fn parse(
         enabled,
         description,
         template,
+        tenant: tenant.map(str::to_owned),
     })
 }
 
@@ -422,6 +427,7 @@ pub fn patched(current: &str, patch: &Object<'_>) -> Result<String, Rejection> {
 fn template(
     obj: &Object<'_>,
     limits: &Limits,
+    tenant: Option<&str>,
     v: &mut Vec<Violation>,
 ) -> Result<String, Rejection> {
     let (text, prefix) = match obj.get("job_template") {
@@ -475,7 +481,18 @@ fn template(
         ));
         return Err(Rejection::Invalid(Vec::new()));
     }
-    match envelope::parse(&template, limits) {
+    match envelope::parse_for(&template, limits, tenant) {
+        // A tenant's entry keeps its tenant in the template's `meta` (the job's merged `meta`,
+        // `meta.tenant_id` checked or added), so every run is the tenant's job.
+        Ok(job) if tenant.is_some() => {
+            let meta = json::raw(job.meta);
+            Ok(json::object_text(
+                template
+                    .iter()
+                    .filter(|(key, _)| *key != "meta")
+                    .chain([("meta", &*meta)]),
+            ))
+        }
         Ok(_) => Ok(text),
         Err(rejection) => Err(rejection.rerooted(prefix)),
     }
@@ -514,7 +531,12 @@ mod tests {
     }
 
     fn parse_text(text: &str) -> Result<Definition, Rejection> {
-        parse(&Object::parse(text).expect("an object"), &limits(), 1024)
+        parse(
+            &Object::parse(text).expect("an object"),
+            &limits(),
+            1024,
+            None,
+        )
     }
 
     fn paths(r: Rejection) -> Vec<String> {

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::error::ApiError;
+use super::tenancy::Tenant;
 use crate::auth::{Principal, Role};
 use crate::job::JobId;
 
@@ -126,21 +127,34 @@ fn route_of(req: &Request) -> &str {
         .map_or_else(|| req.uri().path(), MatchedPath::as_str)
 }
 
-/// The key a request was made with, if keys are checked.
-pub struct Caller(pub Option<Principal>);
+/// Who a request is: the key it was made with (if keys are checked) and the tenant it acts as
+/// (see [`tenancy`](super::tenancy)).
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    key: Option<Principal>,
+    tenant: Tenant,
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Caller, Self::Rejection> {
-        Ok(Caller(parts.extensions.get::<Principal>().cloned()))
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Caller, Self::Rejection> {
+        Ok(Caller {
+            key: parts.extensions.get::<Principal>().cloned(),
+            tenant: Tenant::from_request_parts(parts, state).await?,
+        })
     }
 }
 
 impl Caller {
+    /// The tenant the request acts as.
+    pub fn tenant(&self) -> &Tenant {
+        &self.tenant
+    }
+
     /// 403 unless the key may use `queue`.
     pub fn check_queue(&self, queue: &str) -> Result<(), ApiError> {
-        match &self.0 {
+        match &self.key {
             Some(p) if !p.may_use(queue) => Err(ApiError::forbidden(format!(
                 "This key may not use queue '{queue}'."
             ))),
@@ -150,96 +164,31 @@ impl Caller {
 
     /// Whether the key is limited to some queues.
     pub fn limited(&self) -> bool {
-        self.0.as_ref().is_some_and(|p| p.queues.is_some())
+        self.key.as_ref().is_some_and(|p| p.queues.is_some())
     }
 
-    /// 403 unless the key may use the queue of job `id` (a job that does not exist passes: the
-    /// operation answers 404 itself).
+    /// 404 unless job `id` is the tenant's, and 403 unless the key may use its queue (a job
+    /// that does not exist passes: the operation answers 404 itself).
     pub async fn check_job(&self, state: &AppState, id: JobId) -> Result<(), ApiError> {
         self.check_jobs(state, &[id]).await
     }
 
-    /// [`Caller::check_job`] for many jobs, in one read (none for a key without a queue limit).
+    /// [`Caller::check_job`] for many jobs, in one read (none for a request acting as no
+    /// tenant with a key without a queue limit).
     pub async fn check_jobs(&self, state: &AppState, ids: &[JobId]) -> Result<(), ApiError> {
-        if !self.limited() || ids.is_empty() {
+        if (!self.limited() && self.tenant.id().is_none()) || ids.is_empty() {
             return Ok(());
         }
-        for queue in state.broker().job_queues(ids).await? {
-            self.check_queue(&queue)?;
+        let owners = state.broker().job_owners(ids).await?;
+        if let Some(foreign) = owners
+            .iter()
+            .find(|o| !self.tenant.sees(o.tenant.as_deref()))
+        {
+            return Err(crate::Error::JobNotFound(JobId(foreign.id)).into());
+        }
+        for owner in &owners {
+            self.check_queue(&owner.queue)?;
         }
         Ok(())
-    }
-}
-
-/// The header naming the tenant a request acts for (multi-tenancy extension).
-pub const TENANT_HEADER: &str = "x-ojs-tenant";
-
-/// The tenant a request acts as: its API key's, when the key is bound to one, else the
-/// `X-OJS-Tenant` header's; `None`: the request is not scoped to a tenant. With a tenant, an
-/// enqueue tags its jobs with it, and reads, cancels and FETCHes see only its jobs (another
-/// tenant's job answers 404, as if it did not exist).
-#[derive(Debug, Clone, Default)]
-pub struct Tenant(pub Option<String>);
-
-impl<S: Send + Sync> FromRequestParts<S> for Tenant {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Tenant, ApiError> {
-        let header = match parts.headers.get(TENANT_HEADER) {
-            None => None,
-            Some(value) => {
-                let value = value.to_str().map(str::trim).map_err(|_| {
-                    ApiError::invalid_field("header.X-OJS-Tenant", "X-OJS-Tenant must be ASCII")
-                })?;
-                if !value.is_empty() && !crate::auth::is_valid_tenant(value) {
-                    return Err(ApiError::invalid_field(
-                        "header.X-OJS-Tenant",
-                        crate::auth::invalid_tenant_message(value),
-                    ));
-                }
-                (!value.is_empty()).then(|| value.to_owned())
-            }
-        };
-        let bound = parts
-            .extensions
-            .get::<Principal>()
-            .and_then(|p| p.tenant.clone());
-        match (bound, header) {
-            (Some(own), Some(named)) if *own != *named => Err(ApiError::forbidden(format!(
-                "This key acts as tenant '{own}'; X-OJS-Tenant names '{named}'."
-            ))),
-            (Some(own), _) => Ok(Tenant(Some(own.to_string()))),
-            (None, header) => Ok(Tenant(header)),
-        }
-    }
-}
-
-impl Tenant {
-    /// The tenant, if the request is scoped to one.
-    pub fn id(&self) -> Option<&str> {
-        self.0.as_deref()
-    }
-
-    /// 404 for a job of another tenant (or of none), when the request is scoped to a tenant.
-    pub fn check_job(&self, job: &crate::job::Job) -> Result<(), ApiError> {
-        match self.id() {
-            Some(tenant) if job.tenant_id().as_deref() != Some(tenant) => {
-                Err(ApiError::not_found("job", &job.id.to_string()))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// [`Tenant::check_job`] for job `id`, read only when the request is scoped to a tenant
-    /// (a job that does not exist passes: the operation answers 404 itself).
-    pub async fn check_job_id(&self, state: &AppState, id: JobId) -> Result<(), ApiError> {
-        if self.id().is_none() {
-            return Ok(());
-        }
-        match state.broker().info(id).await {
-            Ok(job) => self.check_job(&job),
-            Err(crate::Error::JobNotFound(_)) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
     }
 }

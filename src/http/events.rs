@@ -20,6 +20,7 @@ use super::jobs::JobIdParam;
 use super::query::{ADMIN, Page, Pagination, QueryParams};
 use super::queues::QueueNameParam;
 use super::sse::{self, Channel};
+use super::tenancy::Tenant;
 use super::{AppState, ok};
 use crate::broker::EventFilter;
 use crate::events::{EventKey, WireEvent};
@@ -194,7 +195,11 @@ fn type_filter(filter: &mut EventFilter, types: Option<Vec<String>>) {
             `job_id` in the paged form."),
     )
 )]
-async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+async fn poll(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     let mut filter = EventFilter {
         queues: query.list("queues").or_else(|| query.list("queue")),
         job_types: query.list("job_types"),
@@ -207,6 +212,13 @@ async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     if query.get("after").is_none()
         && (query.get("page").is_some() || query.get("per_page").is_some())
     {
+        if tenant.id().is_some() {
+            // Its total would count every tenant's events.
+            return Err(ApiError::invalid_field(
+                "query.page",
+                "a request acting as a tenant reads events with the cursor form (without page/per_page)",
+            ));
+        }
         return newest_first(&state, &filter, &query).await;
     }
     if let Some(id) = query.get("job_id") {
@@ -244,8 +256,14 @@ async fn poll(State(state): State<AppState>, query: QueryParams) -> Result<Respo
         .await?;
     let has_more = events.len() as i64 > limit;
     events.truncate(limit as usize);
+    // The cursor is the last event read, shown or not, so that a tenant's next poll goes on
+    // past other tenants' events (its page may be short, even empty, with `has_more`).
+    let cursor = events.last().map(|e| EventKey::of(e).to_id());
+    if let Some(tenant) = tenant.id() {
+        events = state.broker().tenant_events(tenant, events).await?;
+    }
     Ok(ok(PollBody {
-        cursor: events.last().map(|e| EventKey::of(e).to_id()),
+        cursor,
         events: events.iter().map(WireEvent::of).collect(),
         has_more,
     })
@@ -352,6 +370,7 @@ async fn job_stream(
 async fn queue_stream(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    tenant: Tenant,
     headers: HeaderMap,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
@@ -360,5 +379,10 @@ async fn queue_stream(
     if !known {
         return Err(ApiError::not_found("queue", &name));
     }
-    Ok(sse::events(&state, Channel::Queue(name), &headers, &query))
+    Ok(sse::events(
+        &state,
+        Channel::Queue(name, tenant.0),
+        &headers,
+        &query,
+    ))
 }

@@ -22,6 +22,8 @@ pub mod openapi;
 pub mod query;
 // The connection loop: hyper with header-read timeouts and a connection cap.
 pub mod server;
+// Tenant scope: the rule of every route for a request acting as a tenant, and its middleware.
+pub mod tenancy;
 // Server-sent event streams: a job's or a queue's events, a job's progress.
 mod sse;
 // The rest of a request body a response left unread, discarded so the connection lives on.
@@ -243,6 +245,11 @@ pub fn router(state: AppState) -> Router {
     };
     let (routes, _) = openapi::serve(api(state.settings()), limits);
     routes
+        // Layers run outside in: the key is checked first, then the tenant scope.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            tenancy::enforce,
+        ))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,

@@ -62,7 +62,8 @@ pub(super) fn progress(
 #[derive(Debug, Clone)]
 pub(super) enum Channel {
     Job(uuid::Uuid),
-    Queue(String),
+    /// A queue's job events; of one tenant's jobs only, when a tenant is given.
+    Queue(String, Option<std::sync::Arc<str>>),
 }
 
 impl Channel {
@@ -72,7 +73,7 @@ impl Channel {
                 job_id: Some(*id),
                 ..EventFilter::default()
             },
-            Channel::Queue(name) => EventFilter {
+            Channel::Queue(name, _) => EventFilter {
                 queues: Some(vec![name.clone()]),
                 ..EventFilter::default()
             },
@@ -82,14 +83,26 @@ impl Channel {
     fn matches(&self, e: &EventRow) -> bool {
         match self {
             Channel::Job(id) => e.job_id == Some(*id),
-            Channel::Queue(name) => e.queue.as_deref() == Some(name.as_str()),
+            Channel::Queue(name, _) => e.queue.as_deref() == Some(name.as_str()),
+        }
+    }
+
+    /// Of `events` (in order), those the stream may carry: all, unless it is a tenant's.
+    async fn visible(
+        &self,
+        state: &AppState,
+        events: Vec<EventRow>,
+    ) -> crate::Result<Vec<EventRow>> {
+        match self {
+            Channel::Queue(_, Some(tenant)) => state.broker().tenant_events(tenant, events).await,
+            _ => Ok(events),
         }
     }
 
     fn name(&self) -> String {
         match self {
             Channel::Job(id) => format!("job:{id}"),
-            Channel::Queue(name) => format!("queue:{name}"),
+            Channel::Queue(name, _) => format!("queue:{name}"),
         }
     }
 }
@@ -173,13 +186,16 @@ async fn replay(
             .broker()
             .events_after(&filter, *last, REPLAY_BATCH)
             .await?;
-        for e in &batch {
+        let read = batch.len() as i64;
+        let end = batch.last().map(|e| e.position);
+        for e in &channel.visible(state, batch).await? {
             *last = Some(e.position);
             if !sink.send_row(channel, e).await {
                 return Ok(false);
             }
         }
-        if (batch.len() as i64) < REPLAY_BATCH {
+        *last = end.or(*last);
+        if read < REPLAY_BATCH {
             return Ok(true);
         }
     }
@@ -187,13 +203,15 @@ async fn replay(
 
 /// Runs one stream: replay from the resume point, then live events, until the client leaves,
 /// the job finishes or the server shuts down.
-async fn run_stream(
-    state: AppState,
-    channel: Channel,
-    mut live: broadcast::Receiver<std::sync::Arc<EventRow>>,
-    resume: Option<String>,
-    sink: Sink,
-) {
+async fn run_stream(state: AppState, channel: Channel, resume: Option<String>, sink: Sink) {
+    // Subscribe before reading anything, so nothing falls between replay and live.
+    let mut live = match state.events().subscribe().await {
+        Ok(live) => live,
+        Err(e) => {
+            tracing::warn!(error = %e, "event stream could not start");
+            return;
+        }
+    };
     let mut last: Option<Position> = match resume {
         None => match state.broker().event_head().await {
             Ok(head) => head,
@@ -245,8 +263,17 @@ async fn run_stream(
                         continue;
                     }
                     last = Some(e.position);
-                    if !sink.send_row(&channel, &e).await {
-                        return;
+                    let shown = match channel.visible(&state, vec![(*e).clone()]).await {
+                        Ok(shown) => shown,
+                        Err(error) => {
+                            tracing::warn!(%error, "event stream stopped");
+                            return;
+                        }
+                    };
+                    for e in &shown {
+                        if !sink.send_row(&channel, e).await {
+                            return;
+                        }
                     }
                 }
                 // Fell behind the in-memory tail: catch up from the database.
@@ -280,13 +307,11 @@ pub(super) fn events(
         .map(str::to_owned)
         .filter(|v| !v.is_empty());
     let (tx, rx) = mpsc::channel::<Event>(256);
-    // Subscribe before reading anything, so nothing falls between replay and live.
-    let live = state.events().subscribe();
     let sink = Sink {
         tx,
         types: query.list("event_types"),
     };
-    tokio::spawn(run_stream(state.clone(), channel, live, resume, sink));
+    tokio::spawn(run_stream(state.clone(), channel, resume, sink));
     respond(rx, KeepAlive::new().interval(KEEP_ALIVE).text("heartbeat"))
 }
 

@@ -12,12 +12,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::auth::{Caller, Tenant};
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::jobs::push_context;
 use super::openapi;
 use super::query::{ADMIN, Page, PageParams, QueryParams};
+use super::tenancy::Tenant;
 use super::{AppState, Ojs, ok};
 use crate::broker::{WorkflowCancelled, WorkflowNode as NodeRow, WorkflowRow, WorkflowView};
 use crate::error::Error;
@@ -140,7 +141,11 @@ async fn create(
         (status = 400, description = "A query parameter is invalid."),
     )
 )]
-async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
     let filter = query.get("state").filter(|s| !s.is_empty());
     if let Some(s) = filter
@@ -153,7 +158,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     }
     let (rows, total) = state
         .broker()
-        .workflows(filter, page.limit, page.offset)
+        .workflows(filter, tenant.id(), page.limit, page.offset)
         .await?;
     let items: Vec<Value> = rows.iter().map(summary).collect();
     Ok(ok(json!({

@@ -765,7 +765,7 @@ fn merge_meta(src: &Sources<'_>, v: &mut Vec<Violation>) -> Option<String> {
 
 /// `meta` (an object's text) with `tenant_id` = `tenant`: appended when absent (the rest kept
 /// byte for byte), checked when present.
-fn with_tenant(meta: String, tenant: &str, v: &mut Vec<Violation>) -> String {
+pub(crate) fn with_tenant(meta: String, tenant: &str, v: &mut Vec<Violation>) -> String {
     let raw = json::raw(meta);
     let Ok(obj) = Object::from_raw(&raw) else {
         return raw.get().to_owned();

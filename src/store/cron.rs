@@ -37,6 +37,9 @@ pub struct NewCron<'a> {
     pub job_template: &'a str,
     /// The first occurrence counted from now (`None` when disabled or never).
     pub next: Option<(DateTime<Utc>, NaiveDateTime)>,
+    /// The tenant registering it: an entry of another tenant (or of none) of that name is
+    /// left as it was.
+    pub tenant: Option<&'a str>,
 }
 
 /// Registers an entry, or updates the one of that name: returns it and whether it is new.
@@ -45,16 +48,20 @@ pub struct NewCron<'a> {
 /// next occurrence, so registering the same entries at every start of an application neither
 /// skips nor repeats an occurrence. Registering an identical entry changes nothing, not even
 /// `updated_at`.
+///
+/// `None` when the name is an entry of a tenant other than `c.tenant` (or of none), which is
+/// left as it was. A request acting as no tenant may change any entry; the entry then belongs
+/// to no tenant.
 pub async fn upsert(
     db: impl PgExecutor<'_>,
     c: &NewCron<'_>,
-) -> Result<(CronRow, bool), sqlx::Error> {
+) -> Result<Option<(CronRow, bool)>, sqlx::Error> {
     let (next_run_at, next_local) = c.next.unzip();
     let row = sqlx::query!(
         r#"
         insert into ojs_cron as c (name, expression, timezone, overlap_policy, enabled,
-                                   description, job_template, next_run_at, next_local)
-        values ($1, $2, $3, $4, $5, $6, $7::text::json, $8, $9)
+                                   description, job_template, next_run_at, next_local, tenant)
+        values ($1, $2, $3, $4, $5, $6, $7::text::json, $8, $9, $10)
         on conflict (name) do update
            set expression = excluded.expression,
                timezone = excluded.timezone,
@@ -76,7 +83,9 @@ pub async fn upsert(
                                       (excluded.expression, excluded.timezone,
                                        excluded.overlap_policy, excluded.enabled,
                                        excluded.description, excluded.job_template::text)
-                                 then now() else c.updated_at end
+                                 then now() else c.updated_at end,
+               tenant = excluded.tenant
+         where $10::text is null or c.tenant = $10
         returning name, expression, timezone, overlap_policy, enabled, description,
                   job_template::text as "job_template!", next_run_at, next_local, last_run_at,
                   run_count, created_at, updated_at, (xmax = 0) as "created!"
@@ -90,10 +99,14 @@ pub async fn upsert(
         c.job_template,
         next_run_at,
         next_local,
+        c.tenant,
     )
-    .fetch_one(db)
+    .fetch_optional(db)
     .await?;
-    Ok((
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    Ok(Some((
         CronRow {
             name: row.name,
             expression: row.expression,
@@ -110,7 +123,7 @@ pub async fn upsert(
             updated_at: row.updated_at,
         },
         row.created,
-    ))
+    )))
 }
 
 /// The entry `name`; with `lock`, locked until the transaction ends (a change or a firing).
@@ -154,6 +167,7 @@ pub async fn get(
 pub async fn list(
     db: impl PgExecutor<'_>,
     enabled: Option<bool>,
+    tenant: Option<&str>,
     offset: i64,
     limit: i64,
 ) -> Result<Vec<CronRow>, sqlx::Error> {
@@ -164,7 +178,7 @@ pub async fn list(
                job_template::text as "job_template!", next_run_at, next_local, last_run_at,
                run_count, created_at, updated_at
           from ojs_cron
-         where ($1::boolean is null or enabled = $1)
+         where ($1::boolean is null or enabled = $1) and ($4::text is null or tenant = $4)
          order by name
          offset $2
          limit $3
@@ -172,16 +186,24 @@ pub async fn list(
         enabled,
         offset,
         limit,
+        tenant,
     )
     .fetch_all(db)
     .await
 }
 
-/// How many entries there are (optionally only the enabled, or disabled, ones).
-pub async fn count(db: impl PgExecutor<'_>, enabled: Option<bool>) -> Result<i64, sqlx::Error> {
+/// How many entries there are (optionally only the enabled, or disabled, ones; only
+/// `tenant`'s when given).
+pub async fn count(
+    db: impl PgExecutor<'_>,
+    enabled: Option<bool>,
+    tenant: Option<&str>,
+) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"select count(*) as "n!" from ojs_cron where ($1::boolean is null or enabled = $1)"#,
+        r#"select count(*) as "n!" from ojs_cron
+            where ($1::boolean is null or enabled = $1) and ($2::text is null or tenant = $2)"#,
         enabled,
+        tenant,
     )
     .fetch_one(db)
     .await

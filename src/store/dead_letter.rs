@@ -22,6 +22,8 @@ pub struct DeadLetterFilter {
     pub since: Option<DateTime<Utc>>,
     /// `dead_lettered_at` before.
     pub until: Option<DateTime<Utc>>,
+    /// Only this tenant's jobs.
+    pub tenant: Option<String>,
 }
 
 impl DeadLetterFilter {
@@ -52,6 +54,7 @@ pub async fn list(
           from ojs_job j
          where j.dead_lettered_at is not null
            and ojs_dead_letter_matches(j, $1, $2, $3, $4, $5, $6)
+           and ($9::text is null or j.tenant = $9)
          order by j.dead_lettered_at desc, j.id desc
          limit $7 offset $8
         "#,
@@ -63,6 +66,7 @@ pub async fn list(
         filter.until,
         limit,
         offset,
+        filter.tenant,
     )
     .fetch_all(db)
     .await?;
@@ -72,6 +76,7 @@ pub async fn list(
           from ojs_job j
          where j.dead_lettered_at is not null
            and ojs_dead_letter_matches(j, $1, $2, $3, $4, $5, $6)
+           and ($7::text is null or j.tenant = $7)
         "#,
         filter.queue,
         filter.job_type,
@@ -79,6 +84,7 @@ pub async fn list(
         filter.error_type,
         filter.since,
         filter.until,
+        filter.tenant,
     )
     .fetch_one(db)
     .await?;
@@ -107,15 +113,19 @@ pub struct DeadLetterStats {
     pub newest_at: Option<DateTime<Utc>>,
 }
 
-/// Counts by queue and by last error type, and the age range.
-pub async fn stats(db: impl PgExecutor<'_>) -> Result<DeadLetterStats, sqlx::Error> {
+/// Counts by queue and by last error type, and the age range (of `tenant`'s jobs only, when
+/// given).
+pub async fn stats(
+    db: impl PgExecutor<'_>,
+    tenant: Option<&str>,
+) -> Result<DeadLetterStats, sqlx::Error> {
     let row = sqlx::query!(
         r#"
         with dlq as (
             select queue, coalesce(error ->> 'type', error ->> 'code', 'unknown') as error_type,
                    dead_lettered_at
               from ojs_job
-             where dead_lettered_at is not null
+             where dead_lettered_at is not null and ($1::text is null or tenant = $1)
         )
         select (select count(*) from dlq) as "total!",
                (select min(dead_lettered_at) from dlq) as oldest_at,
@@ -124,7 +134,8 @@ pub async fn stats(db: impl PgExecutor<'_>) -> Result<DeadLetterStats, sqlx::Err
                array(select count(*) from dlq group by queue order by count(*) desc, queue) as "queue_counts!",
                array(select error_type from dlq group by error_type order by count(*) desc, error_type) as "error_types!",
                array(select count(*) from dlq group by error_type order by count(*) desc, error_type) as "error_type_counts!"
-        "#
+        "#,
+        tenant,
     )
     .fetch_one(db)
     .await?;
@@ -259,6 +270,7 @@ pub async fn matching_ids(
           from ojs_job j
          where j.dead_lettered_at is not null
            and ojs_dead_letter_matches(j, $1, $2, $3, $4, $5, $6)
+           and ($8::text is null or j.tenant = $8)
          order by j.dead_lettered_at
          limit $7
         "#,
@@ -269,6 +281,7 @@ pub async fn matching_ids(
         filter.since,
         filter.until,
         limit,
+        filter.tenant,
     )
     .fetch_all(db)
     .await
@@ -303,11 +316,13 @@ pub async fn delete(
 }
 
 /// Purge: deletes up to `limit` dead-lettered jobs dead-lettered before `older_than` (all when
-/// `None`) of `queue` (any when `None`). Returns how many were deleted.
+/// `None`) of `queue` (any when `None`) and `tenant` (any when `None`). Returns how many were
+/// deleted.
 pub async fn purge(
     db: impl PgExecutor<'_>,
     older_than: Option<DateTime<Utc>>,
     queue: Option<&str>,
+    tenant: Option<&str>,
     limit: i64,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
@@ -317,6 +332,7 @@ pub async fn purge(
              where dead_lettered_at is not null
                and ($1::timestamptz is null or dead_lettered_at < $1)
                and ($2::text is null or queue = $2)
+               and ($4::text is null or tenant = $4)
              order by dead_lettered_at
              limit $3
                for update skip locked
@@ -329,6 +345,7 @@ pub async fn purge(
         older_than,
         queue,
         limit,
+        tenant,
     )
     .fetch_one(db)
     .await

@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
+use uuid::Uuid;
 
 /// One tenant with its jobs' counts.
 #[derive(Debug, Clone, Default)]
@@ -128,4 +129,137 @@ async fn counts(
         })
         .collect();
     Ok((tenants, total))
+}
+
+/// Something a request names by id, whose tenant decides who may see it.
+#[derive(Debug, Clone)]
+pub enum Owned {
+    Job(Uuid),
+    Workflow(Uuid),
+    Worker(String),
+    Cron(String),
+}
+
+/// The tenant `resource` belongs to: `None` when it does not exist, `Some(None)` when it
+/// belongs to no tenant. One primary-key read.
+pub async fn owner(
+    db: impl PgExecutor<'_>,
+    resource: &Owned,
+) -> Result<Option<Option<String>>, sqlx::Error> {
+    let row = match resource {
+        // A tenant-fair queue's job without a tenant has '' (migration V8): no tenant.
+        Owned::Job(id) => {
+            sqlx::query_scalar!(
+                "select nullif(tenant, '') from ojs_job_all where id = $1",
+                id
+            )
+            .fetch_optional(db)
+            .await?
+        }
+        Owned::Workflow(id) => {
+            sqlx::query_scalar!("select tenant from ojs_workflow where id = $1", id)
+                .fetch_optional(db)
+                .await?
+        }
+        Owned::Worker(id) => {
+            sqlx::query_scalar!("select tenant from ojs_worker where id = $1", id)
+                .fetch_optional(db)
+                .await?
+        }
+        Owned::Cron(name) => {
+            sqlx::query_scalar!("select tenant from ojs_cron where name = $1", name)
+                .fetch_optional(db)
+                .await?
+        }
+    };
+    Ok(row)
+}
+
+/// A job's queue and tenant.
+#[derive(Debug, Clone)]
+pub struct JobOwner {
+    pub id: Uuid,
+    pub queue: String,
+    /// `None`: the job belongs to no tenant.
+    pub tenant: Option<String>,
+}
+
+/// The queue and tenant of each of `ids` that exists.
+pub async fn job_owners(
+    db: impl PgExecutor<'_>,
+    ids: &[Uuid],
+) -> Result<Vec<JobOwner>, sqlx::Error> {
+    sqlx::query_as!(
+        JobOwner,
+        r#"select id as "id!", queue as "queue!", nullif(tenant, '') as tenant
+             from ojs_job_all where id = any($1::uuid[])"#,
+        ids
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// What events are about, by kind of owner: the ids to look the owners up by.
+#[derive(Debug, Clone, Default)]
+pub struct EventSubjects {
+    pub jobs: Vec<Uuid>,
+    pub workflows: Vec<Uuid>,
+    pub workers: Vec<String>,
+    pub crons: Vec<String>,
+}
+
+/// The owners of [`EventSubjects`]: `(kind, id) → tenant` for every subject that exists and
+/// belongs to a tenant (a subject absent here belongs to none, or is gone).
+#[derive(Debug, Clone, Default)]
+pub struct SubjectOwners {
+    pub jobs: std::collections::HashMap<Uuid, String>,
+    pub workflows: std::collections::HashMap<Uuid, String>,
+    pub workers: std::collections::HashMap<String, String>,
+    pub crons: std::collections::HashMap<String, String>,
+}
+
+/// Looks up the tenants of `subjects`: one read per kind that has any.
+pub async fn subject_owners(
+    db: &sqlx::PgPool,
+    subjects: &EventSubjects,
+) -> Result<SubjectOwners, sqlx::Error> {
+    let mut owners = SubjectOwners::default();
+    if !subjects.jobs.is_empty() {
+        for owner in job_owners(db, &subjects.jobs).await? {
+            if let Some(tenant) = owner.tenant {
+                owners.jobs.insert(owner.id, tenant);
+            }
+        }
+    }
+    if !subjects.workflows.is_empty() {
+        let rows = sqlx::query!(
+            r#"select id, tenant as "tenant!" from ojs_workflow
+                where id = any($1::uuid[]) and tenant is not null"#,
+            &subjects.workflows
+        )
+        .fetch_all(db)
+        .await?;
+        owners.workflows = rows.into_iter().map(|r| (r.id, r.tenant)).collect();
+    }
+    if !subjects.workers.is_empty() {
+        let rows = sqlx::query!(
+            r#"select id, tenant as "tenant!" from ojs_worker
+                where id = any($1::text[]) and tenant is not null"#,
+            &subjects.workers
+        )
+        .fetch_all(db)
+        .await?;
+        owners.workers = rows.into_iter().map(|r| (r.id, r.tenant)).collect();
+    }
+    if !subjects.crons.is_empty() {
+        let rows = sqlx::query!(
+            r#"select name, tenant as "tenant!" from ojs_cron
+                where name = any($1::text[]) and tenant is not null"#,
+            &subjects.crons
+        )
+        .fetch_all(db)
+        .await?;
+        owners.crons = rows.into_iter().map(|r| (r.name, r.tenant)).collect();
+    }
+    Ok(owners)
 }

@@ -47,6 +47,9 @@ pub struct WorkerReport<'a> {
     pub strategy: Option<Strategy>,
     /// Weights as compact JSON (registration only).
     pub weights: Option<String>,
+    /// The tenant the request acts as: a new worker becomes the tenant's, and a worker of
+    /// another tenant (or of none) is left as it was.
+    pub tenant: Option<&'a str>,
 }
 
 /// A heartbeat: the report plus the jobs the worker says it runs.
@@ -118,9 +121,9 @@ pub async fn heartbeat(
         worker as (
             insert into ojs_worker as w
                    (id, state, hostname, pid, queues, concurrency, labels, pool, started_at,
-                    directive, last_heartbeat_at, last_seen_at)
+                    directive, last_heartbeat_at, last_seen_at, tenant)
             select $1, $2, $3, $4, $5, $6, $7::text::json, $8, $9,
-                   (select directive from hook), now(), now()
+                   (select directive from hook), now(), now(), $14
              where not $13 or exists (select 1 from extended)
             on conflict (id) do update
                set state = excluded.state,
@@ -135,6 +138,7 @@ pub async fn heartbeat(
                    last_heartbeat_at = now(),
                    last_seen_at = now(),
                    stale_at = null
+             where $14::text is null or w.tenant = $14
             returning w.directive, (w.xmax = 0) as registered
         ),
         events as (
@@ -167,6 +171,7 @@ pub async fn heartbeat(
         p.visibility_timeout_ms,
         p.directives_from_jobs,
         p.refused_unless_extended,
+        r.tenant,
     )
     .fetch_one(db)
     .await?;
@@ -182,17 +187,19 @@ pub async fn heartbeat(
 
 /// Registration: creates or updates the worker record (a registration counts as a heartbeat and
 /// revives a stale worker). Returns whether the worker is new, its directive and the database
-/// clock.
+/// clock; `None` when the worker id belongs to a tenant other than `r.tenant` (or to none),
+/// which is left as it was.
 pub async fn register(
     db: impl PgExecutor<'_>,
     r: &WorkerReport<'_>,
-) -> Result<(bool, WorkerDirective, DateTime<Utc>), sqlx::Error> {
+) -> Result<Option<(bool, WorkerDirective, DateTime<Utc>)>, sqlx::Error> {
     let row = sqlx::query!(
         r#"
         insert into ojs_worker as w
                (id, state, hostname, pid, queues, concurrency, labels, pool, started_at, strategy,
-                weights, last_heartbeat_at, last_seen_at)
-        values ($1, $2, $3, $4, $5, $6, $7::text::json, $8, $9, $10, $11::text::json, now(), now())
+                weights, last_heartbeat_at, last_seen_at, tenant)
+        values ($1, $2, $3, $4, $5, $6, $7::text::json, $8, $9, $10, $11::text::json, now(), now(),
+                $12)
         on conflict (id) do update
            set state = excluded.state,
                hostname = coalesce(excluded.hostname, w.hostname),
@@ -207,6 +214,7 @@ pub async fn register(
                last_heartbeat_at = now(),
                last_seen_at = now(),
                stale_at = null
+         where $12::text is null or w.tenant = $12
         returning (w.xmax = 0) as "created!", w.directive, now() as "now!"
         "#,
         r.worker_id,
@@ -220,29 +228,34 @@ pub async fn register(
         r.started_at,
         r.strategy.map(Strategy::as_str),
         r.weights,
+        r.tenant,
     )
-    .fetch_one(db)
+    .fetch_optional(db)
     .await?;
-    Ok((row.created, stored("directive", &row.directive), row.now))
+    Ok(row.map(|row| (row.created, stored("directive", &row.directive), row.now)))
 }
 
 /// Records that a worker fetched (creating a bare record for an unknown worker id). Such a
 /// record is not subject to stale detection until the worker heartbeats or registers. Returns
-/// what the worker registered with.
+/// what the worker registered with; `None` when the worker id belongs to a tenant other than
+/// `tenant` (or to none), which is left as it was.
 pub async fn record_seen(
     db: impl PgExecutor<'_>,
     worker_id: &str,
-) -> Result<Registration, sqlx::Error> {
+    tenant: Option<&str>,
+) -> Result<Option<Registration>, sqlx::Error> {
     sqlx::query_as!(
         Registration,
         r#"
-        insert into ojs_worker as w (id, last_seen_at) values ($1, now())
+        insert into ojs_worker as w (id, last_seen_at, tenant) values ($1, now(), $2)
         on conflict (id) do update set last_seen_at = now()
+         where $2::text is null or w.tenant = $2
         returning w.strategy, w.weights::text as weights, w.pool, w.concurrency
         "#,
         worker_id,
+        tenant,
     )
-    .fetch_one(db)
+    .fetch_optional(db)
     .await
 }
 
@@ -363,13 +376,17 @@ pub async fn get(
     worker_id: &str,
     stale_after: Duration,
 ) -> Result<Option<WorkerRecord>, sqlx::Error> {
-    Ok(list(db, Some(worker_id), stale_after, 1, 0).await?.pop())
+    Ok(list(db, Some(worker_id), None, stale_after, 1, 0)
+        .await?
+        .pop())
 }
 
-/// Workers ordered by id (`only`: just that one), `limit` from `offset`.
+/// Workers ordered by id (`only`: just that one; `tenant`: only the tenant's), `limit` from
+/// `offset`.
 pub async fn list(
     db: impl PgExecutor<'_>,
     only: Option<&str>,
+    tenant: Option<&str>,
     stale_after: Duration,
     limit: i64,
     offset: i64,
@@ -392,7 +409,7 @@ pub async fn list(
                      or coalesce(w.last_heartbeat_at < now() - $2::int8 * interval '1 millisecond', false)
                      as stale
           ) s
-         where $1::text is null or w.id = $1
+         where ($1::text is null or w.id = $1) and ($5::text is null or w.tenant = $5)
          order by w.id
          limit $3 offset $4
         "#,
@@ -400,15 +417,18 @@ pub async fn list(
         millis(stale_after),
         limit,
         offset,
+        tenant,
     )
     .fetch_all(db)
     .await?;
     Ok(rows.into_iter().map(WorkerRecord::from).collect())
 }
 
-/// Worker counts by effective state: (total, running, quiet, terminate (drain included), stale).
+/// Worker counts by effective state (only `tenant`'s workers when given): (total, running,
+/// quiet, terminate (drain included), stale).
 pub async fn summary(
     db: impl PgExecutor<'_>,
+    tenant: Option<&str>,
     stale_after: Duration,
 ) -> Result<(i64, i64, i64, i64, i64), sqlx::Error> {
     let row = sqlx::query!(
@@ -426,8 +446,10 @@ pub async fn summary(
                          or coalesce(w.last_heartbeat_at < now() - $1::int8 * interval '1 millisecond', false))
                      as state
           ) e
+         where $2::text is null or w.tenant = $2
         "#,
         millis(stale_after),
+        tenant,
     )
     .fetch_one(db)
     .await?;

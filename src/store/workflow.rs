@@ -94,8 +94,13 @@ pub async fn insert(
     sqlx::query!(
         r#"
         with w as (
-            insert into ojs_workflow (id, type, name, total, priority)
-            values ($1, $2, $3, $4, $5)
+            -- The workflow is its jobs' tenant's when they all have the same one (a request
+            -- acting as a tenant makes them so; migration V26).
+            insert into ojs_workflow (id, type, name, total, priority, tenant)
+            select $1, $2, $3, $4, $5,
+                   (select case when count(distinct j.tenant) = 1 and count(j.tenant) = count(*)
+                                then nullif(min(j.tenant), '') end
+                      from ojs_job j where j.id = any($7::uuid[]))
             returning *
         ),
         nodes as (
@@ -171,6 +176,7 @@ pub async fn nodes(db: impl PgExecutor<'_>, id: Uuid) -> Result<Vec<NodeRow>, sq
 pub async fn list(
     db: impl PgExecutor<'_> + Copy,
     state: Option<&str>,
+    tenant: Option<&str>,
     limit: i64,
     offset: i64,
 ) -> Result<(Vec<WorkflowRow>, i64), sqlx::Error> {
@@ -181,19 +187,22 @@ pub async fn list(
                failed_step_index, errors as "errors: RawJson", created_at, completed_at,
                cancelled_at
           from ojs_workflow
-         where $1::text is null or state = $1
+         where ($1::text is null or state = $1) and ($4::text is null or tenant = $4)
          order by created_at desc, id desc
          limit $2 offset $3
         "#,
         state,
         limit,
         offset,
+        tenant,
     )
     .fetch_all(db)
     .await?;
     let total = sqlx::query_scalar!(
-        r#"select count(*) as "n!" from ojs_workflow where $1::text is null or state = $1"#,
+        r#"select count(*) as "n!" from ojs_workflow
+            where ($1::text is null or state = $1) and ($2::text is null or tenant = $2)"#,
         state,
+        tenant,
     )
     .fetch_one(db)
     .await?;

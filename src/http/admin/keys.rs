@@ -118,7 +118,11 @@ impl utoipa::PartialSchema for CreateKeyRequest {
             "properties": {
                 "role": {"type": "string", "enum": [Role::Admin.as_str()]},
                 "queues": {"type": "null"},
-                "tenant": {"type": "null"},
+                "tenant": {
+                    "type": ["string", "null"], "maxLength": 255,
+                    "pattern": "^[a-zA-Z0-9][a-zA-Z0-9._:-]*$",
+                    "description": "The tenant the key administers alone: its admin routes see only that tenant's part, and those acting on what every tenant shares are refused."
+                },
                 "name": name,
             },
         });

@@ -15,6 +15,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::broker::TenantRow;
 use crate::http::error::ApiError;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::wire::timestamp;
 
@@ -28,12 +29,12 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// A tenant id in a path: 400 unless it has the extension's form.
 fn tenant_path(id: &str) -> Result<(), ApiError> {
-    if crate::auth::is_valid_tenant(id) {
+    if crate::tenant::is_valid_id(id) {
         Ok(())
     } else {
         Err(ApiError::invalid_field(
             "path.id",
-            crate::auth::invalid_tenant_message(id),
+            crate::tenant::invalid_id_message(id),
         ))
     }
 }
@@ -150,9 +151,22 @@ struct List {
         (status = 400, description = "A page parameter is invalid."),
     )
 )]
-async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
-    let (rows, total) = state.broker().tenants(page.limit, page.offset).await?;
+    let (rows, total) = match tenant.id() {
+        None => state.broker().tenants(page.limit, page.offset).await?,
+        // A request acting as a tenant lists itself alone.
+        Some(own) => {
+            let row = state.broker().tenant(own).await?;
+            let total = i64::from(row.total_jobs() > 0);
+            let rows: Vec<TenantRow> = (total > page.offset).then_some(row).into_iter().collect();
+            (rows, total)
+        }
+    };
     Ok(ok(List {
         items: rows.iter().map(WireTenant::of).collect(),
         pagination: page.describe(total),
@@ -264,5 +278,5 @@ async fn jobs(
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     tenant_path(&id)?;
-    crate::http::jobs::admin::listing(&state, &query, Some(id)).await
+    crate::http::jobs::admin::listing(&state, &query, Some(&id)).await
 }

@@ -27,6 +27,7 @@ use crate::cron;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 use crate::http::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
+use crate::http::tenancy::Tenant;
 use crate::http::{AppState, Ojs, ok};
 use crate::job::JobId;
 use crate::job::envelope::DEFAULT_QUEUE;
@@ -274,12 +275,17 @@ struct CronPatch {
         (status = 422, description = "The template's retry policy is invalid."),
     )
 )]
-async fn register(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
+async fn register(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    body: JsonBody,
+) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let def = cron::parse(
         fields.object(),
         &state.broker().settings().limits,
         state.settings().max_envelope_bytes,
+        tenant.id(),
     )
     .map_err(crate::Error::from)?;
     let (entry, created) = state.broker().register_cron(&def).await?;
@@ -317,13 +323,14 @@ fn enabled_filter(query: &QueryParams) -> Result<Option<bool>, ApiError> {
 /// The page of entries a list asks for (`enabled`, pages), and its `pagination`.
 pub(super) async fn page_of(
     state: &AppState,
+    tenant: &Tenant,
     query: &QueryParams,
 ) -> Result<(Vec<CronEntry>, Pagination), ApiError> {
     let enabled = enabled_filter(query)?;
     let page = Page::from_query(query, DATA_PLANE)?;
     let (entries, total) = state
         .broker()
-        .cron_entries(enabled, page.offset, page.limit)
+        .cron_entries(enabled, tenant.id(), page.offset, page.limit)
         .await?;
     Ok((entries, page.describe(total)))
 }
@@ -354,8 +361,12 @@ struct CronList<'a> {
         (status = 400, description = "A query parameter is invalid."),
     )
 )]
-async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
-    let (entries, pagination) = page_of(&state, &query).await?;
+async fn list(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    let (entries, pagination) = page_of(&state, &tenant, &query).await?;
     let wire: Vec<WireCron<'_>> = entries.iter().map(WireCron::of).collect();
     Ok(ok(CronList {
         crons: &wire,
@@ -414,6 +425,7 @@ async fn show(
 async fn change(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     name_of("path.name", &name)?;
@@ -421,7 +433,7 @@ async fn change(
     let max = state.settings().max_envelope_bytes;
     let entry = state
         .broker()
-        .patch_cron(&name, fields.object(), max)
+        .patch_cron(&name, fields.object(), max, tenant.id())
         .await?;
     Ok(entry_body(&entry, StatusCode::OK))
 }

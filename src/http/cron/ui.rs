@@ -13,6 +13,7 @@ use super::{EnabledParam, WireCron, name_of, page_of};
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 use crate::http::query::{PageParams, Pagination, QueryParams};
+use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -53,8 +54,12 @@ struct CronPage<'a> {
         (status = 400, description = "A query parameter is invalid."),
     )
 )]
-async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
-    let (entries, pagination) = page_of(&state, &query).await?;
+async fn list(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    let (entries, pagination) = page_of(&state, &tenant, &query).await?;
     let wire: Vec<WireCron<'_>> = entries.iter().map(WireCron::of).collect();
     Ok(ok(CronPage {
         items: &wire,
@@ -103,12 +108,16 @@ async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
 async fn change(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     name_of("path.id", &id)?;
     let fields = body.object()?;
     let max = state.settings().max_envelope_bytes;
-    let entry = state.broker().patch_cron(&id, fields.object(), max).await?;
+    let entry = state
+        .broker()
+        .patch_cron(&id, fields.object(), max, tenant.id())
+        .await?;
     Ok(ok(WireCron::of(&entry)).into_response())
 }
 

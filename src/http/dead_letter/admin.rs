@@ -22,6 +22,7 @@ use crate::http::extract::{JobIdPath, OptionalJsonBody};
 use crate::http::jobs::{JobIdParam, WrappedJob};
 use crate::http::openapi;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::job::wire::WireJob;
 
@@ -55,9 +56,13 @@ struct ListBody<'a> {
         (status = 400, description = "A query parameter is invalid."),
     )
 )]
-async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
-    let filter = filter_from_query(&query)?;
+    let filter = filter_from_query(&query, &tenant)?;
     let (jobs, total) = state
         .broker()
         .dead_letters(&filter, page.limit, page.offset)
@@ -109,10 +114,11 @@ async fn remove(
 )]
 async fn purge(
     state: State<AppState>,
+    tenant: Tenant,
     query: QueryParams,
     body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    dead_letter::purge(state, query, body).await
+    dead_letter::purge(state, tenant, query, body).await
 }
 
 /// `GET /ojs/v1/admin/dead-letter/stats`: [`dead_letter::stats`].
@@ -124,8 +130,8 @@ async fn purge(
     description = "The same as `GET /ojs/v1/dead-letter/stats`.",
     responses((status = 200, body = DeadLetterStats))
 )]
-async fn stats(state: State<AppState>) -> Result<Response, ApiError> {
-    dead_letter::stats(state).await
+async fn stats(state: State<AppState>, tenant: Tenant) -> Result<Response, ApiError> {
+    dead_letter::stats(state, tenant).await
 }
 
 /// `POST /ojs/v1/admin/dead-letter/retry`: [`dead_letter::retry_all`].
@@ -141,8 +147,12 @@ async fn stats(state: State<AppState>) -> Result<Response, ApiError> {
         (status = 400, description = "`confirm: true` is missing or the filter is invalid."),
     )
 )]
-async fn retry_all(state: State<AppState>, body: OptionalJsonBody) -> Result<Response, ApiError> {
-    dead_letter::retry_all(state, body).await
+async fn retry_all(
+    state: State<AppState>,
+    tenant: Tenant,
+    body: OptionalJsonBody,
+) -> Result<Response, ApiError> {
+    dead_letter::retry_all(state, tenant, body).await
 }
 
 /// `POST /ojs/v1/admin/dead-letter/{id}/retry`: [`dead_letter::retry_one`].

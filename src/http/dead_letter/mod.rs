@@ -24,6 +24,7 @@ use super::{AppState, ok};
 use crate::broker::{DeadLetterFilter, RetryOverride};
 use crate::error::Error;
 use crate::http::openapi::values::Confirm;
+use crate::http::tenancy::Tenant;
 use crate::job::envelope::{self, Rejection};
 use crate::job::id_schema::QueueName;
 use crate::job::wire::WireJob;
@@ -225,8 +226,12 @@ fn type_filter(value: Option<String>, filter: &mut DeadLetterFilter) {
     }
 }
 
-pub(super) fn filter_from_query(q: &QueryParams) -> Result<DeadLetterFilter, ApiError> {
+pub(super) fn filter_from_query(
+    q: &QueryParams,
+    tenant: &Tenant,
+) -> Result<DeadLetterFilter, ApiError> {
     let mut filter = DeadLetterFilter {
+        tenant: tenant.owned(),
         queue: q.get("queue").map(str::to_owned),
         error_type: q.get("error_type").map(str::to_owned),
         since: q.timestamp("since")?,
@@ -270,9 +275,13 @@ pub(super) fn body_timestamp(
         (status = 400, description = "A query parameter is invalid."),
     )
 )]
-async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, DATA_PLANE)?;
-    let filter = filter_from_query(&query)?;
+    let filter = filter_from_query(&query, &tenant)?;
     let (jobs, total) = state
         .broker()
         .dead_letters(&filter, page.limit, page.offset)
@@ -292,8 +301,11 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     summary = "Dead-letter statistics",
     responses((status = 200, body = DeadLetterStats))
 )]
-pub(super) async fn stats(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let stats = state.broker().dead_letter_stats().await?;
+pub(super) async fn stats(
+    State(state): State<AppState>,
+    tenant: Tenant,
+) -> Result<Response, ApiError> {
+    let stats = state.broker().dead_letter_stats(tenant.id()).await?;
     let retention = state.settings().dead_letter_retention;
     Ok(ok(DeadLetterStats {
         by_error_type: stats.by_error_type.into_iter().collect(),
@@ -455,6 +467,7 @@ pub(super) fn require_confirm(fields: &Fields<'_>) -> Result<(), ApiError> {
 )]
 pub(super) async fn retry_all(
     State(state): State<AppState>,
+    tenant: Tenant,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     let body = body.ok_or_else(|| {
@@ -462,7 +475,10 @@ pub(super) async fn retry_all(
     })?;
     let fields = body.object()?;
     require_confirm(&fields)?;
-    let mut filter = DeadLetterFilter::default();
+    let mut filter = DeadLetterFilter {
+        tenant: tenant.owned(),
+        ..DeadLetterFilter::default()
+    };
     if let Some(raw) = fields.raw("filter") {
         let f = Fields::from_object(
             Object::from_raw(raw)
@@ -530,6 +546,7 @@ async fn remove(
 )]
 pub(super) async fn purge(
     State(state): State<AppState>,
+    tenant: Tenant,
     query: QueryParams,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
@@ -558,7 +575,7 @@ pub(super) async fn purge(
     };
     let purged = state
         .broker()
-        .purge_dead_letters(older_than, queue.as_deref())
+        .purge_dead_letters(older_than, queue.as_deref(), tenant.id())
         .await?;
     Ok(ok(DeadLetterPurged {
         purged_count: purged,

@@ -215,6 +215,12 @@ impl From<Error> for ApiError {
             Error::QueueNotFound(name) => ApiError::not_found("queue", &name),
             Error::PoolNotFound(name) => ApiError::not_found("pool", &name),
             Error::CronNotFound(name) => ApiError::not_found("cron entry", &name),
+            Error::CronNameTaken(name) => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("The cron entry name '{name}' is taken; choose another."),
+            )
+            .with_details(json!({"name": name})),
             Error::WebhookNotFound(id) => ApiError::not_found("webhook subscription", &id.to_string()),
             Error::SchemaNotFound { job_type, version } => {
                 let id = match &version {
@@ -267,6 +273,14 @@ impl From<Error> for ApiError {
                 format!("Queue '{queue}' is draining (being deleted); cannot {operation} it."),
             )
             .with_details(json!({"queue": queue, "current_state": "draining"})),
+            Error::WorkerIdTaken(worker_id) => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "Worker id '{worker_id}' is taken: a request acting as a tenant uses only the worker ids it introduced; choose another."
+                ),
+            )
+            .with_details(json!({"worker_id": worker_id})),
             Error::WorkerNotStale { worker_id, state } => ApiError::new(
                 StatusCode::CONFLICT,
                 "conflict",

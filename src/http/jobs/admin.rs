@@ -12,7 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::broker::BulkAction;
 use crate::broker::{JobFilter, JobSort, JobSummary, RetryOverride};
-use crate::http::auth::{Caller, Tenant};
+use crate::http::auth::Caller;
 use crate::http::dead_letter::{body_timestamp, parse_override, require_confirm};
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
@@ -20,6 +20,7 @@ use crate::http::extract::{Fields, JobIdPath, JsonBody, OptionalJsonBody};
 use crate::http::jobs::{JobIdParam, PriorityResponse, WrappedJob};
 use crate::http::openapi::values::Confirm;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::tenancy::Tenant;
 use crate::http::{AppState, jobs, ok, openapi};
 use crate::job::JobState;
 use crate::job::id_schema::QueueName;
@@ -82,11 +83,11 @@ fn filter_from_query(q: &QueryParams) -> Result<JobFilter, ApiError> {
         check_queue_name("query.queue", queue)?;
     }
     if let Some(tenant) = &filter.tenant
-        && !crate::auth::is_valid_tenant(tenant)
+        && !crate::tenant::is_valid_id(tenant)
     {
         return Err(ApiError::invalid_field(
             "query.tenant",
-            crate::auth::invalid_tenant_message(tenant),
+            crate::tenant::invalid_id_message(tenant),
         ));
     }
     set_type(&mut filter, q.get("type").map(str::to_owned));
@@ -189,20 +190,37 @@ pub(crate) struct ListBody<'a> {
         (status = 400, description = "A parameter is invalid."),
     )
 )]
-async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
-    listing(&state, &query, None).await
+async fn list(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    listing(&state, &query, tenant.id()).await
 }
 
-/// A page of jobs as [`list`] answers it; only `tenant`'s when given (the tenant pages).
+/// A page of jobs as [`list`] answers it; only `tenant`'s when given (the tenant pages, and a
+/// request acting as a tenant).
 pub(crate) async fn listing(
     state: &AppState,
     query: &QueryParams,
-    tenant: Option<String>,
+    tenant: Option<&str>,
 ) -> Result<Response, ApiError> {
     let page = Page::from_query(query, ADMIN)?;
     let mut filter = filter_from_query(query)?;
-    if tenant.is_some() {
-        filter.tenant = tenant;
+    if let Some(tenant) = tenant {
+        if filter
+            .tenant
+            .as_deref()
+            .is_some_and(|named| named != tenant)
+        {
+            // `?tenant=` names another tenant: none of its jobs are this listing's.
+            return Ok(ok(ListBody {
+                items: Vec::new(),
+                pagination: page.describe(0),
+            })
+            .into_response());
+        }
+        filter.tenant = Some(tenant.to_owned());
     }
     let sort = match query.get("sort") {
         None | Some("created_at") => JobSort::CreatedAt,
@@ -356,10 +374,10 @@ struct RetryOverrideSchema {
 async fn change_priority(
     state: State<AppState>,
     id: JobIdPath,
+    caller: Caller,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
-    // Admin keys are never limited to queues.
-    jobs::change_priority(state, id, Caller(None), Tenant::default(), body).await
+    jobs::change_priority(state, id, caller, body).await
 }
 
 /// `POST /ojs/v1/admin/jobs/{id}/cancel`: the data plane's cancel (`DELETE /ojs/v1/jobs/{id}`).
@@ -378,8 +396,12 @@ async fn change_priority(
         (status = 409, description = "The job already finished."),
     )
 )]
-async fn cancel(state: State<AppState>, id: JobIdPath) -> Result<Response, ApiError> {
-    jobs::cancel(state, id, Caller(None), Tenant::default()).await
+async fn cancel(
+    state: State<AppState>,
+    id: JobIdPath,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    jobs::cancel(state, id, caller).await
 }
 
 /// The members a bulk filter may have; any other is refused rather than ignored, since a
@@ -452,6 +474,7 @@ fn bulk_filter(fields: &Fields<'_>) -> Result<JobFilter, ApiError> {
 )]
 async fn bulk(
     State(state): State<AppState>,
+    tenant: Tenant,
     Path(action): Path<String>,
     uri: axum::http::Uri,
     OptionalJsonBody(body): OptionalJsonBody,
@@ -464,7 +487,8 @@ async fn bulk(
     })?;
     let fields = body.object()?;
     require_confirm(&fields)?;
-    let filter = bulk_filter(&fields)?;
+    let mut filter = bulk_filter(&fields)?;
+    filter.tenant = tenant.owned();
     let outcome = state.broker().bulk(action, &filter).await?;
     let counter = match action {
         BulkAction::Retry => "retried",

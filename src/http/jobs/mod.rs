@@ -13,10 +13,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::auth::{Caller, Tenant};
+use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{BodyLimit, JobIdPath, JsonBody, caller_trace};
 use super::openapi;
+use super::tenancy::Tenant;
 use super::{AppState, HttpSettings, Ojs, ok};
 use crate::broker::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 use crate::error::Error;
@@ -491,11 +492,9 @@ async fn info(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     caller: Caller,
-    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     let job = state.broker().info(id).await?;
     caller.check_queue(&job.queue)?;
-    tenant.check_job(&job)?;
     Ok(wrapped_and_bare(job.wire()))
 }
 
@@ -517,10 +516,8 @@ pub(super) async fn cancel(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     caller: Caller,
-    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
-    tenant.check_job_id(&state, id).await?;
     let cancelled = state.broker().cancel(id).await?;
     Ok(wrapped_and_bare(
         cancelled
@@ -553,11 +550,9 @@ pub(super) async fn change_priority(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     caller: Caller,
-    tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
-    tenant.check_job_id(&state, id).await?;
     let fields = body.object()?;
     let Some(raw) = fields.raw("priority") else {
         return Err(ApiError::invalid_field(
@@ -602,10 +597,8 @@ async fn activate(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
     caller: Caller,
-    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
-    tenant.check_job_id(&state, id).await?;
     let job = state.broker().activate(id).await?;
     Ok(ok(JobBody {
         job: job

@@ -328,7 +328,7 @@ fn operations(item: &mut utoipa::openapi::PathItem) -> impl Iterator<Item = &mut
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeSet;
     use std::time::Duration;
 
@@ -342,7 +342,7 @@ mod tests {
         max_priority: 255,
     };
 
-    pub(super) fn every_route() -> HttpSettings {
+    pub(crate) fn every_route() -> HttpSettings {
         HttpSettings {
             max_envelope_bytes: 1 << 20,
             max_request_bytes: 2 << 20,

@@ -20,6 +20,7 @@ use utoipa_axum::routes;
 use super::error::ApiError;
 use super::extract::{JsonBody, OptionalJsonBody, check_queue_name, queue_path};
 use super::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
+use super::tenancy::Tenant;
 use super::{AppState, Ojs, ok};
 use crate::broker::{DeleteStrategy, Queue, QueueConfigs, QueueStats};
 use crate::broker::{QueueCounts, QueueState};
@@ -190,7 +191,11 @@ struct ListBody<'a> {
         (status = 400, description = "A query parameter is invalid."),
     )
 )]
-async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    tenant: Tenant,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, DATA_PLANE)?;
     let filter = match query.get("state") {
         None => None,
@@ -206,7 +211,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     };
     let (queues, total) = state
         .broker()
-        .queues(filter, page.limit, page.offset)
+        .queues(filter, tenant.id(), page.limit, page.offset)
         .await?;
     let configs = state.broker().queue_configs().await?;
     Ok(ok(ListBody {
@@ -301,9 +306,10 @@ struct Shown<'a> {
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
-    let QueueStats { queue, counts } = state.broker().queue_stats(&name).await?;
+    let QueueStats { queue, counts } = state.broker().queue_stats(&name, tenant.id()).await?;
     let configs = state.broker().queue_configs().await?;
     Ok(ok(Shown {
         queue: QueueBody::of(&queue, &configs),

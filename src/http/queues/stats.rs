@@ -14,6 +14,7 @@ use crate::broker::QueueState;
 use crate::broker::QueueStats;
 use crate::http::error::ApiError;
 use crate::http::extract::queue_path;
+use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::wire::timestamp;
 
@@ -42,9 +43,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 async fn stats(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
-    let QueueStats { queue, counts: c } = state.broker().queue_stats(&name).await?;
+    let QueueStats { queue, counts: c } = state.broker().queue_stats(&name, tenant.id()).await?;
     let max_size = state.broker().queue_configs().await?.of(&name).max_size;
     let paused = queue.state == QueueState::Paused;
     let round = |ms: Option<f64>| ms.map(|v| v.round() as i64);
@@ -168,9 +170,10 @@ struct StatisticsDetail<'a> {
 async fn priority_stats(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    tenant: Tenant,
 ) -> Result<Response, ApiError> {
     queue_path(&name)?;
-    let counts = state.broker().priority_stats(&name).await?;
+    let counts = state.broker().priority_stats(&name, tenant.id()).await?;
     Ok(ok(PriorityStats {
         total: counts.iter().map(|(_, n)| n).sum(),
         distribution: counts

@@ -13,6 +13,7 @@ use super::{WireWorker, WorkerIdParam};
 use crate::http::error::ApiError;
 use crate::http::extract::{OptionalJsonBody, WorkerIdPath};
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::job::id_schema::WorkerId;
 use crate::worker::{EffectiveState, WorkerDirective};
@@ -72,10 +73,14 @@ struct WorkerList<'a> {
 )]
 async fn list_workers(
     State(state): State<AppState>,
+    tenant: Tenant,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
-    let (workers, summary) = state.broker().workers(page.limit, page.offset).await?;
+    let (workers, summary) = state
+        .broker()
+        .workers(tenant.id(), page.limit, page.offset)
+        .await?;
     Ok(ok(WorkerList {
         items: workers.iter().map(|w| WireWorker::new(w, false)).collect(),
         summary: Summary {

@@ -12,11 +12,12 @@ use utoipa_axum::routes;
 
 use super::{MAX_FETCH_QUEUES, positive_ms};
 use crate::broker::{FetchRequest, MAX_WEIGHT, Strategy, Weights};
-use crate::http::auth::{Caller, Tenant};
+use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::extract::{Fields, JsonBody, TraceCall};
 use crate::http::openapi::values::{FetchCount, Milliseconds};
+use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok, openapi};
 use crate::job::id_schema::{QueueName, WorkerId};
 use crate::job::wire::WireJob;
@@ -164,7 +165,7 @@ async fn fetch(
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
     let mut request = parse_fetch(&state, &fields)?;
-    request.tenant = tenant.0;
+    request.tenant = tenant.owned();
     if caller.limited() && request.queues.is_empty() {
         return Err(ApiError::forbidden(
             "This key is limited to some queues: name them in 'queues'.",

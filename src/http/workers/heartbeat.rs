@@ -162,7 +162,7 @@ async fn heartbeat(
     let single_only = single.is_some() && job_ids.len() == 1;
     let report_fields = ReportFields::parse(&fields)?;
     let params = HeartbeatParams {
-        report: report_fields.report(&worker_id, reported_state),
+        report: report_fields.report(&worker_id, reported_state, caller.tenant().id()),
         job_ids,
         visibility_timeout_ms: positive_ms(&fields, "visibility_timeout_ms")?,
         directives_from_jobs: state.broker().settings().test_hooks,

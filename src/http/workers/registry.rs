@@ -313,7 +313,13 @@ impl ReportFields {
         })
     }
 
-    pub(super) fn report<'a>(&'a self, worker_id: &'a str, state: WorkerState) -> WorkerReport<'a> {
+    /// The report of worker `worker_id` made acting as `tenant`.
+    pub(super) fn report<'a>(
+        &'a self,
+        worker_id: &'a str,
+        state: WorkerState,
+        tenant: Option<&'a str>,
+    ) -> WorkerReport<'a> {
         WorkerReport {
             worker_id,
             state,
@@ -326,6 +332,7 @@ impl ReportFields {
             started_at: self.started_at,
             strategy: None,
             weights: None,
+            tenant,
         }
     }
 }
@@ -417,7 +424,7 @@ async fn register(
         .map(parse_weights)
         .transpose()?
         .map(|w| w.to_json());
-    let mut report = report_fields.report(&worker_id, WorkerState::Running);
+    let mut report = report_fields.report(&worker_id, WorkerState::Running, caller.tenant().id());
     report.concurrency = report.concurrency.or(Some(DEFAULT_WORKER_CONCURRENCY));
     report.strategy = strategy;
     report.weights = weights;

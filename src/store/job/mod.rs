@@ -78,16 +78,6 @@ pub async fn get_many(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Job>,
     .await
 }
 
-/// The distinct queues of the jobs of `ids` that exist (what a queue-limited API key may touch).
-pub async fn queues_of(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar!(
-        r#"select distinct queue as "queue!" from ojs_job_all where id = any($1::uuid[])"#,
-        ids
-    )
-    .fetch_all(db)
-    .await
-}
-
 /// Deletes every job (test hook `POST /ojs/v1/admin/reset` only).
 pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!("truncate ojs_job, ojs_job_done")

@@ -213,6 +213,7 @@ pub async fn set_paused(
 pub async fn counts(
     db: impl PgExecutor<'_>,
     queues: &[String],
+    tenant: Option<&str>,
 ) -> Result<HashMap<String, QueueCounts>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"
@@ -241,10 +242,11 @@ pub async fn counts(
                    filter (where state = 'completed' and completed_at >= now() - interval '1 hour')
                    ::float8 as avg_wait_ms
           from ojs_job_all
-         where queue = any($1)
+         where queue = any($1) and ($2::text is null or tenant = $2)
          group by queue
         "#,
         queues,
+        tenant,
     )
     .fetch_all(db)
     .await?;
@@ -292,16 +294,19 @@ pub async fn queue_known(db: impl PgExecutor<'_>, queue: &str) -> Result<bool, s
 pub async fn available_by_priority(
     db: impl PgExecutor<'_>,
     queue: Option<&str>,
+    tenant: Option<&str>,
 ) -> Result<Vec<(String, i32, i64)>, sqlx::Error> {
     let rows = sqlx::query!(
         r#"
         select queue, priority, count(*) as "jobs!"
           from ojs_job
          where state = 'available' and ($1::text is null or queue = $1)
+           and ($2::text is null or tenant = $2)
          group by queue, priority
          order by queue, priority
         "#,
         queue,
+        tenant,
     )
     .fetch_all(db)
     .await?;
