@@ -308,6 +308,11 @@ impl Application {
         self.listener.local_addr()
     }
 
+    /// This replica's parked long polls (tests wait for a FETCH to park instead of sleeping).
+    pub fn waiters(&self) -> Arc<crate::wakeup::waiters::Waiters> {
+        self.notifier.waiters().clone()
+    }
+
     /// Serves until `stop` resolves, then shuts down gracefully: readiness turns 503, long
     /// polls and event streams end, the leader resigns, in-flight requests get
     /// `shutdown_timeout` to finish, and the pool closes.

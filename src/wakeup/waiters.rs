@@ -257,6 +257,11 @@ impl Waiters {
         })
     }
 
+    /// How many FETCHes are parked on `queue`.
+    pub fn parked_on(&self, queue: &str) -> usize {
+        self.lock().lines.get(queue).map_or(0, |line| line.len())
+    }
+
     /// Whether any FETCH is parked on `queue`.
     pub fn any_parked(&self, queue: &str) -> bool {
         self.lock()

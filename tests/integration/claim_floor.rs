@@ -146,13 +146,13 @@ async fn a_fetch_claims_the_jobs_its_own_promotion_made_available_below_the_floo
     // can have reached the floors.
     let app = TestApp::spawn_with(|c| c.maintenance = false).await;
     for queue in ["p1", "p2", "p3"] {
-        let due = app.db_now_plus(Duration::from_millis(200)).await;
+        // Due in an hour: nothing can promote it before the test moves its due time.
         let late = app
-            .push_id(json!({"type": "a.b", "args": [], "queue": queue, "scheduled_at": due.to_rfc3339()}))
+            .push(json!({"type": "a.b", "args": [], "queue": queue, "scheduled_at": "+PT1H"}))
             .await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        // Enqueued after `late` was due, and claimed: the floor rises past `late`'s place
-        // (promotion makes a job available as of its due time).
+        assert_eq!(late["state"], "scheduled");
+        let late = late["id"].as_str().unwrap().to_owned();
+        // Claimed: the floor rises past `on_time`'s place.
         let on_time = app
             .push_id(json!({"type": "a.b", "args": [], "queue": queue}))
             .await;
@@ -161,6 +161,16 @@ async fn a_fetch_claims_the_jobs_its_own_promotion_made_available_below_the_floo
             .await;
         assert_eq!(first.len(), 1);
         assert_eq!(first[0]["id"], on_time.as_str());
+        // `late` falls due as of a second before `on_time` was enqueued: promotion makes a job
+        // available as of its due time, which puts it below the floor. No clock is raced: the
+        // due time is written, and only the next FETCH promotes (its replica learnt of a
+        // scheduled job when `late` was pushed, and the first FETCH did not come up short).
+        app.sql(&format!(
+            "update ojs_job set scheduled_at = \
+               (select enqueued_at from ojs_job where id = '{on_time}') - interval '1 second' \
+             where id = '{late}'"
+        ))
+        .await;
         let jobs = app
             .fetch(json!({"queues": [queue], "worker_id": "w"}))
             .await;

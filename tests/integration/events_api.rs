@@ -285,9 +285,16 @@ async fn read_sse(mut resp: reqwest::Response, done: impl Fn(&str) -> bool) -> S
 async fn a_job_stream_follows_the_job_until_it_finishes() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "s")).await;
+    // Resumed after the enqueue: what follows is replayed from the log, however late the
+    // stream's task starts reading.
+    let enqueued = poll(&app, &format!("job_id={id}"), 1).await["events"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let resp = app
         .client
         .get(format!("{}/ojs/v1/jobs/{id}/events", app.base))
+        .header("Last-Event-ID", &enqueued)
         .send()
         .await
         .unwrap();
@@ -297,7 +304,6 @@ async fn a_job_stream_follows_the_job_until_it_finishes() {
         "text/event-stream"
     );
     let worker = async {
-        tokio::time::sleep(Duration::from_millis(600)).await;
         app.fetch_one("s", "w").await;
         app.heartbeat(json!({"worker_id": "w", "active_jobs": [id]}))
             .await
@@ -399,17 +405,27 @@ async fn a_queue_stream_follows_the_queue() {
     .expect_error(404, "not_found");
 
     app.push(job("a.b", "qs")).await;
+    // Resumed after the newest event: what follows is replayed from the log, however late the
+    // stream's task starts reading.
+    let newest = poll(&app, "limit=1000", 2).await["events"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let resp = app
         .client
         .get(format!(
             "{}/ojs/v1/queues/qs/events?event_types=job.state_changed",
             app.base
         ))
+        .header("Last-Event-ID", &newest)
         .send()
         .await
         .unwrap();
     let producer = async {
-        tokio::time::sleep(Duration::from_millis(600)).await;
         app.push(job("a.b", "elsewhere")).await;
         app.push(job("c.d", "qs")).await;
     };

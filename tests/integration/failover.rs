@@ -202,9 +202,16 @@ async fn follow_the_primary(loss: Loss) {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let before = seen.lock().unwrap().accepted.len();
-    assert!(before > 10, "few enqueues before the failover: {before}");
+    // Load first: more than 10 enqueues accepted before the primary goes (however slow the
+    // machine, within a minute).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().unwrap().accepted.len() <= 10 {
+        assert!(
+            Instant::now() < deadline,
+            "few enqueues before the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // The primary goes; the standby is promoted.
     let frozen = match loss {

@@ -15,10 +15,13 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
-/// A long poll with `body`, started in the background and parked when this returns.
+/// A long poll with `body`, started in the background and parked when this returns (the
+/// server's line of long polls on its first queue has grown by one).
 async fn parked(app: &TestApp, body: Value) -> tokio::task::JoinHandle<Value> {
+    let queue = body["queues"][0].as_str().expect("a queue").to_owned();
+    let before = app.parked_on(&queue);
     let fetch = app.spawn_fetch(&body);
-    settle().await;
+    app.until_parked(&queue, before + 1).await;
     fetch
 }
 

@@ -369,14 +369,27 @@ async fn sigterm_finishes_in_flight_requests_resigns_and_exits_zero() {
             let resp = api
                 .try_post(
                     "/ojs/v1/workers/fetch",
-                    json!({"queues": ["idle"], "wait_ms": 20000}),
+                    json!({"queues": ["idle"], "wait_ms": 20000, "worker_id": "in-flight"}),
                 )
                 .await
                 .expect("the in-flight request is answered");
             (resp.status, started.elapsed())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // In flight: a FETCH records its worker before it claims.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sqlx::query_scalar::<_, i64>("select count(*) from ojs_worker where id = 'in-flight'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the long poll reached the server"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let stopped = Instant::now();
     a.terminate();
     let (status, waited) = poll.await.unwrap();

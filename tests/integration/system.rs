@@ -205,7 +205,7 @@ async fn shutdown_ends_long_polls_and_stops_cleanly() {
             .await
             .map(|r| r.status().as_u16())
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.until_parked("q", 1).await;
     let stopped = tokio::time::timeout(Duration::from_secs(10), app.stop()).await;
     assert!(
         matches!(stopped, Ok(Ok(()))),

@@ -88,6 +88,8 @@ impl Served {
 pub struct TestApp {
     pub db: TestDb,
     pub api: Client,
+    /// The server's parked long polls.
+    waiters: std::sync::Arc<ojsd::wakeup::waiters::Waiters>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -124,6 +126,7 @@ impl TestApp {
         configure(&mut config);
         let app = Application::build(&config).await.expect("build the server");
         let addr = app.local_addr().expect("bound address");
+        let waiters = app.waiters();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until_stopped(async move {
             let _ = stopped.await;
@@ -131,6 +134,7 @@ impl TestApp {
         TestApp {
             db,
             api: Client::new(format!("http://{addr}")),
+            waiters,
             stop: Some(stop),
             server: Some(server),
         }
@@ -158,6 +162,23 @@ impl TestApp {
             let _ = stopped.await;
         }));
         InProcessReplica { base, stop, server }
+    }
+
+    /// How many FETCHes are parked on `queue` now.
+    pub fn parked_on(&self, queue: &str) -> usize {
+        self.waiters.parked_on(queue)
+    }
+
+    /// Waits (up to 10 s) until at least `n` FETCHes are parked on `queue`.
+    pub async fn until_parked(&self, queue: &str, n: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while self.parked_on(queue) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{n} FETCH(es) parked on {queue} within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Stops the server gracefully and waits for it.
