@@ -7119,7 +7119,7 @@ CREATE TABLE public.ojs_webhook (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT ojs_webhook_events_count CHECK (((cardinality(events) >= 1) AND (cardinality(events) <= 100))),
-    CONSTRAINT ojs_webhook_secret_length CHECK (((octet_length(secret) >= 1) AND (octet_length(secret) <= 1024))),
+    CONSTRAINT ojs_webhook_secret_length CHECK (((octet_length(secret) >= 1) AND (octet_length(secret) <= 2048))),
     CONSTRAINT ojs_webhook_url_length CHECK ((octet_length(url) <= 2048))
 );
 
@@ -7151,7 +7151,7 @@ COMMENT ON COLUMN public.ojs_webhook.events IS 'Event type filters: an exact typ
 -- Name: COLUMN ojs_webhook.secret; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_webhook.secret IS 'The HMAC-SHA256 key of X-OJS-Signature. Never shown after the subscription is created.';
+COMMENT ON COLUMN public.ojs_webhook.secret IS 'The HMAC-SHA256 key of X-OJS-Signature, sealed under the server''s OJS_SECRET_KEY (v1:<key id>:<base64>; see src/secret.rs), never in clear. Shown only in the answer that created the subscription.';
 
 --
 -- Name: COLUMN ojs_webhook.metadata; Type: COMMENT; Schema: public; Owner: -

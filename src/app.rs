@@ -196,6 +196,23 @@ impl Application {
             announcer.clone(),
             hold.clone(),
         );
+        if let Some(keys) = config.secret_keyring()? {
+            tracing::info!(
+                key = keys.current_id(),
+                previous = ?keys.previous_ids().collect::<Vec<_>>(),
+                "secrets are sealed under OJS_SECRET_KEY"
+            );
+        }
+        let resealed = broker
+            .reseal_webhook_secrets()
+            .await
+            .context("cannot seal the webhook secrets under OJS_SECRET_KEY")?;
+        if resealed > 0 {
+            tracing::info!(
+                subscriptions = resealed,
+                "webhook secrets sealed under the current OJS_SECRET_KEY"
+            );
+        }
         let elector = Elector::new(
             db.clone(),
             instance_id.clone(),
@@ -501,6 +518,8 @@ pub fn broker_settings(config: &Config) -> Settings {
             allow_private: config.webhook_allow_private,
             timeout: Duration::from_millis(config.webhook_timeout_ms),
             concurrency: usize::try_from(config.webhook_concurrency).unwrap_or(8),
+            // Checked by `Config::validate` at start.
+            keys: config.secret_keyring().ok().flatten().map(Arc::new),
         },
     }
 }

@@ -175,6 +175,23 @@ pub struct Config {
     #[arg(long, env = "OJS_WEBHOOK_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub webhook_concurrency: u64,
 
+    /// The key secrets are sealed with at rest (webhook subscriptions' HMAC keys): 32 bytes as
+    /// 64 hex digits or in base64 (`ojsd secret-key` prints a new one). Without it, webhook
+    /// subscriptions cannot be created or given a new secret. Every replica needs the same.
+    #[arg(long, env = "OJS_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<Redacted>,
+
+    /// Earlier secret keys (comma-separated), which still open what they sealed: a rotation
+    /// moves the old key here and a new one into OJS_SECRET_KEY; each server seals the secrets
+    /// again under the new key when it starts.
+    #[arg(
+        long,
+        env = "OJS_SECRET_KEY_PREVIOUS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub secret_key_previous: Vec<Redacted>,
+
     /// Queue weights for the `weighted` strategy, e.g. `critical=5,default=2,low=1`. When set
     /// they replace the weights a FETCH sends; queues not named weigh 1, weight 0 = never.
     #[arg(long, env = "OJS_QUEUE_WEIGHTS", value_parser = crate::scheduling::parse_weights_setting)]
@@ -394,6 +411,8 @@ impl Default for Config {
             webhook_allow_private: false,
             webhook_timeout_ms: 10_000,
             webhook_concurrency: 8,
+            secret_key: None,
+            secret_key_previous: Vec::new(),
             default_timeout_secs: DEFAULT_TIMEOUT_SECS,
             default_visibility_timeout_secs: DEFAULT_VISIBILITY_TIMEOUT_SECS,
             heartbeat_interval_secs: DEFAULT_HEARTBEAT_INTERVAL_SECS,
@@ -456,7 +475,26 @@ impl Config {
     /// batches of at least 1,000 jobs.
     ///
     /// [OJS priority levels]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#51-priority-levels
+    /// The keyring of `OJS_SECRET_KEY` and `OJS_SECRET_KEY_PREVIOUS` (`None` without a key).
+    pub fn secret_keyring(&self) -> anyhow::Result<Option<crate::secret::Keyring>> {
+        let Some(current) = self.secret_key.as_ref().filter(|k| !k.0.trim().is_empty()) else {
+            if !self.secret_key_previous.is_empty() {
+                bail!("OJS_SECRET_KEY_PREVIOUS is set without OJS_SECRET_KEY");
+            }
+            return Ok(None);
+        };
+        let previous: Vec<String> = self
+            .secret_key_previous
+            .iter()
+            .map(|k| k.0.clone())
+            .collect();
+        crate::secret::Keyring::new(&current.0, &previous)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!(e))
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.secret_keyring()?;
         if self.max_priority < DEFAULT_MAX_PRIORITY {
             bail!("OJS_MAX_PRIORITY must be at least {DEFAULT_MAX_PRIORITY}");
         }
@@ -650,6 +688,24 @@ fn worker_threads(
 fn parse_validation_mode(s: &str) -> Result<crate::job_schema::ValidationMode, String> {
     crate::job_schema::ValidationMode::from_name(s)
         .ok_or_else(|| format!("'{s}' is not a validation mode: strict, warn or off"))
+}
+
+/// A setting's value that logs and `Debug` never show (a secret key).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Redacted(pub String);
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::str::FromStr for Redacted {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Redacted, Self::Err> {
+        Ok(Redacted(s.to_owned()))
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,9 @@ pub enum Error {
         queue: String,
         operation: &'static str,
     },
+    /// A secret must be sealed and the server has no key (`OJS_SECRET_KEY`).
+    #[error("no OJS_SECRET_KEY to seal secrets with")]
+    SecretKeyMissing,
     /// The worker is unknown.
     #[error("worker {0} not found")]
     WorkerNotFound(String),

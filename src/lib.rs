@@ -17,7 +17,7 @@
 //! | layer | modules | what it holds |
 //! |---|---|---|
 //! | wire | `wire` | how values are spelled in client JSON: verbatim JSON, durations, timestamps, field violations |
-//! | domain | `job` `job_schema` `webhook` `worker` `queue_config` `rate_limit` `scheduling` `cron` `workflow` `tenant` `error` | what a job, worker, queue, rate-limit policy, pool and cron entry are and may do, and what a job type's registered schemas accept; no I/O |
+//! | domain | `job` `job_schema` `webhook` `worker` `queue_config` `rate_limit` `scheduling` `cron` `workflow` `tenant` `secret` `error` | what a job, worker, queue, rate-limit policy, pool and cron entry are and may do, and what a job type's registered schemas accept; no I/O |
 //! | store | `store` | every SQL statement, given a connection |
 //! | infrastructure | `db` `telemetry` `embedded` | connection pools, database health and failover, logs and metrics, the private cluster of `--embedded` |
 //! | runtime | `wakeup` `events` `leadership` `auth` `hold` | per-process machinery: long-poll wake-ups, the event tail, the maintenance lease, the key ring, maintenance mode (the system hold) |
@@ -49,6 +49,7 @@ pub mod maintenance;
 pub mod queue_config;
 pub mod rate_limit;
 pub mod scheduling;
+pub mod secret;
 pub mod store;
 pub mod telemetry;
 pub mod tenant;

@@ -1,5 +1,6 @@
 //! The `ojsd` binary: `ojsd serve` (the default) runs the server, `ojsd migrate` applies the
-//! schema migrations and exits, `ojsd keys` manages API keys. Every setting is documented in
+//! schema migrations and exits, `ojsd keys` manages API keys, `ojsd secret-key` prints a new
+//! secret key. Every setting is documented in
 //! `ojsd --help`.
 
 use clap::{Parser, Subcommand};
@@ -42,6 +43,8 @@ enum Command {
     /// Create, list and revoke API keys (effective on every replica within a second).
     #[command(subcommand)]
     Keys(Keys),
+    /// Print a new random secret key for OJS_SECRET_KEY (64 hex digits), then exit.
+    SecretKey,
 }
 
 #[derive(Subcommand)]
@@ -98,6 +101,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
         } => serve_embedded(cli.config, data_dir).await,
         Command::Keys(command) => keys(&cli.config, command).await,
+        Command::SecretKey => {
+            println!("{}", ojsd::secret::generate_key());
+            Ok(())
+        }
         Command::Migrate => {
             cli.config.validate()?;
             let report = app::migrate(&cli.config).await?;

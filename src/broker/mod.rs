@@ -174,7 +174,7 @@ impl Broker {
             announcer.notifier().clone(),
             hold.clone(),
         );
-        let webhook_sender = webhooks::Sender::new(settings.webhooks);
+        let webhook_sender = webhooks::Sender::new(settings.webhooks.clone());
         Broker {
             webhook_sender,
             enqueuer: Arc::new(enqueuer),

@@ -29,6 +29,7 @@ use super::Broker;
 use crate::error::{Error, Result};
 use crate::events::{EventKey, WireEvent};
 use crate::maintenance::{Pass, Service};
+use crate::secret::Keyring;
 use crate::store;
 use crate::store::event::{EventFilter, EventRow, Position};
 use crate::store::webhook::{NewWebhook, WebhookChange, WebhookRow};
@@ -46,7 +47,7 @@ const SUBSCRIPTIONS_PER_PASS: i64 = 256;
 const MAX_ERROR_CHARS: usize = 300;
 
 /// Delivery settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WebhookSettings {
     /// Deliveries may reach private, loopback and link-local addresses
     /// (`OJS_WEBHOOK_ALLOW_PRIVATE`).
@@ -55,6 +56,9 @@ pub struct WebhookSettings {
     pub timeout: Duration,
     /// Subscriptions delivered to at once.
     pub concurrency: usize,
+    /// The keys subscription secrets are sealed with (`OJS_SECRET_KEY`); without them no
+    /// subscription can be created or given a new secret.
+    pub keys: Option<Arc<Keyring>>,
 }
 
 impl Default for WebhookSettings {
@@ -63,6 +67,7 @@ impl Default for WebhookSettings {
             allow_private: false,
             timeout: Duration::from_secs(10),
             concurrency: 8,
+            keys: None,
         }
     }
 }
@@ -91,29 +96,85 @@ pub struct Attempt {
 }
 
 impl Broker {
-    /// Creates a subscription, delivered the events that come after it.
-    pub async fn create_webhook(&self, input: WebhookInput) -> Result<(WebhookRow, bool)> {
-        let generated = input.secret.is_none();
+    /// The keys secrets are sealed with: 503 without `OJS_SECRET_KEY` (a secret is never kept
+    /// in clear).
+    fn secret_keys(&self) -> Result<&Keyring> {
+        self.settings
+            .webhooks
+            .keys
+            .as_deref()
+            .ok_or(Error::SecretKeyMissing)
+    }
+
+    /// Creates a subscription, delivered the events that come after it. Returns it and its
+    /// secret in clear (the one answer that shows it; the row holds it sealed).
+    pub async fn create_webhook(&self, input: WebhookInput) -> Result<(WebhookRow, String)> {
+        let keys = self.secret_keys()?;
         let secret = input
             .secret
             .unwrap_or_else(|| format!("whsec_{}", hex::encode(rand::random::<[u8; 32]>())));
         let from = store::event::head(&self.db)
             .await?
             .unwrap_or(Position { xid: 0, seq: 0 });
+        let id = Uuid::now_v7();
+        let sealed = keys.seal(&secret, &id.to_string());
         let row = store::webhook::create(
             &self.db,
             &NewWebhook {
-                id: Uuid::now_v7(),
+                id,
                 url: &input.url,
                 events: &input.events,
-                secret: &secret,
+                secret: &sealed,
                 metadata: &input.metadata,
                 active: input.active,
                 from,
             },
         )
         .await?;
-        Ok((row, generated))
+        Ok((row, secret))
+    }
+
+    /// Seals again under the current key every subscription secret that is not (sealed under
+    /// an earlier key, or stored in clear by an earlier release), and says how many there
+    /// were; a secret that opens with none of the keys is left as it is and logged. Each row
+    /// changes only if no one changed it meanwhile, so replicas starting together are safe.
+    pub async fn reseal_webhook_secrets(&self) -> Result<usize> {
+        let Some(keys) = self.settings.webhooks.keys.as_deref() else {
+            let clear = store::webhook::secrets(&self.db)
+                .await?
+                .into_iter()
+                .filter(|(_, stored)| !crate::secret::is_sealed(stored))
+                .count();
+            if clear > 0 {
+                tracing::warn!(
+                    subscriptions = clear,
+                    "webhook secrets are stored in clear (from an earlier release): set \
+                     OJS_SECRET_KEY and restart to seal them"
+                );
+            }
+            return Ok(0);
+        };
+        let mut resealed = 0;
+        for (id, stored) in store::webhook::secrets(&self.db).await? {
+            if keys.is_current(&stored) {
+                continue;
+            }
+            let owner = id.to_string();
+            let secret = match keys.open(&stored, &owner) {
+                Ok(secret) => secret,
+                Err(crate::secret::OpenError::NotSealed) => stored.clone(),
+                Err(e) => {
+                    tracing::warn!(subscription = %id, error = %e, "a webhook secret cannot be opened; its deliveries will fail until its key is in OJS_SECRET_KEY_PREVIOUS or it is given a new secret");
+                    continue;
+                }
+            };
+            if store::webhook::replace_secret(&self.db, id, &stored, &keys.seal(&secret, &owner))
+                .await?
+            {
+                resealed += 1;
+            }
+        }
+        Ok(resealed)
     }
 
     pub async fn webhooks(&self, limit: i64, offset: i64) -> Result<(Vec<WebhookRow>, i64)> {
@@ -126,8 +187,17 @@ impl Broker {
             .ok_or(Error::WebhookNotFound(id))
     }
 
+    /// Changes a subscription; a new secret is sealed (503 without `OJS_SECRET_KEY`).
     pub async fn update_webhook(&self, id: Uuid, change: &WebhookChange<'_>) -> Result<WebhookRow> {
-        store::webhook::update(&self.db, id, change)
+        let sealed = match change.secret {
+            Some(secret) => Some(self.secret_keys()?.seal(secret, &id.to_string())),
+            None => None,
+        };
+        let change = WebhookChange {
+            secret: sealed.as_deref(),
+            ..change.clone()
+        };
+        store::webhook::update(&self.db, id, &change)
             .await?
             .ok_or(Error::WebhookNotFound(id))
     }
@@ -217,8 +287,24 @@ impl Sender {
         {
             return fail(refusal(&ip));
         }
+        // Sealed at rest: opened for this delivery only. A secret stored in clear by an
+        // earlier release (sealed at the next start with a key) is used as it is.
+        let secret = match self.settings.keys.as_deref() {
+            Some(keys) => match keys.open(&to.secret, &to.id.to_string()) {
+                Ok(secret) => secret,
+                Err(crate::secret::OpenError::NotSealed) => to.secret.clone(),
+                Err(e) => return fail(format!("the subscription's secret cannot be opened: {e}")),
+            },
+            None if crate::secret::is_sealed(&to.secret) => {
+                return fail(
+                    "the subscription's secret is sealed and this server has no OJS_SECRET_KEY"
+                        .to_owned(),
+                );
+            }
+            None => to.secret.clone(),
+        };
         let timestamp = Utc::now().timestamp();
-        let signature = webhook::signature(&to.secret, timestamp, &body);
+        let signature = webhook::signature(&secret, timestamp, &body);
         let sent = self
             .client
             .post(url)

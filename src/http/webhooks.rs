@@ -89,7 +89,8 @@ struct Wire {
 }
 
 impl Wire {
-    fn of(row: WebhookRow, with_secret: bool) -> Wire {
+    /// The subscription as shown (`secret`: the secret in clear, only when it was just made).
+    fn of(row: WebhookRow, secret: Option<String>) -> Wire {
         Wire {
             id: row.id.to_string(),
             url: row.url,
@@ -99,7 +100,7 @@ impl Wire {
             paused_reason: row.paused_reason,
             paused_at: row.paused_at.map(timestamp::format),
             metadata: row.metadata,
-            secret: with_secret.then_some(row.secret),
+            secret,
             delivered: row.delivered,
             failure_count: row.failure_count,
             last_delivery_at: row.last_delivery_at.map(timestamp::format),
@@ -123,8 +124,8 @@ struct Both {
     subscription: Wire,
 }
 
-fn both(row: WebhookRow, with_secret: bool) -> Both {
-    let wire = Wire::of(row, with_secret);
+fn both(row: WebhookRow, secret: Option<String>) -> Both {
+    let wire = Wire::of(row, secret);
     Both {
         bare: wire.clone(),
         subscription: wire,
@@ -241,7 +242,7 @@ async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Respons
             "'events' is required: the event types to deliver (job.completed, job.*, *)",
         )
     })?;
-    let (row, _) = state
+    let (row, secret) = state
         .broker()
         .create_webhook(WebhookInput {
             url,
@@ -251,7 +252,7 @@ async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Respons
             active: g.active.unwrap_or(true),
         })
         .await?;
-    Ok(Ojs(StatusCode::CREATED, both(row, true)).into_response())
+    Ok(Ojs(StatusCode::CREATED, both(row, Some(secret))).into_response())
 }
 
 /// `GET /ojs/v1/webhooks/subscriptions`.
@@ -269,7 +270,7 @@ async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Respons
 async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
     let (rows, total) = state.broker().webhooks(page.limit, page.offset).await?;
-    let items: Vec<Wire> = rows.into_iter().map(|r| Wire::of(r, false)).collect();
+    let items: Vec<Wire> = rows.into_iter().map(|r| Wire::of(r, None)).collect();
     Ok(ok(List {
         subscriptions: items.clone(),
         items,
@@ -293,7 +294,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 )]
 async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let row = state.broker().webhook(subscription_id(&id)?).await?;
-    Ok(ok(both(row, false)).into_response())
+    Ok(ok(both(row, None)).into_response())
 }
 
 async fn change(state: &AppState, id: &str, body: OptionalJsonBody) -> Result<Response, ApiError> {
@@ -321,7 +322,7 @@ async fn change(state: &AppState, id: &str, body: OptionalJsonBody) -> Result<Re
             },
         )
         .await?;
-    Ok(ok(both(row, false)).into_response())
+    Ok(ok(both(row, None)).into_response())
 }
 
 /// What a change may name (documentation): any of these; the others keep their values.

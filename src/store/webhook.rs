@@ -159,6 +159,33 @@ pub async fn update(
     .await
 }
 
+/// Every subscription's id and stored secret.
+pub async fn secrets(db: impl PgExecutor<'_>) -> Result<Vec<(Uuid, String)>, sqlx::Error> {
+    let rows = sqlx::query!("select id, secret from ojs_webhook order by id")
+        .fetch_all(db)
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.id, r.secret)).collect())
+}
+
+/// Replaces a subscription's stored secret `old` with `new` (sealed again); `false` when it
+/// changed meanwhile (or the subscription is gone).
+pub async fn replace_secret(
+    db: impl PgExecutor<'_>,
+    id: Uuid,
+    old: &str,
+    new: &str,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query!(
+        "update ojs_webhook set secret = $3 where id = $1 and secret = $2",
+        id,
+        old,
+        new
+    )
+    .execute(db)
+    .await?;
+    Ok(done.rows_affected() > 0)
+}
+
 pub async fn delete(db: impl PgExecutor<'_>, id: Uuid) -> Result<bool, sqlx::Error> {
     let done = sqlx::query!("delete from ojs_webhook where id = $1", id)
         .execute(db)

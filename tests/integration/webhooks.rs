@@ -500,3 +500,150 @@ async fn events_pruned_before_delivery_are_reported_as_a_gap() {
         .collect();
     assert_eq!(subjects, [later]);
 }
+
+/// The database's data as `pg_dump` writes it.
+fn dump(app: &TestApp) -> String {
+    let output = std::process::Command::new("pg_dump")
+        .args(["--data-only", "--dbname", &app.db.url()])
+        .output()
+        .expect("pg_dump runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+const SECRET: &str = "s3cret-that-must-not-be-readable";
+
+#[tokio::test]
+async fn a_secret_is_kept_sealed_a_dump_never_shows_it_and_deliveries_are_signed_with_it() {
+    let app = TestApp::spawn().await;
+    let (receiver, addr) = Receiver::start(SECRET, 0).await;
+    let sub = subscribe(&app, addr, json!(["job.*"]), SECRET).await;
+    assert_eq!(sub["secret"], SECRET, "shown in the answer that made it");
+    let generated = app
+        .post(
+            SUBS,
+            json!({"url": "https://example.com/g", "events": ["*"]}),
+        )
+        .await
+        .expect(201)
+        .json["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stored: Vec<String> = sqlx::query_scalar("select secret from ojs_webhook")
+        .fetch_all(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 2);
+    for sealed in &stored {
+        assert!(sealed.starts_with("v1:"), "{sealed}");
+    }
+    let dump = dump(&app);
+    assert!(dump.contains("ojs_webhook"), "the dump holds the table");
+    for secret in [SECRET, generated.as_str()] {
+        assert!(!dump.contains(secret), "{secret} in the dump");
+    }
+    // A new secret is sealed too, and signs from then on.
+    let id = sub["id"].as_str().unwrap().to_owned();
+    let again = "another-s3cret-value";
+    app.put(&format!("{SUBS}/{id}"), json!({"secret": again}))
+        .await
+        .expect(200);
+    assert!(!dump_of_secrets(&app).await.contains(again));
+    app.put(&format!("{SUBS}/{id}"), json!({"secret": SECRET}))
+        .await
+        .expect(200);
+    app.push_id(json!({"type": "w.a", "args": []})).await;
+    deliver_until(&app.webhook_deliverer(true), &receiver, 1).await;
+    assert!(receiver.got().iter().all(|r| r.signature_ok));
+}
+
+async fn dump_of_secrets(app: &TestApp) -> String {
+    sqlx::query_scalar::<_, String>("select string_agg(w::text, ' ') from ojs_webhook w")
+        .fetch_one(app.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn without_a_secret_key_no_subscription_is_made_and_nothing_is_written() {
+    let app = TestApp::spawn_with(|c| c.secret_key = None).await;
+    let refused = app
+        .post(
+            SUBS,
+            json!({"url": "https://example.com/h", "events": ["*"], "secret": SECRET}),
+        )
+        .await
+        .expect_error(503, "backend_error")
+        .json;
+    assert_eq!(
+        refused["error"]["details"]["reason"], "secret_key_missing",
+        "{refused}"
+    );
+    assert_eq!(refused["error"]["retryable"], false);
+    let rows: i64 = sqlx::query_scalar("select count(*) from ojs_webhook")
+        .fetch_one(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+}
+
+#[tokio::test]
+async fn a_new_key_seals_every_secret_again_at_start_and_clear_ones_from_before_are_sealed() {
+    const NEW_KEY: &str = "0f0e0d0c0b0a09080706050403020100f0e0d0c0b0a090807060504030201000";
+    let app = TestApp::spawn().await;
+    let (receiver, addr) = Receiver::start(SECRET, 0).await;
+    let sub = subscribe(&app, addr, json!(["job.*"]), SECRET).await;
+    let id = sub["id"].as_str().unwrap().to_owned();
+    // A subscription an earlier release stored with its secret in clear.
+    app.sql(
+        "insert into ojs_webhook (id, url, events, secret, cursor_xid, cursor_seq)
+         values ('0196b7a0-0000-7000-8000-0000000000aa', 'https://example.com/old', '{*}',
+                 'legacy-clear-secret', 0, 0)",
+    )
+    .await;
+    // A replica starts with the new key, the old one in OJS_SECRET_KEY_PREVIOUS.
+    let rotated = app
+        .spawn_replica(|c| {
+            c.secret_key = Some(ojsd::config::Redacted(NEW_KEY.to_owned()));
+            c.secret_key_previous = vec![crate::support::app::test_secret_key()];
+        })
+        .await;
+    let new_id = ojsd::secret::Keyring::new(NEW_KEY, &[])
+        .unwrap()
+        .current_id()
+        .to_owned();
+    let stored: Vec<String> = sqlx::query_scalar("select secret from ojs_webhook")
+        .fetch_all(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 2);
+    for sealed in &stored {
+        assert!(sealed.starts_with(&format!("v1:{new_id}:")), "{sealed}");
+    }
+    assert!(!dump_of_secrets(&app).await.contains("legacy-clear-secret"));
+    // Deliveries under the new key sign with the same secret.
+    app.push_id(json!({"type": "w.a", "args": []})).await;
+    let deliverer = app.webhook_deliverer_with(|c| {
+        c.webhook_allow_private = true;
+        c.secret_key = Some(ojsd::config::Redacted(NEW_KEY.to_owned()));
+    });
+    deliver_until(&deliverer, &receiver, 1).await;
+    assert!(receiver.got().iter().all(|r| r.signature_ok));
+    // A server that has only the old key cannot open it: the delivery fails, and says why.
+    app.push_id(json!({"type": "w.a", "args": []})).await;
+    let stale = app.webhook_deliverer(true);
+    let state = pass_until(&app, &stale, &id, |s| s["failure_count"] != 0).await;
+    assert!(
+        state["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cannot be opened"),
+        "{state}"
+    );
+    rotated.stop().await;
+}

@@ -138,6 +138,18 @@ impl From<Error> for ApiError {
             )
             .with_details(json!({"resource_type": "dead_letter", "resource_id": id.to_string()})),
             Error::WorkerNotFound(id) => ApiError::not_found("worker", &id),
+            // The server's configuration, not the request: 503, and retrying will not help
+            // until an operator sets the key.
+            Error::SecretKeyMissing => {
+                let mut e = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "backend_error",
+                    "This server has no OJS_SECRET_KEY: webhook secrets are kept only sealed under it, so subscriptions cannot be created or given a new secret. Ask the operator to set it (`ojsd secret-key` makes one).",
+                )
+                .with_details(json!({"reason": "secret_key_missing", "setting": "OJS_SECRET_KEY"}));
+                e.retryable = false;
+                e
+            }
             Error::InvalidConfig(ConfigError::Invalid(v)) => ApiError::invalid_field(&v.path, v.message),
             Error::InvalidConfig(ConfigError::Retry(violations)) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,

@@ -102,6 +102,14 @@ impl std::ops::Deref for TestApp {
     }
 }
 
+/// The secret key of test servers (`OJS_SECRET_KEY`).
+pub const TEST_SECRET_KEY: &str =
+    "6f6a73642074657374206b65793a206e6f7420666f722070726f64756374696f";
+
+pub fn test_secret_key() -> ojsd::config::Redacted {
+    ojsd::config::Redacted(TEST_SECRET_KEY.to_owned())
+}
+
 impl TestApp {
     /// A server with test hooks on and default settings, except that it never runs the
     /// maintenance services (tests drive them with `run_once`; see [`TestApp::spawn_with`]).
@@ -121,6 +129,7 @@ impl TestApp {
             db_max_connections: 10,
             db_min_connections: 1,
             maintenance: false,
+            secret_key: Some(test_secret_key()),
             ..Config::default()
         };
         configure(&mut config);
@@ -150,6 +159,7 @@ impl TestApp {
             db_max_connections: 6,
             db_min_connections: 1,
             maintenance: false,
+            secret_key: Some(test_secret_key()),
             ..Config::default()
         };
         configure(&mut config);
@@ -328,11 +338,20 @@ impl TestApp {
         &self,
         allow_private: bool,
     ) -> ojsd::broker::webhooks::WebhookDeliverer {
-        let config = Config {
-            webhook_allow_private: allow_private,
+        self.webhook_deliverer_with(|c| c.webhook_allow_private = allow_private)
+    }
+
+    /// [`TestApp::webhook_deliverer`] with the settings `configure` adjusts (its secret keys).
+    pub fn webhook_deliverer_with(
+        &self,
+        configure: impl FnOnce(&mut Config),
+    ) -> ojsd::broker::webhooks::WebhookDeliverer {
+        let mut config = Config {
             webhook_timeout_ms: 2_000,
+            secret_key: Some(test_secret_key()),
             ..Config::default()
         };
+        configure(&mut config);
         let health = ojsd::db::DbHealth::default();
         let broker = ojsd::broker::Broker::new(
             self.pool().clone(),
