@@ -304,9 +304,11 @@ def before_call(context, case, kwargs):
 
 @schemathesis.check
 def refused_requests_change_nothing(ctx, response, case):
-    """A 4xx answer leaves every table as the request found it. One documented exception: a
+    """A 4xx answer leaves every table as the request found it. Documented exceptions: a
     PUSH refused for a full queue (429) records `queue.full` and `backpressure.rejected` (the
-    backpressure extension's events, at most a pair per queue per second), and nothing else."""
+    backpressure extension's events, at most a pair per queue per second), and one refused for
+    a tenant's limit records `tenant.limit_exceeded` (the multi-tenancy extension's event), and
+    nothing else."""
     if not 400 <= response.status_code < 500 or _before is None:
         return None
     after = fingerprint()
@@ -314,7 +316,8 @@ def refused_requests_change_nothing(ctx, response, case):
     if response.status_code == 429 and changed == ["ojs_event"]:
         (others,) = _db().execute(
             "select count(*) from ojs_event"
-            " where seq > %s and type not in ('queue.full', 'backpressure.rejected')",
+            " where seq > %s and type not in ('queue.full', 'backpressure.rejected',"
+            " 'tenant.limit_exceeded')",
             (_before_event,),
         ).fetchone()
         if others == 0:

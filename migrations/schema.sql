@@ -868,6 +868,7 @@ CREATE FUNCTION public.ojs_enqueue(job json) RETURNS json
 declare
     out_jobs ojs_job[] := ojs_enqueue_bodies(array[job], false);
 begin
+    perform ojs_tenant_enqueued(out_jobs);
     return ('{"job":' || ojs_job_wire(out_jobs[1])::text || '}')::json;
 end;
 $$;
@@ -940,6 +941,7 @@ begin
         perform ojs_enqueue_refuse_violations(jsonb_build_array(jsonb_build_object('path', '$.jobs', 'message', format('''jobs'' must hold 1 to %s jobs, got %s', s.max_batch_jobs, n))), null, 400, 'invalid_request');
     end if;
     out_jobs := ojs_enqueue_bodies(array(select e from json_array_elements(items) with ordinality as x(e, i) order by i), true);
+    perform ojs_tenant_enqueued(out_jobs);
     return ('{"jobs":[' || (select string_agg(ojs_job_wire(out_jobs[k])::text, ',' order by k)
                               from generate_subscripts(out_jobs, 1) as k)
             || '],"count":' || cardinality(out_jobs) || '}')::json;
@@ -1431,6 +1433,7 @@ begin
         'type', type, 'args', args, 'queue', queue, 'priority', priority,
         'scheduled_at', to_char(scheduled_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
         'meta', meta, 'options', options, 'id', id))], false);
+    perform ojs_tenant_enqueued(out_jobs);
     return out_jobs[1].id;
 end;
 $$;
@@ -2585,6 +2588,55 @@ CREATE FUNCTION public.ojs_job_size(args json, meta json) RETURNS bigint
 COMMENT ON FUNCTION public.ojs_job_size(args json, meta json) IS 'Size a job counts for against its queue''s max_size_bytes: bytes of args plus bytes of meta, as stored. Used by the capacity triggers and when a queue becomes bounded or drops its oldest jobs; the enqueue statement computes the same sum from its input.';
 
 --
+-- Name: ojs_job_tenant_hold(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_tenant_hold() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+begin
+    if exists (select from ojs_tenant t where t.id = new.tenant and t.max_concurrency is not null) then
+        new.rate_held := false;
+        -- An enqueue releases its tenants itself once it commits; a job that becomes available
+        -- again tells the releasers.
+        if tg_op = 'UPDATE' then
+            perform pg_notify('ojs_tenant', new.tenant);
+        end if;
+    end if;
+    return new;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_tenant_hold(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_tenant_hold() IS 'Trigger function: holds (rate_held = false) a job of a tenant with max_concurrency as it becomes available; notifies ojs_tenant when it becomes available again.';
+
+--
+-- Name: ojs_job_tenant_room(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_tenant_room() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+begin
+    if ojs_tenant_holds(old.tenant) then
+        perform pg_notify('ojs_tenant', old.tenant);
+    end if;
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_tenant_room(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_tenant_room() IS 'Trigger function: notifies ojs_tenant when a job in flight of a tenant that holds jobs back leaves flight.';
+
+--
 -- Name: ojs_job_wire(public.ojs_job); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -3658,6 +3710,203 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ojs_retry_read(raw json, path text, OUT stored text, OUT max_attempts integer, OUT violations jsonb) IS 'A retry object read with defaults: the stored effective policy ({} for the default) and max_attempts, or the violations.';
+
+--
+-- Name: ojs_tenant_admit(text[], integer[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_tenant_admit(tenants text[], jobs integer[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    t ojs_tenant;
+    n integer;
+    started bigint;
+    oldest timestamptz;
+    depth bigint;
+begin
+    for t in select * from ojs_tenant x
+              where x.id = any(tenants)
+                and (x.max_enqueue_rate is not null or x.max_queue_depth is not null)
+              order by x.id
+                for update
+    loop
+        n := jobs[array_position(tenants, t.id)];
+        if t.max_enqueue_rate is not null then
+            select coalesce(sum(w.jobs), 0), min(w.started_at) into started, oldest
+              from ojs_rate_window w
+             where w.key = 'tenant:' || t.id
+               and w.started_at > now() - t.enqueue_period_ms * interval '1 millisecond';
+            if started + n > t.max_enqueue_rate then
+                raise exception using
+                    errcode = 'OJ005',
+                    message = format('tenant %s is at its max_enqueue_rate', t.id),
+                    detail = json_build_object(
+                        'tenant_id', t.id, 'limit', 'max_enqueue_rate', 'current', started,
+                        'maximum', t.max_enqueue_rate, 'requested', n,
+                        'retry_after_ms', greatest(1, ceil(extract(epoch from
+                            coalesce(oldest, now()) + t.enqueue_period_ms * interval '1 millisecond'
+                            - now()) * 1000)))::text;
+            end if;
+            delete from ojs_rate_window w
+             where w.key = 'tenant:' || t.id
+               and w.started_at <= now() - t.enqueue_period_ms * interval '1 millisecond';
+            insert into ojs_rate_window (key, started_at, jobs) values ('tenant:' || t.id, now(), n);
+        end if;
+        if t.max_queue_depth is not null then
+            -- The enqueue's own jobs are among those counted (it runs after the insert).
+            select count(*) into depth
+              from (select from ojs_job j
+                     where j.tenant = t.id and j.tenant <> ''
+                       and j.state in ('scheduled', 'available', 'pending', 'retryable')
+                     limit t.max_queue_depth + n + 1) d;
+            if depth > t.max_queue_depth then
+                raise exception using
+                    errcode = 'OJ005',
+                    message = format('tenant %s is at its max_queue_depth', t.id),
+                    detail = json_build_object(
+                        'tenant_id', t.id, 'limit', 'max_queue_depth',
+                        'current', greatest(depth - n, 0), 'maximum', t.max_queue_depth,
+                        'requested', n, 'retry_after_ms', 1000)::text;
+            end if;
+        end if;
+    end loop;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_tenant_admit(tenants text[], jobs integer[]); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_tenant_admit(tenants text[], jobs integer[]) IS 'Admission of an enqueue (after its insert, in its transaction) by its tenants'' max_enqueue_rate and max_queue_depth, under their row locks in id order; records the enqueues in ojs_rate_window (tenant:<id>); raises OJ005 past a limit.';
+
+--
+-- Name: ojs_tenant_enqueued(public.ojs_job[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_tenant_enqueued(jobs public.ojs_job[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    held text;
+    refusal jsonb;
+begin
+    begin
+        perform ojs_tenant_admit(array_agg(g.tenant), array_agg(g.n))
+           from (select j.tenant, count(*)::integer as n from unnest(jobs) j
+                  where j.tenant <> '' group by j.tenant) g
+         having count(*) > 0;
+    exception
+        when sqlstate 'OJ005' then
+            get stacked diagnostics refusal = pg_exception_detail;
+            perform ojs_enqueue_refuse(429, 'TENANT_LIMIT_EXCEEDED',
+                format('Tenant ''%s'' has exceeded %s (%s).', refusal ->> 'tenant_id',
+                       refusal ->> 'limit', refusal ->> 'maximum'),
+                refusal - 'retry_after_ms' || jsonb_build_object('retry_after_seconds',
+                    ceil((refusal ->> 'retry_after_ms')::numeric / 1000)),
+                true);
+    end;
+    for held in select distinct j.tenant from unnest(jobs) j
+                 where j.tenant <> '' and j.rate_held = false
+    loop
+        perform pg_notify('ojs_tenant', held);
+    end loop;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_tenant_enqueued(jobs public.ojs_job[]); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_tenant_enqueued(jobs public.ojs_job[]) IS 'What the SQL door runs after its insert: ojs_tenant_admit for its jobs'' tenants, and NOTIFY ojs_tenant for tenants whose new jobs are held.';
+
+--
+-- Name: ojs_tenant_holds(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_tenant_holds(tenant text) RETURNS boolean
+    LANGUAGE sql STABLE
+    SET search_path TO '$user', 'public'
+    RETURN (EXISTS (SELECT FROM public.ojs_job j WHERE ((j.tenant = ojs_tenant_holds.tenant) AND (j.state = 'available'::public.ojs_job_state) AND (j.rate_held = false))));
+
+--
+-- Name: FUNCTION ojs_tenant_holds(tenant text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_tenant_holds(tenant text) IS 'Whether a tenant holds jobs back (its concurrency limit).';
+
+--
+-- Name: ojs_tenant_release(text, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_tenant_release(p_tenant text, wake boolean DEFAULT true) RETURNS TABLE(released_queue text, released_jobs integer)
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    lim integer;
+    flight integer;
+    allow integer;
+    queues text[];
+    keys text[];
+    k text;
+begin
+    if not ojs_tenant_holds(p_tenant) then
+        return;
+    end if;
+    select t.max_concurrency into lim from ojs_tenant t where t.id = p_tenant for update;
+    if lim is null then
+        -- No limit (any more): everything held goes.
+        allow := 2147483647;
+    else
+        -- Its own statement, after the lock: it sees what committed while this waited.
+        select count(*) into flight
+          from (select from ojs_job j
+                 where j.tenant = p_tenant and j.tenant <> ''
+                   and j.state in ('available', 'active') and j.rate_held is not false
+                 limit lim + 1) f;
+        allow := lim - flight;
+    end if;
+    if allow <= 0 then
+        return;
+    end if;
+    with r as (
+        select j.id from ojs_job j
+         where j.tenant = p_tenant and j.state = 'available' and j.rate_held = false
+         order by j.priority, j.enqueued_at, j.seq
+         limit allow
+           for update skip locked
+    ),
+    let_go as (
+        update ojs_job j set rate_held = case when j.rate_key is not null then true end
+          from r
+         where j.id = r.id
+        returning j.queue, j.rate_key
+    )
+    select array_agg(l.queue) filter (where l.rate_key is null),
+           array_agg(distinct l.rate_key) filter (where l.rate_key is not null)
+      into queues, keys
+      from let_go l;
+    if wake then
+        perform pg_notify('ojs_job_available', format('%s - - - %s', q.queue, q.n))
+           from (select u.queue, count(*) as n from unnest(queues) u(queue) group by u.queue) q;
+    end if;
+    return query
+        select u.queue, count(*)::integer from unnest(queues) u(queue) group by u.queue;
+    -- Released jobs with a key wait for it now.
+    foreach k in array coalesce(keys, '{}') loop
+        return query select r.released_queue, r.released_jobs from ojs_rate_release(k, wake) r;
+    end loop;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_tenant_release(p_tenant text, wake boolean); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_tenant_release(p_tenant text, wake boolean) IS 'Releases a tenant''s held jobs as far as its max_concurrency allows (all of them without one), under its row lock, in dispatch order; released jobs with a rate-limit key then wait for their key. Returns the queues that gained jobs; wake: NOTIFY ojs_job_available for them.';
 
 --
 -- Name: ojs_fair_queue; Type: TABLE; Schema: public; Owner: -
@@ -7020,7 +7269,7 @@ COMMENT ON TABLE public.ojs_rate_window IS 'Job starts under a rate limit: one r
 -- Name: COLUMN ojs_rate_window.key; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.ojs_rate_window.key IS 'Whose starts: queue:<queue name> for a queue''s limit, key:<key> for a job rate-limit key (a key may itself be named queue:<name>).';
+COMMENT ON COLUMN public.ojs_rate_window.key IS 'Whose starts (or enqueues): queue:<queue name> for a queue''s limit, key:<key> for a job rate-limit key, tenant:<id> for a tenant''s max_enqueue_rate (its enqueues).';
 
 --
 -- Name: COLUMN ojs_rate_window.started_at; Type: COMMENT; Schema: public; Owner: -
@@ -7091,6 +7340,78 @@ COMMENT ON COLUMN public.ojs_system_hold.ends_at IS 'When it lifts by itself; nu
 --
 
 COMMENT ON COLUMN public.ojs_system_hold.updated_at IS 'When the row last changed.';
+
+--
+-- Name: ojs_tenant; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_tenant (
+    id text NOT NULL,
+    max_concurrency integer,
+    max_enqueue_rate integer,
+    enqueue_period_ms bigint,
+    max_queue_depth integer,
+    reason text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_tenant_id_format CHECK (((id ~ '^[a-zA-Z0-9][a-zA-Z0-9._:-]*$'::text) AND (octet_length(id) <= 255))),
+    CONSTRAINT ojs_tenant_limits_valid CHECK ((((max_concurrency IS NULL) OR (max_concurrency >= 0)) AND ((max_enqueue_rate IS NULL) = (enqueue_period_ms IS NULL)) AND ((max_enqueue_rate IS NULL) OR ((max_enqueue_rate >= 1) AND (enqueue_period_ms >= 1))) AND ((max_queue_depth IS NULL) OR (max_queue_depth >= 0)))),
+    CONSTRAINT ojs_tenant_reason_length CHECK (((reason IS NULL) OR (char_length(reason) <= 1000)))
+);
+
+--
+-- Name: TABLE ojs_tenant; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_tenant IS 'Tenants an operator configured (PUT /ojs/v1/admin/tenants/{id}), with their limits; a tenant named only by its jobs has no row. Limits are kept by ojs_tenant_release (concurrency, with the rate-limit keys'' hold) and ojs_tenant_admit (enqueue rate and depth); changes bump ojs_queue_config_generation.';
+
+--
+-- Name: COLUMN ojs_tenant.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_tenant.id IS 'The tenant id (meta.tenant_id, X-OJS-Tenant).';
+
+--
+-- Name: COLUMN ojs_tenant.max_concurrency; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_tenant.max_concurrency IS 'Most of the tenant''s jobs in flight at once (released and not yet claimed, or active), across queues and replicas; 0 holds them all; null: no limit.';
+
+--
+-- Name: COLUMN ojs_tenant.max_enqueue_rate; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_tenant.max_enqueue_rate IS 'Most jobs the tenant may enqueue within enqueue_period_ms (a sliding window; past it enqueues are refused with 429); null: no limit.';
+
+--
+-- Name: COLUMN ojs_tenant.enqueue_period_ms; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_tenant.enqueue_period_ms IS 'The enqueue-rate window, in milliseconds.';
+
+--
+-- Name: COLUMN ojs_tenant.max_queue_depth; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_tenant.max_queue_depth IS 'Most of the tenant''s jobs waiting (scheduled, available, pending or retryable); past it enqueues are refused with 429; null: no limit.';
+
+--
+-- Name: COLUMN ojs_tenant.reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_tenant.reason IS 'Why the limits were last changed, as the operator said.';
+
+--
+-- Name: COLUMN ojs_tenant.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_tenant.created_at IS 'When the tenant was first configured.';
+
+--
+-- Name: COLUMN ojs_tenant.updated_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_tenant.updated_at IS 'When its limits last changed.';
 
 --
 -- Name: ojs_webhook; Type: TABLE; Schema: public; Owner: -
@@ -7725,6 +8046,13 @@ ALTER TABLE ONLY public.ojs_system_hold
     ADD CONSTRAINT ojs_system_hold_pkey PRIMARY KEY (id);
 
 --
+-- Name: ojs_tenant ojs_tenant_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_tenant
+    ADD CONSTRAINT ojs_tenant_pkey PRIMARY KEY (id);
+
+--
 -- Name: ojs_webhook ojs_webhook_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -7949,6 +8277,30 @@ CREATE INDEX ojs_job_retry_due_idx ON public.ojs_job USING btree (next_retry_at)
 CREATE INDEX ojs_job_scheduled_due_idx ON public.ojs_job USING btree (scheduled_at) WHERE (state = 'scheduled'::public.ojs_job_state);
 
 --
+-- Name: ojs_job_tenant_flight_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_tenant_flight_idx ON public.ojs_job USING btree (tenant) WHERE ((tenant <> ''::text) AND (state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])) AND (rate_held IS NOT FALSE));
+
+--
+-- Name: INDEX ojs_job_tenant_flight_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.ojs_job_tenant_flight_idx IS 'A tenant''s jobs in flight (released and not claimed, or active), counted against its max_concurrency.';
+
+--
+-- Name: ojs_job_tenant_held_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_tenant_held_idx ON public.ojs_job USING btree (tenant, priority, enqueued_at, seq) WHERE ((state = 'available'::public.ojs_job_state) AND (rate_held = false));
+
+--
+-- Name: INDEX ojs_job_tenant_held_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.ojs_job_tenant_held_idx IS 'A tenant''s held jobs (rate_held = false) in release order.';
+
+--
 -- Name: ojs_job_tenant_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -8139,6 +8491,54 @@ CREATE TRIGGER ojs_job_rate_hold_update BEFORE UPDATE OF state ON public.ojs_job
 --
 
 COMMENT ON TRIGGER ojs_job_rate_hold_update ON public.ojs_job IS 'A keyed job that becomes available again is held; one that leaves active frees room in its key.';
+
+--
+-- Name: ojs_job ojs_job_tenant_hold_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_tenant_hold_insert BEFORE INSERT ON public.ojs_job FOR EACH ROW WHEN (((new.tenant <> ''::text) AND (new.state = 'available'::public.ojs_job_state))) EXECUTE FUNCTION public.ojs_job_tenant_hold();
+
+--
+-- Name: TRIGGER ojs_job_tenant_hold_insert ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_tenant_hold_insert ON public.ojs_job IS 'A job of a tenant with a concurrency limit is enqueued held; the enqueue releases what the tenant allows once it commits.';
+
+--
+-- Name: ojs_job ojs_job_tenant_hold_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_tenant_hold_update BEFORE UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN (((new.tenant <> ''::text) AND (new.state = 'available'::public.ojs_job_state) AND (old.state <> 'available'::public.ojs_job_state))) EXECUTE FUNCTION public.ojs_job_tenant_hold();
+
+--
+-- Name: TRIGGER ojs_job_tenant_hold_update ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_tenant_hold_update ON public.ojs_job IS 'A job of a tenant with a concurrency limit that becomes available again is held.';
+
+--
+-- Name: ojs_job ojs_job_tenant_room_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_tenant_room_delete AFTER DELETE ON public.ojs_job FOR EACH ROW WHEN (((old.tenant <> ''::text) AND (old.state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])) AND (old.rate_held IS NOT FALSE))) EXECUTE FUNCTION public.ojs_job_tenant_room();
+
+--
+-- Name: TRIGGER ojs_job_tenant_room_delete ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_tenant_room_delete ON public.ojs_job IS 'A tenant''s job in flight deleted (completed by its ACK, purged) frees room for its held jobs.';
+
+--
+-- Name: ojs_job ojs_job_tenant_room_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_tenant_room_update AFTER UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN (((old.tenant <> ''::text) AND (old.state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])) AND (old.rate_held IS NOT FALSE) AND (new.state <> ALL (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])))) EXECUTE FUNCTION public.ojs_job_tenant_room();
+
+--
+-- Name: TRIGGER ojs_job_tenant_room_update ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_tenant_room_update ON public.ojs_job IS 'A tenant''s job leaving flight (finished, failed, rescheduled) frees room for its held jobs.';
 
 --
 -- Name: ojs_job_done ojs_job_workflow_completed; Type: TRIGGER; Schema: public; Owner: -

@@ -66,6 +66,12 @@ pub enum Error {
         queue: String,
         operation: &'static str,
     },
+    /// The tenant has no configuration (limits) to change or delete.
+    #[error("tenant {0} is not configured")]
+    TenantNotConfigured(String),
+    /// An enqueue would take a tenant past its enqueue rate or depth (429).
+    #[error("tenant {} is at its {}", .0.tenant_id, .0.limit)]
+    TenantLimitExceeded(crate::tenant::LimitExceeded),
     /// A secret must be sealed and the server has no key (`OJS_SECRET_KEY`).
     #[error("no OJS_SECRET_KEY to seal secrets with")]
     SecretKeyMissing,

@@ -400,6 +400,55 @@ pub fn rate_keys((keys, limited, held): (i64, i64, i64)) {
     gauge!("ojs_rate_limit_held_jobs").set(held as f64);
 }
 
+/// Sets the per-tenant gauges of the configured tenants (at most
+/// [`crate::store::tenant::MAX_LABELLED_TENANTS`] labels, the rest as `_other`):
+/// `ojs_tenant_jobs{tenant_id,state}` (`in_flight`, `held`, `waiting`) and
+/// `ojs_tenant_limit{tenant_id,limit}`. Series of tenants no longer configured drop to 0.
+pub fn tenants(rows: &[crate::store::tenant::TenantGauge]) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().expect("gauge series lock");
+    let set = |tenant: &str, jobs: [i64; 3], limits: [Option<f64>; 3]| {
+        for (state, n) in ["in_flight", "held", "waiting"].into_iter().zip(jobs) {
+            gauge!("ojs_tenant_jobs", "tenant_id" => tenant.to_owned(), "state" => state)
+                .set(n as f64);
+        }
+        for (limit, value) in ["max_concurrency", "max_enqueue_rate", "max_queue_depth"]
+            .into_iter()
+            .zip(limits)
+        {
+            // An unset limit is NaN (no limit), not 0 (a limit that holds everything).
+            gauge!("ojs_tenant_limit", "tenant_id" => tenant.to_owned(), "limit" => limit)
+                .set(value.unwrap_or(f64::NAN));
+        }
+    };
+    for tenant in seen.iter() {
+        if !rows.iter().any(|r| r.tenant == *tenant) {
+            set(tenant, [0; 3], [None; 3]);
+        }
+    }
+    for r in rows {
+        let l = &r.limits;
+        set(
+            &r.tenant,
+            [r.in_flight, r.held, r.waiting],
+            [
+                l.max_concurrency.map(f64::from),
+                l.max_enqueue_rate.map(|w| f64::from(w.limit)),
+                l.max_queue_depth.map(f64::from),
+            ],
+        );
+    }
+    *seen = rows.iter().map(|r| r.tenant.clone()).collect();
+}
+
+/// An enqueue refused for a tenant's limit (`ojs_tenant_limit_exceeded_total{tenant_id,limit}`;
+/// only configured tenants have limits, so the labels stay as few as the operator's
+/// configurations).
+pub fn tenant_limit_exceeded(tenant: &str, limit: &str) {
+    counter!("ojs_tenant_limit_exceeded_total", "tenant_id" => tenant.to_owned(), "limit" => limit.to_owned())
+        .increment(1);
+}
+
 /// Jobs a rate-limit key let go (`ojs_rate_limit_released_total`).
 pub fn rate_released(jobs: i32) {
     if jobs > 0 {

@@ -20,6 +20,7 @@ use crate::queue_config::{DEFAULT_LAYER, QueueConfig};
 use crate::scheduling;
 use crate::scheduling::pool::WorkerPool;
 use crate::store;
+use crate::tenant::Limits;
 
 /// How stale another replica's configuration change may be here.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(250);
@@ -48,6 +49,8 @@ pub struct Snapshot {
     /// The registered schemas, compiled (loaded with the configurations: registering one bumps
     /// the same generation, so the enqueue statement's check covers them too).
     pub schemas: SchemaSet,
+    /// Tenants with limits (a change bumps the same generation too).
+    tenants: HashMap<String, Limits>,
 }
 
 impl Snapshot {
@@ -101,6 +104,16 @@ impl Snapshot {
         }
     }
 
+    /// The limits of `tenant`, if it has any.
+    pub fn tenant_limits(&self, tenant: &str) -> Option<&Limits> {
+        self.tenants.get(tenant)
+    }
+
+    /// Whether any tenant has limits.
+    pub fn any_tenant_limits(&self) -> bool {
+        !self.tenants.is_empty()
+    }
+
     /// Queues with their own configuration.
     pub fn configured(&self) -> impl Iterator<Item = (&str, &Arc<QueueConfig>)> {
         self.queues.iter().map(|(k, v)| (k.as_str(), v))
@@ -112,6 +125,7 @@ impl Snapshot {
         pools: Vec<WorkerPool>,
         fair: HashSet<String>,
         schemas: SchemaSet,
+        tenants: HashMap<String, Limits>,
     ) -> Snapshot {
         let empty = Value::Object(Default::default());
         let default_layer = layers
@@ -170,6 +184,7 @@ impl Snapshot {
             default_completed_retention,
             completed_retention,
             schemas,
+            tenants,
         }
     }
 }
@@ -241,6 +256,12 @@ impl Configs {
         let pools = store::pool::all(db).await?;
         let fair = store::pool::fair_queues(db).await?;
         let schemas = store::schema::all(db).await?;
+        let tenants = store::tenant::configured(db)
+            .await?
+            .into_iter()
+            .filter(|t| t.limits.any())
+            .map(|t| (t.id, t.limits))
+            .collect();
         let snapshot = Arc::new(Snapshot::build(
             generation,
             layers,
@@ -253,6 +274,7 @@ impl Configs {
                     .collect(),
                 self.schema_default,
             ),
+            tenants,
         ));
         let mut state = self.state.lock().expect("configs lock");
         // A concurrent reload may have stored a newer generation already.

@@ -102,7 +102,8 @@ pub(super) struct Enqueuer {
     pub(super) announcer: Announcer,
     /// Single-job PUSH requests, written together (see [`super::group`]).
     pushes: GroupCommit<NewJob, Result<Job>>,
-    /// When this process last recorded `queue.full` per queue.
+    /// When this process last recorded `queue.full` per queue (and `tenant.limit_exceeded`
+    /// per tenant, as `tenant:<id>`).
     full_events: Mutex<HashMap<String, Instant>>,
 }
 
@@ -294,13 +295,27 @@ impl Enqueuer {
             }
         }
         let batch = jobs.len() > 1;
+        let admitted = jobs
+            .iter()
+            .any(|j| j.tenant_limits.is_some_and(|l| l.limits_enqueue()));
         let result = if let Some(tx) = tx {
-            insert_jobs(tx, jobs, self.strict_queues)
+            insert_admitted(tx, jobs, self.strict_queues)
                 .await
                 .map(created)
                 .map_err(Error::from)
         } else if jobs.iter().any(|j| j.unique.is_some()) {
             self.push_unique(jobs, batch).await
+        } else if admitted {
+            // A tenant's enqueue rate or depth is counted after the insert, in its transaction.
+            async {
+                let mut tx = self.db.begin().await?;
+                let rows = insert_admitted(&mut tx, jobs, self.strict_queues).await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(rows)
+            }
+            .await
+            .map(created)
+            .map_err(Error::from)
         } else if let [job] = jobs
             && job.args.len() + job.meta.len() <= PUSH_GROUP_MAX_JOB_BYTES
         {
@@ -318,6 +333,10 @@ impl Enqueuer {
             Err(Error::Database(e)) => Err(match refusal(&e) {
                 // A client-supplied id is taken (possibly by a concurrent request).
                 Some(Refusal::DuplicateJobId) => self.duplicate_id_error(jobs, batch, e).await,
+                Some(Refusal::TenantLimit(limit)) => {
+                    self.tenant_limited(&limit).await;
+                    Error::TenantLimitExceeded(limit)
+                }
                 Some(refused) => refusal_error(refused, jobs, batch, e),
                 None => Error::Database(e),
             }),
@@ -328,6 +347,13 @@ impl Enqueuer {
     /// After a successful PUSH: metrics, wakeups for the queues that gained available jobs,
     /// and the pressure of bounded queues (their depth against `warning_threshold`).
     async fn after_push(&self, pushed: &mut PushResult, configs: &Snapshot) {
+        // Jobs written held (by a key or a tenant) are announced by their release.
+        let held: HashSet<crate::job::JobId> = pushed
+            .jobs
+            .iter()
+            .filter(|p| p.job.rate_key.is_some() || p.job.rate_held.is_some())
+            .map(|p| p.job.id)
+            .collect();
         self.release_keyed(&mut pushed.jobs).await;
         let new_jobs = || {
             pushed
@@ -345,8 +371,8 @@ impl Enqueuer {
         // dispatch order.
         let mut added: Vec<(&str, usize, usize, Option<DispatchPlace>)> = Vec::new();
         for job in new_jobs() {
-            // A keyed job's queue is announced by its key's release (release_keyed).
-            let (available, place) = if job.state == JobState::Available && job.rate_key.is_none() {
+            let (available, place) = if job.state == JobState::Available && !held.contains(&job.id)
+            {
                 (1, DispatchPlace::of(job).or(Some(DispatchPlace::START)))
             } else {
                 (0, None)
@@ -407,22 +433,44 @@ impl Enqueuer {
     /// what they allow now, and the jobs are reported as their keys left them (released, still
     /// held, or dropped). A key that cannot be released here is released by the releasers, which
     /// the enqueue notified.
+    ///
+    /// Jobs of a tenant with a concurrency limit were written held by their tenant (migration
+    /// V28): the same, tenant by tenant (a released job with a key then waits for its key).
     async fn release_keyed(&self, jobs: &mut [Pushed]) {
+        let tenant_held = |job: &Job| job.rate_held == Some(false);
         let keyed: Vec<usize> = (0..jobs.len())
-            .filter(|&i| jobs[i].outcome == PushOutcome::Created && jobs[i].job.rate_key.is_some())
+            .filter(|&i| {
+                jobs[i].outcome == PushOutcome::Created
+                    && (jobs[i].job.rate_key.is_some() || tenant_held(&jobs[i].job))
+            })
             .collect();
         if keyed.is_empty() {
             return;
         }
+        let tenants: std::collections::BTreeSet<&str> = keyed
+            .iter()
+            .filter(|&&i| tenant_held(&jobs[i].job))
+            .filter_map(|&i| jobs[i].job.tenant.as_deref())
+            .collect();
         let keys: std::collections::BTreeSet<&str> = keyed
             .iter()
+            .filter(|&&i| !tenant_held(&jobs[i].job))
             .filter_map(|&i| jobs[i].job.rate_key.as_deref())
             .collect();
-        for key in keys {
-            match store::rate_limit::release(&self.db, key, false).await {
+        let releases = tenants
+            .into_iter()
+            .map(|t| (t, true))
+            .chain(keys.into_iter().map(|k| (k, false)));
+        for (name, tenant) in releases {
+            let released = if tenant {
+                store::tenant::release(&self.db, name, false).await
+            } else {
+                store::rate_limit::release(&self.db, name, false).await
+            };
+            match released {
                 Ok(queues) => {
                     telemetry::rate_released(queues.iter().map(|(_, n)| n).sum());
-                    // Jobs of this key enqueued earlier may be among those released.
+                    // Jobs of this key (or tenant) enqueued earlier may be among those released.
                     for (queue, jobs) in queues {
                         self.announcer.announce(
                             &queue,
@@ -432,7 +480,7 @@ impl Enqueuer {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, key, "could not release a rate-limit key after an enqueue")
+                    tracing::warn!(error = %e, name, tenant, "could not release held jobs after an enqueue")
                 }
             }
         }
@@ -446,6 +494,40 @@ impl Enqueuer {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "could not read back rate-limited jobs"),
+        }
+    }
+
+    /// After an enqueue refused for a tenant's limit: the metric, and `tenant.limit_exceeded`
+    /// (at most one per tenant per second from this process).
+    async fn tenant_limited(&self, limit: &store::refusal::TenantLimit) {
+        telemetry::tenant_limit_exceeded(&limit.tenant_id, &limit.limit);
+        let now = Instant::now();
+        {
+            let mut last = self.full_events.lock().expect("full-events lock");
+            // Queue names have no ':', so a tenant's key never meets a queue's.
+            let key = format!("tenant:{}", limit.tenant_id);
+            if last
+                .get(&key)
+                .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(1))
+            {
+                return;
+            }
+            if last.len() > 10_000 {
+                last.clear();
+            }
+            last.insert(key, now);
+        }
+        let data = serde_json::json!({"tenant_id": limit.tenant_id, "limit": limit.limit,
+                                      "current": limit.current, "maximum": limit.maximum});
+        if let Err(e) = store::event::insert_subject_event(
+            &self.db,
+            "tenant.limit_exceeded",
+            &limit.tenant_id,
+            &data,
+        )
+        .await
+        {
+            tracing::warn!(error = %e, tenant = limit.tenant_id, "could not record tenant.limit_exceeded");
         }
     }
 
@@ -619,8 +701,45 @@ fn refusal_error(refused: Refusal, jobs: &[NewJob], batch: bool, e: sqlx::Error)
             policy: o.policy,
             queue,
         },
+        Refusal::TenantLimit(limit) => Error::TenantLimitExceeded(limit),
         Refusal::StaleConfig | Refusal::DuplicateJobId => Error::Database(e),
     }
+}
+
+/// The tenants of `jobs` an enqueue must be admitted by (their limits on enqueues, as the
+/// jobs were prepared), each once, with how many of the jobs are theirs.
+fn limited_tenants(jobs: &[NewJob]) -> (Vec<String>, Vec<i32>) {
+    let mut tenants: Vec<String> = Vec::new();
+    let mut counts: Vec<i32> = Vec::new();
+    for job in jobs {
+        if !job.tenant_limits.is_some_and(|l| l.limits_enqueue()) {
+            continue;
+        }
+        let Some(tenant) = job.tenant_id() else {
+            continue;
+        };
+        match tenants.iter().position(|t| *t == tenant) {
+            Some(i) => counts[i] += 1,
+            None => {
+                tenants.push(tenant);
+                counts.push(1);
+            }
+        }
+    }
+    (tenants, counts)
+}
+
+/// Admits `jobs`, just inserted in `tx`, by their tenants' enqueue rate and depth (nothing to
+/// do, and no statement, when none of them has such limits).
+pub(super) async fn admit_tenants(
+    tx: &mut sqlx::PgConnection,
+    jobs: &[NewJob],
+) -> Result<(), sqlx::Error> {
+    let (tenants, counts) = limited_tenants(jobs);
+    if tenants.is_empty() {
+        return Ok(());
+    }
+    store::tenant::admit(tx, &tenants, &counts).await
 }
 
 /// Applies each job's queue configuration: its access rules (`allowed_job_types`,
@@ -654,6 +773,11 @@ fn prepare(
             }
             let mut job = job.clone();
             job.config_generation = configs.generation;
+            if configs.any_tenant_limits() {
+                job.tenant_limits = job
+                    .tenant_id()
+                    .and_then(|tenant| configs.tenant_limits(&tenant).copied());
+            }
             if !configs.schemas.is_empty() {
                 check_schema(&mut job, &configs.schemas, index)?;
             }
@@ -720,6 +844,17 @@ fn check_schema(job: &mut NewJob, schemas: &SchemaSet, index: Option<usize>) -> 
             rejection: Rejection::SchemaMismatch { schema, violations },
         }),
     }
+}
+
+/// [`insert_jobs`] in `tx`, then the admission of the jobs' tenants ([`admit_tenants`]).
+async fn insert_admitted(
+    tx: &mut sqlx::PgConnection,
+    jobs: &[NewJob],
+    strict_queues: bool,
+) -> Result<Vec<Job>, sqlx::Error> {
+    let rows = insert_jobs(&mut *tx, jobs, strict_queues).await?;
+    admit_tenants(tx, jobs).await?;
+    Ok(rows)
 }
 
 /// [`store::job::insert_many`] without hand-offs, counting the queues it created.
@@ -838,6 +973,9 @@ impl PushWriter {
                 || job.unique.is_some()
                 || configs.of(&job.queue).limits_dispatch()
                 || configs.is_tenant_fair(&job.queue)
+                // A job of a tenant with a concurrency limit waits for its tenant (the insert
+                // holds it), so it is never written active.
+                || job.tenant_limits.is_some_and(|l| l.max_concurrency.is_some())
             {
                 continue;
             }

@@ -59,7 +59,9 @@ impl Broker {
         let (depth, bounds) = store::queue::depth_gauges(&mut tx).await?;
         let workflows = store::workflow::counts(&mut *tx).await?;
         let rate_keys = store::rate_limit::gauges(&mut *tx).await?;
+        let tenants = store::tenant::gauges(&mut *tx).await?;
         tx.commit().await?;
+        telemetry::tenants(&tenants);
         telemetry::available_by_priority(&available);
         telemetry::queue_depth(&depth, &bounds);
         telemetry::workflows(&workflows);

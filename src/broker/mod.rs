@@ -40,7 +40,7 @@ mod workers;
 mod workflows;
 
 pub use crate::store::schema::SchemaRow;
-pub use crate::store::tenant::{JobOwner, Owned, TenantRow};
+pub use crate::store::tenant::{JobOwner, LimitUsage, Owned, TenantConfig, TenantRow};
 pub use crate::store::webhook::{WebhookChange, WebhookRow};
 pub use admin::{
     AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW, RateLimitUsage,
@@ -392,6 +392,7 @@ impl Broker {
         store::hold::clear(&mut *tx).await?;
         store::schema::delete_all(&mut *tx).await?;
         store::webhook::delete_all(&mut *tx).await?;
+        store::tenant::delete_all(&mut *tx).await?;
         tx.commit().await?;
         self.fetcher.forget_all();
         self.configs.reload(&self.db).await?;

@@ -8,6 +8,10 @@
 //! sliding, a throttle interval, a block lapsing), and every few seconds for keys holding jobs
 //! with no check to come (an enqueue whose process died before it released). Every replica
 //! runs a releaser; they take turns on a key's row.
+//!
+//! Tenants with a concurrency limit hold their jobs the same way (migration V28): the releaser
+//! also listens on `ojs_tenant` and sweeps tenants holding jobs, and `ojs_tenant_release` lets
+//! go what a tenant allows, under its row lock.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -24,6 +28,10 @@ use crate::telemetry;
 
 /// The notification channel of keys that may have room.
 pub const RATE_KEY_CHANNEL: &str = "ojs_rate_key";
+
+/// The notification channel of tenants (with a concurrency limit) that may have room
+/// (migration V28): their held jobs are released by the same releaser.
+pub const TENANT_CHANNEL: &str = "ojs_tenant";
 
 /// Longest wait between two looks at the due keys (another replica may have set an earlier
 /// check without a notification reaching this one).
@@ -95,14 +103,23 @@ pub async fn run_releaser(db: PgPool, shutdown: CancellationToken) {
 
 async fn release_loop(db: &PgPool, shutdown: &CancellationToken) -> Result<(), sqlx::Error> {
     let mut listener = PgListener::connect_with(db).await?;
-    listener.listen(RATE_KEY_CHANNEL).await?;
+    listener
+        .listen_all([RATE_KEY_CHANNEL, TENANT_CHANNEL])
+        .await?;
     let mut keys: BTreeSet<String> = BTreeSet::new();
+    let mut tenants: BTreeSet<String> = BTreeSet::new();
     // The first pass sweeps (what waited while no releaser ran).
     let mut swept_at: Option<std::time::Instant> = None;
     loop {
         if swept_at.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
             keys.extend(store::rate_limit::stranded(db, DUE_BATCH).await?);
+            tenants.extend(store::tenant::holding(db, DUE_BATCH).await?);
             swept_at = Some(std::time::Instant::now());
+        }
+        // Tenants first: a job a tenant releases may then wait for its key.
+        for tenant in std::mem::take(&mut tenants) {
+            let released = store::tenant::release(db, &tenant, true).await?;
+            telemetry::rate_released(released.iter().map(|(_, n)| n).sum());
         }
         // Due keys first (also those missed while not listening), then wait for the next one
         // to come due or for a notification.
@@ -124,10 +141,17 @@ async fn release_loop(db: &PgPool, shutdown: &CancellationToken) -> Result<(), s
             () = shutdown.cancelled() => return Ok(()),
             () = tokio::time::sleep(wait) => {}
             n = listener.recv() => {
-                keys.insert(n?.payload().to_owned());
+                let mut note = |n: sqlx::postgres::PgNotification| {
+                    if n.channel() == TENANT_CHANNEL {
+                        tenants.insert(n.payload().to_owned());
+                    } else {
+                        keys.insert(n.payload().to_owned());
+                    }
+                };
+                note(n?);
                 // Whatever else is already here, in one pass.
                 while let Some(n) = listener.next_buffered() {
-                    keys.insert(n.payload().to_owned());
+                    note(n);
                 }
             }
         }

@@ -225,6 +225,7 @@ impl Enqueuer {
         create_indexes.sort_unstable();
         let to_create: Vec<NewJob> = create_indexes.iter().map(|&i| jobs[i].clone()).collect();
         let created = insert_jobs(&mut *tx, &to_create, self.strict_queues).await?;
+        super::enqueue::admit_tenants(&mut tx, &to_create).await?;
         tx.commit().await?;
         for job in &raised_jobs {
             self.announcer.moved(job);

@@ -157,11 +157,11 @@ impl utoipa::PartialSchema for OverrideRequest {
                     .minimum(Some(0))
                     .maximum(Some(i64::from(i32::MAX))),
             )
-            .property("rate", window_schema())
-            .property("throttle", window_schema())
+            .property("rate", crate::http::openapi::values::rate_window())
+            .property("throttle", crate::http::openapi::values::rate_window())
             .property("expires_at", expires_at())
             .additional_properties(Some(AdditionalProperties::FreeForm(false)));
-        let ui = match window_schema() {
+        let ui = match crate::http::openapi::values::rate_window() {
             Schema::Object(window) => {
                 let mut form: ObjectBuilder = window.into();
                 form = form.property("expires_at", expires_at());
@@ -174,28 +174,6 @@ impl utoipa::PartialSchema for OverrideRequest {
 }
 
 impl ToSchema for OverrideRequest {}
-
-/// `{"limit": N >= 1, "period": second | minute | hour | day | a duration}`.
-fn window_schema() -> utoipa::openapi::schema::Schema {
-    use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, Type};
-    let period = crate::http::openapi::values::rate_period();
-    Schema::Object(
-        ObjectBuilder::new()
-            .schema_type(Type::Object)
-            .property(
-                "limit",
-                ObjectBuilder::new()
-                    .schema_type(Type::Integer)
-                    .minimum(Some(1))
-                    .maximum(Some(i64::from(i32::MAX))),
-            )
-            .property("period", period)
-            .required("limit")
-            .required("period")
-            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
-            .build(),
-    )
-}
 
 /// `PUT /ojs/v1/rate-limits/{key}`: a temporary override.
 #[utoipa::path(

@@ -116,7 +116,11 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         "/ojs/v1/cron/{name}" | "/ojs/v1/cron/{name}/runs" | "/ojs/v1/crons/{id}" => Cron,
         "/ojs/v1/admin/tenants/{id}"
         | "/ojs/v1/admin/tenants/{id}/stats"
-        | "/ojs/v1/admin/tenants/{id}/jobs" => Tenant,
+        | "/ojs/v1/admin/tenants/{id}/jobs"
+            if get =>
+        {
+            Tenant
+        }
 
         "/ojs/v1/admin/jobs"
         | "/ojs/v1/admin/jobs/bulk/{action}"
@@ -183,6 +187,9 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | "/ojs/v1/admin/queues/{name}/jobs"
         | "/ojs/v1/admin/queues/{name}/pause"
         | "/ojs/v1/admin/queues/{name}/resume"
+        // A tenant's limits are the operator's to set, not the tenant's.
+        | "/ojs/v1/admin/tenants/{id}"
+        | "/ojs/v1/admin/tenants/{id}/limits"
         | "/ojs/v1/rate-limits"
         | "/ojs/v1/rate-limits/{key}"
         | "/ojs/v1/rate-limits/{key}/override"

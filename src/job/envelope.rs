@@ -153,6 +153,20 @@ pub struct NewJob {
     pub config_generation: i64,
     /// What the schema check found in `warn` mode (set by the broker).
     pub schema_warnings: Vec<String>,
+    /// The limits of the job's tenant, from the configuration whose generation the job carries
+    /// (set by the broker; `None`: no tenant, or one without limits).
+    pub tenant_limits: Option<crate::tenant::Limits>,
+}
+
+impl NewJob {
+    /// The job's tenant (`meta.tenant_id`), if it has one.
+    pub fn tenant_id(&self) -> Option<String> {
+        json::Object::parse(&self.meta)
+            .ok()
+            .and_then(|meta| meta.get("tenant_id").map(|raw| raw.to_owned()))
+            .and_then(|raw| json::decode::<String>(&raw).ok())
+            .filter(|t| !t.is_empty())
+    }
 }
 
 /// A job's unique policy with its fingerprint.
@@ -713,6 +727,7 @@ pub fn parse_for(
         version: obj.get("version").map(|raw| raw.get().to_owned()),
         config_generation: -1,
         schema_warnings: Vec::new(),
+        tenant_limits: None,
     })
 }
 

@@ -1,6 +1,6 @@
 //! How the database refuses a write, decoded in one place: the custom SQLSTATEs the enqueue
 //! statement raises (`OJ001`–`OJ004`, from the SQL functions `ojs_queue_refused` and
-//! `ojs_queue_full`; `migrations/README.md` lists them) and the named constraints whose
+//! `ojs_queue_full`; `OJ005` from `ojs_tenant_admit`; `migrations/README.md` lists them) and the named constraints whose
 //! violation is the client's doing. The broker turns each [`Refusal`] into its error.
 
 use crate::queue_config::OverflowPolicy;
@@ -18,7 +18,13 @@ pub enum Refusal {
     StaleConfig,
     /// A job id is taken (`ojs_job_pkey`).
     DuplicateJobId,
+    /// A tenant's enqueue rate or depth would be passed (SQLSTATE OJ005, from
+    /// `ojs_tenant_admit`).
+    TenantLimit(TenantLimit),
 }
+
+/// A tenant limit an enqueue would pass (the JSON `detail` of OJ005).
+pub use crate::tenant::LimitExceeded as TenantLimit;
 
 /// A bound an enqueue would pass, as the database saw it (the JSON `detail` of OJ003).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -60,6 +66,11 @@ pub fn refusal(e: &sqlx::Error) -> Option<Refusal> {
             }
         }
         "OJ004" => Refusal::StaleConfig,
+        "OJ005" => Refusal::TenantLimit(
+            db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .and_then(|pg| pg.detail())
+                .and_then(|d| serde_json::from_str::<TenantLimit>(d).ok())?,
+        ),
         _ => return None,
     })
 }

@@ -34,6 +34,7 @@ mod schema_registry;
 mod sql_enqueue;
 mod support;
 mod system;
+mod tenant_limits;
 mod tenant_scope;
 mod tenants;
 mod traces;

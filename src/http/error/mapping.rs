@@ -157,6 +157,29 @@ impl From<Error> for ApiError {
                 validation_message(&violations, None),
             )
             .with_details(validation_details(&violations, None)),
+            Error::TenantNotConfigured(tenant) => ApiError::not_found("tenant", &tenant),
+            Error::TenantLimitExceeded(limit) => {
+                let mut err = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "TENANT_LIMIT_EXCEEDED",
+                    format!(
+                        "Tenant '{}' has exceeded {} ({}): it has {} and asked for {} more.",
+                        limit.tenant_id,
+                        limit.limit,
+                        limit.maximum,
+                        limit.current,
+                        limit.requested
+                    ),
+                )
+                .with_details(json!({"tenant_id": limit.tenant_id, "limit": limit.limit,
+                                     "current": limit.current, "maximum": limit.maximum,
+                                     "requested": limit.requested}));
+                err.retryable = true;
+                err.retry_after = Some(
+                    u32::try_from((limit.retry_after_ms.max(1) + 999) / 1000).unwrap_or(u32::MAX),
+                );
+                err
+            }
             Error::QueueFull {
                 queue,
                 depth,

@@ -207,3 +207,25 @@ pub fn rate_period() -> utoipa::openapi::schema::AnyOfBuilder {
                 .pattern(Some(duration::pattern_at_least_a_second())),
         )
 }
+
+/// `{"limit": N >= 1, "period": second | minute | hour | day | a duration}`.
+pub fn rate_window() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Schema, Type};
+    let period = rate_period();
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(
+                "limit",
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .maximum(Some(i64::from(i32::MAX))),
+            )
+            .property("period", period)
+            .required("limit")
+            .required("period")
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .build(),
+    )
+}
