@@ -54,7 +54,7 @@ create table ojs_tenant (
 
 -- A tenant's held jobs in the order they are released.
 create index ojs_job_tenant_held_idx on ojs_job (tenant, priority, enqueued_at, seq)
-    where state = 'available' and rate_held = false;
+    where rate_held = false and state = 'available';
 -- A tenant's jobs in flight (released and not claimed, or running), counted against its
 -- concurrency.
 create index ojs_job_tenant_flight_idx on ojs_job (tenant)
@@ -69,20 +69,29 @@ return exists (select from ojs_job j
                 where j.tenant = ojs_tenant_holds.tenant and j.state = 'available'
                   and j.rate_held = false);
 
--- Holds a job of a tenant with a concurrency limit as it becomes available (after a key's
--- hold: triggers fire by name, so a keyed job of a limited tenant waits for its tenant first).
+-- A tenant's job changes state: one trigger (a job without a tenant pays one test of its
+-- `tenant` column).
+--   It becomes available: held (rate_held = false) when its tenant has a concurrency limit —
+--   after a key's hold (triggers fire by name, ojs_job_rate_hold_* first), so a keyed job of a
+--   limited tenant waits for its tenant first; the releasers are told when it comes back.
+--   It leaves flight (finished, failed, cancelled, rescheduled): while the tenant holds jobs
+--   back, one of them may go now.
 create function ojs_job_tenant_hold() returns trigger
     language plpgsql
     set search_path from current
 as $$
 begin
-    if exists (select from ojs_tenant t where t.id = new.tenant and t.max_concurrency is not null) then
-        new.rate_held := false;
-        -- An enqueue releases its tenants itself once it commits; a job that becomes available
-        -- again tells the releasers.
-        if tg_op = 'UPDATE' then
-            perform pg_notify('ojs_tenant', new.tenant);
+    if new.state = 'available' and (tg_op = 'INSERT' or old.state <> 'available') then
+        if exists (select from ojs_tenant t where t.id = new.tenant and t.max_concurrency is not null) then
+            new.rate_held := false;
+            -- An enqueue releases its tenants itself once it commits.
+            if tg_op = 'UPDATE' then
+                perform pg_notify('ojs_tenant', new.tenant);
+            end if;
         end if;
+    elsif tg_op = 'UPDATE' and old.state in ('available', 'active') and old.rate_held is not false
+          and new.state not in ('available', 'active') and ojs_tenant_holds(old.tenant) then
+        perform pg_notify('ojs_tenant', old.tenant);
     end if;
     return new;
 end;
@@ -97,11 +106,13 @@ create trigger ojs_job_tenant_hold_insert
 create trigger ojs_job_tenant_hold_update
     before update of state on ojs_job
     for each row
-    when (new.tenant <> '' and new.state = 'available' and old.state <> 'available')
+    when (new.tenant <> ''
+          and ((new.state = 'available' and old.state <> 'available')
+               or (old.state in ('available', 'active') and new.state not in ('available', 'active'))))
     execute function ojs_job_tenant_hold();
 
--- A tenant's job in flight left it (finished, failed, cancelled, rescheduled, deleted by its
--- ACK): while the tenant holds jobs back, one of them may go now.
+-- A tenant's job in flight deleted (completed by its ACK, purged): while the tenant holds jobs
+-- back, one of them may go now.
 create function ojs_job_tenant_room() returns trigger
     language plpgsql
     set search_path from current
@@ -113,13 +124,6 @@ begin
     return null;
 end;
 $$;
-
-create trigger ojs_job_tenant_room_update
-    after update of state on ojs_job
-    for each row
-    when (old.tenant <> '' and old.state in ('available', 'active') and old.rate_held is not false
-          and new.state not in ('available', 'active'))
-    execute function ojs_job_tenant_room();
 
 create trigger ojs_job_tenant_room_delete
     after delete on ojs_job
@@ -384,11 +388,10 @@ comment on column ojs_tenant.updated_at is 'When its limits last changed.';
 comment on index ojs_job_tenant_held_idx is 'A tenant''s held jobs (rate_held = false) in release order.';
 comment on index ojs_job_tenant_flight_idx is 'A tenant''s jobs in flight (released and not claimed, or active), counted against its max_concurrency.';
 comment on function ojs_tenant_holds(text) is 'Whether a tenant holds jobs back (its concurrency limit).';
-comment on function ojs_job_tenant_hold() is 'Trigger function: holds (rate_held = false) a job of a tenant with max_concurrency as it becomes available; notifies ojs_tenant when it becomes available again.';
+comment on function ojs_job_tenant_hold() is 'Trigger function: holds (rate_held = false) a job of a tenant with max_concurrency as it becomes available (notifying ojs_tenant when it becomes available again); notifies ojs_tenant when a job in flight of a tenant that holds jobs back leaves flight.';
 comment on trigger ojs_job_tenant_hold_insert on ojs_job is 'A job of a tenant with a concurrency limit is enqueued held; the enqueue releases what the tenant allows once it commits.';
-comment on trigger ojs_job_tenant_hold_update on ojs_job is 'A job of a tenant with a concurrency limit that becomes available again is held.';
-comment on function ojs_job_tenant_room() is 'Trigger function: notifies ojs_tenant when a job in flight of a tenant that holds jobs back leaves flight.';
-comment on trigger ojs_job_tenant_room_update on ojs_job is 'A tenant''s job leaving flight (finished, failed, rescheduled) frees room for its held jobs.';
+comment on trigger ojs_job_tenant_hold_update on ojs_job is 'A job of a tenant with a concurrency limit that becomes available again is held; a tenant''s job leaving flight (finished, failed, rescheduled) frees room for its held jobs.';
+comment on function ojs_job_tenant_room() is 'Trigger function: notifies ojs_tenant when a job in flight of a tenant that holds jobs back is deleted.';
 comment on trigger ojs_job_tenant_room_delete on ojs_job is 'A tenant''s job in flight deleted (completed by its ACK, purged) frees room for its held jobs.';
 comment on function ojs_tenant_release(text, boolean) is 'Releases a tenant''s held jobs as far as its max_concurrency allows (all of them without one), under its row lock, in dispatch order; released jobs with a rate-limit key then wait for their key. Returns the queues that gained jobs; wake: NOTIFY ojs_job_available for them.';
 comment on function ojs_tenant_admit(text[], integer[]) is 'Admission of an enqueue (after its insert, in its transaction) by its tenants'' max_enqueue_rate and max_queue_depth, under their row locks in id order; records the enqueues in ojs_rate_window (tenant:<id>); raises OJ005 past a limit.';

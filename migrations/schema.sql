@@ -2596,13 +2596,17 @@ CREATE FUNCTION public.ojs_job_tenant_hold() RETURNS trigger
     SET search_path TO '$user', 'public'
     AS $$
 begin
-    if exists (select from ojs_tenant t where t.id = new.tenant and t.max_concurrency is not null) then
-        new.rate_held := false;
-        -- An enqueue releases its tenants itself once it commits; a job that becomes available
-        -- again tells the releasers.
-        if tg_op = 'UPDATE' then
-            perform pg_notify('ojs_tenant', new.tenant);
+    if new.state = 'available' and (tg_op = 'INSERT' or old.state <> 'available') then
+        if exists (select from ojs_tenant t where t.id = new.tenant and t.max_concurrency is not null) then
+            new.rate_held := false;
+            -- An enqueue releases its tenants itself once it commits.
+            if tg_op = 'UPDATE' then
+                perform pg_notify('ojs_tenant', new.tenant);
+            end if;
         end if;
+    elsif tg_op = 'UPDATE' and old.state in ('available', 'active') and old.rate_held is not false
+          and new.state not in ('available', 'active') and ojs_tenant_holds(old.tenant) then
+        perform pg_notify('ojs_tenant', old.tenant);
     end if;
     return new;
 end;
@@ -2612,7 +2616,7 @@ $$;
 -- Name: FUNCTION ojs_job_tenant_hold(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ojs_job_tenant_hold() IS 'Trigger function: holds (rate_held = false) a job of a tenant with max_concurrency as it becomes available; notifies ojs_tenant when it becomes available again.';
+COMMENT ON FUNCTION public.ojs_job_tenant_hold() IS 'Trigger function: holds (rate_held = false) a job of a tenant with max_concurrency as it becomes available (notifying ojs_tenant when it becomes available again); notifies ojs_tenant when a job in flight of a tenant that holds jobs back leaves flight.';
 
 --
 -- Name: ojs_job_tenant_room(); Type: FUNCTION; Schema: public; Owner: -
@@ -2634,7 +2638,7 @@ $$;
 -- Name: FUNCTION ojs_job_tenant_room(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ojs_job_tenant_room() IS 'Trigger function: notifies ojs_tenant when a job in flight of a tenant that holds jobs back leaves flight.';
+COMMENT ON FUNCTION public.ojs_job_tenant_room() IS 'Trigger function: notifies ojs_tenant when a job in flight of a tenant that holds jobs back is deleted.';
 
 --
 -- Name: ojs_job_wire(public.ojs_job); Type: FUNCTION; Schema: public; Owner: -
@@ -8292,7 +8296,7 @@ COMMENT ON INDEX public.ojs_job_tenant_flight_idx IS 'A tenant''s jobs in flight
 -- Name: ojs_job_tenant_held_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_tenant_held_idx ON public.ojs_job USING btree (tenant, priority, enqueued_at, seq) WHERE ((state = 'available'::public.ojs_job_state) AND (rate_held = false));
+CREATE INDEX ojs_job_tenant_held_idx ON public.ojs_job USING btree (tenant, priority, enqueued_at, seq) WHERE ((rate_held = false) AND (state = 'available'::public.ojs_job_state));
 
 --
 -- Name: INDEX ojs_job_tenant_held_idx; Type: COMMENT; Schema: public; Owner: -
@@ -8508,13 +8512,13 @@ COMMENT ON TRIGGER ojs_job_tenant_hold_insert ON public.ojs_job IS 'A job of a t
 -- Name: ojs_job ojs_job_tenant_hold_update; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER ojs_job_tenant_hold_update BEFORE UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN (((new.tenant <> ''::text) AND (new.state = 'available'::public.ojs_job_state) AND (old.state <> 'available'::public.ojs_job_state))) EXECUTE FUNCTION public.ojs_job_tenant_hold();
+CREATE TRIGGER ojs_job_tenant_hold_update BEFORE UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN (((new.tenant <> ''::text) AND (((new.state = 'available'::public.ojs_job_state) AND (old.state <> 'available'::public.ojs_job_state)) OR ((old.state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])) AND (new.state <> ALL (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])))))) EXECUTE FUNCTION public.ojs_job_tenant_hold();
 
 --
 -- Name: TRIGGER ojs_job_tenant_hold_update ON ojs_job; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TRIGGER ojs_job_tenant_hold_update ON public.ojs_job IS 'A job of a tenant with a concurrency limit that becomes available again is held.';
+COMMENT ON TRIGGER ojs_job_tenant_hold_update ON public.ojs_job IS 'A job of a tenant with a concurrency limit that becomes available again is held; a tenant''s job leaving flight (finished, failed, rescheduled) frees room for its held jobs.';
 
 --
 -- Name: ojs_job ojs_job_tenant_room_delete; Type: TRIGGER; Schema: public; Owner: -
@@ -8527,18 +8531,6 @@ CREATE TRIGGER ojs_job_tenant_room_delete AFTER DELETE ON public.ojs_job FOR EAC
 --
 
 COMMENT ON TRIGGER ojs_job_tenant_room_delete ON public.ojs_job IS 'A tenant''s job in flight deleted (completed by its ACK, purged) frees room for its held jobs.';
-
---
--- Name: ojs_job ojs_job_tenant_room_update; Type: TRIGGER; Schema: public; Owner: -
---
-
-CREATE TRIGGER ojs_job_tenant_room_update AFTER UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN (((old.tenant <> ''::text) AND (old.state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])) AND (old.rate_held IS NOT FALSE) AND (new.state <> ALL (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])))) EXECUTE FUNCTION public.ojs_job_tenant_room();
-
---
--- Name: TRIGGER ojs_job_tenant_room_update ON ojs_job; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON TRIGGER ojs_job_tenant_room_update ON public.ojs_job IS 'A tenant''s job leaving flight (finished, failed, rescheduled) frees room for its held jobs.';
 
 --
 -- Name: ojs_job_done ojs_job_workflow_completed; Type: TRIGGER; Schema: public; Owner: -

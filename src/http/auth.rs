@@ -89,14 +89,15 @@ fn unauthenticated(message: &str) -> Response {
 }
 
 /// The middleware: 401 without a known key, 403 when the key's role does not cover the route;
-/// otherwise the request goes on carrying the key's [`Principal`].
+/// otherwise the request goes on carrying the key's [`Principal`], through the tenant rule
+/// ([`tenancy::enforce`](super::tenancy::enforce)).
 pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let gate = state.gate();
     let Some(role) = needed(req.method(), route_of(&req), gate.protect_metrics) else {
-        return next.run(req).await;
+        return super::tenancy::enforce(&state, req, next).await;
     };
     if !gate.enforced() {
-        return next.run(req).await;
+        return super::tenancy::enforce(&state, req, next).await;
     }
     let Some(key) = bearer(&req) else {
         return unauthenticated(
@@ -117,7 +118,7 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
         .into_response();
     }
     req.extensions_mut().insert(principal);
-    next.run(req).await
+    super::tenancy::enforce(&state, req, next).await
 }
 
 /// The route a request matched (its template, such as `/ojs/v1/jobs/{id}`), else its path.

@@ -245,11 +245,7 @@ pub fn router(state: AppState) -> Router {
     };
     let (routes, _) = openapi::serve(api(state.settings()), limits);
     routes
-        // Layers run outside in: the key is checked first, then the tenant scope.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            tenancy::enforce,
-        ))
+        // The key, then the tenant scope (`tenancy::enforce`, which `authorize` calls).
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,

@@ -6,8 +6,8 @@
 //! letters and counts: anything else answers 404 as if it did not exist, and nothing changes.
 //! A request acting as no tenant sees everything, as before tenants existed.
 //!
-//! [`rule`] says, for every route, how the rule is kept; [`enforce`] (a middleware that runs
-//! after [`authorize`](super::auth::authorize)) applies it:
+//! [`rule`] says, for every route, how the rule is kept; [`enforce`] (run by the
+//! [`authorize`](super::auth::authorize) middleware once the key is known) applies it:
 //! - a route naming one resource in its path (a job, a workflow, a worker, a cron entry, a
 //!   tenant) is checked here, before its handler runs, with one read of the resource's owner;
 //! - a route that acts on what every tenant shares (queue configuration, API keys, pools,
@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request};
 use axum::http::Method;
 use axum::http::request::Parts;
 use axum::middleware::Next;
@@ -267,9 +267,17 @@ fn resolve(parts: &Parts) -> Result<Option<Arc<str>>, ApiError> {
     }
 }
 
-/// The middleware: resolves the tenant a request acts as and applies the route's [`Rule`]
-/// (see the module documentation).
-pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// Resolves the tenant a request acts as and applies the route's [`Rule`] (see the module
+/// documentation), then runs the request; called by [`authorize`](super::auth::authorize).
+pub async fn enforce(state: &AppState, req: Request, next: Next) -> Response {
+    // Most requests act as no tenant: one header lookup, one extension lookup.
+    let bound = req
+        .extensions()
+        .get::<Principal>()
+        .is_some_and(|p| p.tenant.is_some());
+    if !bound && !req.headers().contains_key(TENANT_HEADER) {
+        return next.run(req).await;
+    }
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -288,7 +296,7 @@ pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) ->
         Ok(None) => return next.run(Request::from_parts(parts, body)).await,
         Err(e) => return e.into_response(),
     };
-    if let Err(e) = check(&state, &mut parts, rule, &tenant).await {
+    if let Err(e) = check(state, &mut parts, rule, &tenant).await {
         return e.into_response();
     }
     parts.extensions.insert(Scope(tenant));

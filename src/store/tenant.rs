@@ -241,35 +241,40 @@ pub async fn subject_owners(
             }
         }
     }
-    if !subjects.workflows.is_empty() {
+    if !(subjects.workflows.is_empty() && subjects.workers.is_empty() && subjects.crons.is_empty())
+    {
         let rows = sqlx::query!(
-            r#"select id, tenant as "tenant!" from ojs_workflow
-                where id = any($1::uuid[]) and tenant is not null"#,
-            &subjects.workflows
+            r#"
+            select 'workflow' as "kind!", id::text as "id!", tenant as "tenant!" from ojs_workflow
+             where id = any($1::uuid[]) and tenant is not null
+            union all
+            select 'worker', id, tenant from ojs_worker
+             where id = any($2::text[]) and tenant is not null
+            union all
+            select 'cron', name, tenant from ojs_cron
+             where name = any($3::text[]) and tenant is not null
+            "#,
+            &subjects.workflows,
+            &subjects.workers,
+            &subjects.crons,
         )
         .fetch_all(db)
         .await?;
-        owners.workflows = rows.into_iter().map(|r| (r.id, r.tenant)).collect();
-    }
-    if !subjects.workers.is_empty() {
-        let rows = sqlx::query!(
-            r#"select id, tenant as "tenant!" from ojs_worker
-                where id = any($1::text[]) and tenant is not null"#,
-            &subjects.workers
-        )
-        .fetch_all(db)
-        .await?;
-        owners.workers = rows.into_iter().map(|r| (r.id, r.tenant)).collect();
-    }
-    if !subjects.crons.is_empty() {
-        let rows = sqlx::query!(
-            r#"select name, tenant as "tenant!" from ojs_cron
-                where name = any($1::text[]) and tenant is not null"#,
-            &subjects.crons
-        )
-        .fetch_all(db)
-        .await?;
-        owners.crons = rows.into_iter().map(|r| (r.name, r.tenant)).collect();
+        for r in rows {
+            match r.kind.as_str() {
+                "workflow" => {
+                    if let Ok(id) = r.id.parse() {
+                        owners.workflows.insert(id, r.tenant);
+                    }
+                }
+                "worker" => {
+                    owners.workers.insert(r.id, r.tenant);
+                }
+                _ => {
+                    owners.crons.insert(r.id, r.tenant);
+                }
+            }
+        }
     }
     Ok(owners)
 }

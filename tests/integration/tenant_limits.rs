@@ -216,27 +216,21 @@ async fn depth_and_enqueue_rate_refuse_with_429_exactly_across_replicas() {
     let three: Vec<Value> = (0..3)
         .map(|i| json!({"type": "t.work", "queue": "q", "args": [i]}))
         .collect();
-    let (status, _, _) = send(
-        &app.api.client,
-        &app.api.base,
-        Some("deep"),
-        Method::POST,
-        "/ojs/v1/jobs/batch",
-        Some(&json!({"jobs": three})),
-    )
-    .await;
-    assert_eq!(status, 429);
+    let three = json!({"jobs": three});
+    let batch = || {
+        send(
+            &app.api.client,
+            &app.api.base,
+            Some("deep"),
+            Method::POST,
+            "/ojs/v1/jobs/batch",
+            Some(&three),
+        )
+    };
+    assert_eq!(batch().await.0, 429);
     app.fetch(json!({"queues": ["q"], "count": 5, "worker_id": "w"}))
         .await;
-    let (status, body, _) = send(
-        &app.api.client,
-        &app.api.base,
-        Some("deep"),
-        Method::POST,
-        "/ojs/v1/jobs/batch",
-        Some(&json!({"jobs": three})),
-    )
-    .await;
+    let (status, body, _) = batch().await;
     assert_eq!(status, 201, "{body}");
     // Other tenants, and requests acting as none, are not limited.
     push_as(&app, "other", "q", 30).await;

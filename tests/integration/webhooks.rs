@@ -534,14 +534,7 @@ async fn a_secret_is_kept_sealed_a_dump_never_shows_it_and_deliveries_are_signed
         .as_str()
         .unwrap()
         .to_owned();
-    let stored: Vec<String> = sqlx::query_scalar("select secret from ojs_webhook")
-        .fetch_all(app.pool())
-        .await
-        .unwrap();
-    assert_eq!(stored.len(), 2);
-    for sealed in &stored {
-        assert!(sealed.starts_with("v1:"), "{sealed}");
-    }
+    assert_sealed(&app, 2, "v1:").await;
     let dump = dump(&app);
     assert!(dump.contains("ojs_webhook"), "the dump holds the table");
     for secret in [SECRET, generated.as_str()] {
@@ -560,6 +553,18 @@ async fn a_secret_is_kept_sealed_a_dump_never_shows_it_and_deliveries_are_signed
     app.push_id(json!({"type": "w.a", "args": []})).await;
     deliver_until(&app.webhook_deliverer(true), &receiver, 1).await;
     assert!(receiver.got().iter().all(|r| r.signature_ok));
+}
+
+/// Asserts `ojs_webhook` holds `n` secrets, each sealed (starting with `prefix`).
+async fn assert_sealed(app: &TestApp, n: usize, prefix: &str) {
+    let stored: Vec<String> = sqlx::query_scalar("select secret from ojs_webhook")
+        .fetch_all(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), n);
+    for sealed in &stored {
+        assert!(sealed.starts_with(prefix), "{sealed}");
+    }
 }
 
 async fn dump_of_secrets(app: &TestApp) -> String {
@@ -617,14 +622,7 @@ async fn a_new_key_seals_every_secret_again_at_start_and_clear_ones_from_before_
         .unwrap()
         .current_id()
         .to_owned();
-    let stored: Vec<String> = sqlx::query_scalar("select secret from ojs_webhook")
-        .fetch_all(app.pool())
-        .await
-        .unwrap();
-    assert_eq!(stored.len(), 2);
-    for sealed in &stored {
-        assert!(sealed.starts_with(&format!("v1:{new_id}:")), "{sealed}");
-    }
+    assert_sealed(&app, 2, &format!("v1:{new_id}:")).await;
     assert!(!dump_of_secrets(&app).await.contains("legacy-clear-secret"));
     // Deliveries under the new key sign with the same secret.
     app.push_id(json!({"type": "w.a", "args": []})).await;
