@@ -252,6 +252,16 @@ impl UniquePolicy {
                 .collect();
             doc.insert("meta".to_owned(), Value::Object(picked));
         }
+        // A tenant's jobs are unique among its own jobs only: another tenant's duplicate is not
+        // one (it would otherwise be answered with the other tenant's job).
+        if let Some(tenant) = json::Object::from_raw(meta)
+            .ok()
+            .and_then(|m| m.get("tenant_id").map(|raw| raw.to_owned()))
+            .and_then(|raw| json::decode::<String>(&raw).ok())
+            .filter(|t| !t.is_empty())
+        {
+            doc.insert("tenant".to_owned(), Value::String(tenant));
+        }
         let canonical = serde_jcs::to_string(&nfc(Value::Object(doc)))
             .map_err(|e| Violation::new(path, format!("cannot fingerprint the job: {e}")))?;
         Ok(hex::encode(Sha256::digest(canonical.as_bytes())))
@@ -389,6 +399,22 @@ mod tests {
         assert_ne!(
             key(p, "t", "q", "[]", r#"{"tenant":"a"}"#),
             key(p, "t", "q", "[]", r#"{"tenant":"b"}"#)
+        );
+    }
+
+    #[test]
+    fn two_tenants_jobs_are_never_duplicates_of_each_other() {
+        let p = r#"{"keys":["type","args"]}"#;
+        let (a, b) = (r#"{"tenant_id":"a"}"#, r#"{"tenant_id":"b"}"#);
+        assert_ne!(key(p, "t", "q", "[1]", a), key(p, "t", "q", "[1]", b));
+        assert_eq!(
+            key(p, "t", "q", "[1]", a),
+            key(p, "t", "q", "[1]", r#"{"x":1,"tenant_id":"a"}"#)
+        );
+        // Without a tenant, the key is what it always was.
+        assert_eq!(
+            key(p, "t", "q", "[1]", "{}"),
+            key(p, "t", "q", "[1]", r#"{"tenant_id":""}"#)
         );
     }
 }
