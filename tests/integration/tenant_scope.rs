@@ -551,8 +551,8 @@ async fn a_tenant_reads_and_acts_on_its_own_things_through_the_same_routes() {
     // own new job, not b's answered back.
     let unique = json!({"type": "b.once", "queue": "qb-once", "args": [B_SECRET],
                         "unique": {"keys": ["type", "queue", "args"]}});
-    let b_once = as_b(&app, Method::POST, "/ojs/v1/jobs", unique.clone()).await["job"]["id"]
-        .clone();
+    let b_once =
+        as_b(&app, Method::POST, "/ojs/v1/jobs", unique.clone()).await["job"]["id"].clone();
     let (status, like_b, text) = as_a(Method::POST, "/ojs/v1/jobs".into(), Some(unique)).await;
     assert_eq!(status, 201, "{text}");
     assert_ne!(like_b["job"]["id"], b_once);
