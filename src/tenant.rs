@@ -159,6 +159,13 @@ pub fn invalid_id_message(tenant: &str) -> String {
     )
 }
 
+/// The tenant a job's `meta` names (`meta.tenant_id`, a non-empty string), if any.
+pub fn in_meta(meta: &Object<'_>) -> Option<String> {
+    meta.get("tenant_id")
+        .and_then(|raw| wire_json::decode::<String>(raw).ok())
+        .filter(|t| !t.is_empty())
+}
+
 /// Whether something owned by `owner` (`None`: by no tenant) is visible to a request acting as
 /// `tenant` (`None`: acting as no tenant, which sees everything).
 pub fn visible(tenant: Option<&str>, owner: Option<&str>) -> bool {

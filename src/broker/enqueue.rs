@@ -497,25 +497,31 @@ impl Enqueuer {
         }
     }
 
+    /// Whether a refusal event keyed `key` may be recorded now: at most one a second per key
+    /// from this process (and then it is counted as recorded).
+    fn event_due(&self, key: String) -> bool {
+        let now = Instant::now();
+        let mut last = self.full_events.lock().expect("full-events lock");
+        if last
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(1))
+        {
+            return false;
+        }
+        if last.len() > 10_000 {
+            last.clear();
+        }
+        last.insert(key, now);
+        true
+    }
+
     /// After an enqueue refused for a tenant's limit: the metric, and `tenant.limit_exceeded`
     /// (at most one per tenant per second from this process).
     async fn tenant_limited(&self, limit: &store::refusal::TenantLimit) {
         telemetry::tenant_limit_exceeded(&limit.tenant_id, &limit.limit);
-        let now = Instant::now();
-        {
-            let mut last = self.full_events.lock().expect("full-events lock");
-            // Queue names have no ':', so a tenant's key never meets a queue's.
-            let key = format!("tenant:{}", limit.tenant_id);
-            if last
-                .get(&key)
-                .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(1))
-            {
-                return;
-            }
-            if last.len() > 10_000 {
-                last.clear();
-            }
-            last.insert(key, now);
+        // Queue names have no ':', so a tenant's key never meets a queue's.
+        if !self.event_due(format!("tenant:{}", limit.tenant_id)) {
+            return;
         }
         let data = serde_json::json!({"tenant_id": limit.tenant_id, "limit": limit.limit,
                                       "current": limit.current, "maximum": limit.maximum});
@@ -542,19 +548,8 @@ impl Enqueuer {
         jobs: &[NewJob],
     ) {
         telemetry::queue_overflow(queue, policy);
-        let now = Instant::now();
-        {
-            let mut last = self.full_events.lock().expect("full-events lock");
-            if last
-                .get(queue)
-                .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(1))
-            {
-                return;
-            }
-            if last.len() > 10_000 {
-                last.clear();
-            }
-            last.insert(queue.to_owned(), now);
+        if !self.event_due(queue.to_owned()) {
+            return;
         }
         let job_type = jobs
             .iter()

@@ -161,11 +161,13 @@ pub struct NewJob {
 impl NewJob {
     /// The job's tenant (`meta.tenant_id`), if it has one.
     pub fn tenant_id(&self) -> Option<String> {
+        // Most jobs have none: no parse for them.
+        if !self.meta.contains("\"tenant_id\"") {
+            return None;
+        }
         json::Object::parse(&self.meta)
             .ok()
-            .and_then(|meta| meta.get("tenant_id").map(|raw| raw.to_owned()))
-            .and_then(|raw| json::decode::<String>(&raw).ok())
-            .filter(|t| !t.is_empty())
+            .and_then(|meta| crate::tenant::in_meta(&meta))
     }
 }
 

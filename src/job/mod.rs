@@ -277,8 +277,7 @@ impl Job {
             Some(t) if !t.is_empty() => Some(t.to_owned()),
             _ => crate::wire::json::Object::from_raw(&self.meta.0)
                 .ok()
-                .and_then(|meta| meta.get("tenant_id"))
-                .and_then(|raw| crate::wire::json::decode::<String>(raw).ok()),
+                .and_then(|meta| crate::tenant::in_meta(&meta)),
         }
     }
 }

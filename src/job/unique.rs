@@ -256,9 +256,7 @@ impl UniquePolicy {
         // one (it would otherwise be answered with the other tenant's job).
         if let Some(tenant) = json::Object::from_raw(meta)
             .ok()
-            .and_then(|m| m.get("tenant_id").map(|raw| raw.to_owned()))
-            .and_then(|raw| json::decode::<String>(&raw).ok())
-            .filter(|t| !t.is_empty())
+            .and_then(|m| crate::tenant::in_meta(&m))
         {
             doc.insert("tenant".to_owned(), Value::String(tenant));
         }
