@@ -161,6 +161,10 @@ struct Args {
     /// Seconds of `pinned-horizon` before and after the pin.
     #[arg(long, default_value_t = 20)]
     unpinned_secs: u64,
+    /// Where `bench/graphile-worker` is (its `npm ci` done), for `graphile-drain` and
+    /// `graphile-latency`; `--database-url` then names graphile-worker's database.
+    #[arg(long, default_value = "bench/graphile-worker")]
+    graphile_dir: String,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +177,8 @@ enum Workload {
     Retention,
     Fair,
     PinnedHorizon,
+    GraphileDrain,
+    GraphileLatency,
 }
 
 /// The load tool's connections and helpers.
@@ -183,6 +189,8 @@ struct Bench {
     ojsd_pid: Option<u32>,
     /// CPU counters at the start of the timed part of the running workload.
     timed_from: Mutex<Option<Cpu>>,
+    /// WAL position at the start of the part of the running workload whose WAL it reports.
+    wal_from: Mutex<Option<i64>>,
 }
 
 impl Bench {
@@ -218,6 +226,8 @@ impl Bench {
             Workload::Retention => self.retention(&queue).await,
             Workload::Fair => self.fair(&queue).await,
             Workload::PinnedHorizon => self.pinned_horizon(&queue).await,
+            Workload::GraphileDrain => self.graphile_drain().await,
+            Workload::GraphileLatency => self.graphile_latency().await,
         };
         let cpu_after = self.cpu();
         let cpu_before = self.timed_from.lock().expect("cpu mark").take();
@@ -278,9 +288,14 @@ impl Bench {
             line["fetch_promotions_per_job"] = json!(promotions);
         }
         if let (Some(before), Some(after)) = (before, after) {
-            line["wal_bytes_per_job"] = json!(
-                ((after.wal_lsn - before.wal_lsn) as f64 / outcome.jobs.max(1) as f64).round()
-            );
+            let from = self
+                .wal_from
+                .lock()
+                .expect("wal mark")
+                .take()
+                .unwrap_or(before.wal_lsn);
+            line["wal_bytes_per_job"] =
+                json!(((after.wal_lsn - from) as f64 / outcome.jobs.max(1) as f64).round());
             line["dead_tuples_job"] = json!(after.dead_job);
             line["dead_tuples_event"] = json!(after.dead_event);
         }
@@ -300,13 +315,22 @@ async fn main() -> anyhow::Result<()> {
         .pool_max_idle_per_host(256)
         .timeout(Duration::from_secs(120))
         .build()?;
-    let manifest: Value = client
-        .get(format!("{}/ojs/manifest", args.url))
-        .send()
-        .await
-        .with_context(|| format!("is ojsd running at {}?", args.url))?
-        .json()
-        .await?;
+    // graphile-worker's workloads need no ojsd.
+    let graphile_only = args
+        .workloads
+        .iter()
+        .all(|w| matches!(w, Workload::GraphileDrain | Workload::GraphileLatency));
+    let manifest: Value = if graphile_only {
+        json!({"implementation": {"name": "none (graphile-worker only)", "version": ""}})
+    } else {
+        client
+            .get(format!("{}/ojs/manifest", args.url))
+            .send()
+            .await
+            .with_context(|| format!("is ojsd running at {}?", args.url))?
+            .json()
+            .await?
+    };
     let db = if args.database_url.is_empty() {
         None
     } else {
@@ -333,6 +357,7 @@ async fn main() -> anyhow::Result<()> {
         db,
         ojsd_pid,
         timed_from: Mutex::new(None),
+        wal_from: Mutex::new(None),
     });
     for workload in workloads {
         bench.run(workload).await?;

@@ -132,6 +132,19 @@ impl Bench {
         *self.timed_from.lock().expect("cpu mark") = Some(self.cpu());
     }
 
+    /// Marks the start of the drain (or other part) whose WAL the running workload reports:
+    /// WAL per job then counts from here instead of from the workload's start (the enqueue
+    /// before a drain, a vacuum before graphile-worker's).
+    pub(crate) async fn mark_wal(&self) -> anyhow::Result<()> {
+        let Some(db) = &self.db else { return Ok(()) };
+        let lsn: i64 =
+            sqlx::query_scalar("select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8")
+                .fetch_one(db)
+                .await?;
+        *self.wal_from.lock().expect("wal mark") = Some(lsn);
+        Ok(())
+    }
+
     /// WAL position and dead tuples (after the statistics of finished transactions are in).
     pub(crate) async fn db_snapshot(&self) -> anyhow::Result<Option<DbSnapshot>> {
         let Some(db) = &self.db else { return Ok(None) };

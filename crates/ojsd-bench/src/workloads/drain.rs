@@ -27,6 +27,7 @@ impl Bench {
         tenants_seen: Option<Arc<Mutex<Vec<String>>>>,
     ) -> anyhow::Result<Outcome> {
         let done = Arc::new(AtomicUsize::new(0));
+        self.mark_wal().await?;
         self.mark_timed();
         let started = Instant::now();
         let mut tasks = Vec::new();

@@ -12,6 +12,7 @@ use crate::measure::{Latencies, joined};
 mod drain;
 mod enqueue;
 mod fair;
+mod graphile;
 mod latency;
 mod pinned;
 mod retention;
