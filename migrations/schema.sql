@@ -235,6 +235,7 @@ CREATE TABLE public.ojs_job (
     fair_key double precision,
     rate_key text,
     rate_held boolean,
+    lease_id bigint,
     CONSTRAINT ojs_job_active_has_reservation CHECK (((state <> 'active'::public.ojs_job_state) OR ((attempt >= 1) AND (started_at IS NOT NULL) AND (visible_until IS NOT NULL) AND (reservation_ms IS NOT NULL)))),
     CONSTRAINT ojs_job_active_has_timeout CHECK (((state <> 'active'::public.ojs_job_state) OR (timeout_at IS NOT NULL))),
     CONSTRAINT ojs_job_attempt_non_negative CHECK ((attempt >= 0)),
@@ -575,6 +576,12 @@ COMMENT ON COLUMN public.ojs_job.rate_key IS 'The job''s rate-limit key (its rat
 --
 
 COMMENT ON COLUMN public.ojs_job.rate_held IS 'True while an available keyed job waits for its key to allow it to start (held jobs are not in the dispatch indexes); null otherwise.';
+
+--
+-- Name: COLUMN ojs_job.lease_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.lease_id IS 'The lease (ojs_lease) of the claim that holds the job''s current attempt; meaningful only while the job is active. Not indexed: a lease lists its jobs.';
 
 --
 -- Name: ojs_dead_letter_matches(public.ojs_job, text, text, text, text, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
@@ -2079,7 +2086,7 @@ begin
                 unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
                 total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair,
                 attempt, started_at, worker_id, reservation_ms, visible_until, timeout_at,
-                pool, rate_key, tenant)
+                pool, rate_key, tenant, lease_id)
         select id, type, queue, args::json, meta::json, priority, state, max_attempts,
                retry::json, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
                expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs,
@@ -2103,12 +2110,27 @@ begin
                case when state = 'active' then hand_pool end,
                rate_key,
                -- The tenant (migration V24); a tenant-fair queue's tagging trigger sets it too.
-               nullif(meta::json ->> 'tenant_id', '')
+               nullif(meta::json ->> 'tenant_id', ''),
+               -- A handed-off job's lease (migration V29), one per job.
+               case when state = 'active' then nextval('ojs_lease_id_seq') end
           from resolved
          where not exists (select 1 from refused) and not exists (select 1 from overflow)
          -- Rows are inserted in request order, so `seq` (FIFO tie-breaker) follows it.
          order by ord
         returning j as job, j.queue, j.state
+    ),
+    -- The lease of each handed-off job (migration V29): what the reaper and the counts of
+    -- active jobs read.
+    leases as (
+        insert into ojs_lease (id, worker_id, queue, pool, jobs, open, due_at)
+        select (i.job).lease_id, (i.job).worker_id, i.queue, (i.job).pool, 1, 1,
+               least((i.job).visible_until, (i.job).timeout_at, (i.job).total_deadline_at)
+          from inserted i
+         where i.state = 'active'
+    ),
+    lease_jobs as (
+        insert into ojs_lease_jobs (lease_id, job_ids)
+        select (i.job).lease_id, array[(i.job).id] from inserted i where i.state = 'active'
     ),
     -- A queue exists from its first enqueue on (queue configuration extension).
     new_queues as (
@@ -4179,6 +4201,14 @@ CREATE TABLE public.ojs_event (
     CONSTRAINT ojs_event_data_is_object CHECK ((jsonb_typeof(data) = 'object'::text)),
     CONSTRAINT ojs_event_transition_complete CHECK (((from_state IS NULL) OR (to_state IS NOT NULL)))
 );
+ALTER TABLE ONLY public.ojs_event ALTER COLUMN job_ids SET COMPRESSION lz4;
+ALTER TABLE ONLY public.ojs_event ALTER COLUMN trace_ids SET COMPRESSION lz4;
+ALTER TABLE ONLY public.ojs_event ALTER COLUMN attempts SET COMPRESSION lz4;
+ALTER TABLE ONLY public.ojs_event ALTER COLUMN priorities SET COMPRESSION lz4;
+ALTER TABLE ONLY public.ojs_event ALTER COLUMN unique_keys SET COMPRESSION lz4;
+ALTER TABLE ONLY public.ojs_event ALTER COLUMN scheduled_ats SET COMPRESSION lz4;
+ALTER TABLE ONLY public.ojs_event ALTER COLUMN durations_ms SET COMPRESSION lz4;
+ALTER TABLE ONLY public.ojs_event ALTER COLUMN results SET COMPRESSION lz4;
 
 --
 -- Name: TABLE ojs_event; Type: COMMENT; Schema: public; Owner: -
@@ -5311,6 +5341,7 @@ CREATE TABLE public.ojs_job_done (
     fair_key double precision,
     rate_key text,
     rate_held boolean,
+    lease_id bigint,
     CONSTRAINT ojs_job_done_completed_at_set CHECK ((completed_at IS NOT NULL)),
     CONSTRAINT ojs_job_done_is_completed CHECK ((state = 'completed'::public.ojs_job_state))
 )
@@ -5641,6 +5672,12 @@ COMMENT ON COLUMN public.ojs_job_done.rate_key IS 'As ojs_job.rate_key.';
 COMMENT ON COLUMN public.ojs_job_done.rate_held IS 'As ojs_job.rate_held (always null once completed).';
 
 --
+-- Name: COLUMN ojs_job_done.lease_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.lease_id IS 'As ojs_job.lease_id (null once completed).';
+
+--
 -- Name: ojs_job_all; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -5697,7 +5734,8 @@ CREATE VIEW public.ojs_job_all AS
     ojs_job.tenant,
     ojs_job.fair_key,
     ojs_job.rate_key,
-    ojs_job.rate_held
+    ojs_job.rate_held,
+    ojs_job.lease_id
    FROM public.ojs_job
 UNION ALL
  SELECT ojs_job_done.id,
@@ -5752,7 +5790,8 @@ UNION ALL
     ojs_job_done.tenant,
     ojs_job_done.fair_key,
     ojs_job_done.rate_key,
-    ojs_job_done.rate_held
+    ojs_job_done.rate_held,
+    ojs_job_done.lease_id
    FROM public.ojs_job_done;
 
 --
@@ -6080,6 +6119,12 @@ COMMENT ON COLUMN public.ojs_job_all.rate_key IS 'As ojs_job.rate_key.';
 COMMENT ON COLUMN public.ojs_job_all.rate_held IS 'As ojs_job.rate_held.';
 
 --
+-- Name: COLUMN ojs_job_all.lease_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.lease_id IS 'As ojs_job.lease_id.';
+
+--
 -- Name: ojs_job_counts; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -6186,6 +6231,7 @@ CREATE TABLE public.ojs_job_done_default (
     fair_key double precision,
     rate_key text,
     rate_held boolean,
+    lease_id bigint,
     CONSTRAINT ojs_job_done_completed_at_set CHECK ((completed_at IS NOT NULL)),
     CONSTRAINT ojs_job_done_is_completed CHECK ((state = 'completed'::public.ojs_job_state))
 );
@@ -6239,6 +6285,155 @@ COMMENT ON COLUMN public.ojs_job_done_partitions.high IS 'First instant past it;
 --
 
 COMMENT ON COLUMN public.ojs_job_done_partitions.bytes IS 'Size of the partition''s table, without indexes.';
+
+--
+-- Name: ojs_lease; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_lease (
+    id bigint NOT NULL,
+    worker_id text,
+    queue text NOT NULL,
+    pool text,
+    jobs integer NOT NULL,
+    open integer NOT NULL,
+    due_at timestamp with time zone NOT NULL
+);
+
+--
+-- Name: TABLE ojs_lease; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_lease IS 'One claim''s hold on its jobs (one row per FETCH served by a claim statement, or per job handed to a waiting FETCH): what the reaper, a worker''s jobs and the counts of active jobs read, instead of indexes over active jobs (migration V29). Its jobs are in ojs_lease_jobs.';
+
+--
+-- Name: COLUMN ojs_lease.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease.id IS 'The lease, from ojs_lease_id_seq; its jobs record it in ojs_job.lease_id.';
+
+--
+-- Name: COLUMN ojs_lease.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease.worker_id IS 'The claiming worker (null: a FETCH without a worker id).';
+
+--
+-- Name: COLUMN ojs_lease.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease.queue IS 'The queue the jobs were claimed from.';
+
+--
+-- Name: COLUMN ojs_lease.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease.pool IS 'The claiming worker''s pool, if any.';
+
+--
+-- Name: COLUMN ojs_lease.jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease.jobs IS 'How many jobs the claim took: a statement that ends that many of them at once deletes the lease.';
+
+--
+-- Name: COLUMN ojs_lease.open; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease.open IS 'Jobs of the lease not yet counted off by the statement that ended them; 0 or less: the lease is due for deletion. May run ahead of the truth (readers check each job), never behind.';
+
+--
+-- Name: COLUMN ojs_lease.due_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease.due_at IS 'When the reaper next looks at the lease: at the latest, the earliest reservation, execution or total deadline among its jobs.';
+
+--
+-- Name: ojs_lease_jobs; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_lease_jobs (
+    lease_id bigint NOT NULL,
+    job_ids uuid[] NOT NULL
+);
+ALTER TABLE ONLY public.ojs_lease_jobs ALTER COLUMN job_ids SET COMPRESSION lz4;
+
+--
+-- Name: TABLE ojs_lease_jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_lease_jobs IS 'The jobs of a lease (ojs_lease), apart from its counter so that counting a job off does not copy them.';
+
+--
+-- Name: COLUMN ojs_lease_jobs.lease_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease_jobs.lease_id IS 'The lease.';
+
+--
+-- Name: COLUMN ojs_lease_jobs.job_ids; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_lease_jobs.job_ids IS 'The jobs the claim took (lz4-compressed).';
+
+--
+-- Name: ojs_job_held; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.ojs_job_held AS
+ SELECT l.id AS lease_id,
+    l.worker_id,
+    l.queue,
+    l.pool,
+    j.id AS job_id,
+    j.started_at
+   FROM (((public.ojs_lease l
+     JOIN public.ojs_lease_jobs lj ON ((lj.lease_id = l.id)))
+     CROSS JOIN LATERAL unnest(lj.job_ids) x(id))
+     JOIN public.ojs_job j ON ((j.id = x.id)))
+  WHERE ((l.open > 0) AND (j.lease_id = l.id) AND ((j.state)::text = 'active'::text));
+
+--
+-- Name: VIEW ojs_job_held; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.ojs_job_held IS 'Every active job with the lease (ojs_lease) that holds it: a worker''s, queue''s or pool''s active jobs, read through its leases and the primary key.';
+
+--
+-- Name: COLUMN ojs_job_held.lease_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_held.lease_id IS 'The lease.';
+
+--
+-- Name: COLUMN ojs_job_held.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_held.worker_id IS 'The worker holding the job.';
+
+--
+-- Name: COLUMN ojs_job_held.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_held.queue IS 'The job''s queue.';
+
+--
+-- Name: COLUMN ojs_job_held.pool; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_held.pool IS 'The worker''s pool, if any.';
+
+--
+-- Name: COLUMN ojs_job_held.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_held.job_id IS 'The active job.';
+
+--
+-- Name: COLUMN ojs_job_held.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_held.started_at IS 'When its current attempt started.';
 
 --
 -- Name: ojs_job_overdue; Type: VIEW; Schema: public; Owner: -
@@ -6686,6 +6881,23 @@ COMMENT ON COLUMN public.ojs_leadership.held IS 'Whether the lease is currently 
 --
 
 COMMENT ON COLUMN public.ojs_leadership.remaining IS 'Time until the lease runs out.';
+
+--
+-- Name: ojs_lease_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.ojs_lease_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: ojs_lease_id_seq; Type: SEQUENCE OWNED BY; Schema: public; Owner: -
+--
+
+ALTER SEQUENCE public.ojs_lease_id_seq OWNED BY public.ojs_lease.id;
 
 --
 -- Name: ojs_pool; Type: TABLE; Schema: public; Owner: -
@@ -7924,6 +8136,12 @@ COMMENT ON COLUMN public.ojs_workflow_node.waiting_on IS 'Dag only: how many of 
 ALTER TABLE ONLY public.ojs_job_done ATTACH PARTITION public.ojs_job_done_default DEFAULT;
 
 --
+-- Name: ojs_lease id; Type: DEFAULT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_lease ALTER COLUMN id SET DEFAULT nextval('public.ojs_lease_id_seq'::regclass);
+
+--
 -- Name: ojs_api_key ojs_api_key_hash_unique; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -7999,6 +8217,20 @@ ALTER TABLE ONLY public.ojs_job_schema
 
 ALTER TABLE ONLY public.ojs_leader
     ADD CONSTRAINT ojs_leader_pkey PRIMARY KEY (name);
+
+--
+-- Name: ojs_lease_jobs ojs_lease_jobs_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_lease_jobs
+    ADD CONSTRAINT ojs_lease_jobs_pkey PRIMARY KEY (lease_id);
+
+--
+-- Name: ojs_lease ojs_lease_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_lease
+    ADD CONSTRAINT ojs_lease_pkey PRIMARY KEY (id);
 
 --
 -- Name: ojs_pool ojs_pool_pkey; Type: CONSTRAINT; Schema: public; Owner: -
@@ -8131,24 +8363,6 @@ CREATE UNIQUE INDEX ojs_event_order_idx ON public.ojs_event USING btree (xid, se
 --
 
 CREATE INDEX ojs_event_queue_idx ON public.ojs_event USING btree (queue, xid, seq) WHERE (queue IS NOT NULL);
-
---
--- Name: ojs_job_active_deadline_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX ojs_job_active_deadline_idx ON public.ojs_job USING btree (LEAST(visible_until, timeout_at, total_deadline_at)) WHERE (state = 'active'::public.ojs_job_state);
-
---
--- Name: ojs_job_active_pool_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX ojs_job_active_pool_idx ON public.ojs_job USING btree (pool) WHERE ((state = 'active'::public.ojs_job_state) AND (pool IS NOT NULL));
-
---
--- Name: ojs_job_active_queue_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX ojs_job_active_queue_idx ON public.ojs_job USING btree (queue) WHERE (state = 'active'::public.ojs_job_state);
 
 --
 -- Name: ojs_job_capacity_idx; Type: INDEX; Schema: public; Owner: -
@@ -8329,10 +8543,28 @@ CREATE INDEX ojs_job_unique_key_idx ON public.ojs_job USING btree (unique_key) W
 CREATE INDEX ojs_job_waiting_deadline_idx ON public.ojs_job USING btree (LEAST(expires_at, claim_deadline_at, total_deadline_at)) WHERE ((state = ANY (ARRAY['scheduled'::public.ojs_job_state, 'available'::public.ojs_job_state, 'pending'::public.ojs_job_state, 'retryable'::public.ojs_job_state])) AND ((expires_at IS NOT NULL) OR (claim_deadline_at IS NOT NULL) OR (total_deadline_at IS NOT NULL)));
 
 --
--- Name: ojs_job_worker_idx; Type: INDEX; Schema: public; Owner: -
+-- Name: ojs_lease_due_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_worker_idx ON public.ojs_job USING btree (worker_id) WHERE (state = 'active'::public.ojs_job_state);
+CREATE INDEX ojs_lease_due_idx ON public.ojs_lease USING btree (due_at);
+
+--
+-- Name: ojs_lease_pool_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_lease_pool_idx ON public.ojs_lease USING btree (pool) WHERE (pool IS NOT NULL);
+
+--
+-- Name: ojs_lease_queue_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_lease_queue_idx ON public.ojs_lease USING btree (queue);
+
+--
+-- Name: ojs_lease_worker_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_lease_worker_idx ON public.ojs_lease USING btree (worker_id) WHERE (worker_id IS NOT NULL);
 
 --
 -- Name: ojs_rate_key_check_idx; Type: INDEX; Schema: public; Owner: -
@@ -8579,6 +8811,13 @@ CREATE TRIGGER ojs_worker_events_before BEFORE INSERT OR DELETE OR UPDATE ON pub
 --
 
 COMMENT ON TRIGGER ojs_worker_events_before ON public.ojs_worker IS 'Runs ojs_worker_events() before every insert, update and delete of a worker: writes worker.started, worker.quiet, worker.stopped and the sampled worker.heartbeat for updates and deletes, and stamps heartbeat_event_at on inserts.';
+
+--
+-- Name: ojs_lease_jobs ojs_lease_jobs_lease_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_lease_jobs
+    ADD CONSTRAINT ojs_lease_jobs_lease_id_fkey FOREIGN KEY (lease_id) REFERENCES public.ojs_lease(id) ON DELETE CASCADE;
 
 --
 -- Name: ojs_workflow_node ojs_workflow_node_workflow_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -

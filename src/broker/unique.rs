@@ -332,6 +332,7 @@ mod tests {
             fair_key: None,
             rate_key: None,
             rate_held: None,
+            lease_id: None,
         }
     }
 

@@ -267,6 +267,9 @@ pub struct Job {
     pub rate_key: Option<String>,
     /// `Some(true)` while an available keyed job waits for its key to let it start.
     pub rate_held: Option<bool>,
+    /// The lease (`ojs_lease`) of the claim holding the current attempt; meaningful only while
+    /// the job is active.
+    pub lease_id: Option<i64>,
 }
 
 impl Job {
@@ -337,6 +340,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "fair_key",
     "rate_key",
     "rate_held",
+    "lease_id",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

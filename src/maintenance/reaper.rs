@@ -66,11 +66,13 @@ impl Service for Reaper {
         self.context
             .batches("reaper", |conn| {
                 Box::pin(async move {
-                    let (jobs, db_now) = store::job::lock_overdue(&mut *conn, now, size).await?;
-                    let decided = lifecycle::releases(&jobs, |job| cause(job, db_now));
-                    let released = store::job::release_many(conn, &jobs, &decided, now).await?;
+                    let overdue = store::job::lock_overdue(&mut *conn, now, size).await?;
+                    let db_now = overdue.now;
+                    let decided = lifecycle::releases(&overdue.jobs, |job| cause(job, db_now));
+                    let released =
+                        store::job::release_many(conn, &overdue.jobs, &decided, now).await?;
                     telemetry::attempts_finished(&released);
-                    Ok((released.len() as u64, jobs.len() as i64 >= size))
+                    Ok((released.len() as u64, overdue.more))
                 })
             })
             .await

@@ -121,7 +121,7 @@ pub async fn usage(
                  where w.pool = p.name and w.stale_at is null
                    and greatest(w.last_heartbeat_at, w.last_seen_at)
                        > now() - $1 * interval '1 millisecond') as "workers!",
-               (select count(*) from ojs_job j where j.pool = p.name and j.state = 'active') as "jobs!"
+               (select count(*) from ojs_job_held h where h.pool = p.name) as "jobs!"
           from ojs_pool p
         "#,
         heartbeat_timeout_ms as f64,
@@ -145,7 +145,7 @@ pub async fn usage(
 /// Jobs active now that members of `pool` claimed.
 pub async fn active_jobs(db: impl PgExecutor<'_>, pool: &str) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"select count(*) as "n!" from ojs_job where pool = $1 and state = 'active'"#,
+        r#"select count(*) as "n!" from ojs_job_held where pool = $1"#,
         pool
     )
     .fetch_one(db)
@@ -339,7 +339,7 @@ pub async fn dispatches(
              group by queue
         ),
         active as (
-            select queue, count(*) as n from ojs_job where state = 'active' group by queue
+            select queue, count(*) as n from ojs_job_held group by queue
         ),
         names as (
             select queue from recent union select queue from active

@@ -288,7 +288,7 @@ pub struct Registration {
 /// Jobs active now under `worker_id`'s reservation.
 pub async fn active_jobs(db: impl PgExecutor<'_>, worker_id: &str) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar!(
-        r#"select count(*) as "n!" from ojs_job where worker_id = $1 and state = 'active'"#,
+        r#"select count(*) as "n!" from ojs_job_held where worker_id = $1"#,
         worker_id
     )
     .fetch_one(db)
@@ -400,9 +400,9 @@ pub async fn list(
                coalesce(w.queues, (select p.queues from ojs_pool p where p.name = w.pool)) as queues,
                w.concurrency, w.labels as "labels: RawJson", w.pool, w.strategy, w.weights as "weights: RawJson",
                w.started_at, w.registered_at, w.last_heartbeat_at, w.last_seen_at,
-               array(select j.id from ojs_job j
-                      where j.worker_id = w.id and j.state = 'active'
-                      order by j.started_at, j.id) as "active_job_ids!"
+               array(select h.job_id from ojs_job_held h
+                      where h.worker_id = w.id
+                      order by h.started_at, h.job_id) as "active_job_ids!: Vec<Uuid>"
           from ojs_worker w
           cross join lateral (
               select w.stale_at is not null
@@ -519,7 +519,7 @@ pub async fn stale_with_jobs(
         r#"
         select w.id from ojs_worker w
          where w.stale_at is not null
-           and exists (select 1 from ojs_job j where j.worker_id = w.id and j.state = 'active')
+           and exists (select 1 from ojs_job_held h where h.worker_id = w.id)
          limit $1
         "#,
         limit,

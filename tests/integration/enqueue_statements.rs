@@ -71,7 +71,7 @@ async fn rows(db: &TestDb, queue: &str) -> Vec<Map<String, Value>> {
                 row.remove(key);
             }
             for (key, value) in row.iter_mut() {
-                if key.ends_with("_at") || key == "visible_until" {
+                if key.ends_with("_at") || key == "visible_until" || key == "lease_id" {
                     *value = Value::Bool(!value.is_null());
                 }
             }

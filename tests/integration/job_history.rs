@@ -230,9 +230,10 @@ async fn a_populated_database_of_the_previous_release_migrates_with_every_job_in
         "{report:?}"
     );
     let after: Vec<(uuid::Uuid, Value)> =
-        // Less the columns later migrations add (V20's rate-limit key, null for these jobs).
+        // Less the columns later migrations add (V20's rate-limit key, V29's lease: null for
+        // these jobs, or the lease V29 gives an active one).
         sqlx::query_as(
-            "select id, to_jsonb(j) - 'rate_key' - 'rate_held' from ojs_job_all j order by id",
+            "select id, to_jsonb(j) - 'rate_key' - 'rate_held' - 'lease_id' from ojs_job_all j order by id",
         )
             .fetch_all(&mut conn)
             .await

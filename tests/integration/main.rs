@@ -21,6 +21,7 @@ mod hostile_input;
 mod job_history;
 mod jobs_api;
 mod leadership;
+mod leases;
 mod maintenance;
 mod maintenance_mode;
 mod priority;

@@ -171,7 +171,8 @@ macro_rules! claim_statement {
         let rows = sqlx::query!(
             r#"
         with share as (
-            select *
+            -- Each FETCH's lease (migration V29): a volatile call, so this is evaluated once.
+            select s.*, nextval('ojs_lease_id_seq') as lease_id
               from unnest($2::int4[], $3::text[], $4::int8[], $5::text[]) with ordinality
                 as s(wanted, worker_id, visibility_timeout_ms, pool, share)
              -- A worker told to stop (or stopping by itself) gets nothing.
@@ -224,14 +225,29 @@ macro_rules! claim_statement {
                    visible_until = coalesce($7, now()) + coalesce(s.visibility_timeout_ms, j.visibility_timeout_ms, $6) * interval '1 millisecond',
                    timeout_at = coalesce($7, now()) + j.timeout_ms * interval '1 millisecond',
                    claim_deadline_at = null,
-                   pool = s.pool
+                   pool = s.pool,
+                   lease_id = s.lease_id
               from numbered c
               join slot s on s.slot = c.slot
              where j.id = c.id
             -- Plain columns beside the row for the event below: reading fields out of a row
             -- value walks its columns each time (the row is then only sent to the client).
             returning j, s.share, j.id, j.seq, j.queue, j.type, j.attempt, j.worker_id, j.rate_key,
+                      j.pool, j.lease_id,
+                      least(j.visible_until, j.timeout_at, j.total_deadline_at) as due_at,
                       coalesce(nullif(j.meta ->> 'trace_id', ''), nullif(split_part(j.meta ->> 'traceparent', '-', 2), '')) as trace_id
+        ),
+        -- One lease per FETCH served (migration V29): what the reaper, the worker's jobs and
+        -- the counts of active jobs read, instead of an index entry per job.
+        leases as (
+            insert into ojs_lease (id, worker_id, queue, pool, jobs, open, due_at)
+            select m.lease_id, min(m.worker_id), $1, min(m.pool), count(*), count(*), min(m.due_at)
+              from moved m
+             group by m.lease_id
+        ),
+        lease_jobs as (
+            insert into ojs_lease_jobs (lease_id, job_ids)
+            select m.lease_id, array_agg(m.id) from moved m group by m.lease_id
         ),
         -- One event row per worker and job type (migration V10): the server renders each
         -- job's `job.started` from it.

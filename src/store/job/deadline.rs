@@ -77,34 +77,98 @@ pub async fn expire_due(
         .collect())
 }
 
-/// Reaper: locks up to `limit` active jobs whose reservation, execution timeout or total timeout
+/// What [`lock_overdue`] found: the overdue jobs it locked, the effective "now", and whether
+/// more may be due than it looked at.
+#[derive(Debug)]
+pub struct Overdue {
+    pub jobs: Vec<Job>,
+    pub now: DateTime<Utc>,
+    pub more: bool,
+}
+
+/// Reaper: reads up to `limit` due leases (migration V29), earliest first, and locks up to
+/// `limit` of their active jobs whose own reservation, execution timeout or total timeout
 /// passed (earliest first), for the caller to decide their outcome and end them with
-/// [`super::release_many`] in the same transaction. Also returns the effective "now".
+/// [`super::release_many`] in the same transaction, which counts them off their leases.
+///
+/// Each lease is brought up to date in the same statement: deleted when it holds no other
+/// active job, otherwise due again at the earliest deadline among the jobs it keeps (a job
+/// another transaction has locked, or one beyond `limit`, keeps it due now), with `open`
+/// recounted. A heartbeat extends a job's reservation without touching its lease, so a lease may
+/// come due before any of its jobs is overdue; it is then only moved on.
 pub async fn lock_overdue(
     db: impl PgExecutor<'_>,
     now: Option<DateTime<Utc>>,
     limit: i64,
-) -> Result<(Vec<Job>, DateTime<Utc>), sqlx::Error> {
+) -> Result<Overdue, sqlx::Error> {
     let rows = sqlx::query!(
         r#"
-        select j as "job!: Job", coalesce($1::timestamptz, now()) as "now!"
-          from ojs_job j
-         where j.state = 'active'
-           and least(j.visible_until, j.timeout_at, j.total_deadline_at) <= coalesce($1::timestamptz, now())
-         order by least(j.visible_until, j.timeout_at, j.total_deadline_at)
-         limit $2
-           for update skip locked
+        with due as (
+            select l.id, (select lj.job_ids from ojs_lease_jobs lj where lj.lease_id = l.id) as job_ids
+              from ojs_lease l
+             where l.due_at <= coalesce($1::timestamptz, now())
+             order by l.due_at
+             limit $2
+               for update of l skip locked
+        ),
+        -- The lease's jobs still held under it, through the primary key.
+        held as (
+            select d.id as lease_id, j.id,
+                   least(j.visible_until, j.timeout_at, j.total_deadline_at) as deadline
+              from due d
+             cross join lateral unnest(d.job_ids) as x(id)
+              join ojs_job j on j.id = x.id
+             where j.lease_id = d.id and j.state::text = 'active'
+        ),
+        overdue as (
+            select j, j.id
+              from ojs_job j
+             where j.id in (select h.id from held h
+                             where h.deadline <= coalesce($1::timestamptz, now())
+                             order by h.deadline
+                             limit $2)
+               and j.state::text = 'active'
+               for update skip locked
+        ),
+        kept as (
+            select d.id,
+                   count(h.id) as held,
+                   min(h.deadline) filter (where h.id not in (select o.id from overdue o)) as next_due
+              from due d
+              left join held h on h.lease_id = d.id
+             group by d.id
+        ),
+        -- Nothing left but what the caller releases now: the lease goes.
+        closed as (
+            delete from ojs_lease l using kept k where l.id = k.id and k.next_due is null
+        ),
+        -- `open` counts the jobs released now too: their release counts them off.
+        moved_on as (
+            update ojs_lease l
+               set open = k.held, due_at = k.next_due
+              from kept k
+             where l.id = k.id and k.next_due is not null
+        )
+        -- One row at least, for the time and the count of leases.
+        select o.j as "job?: Job", coalesce($1::timestamptz, now()) as "now!",
+               (select count(*) from due) as "leases!"
+          from (select 1) one
+          left join overdue o on true
         "#,
         now,
         limit,
     )
     .fetch_all(db)
     .await?;
-    let now = match rows.first() {
-        Some(row) => row.now,
-        None => now.unwrap_or_else(Utc::now),
-    };
-    Ok((rows.into_iter().map(|r| r.job).collect(), now))
+    let leases = rows.first().map_or(0, |r| r.leases);
+    let at = rows.first().map(|r| r.now);
+    let jobs: Vec<Job> = rows.into_iter().filter_map(|r| r.job).collect();
+    let more = jobs.len() as i64 >= limit || leases >= limit;
+    Ok(Overdue {
+        now: at.or(now).unwrap_or_else(Utc::now),
+        jobs,
+        more,
+    })
 }
 
 /// Locks up to `limit` active jobs held by `workers` (a stale or departing worker's jobs), for
@@ -118,7 +182,9 @@ pub async fn lock_held_by(
         r#"
         select j as "job!: Job"
           from ojs_job j
-         where j.state = 'active' and j.worker_id = any($1::text[])
+         -- Through the workers' leases (migration V29) and the primary key.
+         where j.id in (select h.job_id from ojs_job_held h where h.worker_id = any($1::text[]))
+           and j.state::text = 'active' and j.worker_id = any($1::text[])
          order by j.started_at
          limit $2
            for update skip locked

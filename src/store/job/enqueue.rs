@@ -315,7 +315,7 @@ async fn insert_one(
                     unique_policy, unique_key, extra, enqueued_at, claim_deadline_at,
                     total_deadline_at, priority_aging_ms, capacity_tracked, tenant_fair,
                     attempt, started_at, worker_id, reservation_ms, visible_until, timeout_at,
-                    pool, rate_key, tenant)
+                    pool, rate_key, tenant, lease_id)
             select $1::uuid, $2::text, $3::text, $4::text::json, $5::text::json, $6::int4, state, $7::int4, $8::text::json, $9::int8, $10::int8, scheduled_at, $13::text,
                    expires_at, $16::text, $17::int4, $18::int4,
                    case when $19::text is not null
@@ -337,10 +337,22 @@ async fn insert_one(
                    case when state = 'active' then $31::text end,
                    $34::text,
                    -- The tenant, as ojs_insert_jobs writes it (migration V24).
-                   nullif($5::text::json ->> 'tenant_id', '')
+                   nullif($5::text::json ->> 'tenant_id', ''),
+                   case when state = 'active' then nextval('ojs_lease_id_seq') end
               from resolved
              where not exists (select 1 from refused) and not exists (select 1 from overflow)
             returning j as job, j.state
+        ),
+        leases as (
+            insert into ojs_lease (id, worker_id, queue, pool, jobs, open, due_at)
+            select (i.job).lease_id, (i.job).worker_id, (i.job).queue, (i.job).pool, 1, 1,
+                   least((i.job).visible_until, (i.job).timeout_at, (i.job).total_deadline_at)
+              from inserted i
+             where i.state = 'active'
+        ),
+        lease_jobs as (
+            insert into ojs_lease_jobs (lease_id, job_ids)
+            select (i.job).lease_id, array[(i.job).id] from inserted i where i.state = 'active'
         ),
         new_queues as (
             insert into ojs_queue (name) values ($3::text)

@@ -30,7 +30,7 @@ pub use claim::{
     ClaimParams, ClaimShare, Promoted, await_due_locks, claim, claim_fair, claim_shared,
     claim_tenant, promote_due,
 };
-pub use deadline::{expire_due, lock_held_by, lock_overdue};
+pub use deadline::{Overdue, expire_due, lock_held_by, lock_overdue};
 pub use enqueue::{
     HandTo, Handoffs, cancel_replaced, insert_many, replace_scheduled, unique_candidates,
 };
@@ -80,7 +80,7 @@ pub async fn get_many(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Job>,
 
 /// Deletes every job (test hook `POST /ojs/v1/admin/reset` only).
 pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query!("truncate ojs_job, ojs_job_done")
+    sqlx::query!("truncate ojs_job, ojs_job_done, ojs_lease, ojs_lease_jobs")
         .execute(db)
         .await?;
     Ok(())

@@ -127,7 +127,24 @@ macro_rules! complete_statement {
         ),
 "#
                 + $finished
-                + r#"        moved as (
+                + r#"        -- The jobs are counted off their leases (migration V29): a lease whose jobs all end
+        -- here (a batch ACK of a whole FETCH) goes; another has fewer open, and is due for the
+        -- reaper to delete once none is.
+        leased as (
+            select lease_id, count(*)::int4 as n from finished where lease_id is not null group by lease_id
+        ),
+        lease_closed as (
+            delete from ojs_lease l using leased c
+             where l.id = c.lease_id and l.jobs = c.n
+        ),
+        lease_left as (
+            update ojs_lease l
+               set open = l.open - c.n,
+                   due_at = case when l.open - c.n <= 0 then least(l.due_at, now()) else l.due_at end
+              from leased c
+             where l.id = c.lease_id and l.jobs <> c.n
+        ),
+        moved as (
             insert into ojs_job_done as d (
                    id, seq, type, queue, args, meta, priority, state, attempt, max_attempts,
                    retry, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
@@ -205,7 +222,7 @@ macro_rules! complete_jobs {
                    worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
                    dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
-                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held)::ojs_job as "job!: Job"
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held, null::int8)::ojs_job as "job!: Job"
           from finished
         "#
         )
@@ -290,6 +307,18 @@ async fn complete_one(
              where j.id = $1 and j.state::text = 'active'
                and ($2::text is null or j.worker_id is null or j.worker_id = $2)
             returning j.*
+        ),
+        -- Counted off its lease, as in complete_many.
+        lease_closed as (
+            delete from ojs_lease l using gone g
+             where l.id = g.lease_id and l.jobs = 1
+        ),
+        lease_left as (
+            update ojs_lease l
+               set open = l.open - 1,
+                   due_at = case when l.open <= 1 then least(l.due_at, now()) else l.due_at end
+              from gone g
+             where l.id = g.lease_id and l.jobs <> 1
         ),
         moved as (
             insert into ojs_job_done as d (
@@ -422,6 +451,22 @@ pub async fn fail_many(
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
             returning j
         ),
+        -- Counted off their leases, as in complete_many.
+        leased as (
+            select (f.j).lease_id, count(*)::int4 as n
+              from failed f where (f.j).lease_id is not null group by (f.j).lease_id
+        ),
+        lease_closed as (
+            delete from ojs_lease l using leased c
+             where l.id = c.lease_id and l.jobs = c.n
+        ),
+        lease_left as (
+            update ojs_lease l
+               set open = l.open - c.n,
+                   due_at = case when l.open - c.n <= 0 then least(l.due_at, now()) else l.due_at end
+              from leased c
+             where l.id = c.lease_id and l.jobs <> c.n
+        ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
             select e.type, (f.j).id::text, (f.j).id, (f.j).queue, (f.j).type, e.from_state,
@@ -509,6 +554,18 @@ pub async fn cancel(
              where j.id = t.id
                and t.state in ('scheduled', 'available', 'pending', 'active', 'retryable')
             returning j, t.state as prev
+        ),
+        -- An active job is counted off its lease, as in complete_many.
+        lease_closed as (
+            delete from ojs_lease l using moved m
+             where m.prev = 'active' and l.id = (m.j).lease_id and l.jobs = 1
+        ),
+        lease_left as (
+            update ojs_lease l
+               set open = l.open - 1,
+                   due_at = case when l.open <= 1 then least(l.due_at, now()) else l.due_at end
+              from moved m
+             where m.prev = 'active' and l.id = (m.j).lease_id and l.jobs <> 1
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
@@ -640,6 +697,22 @@ pub async fn give_back(db: impl PgExecutor<'_>, jobs: &[Job]) -> Result<i64, sql
               from unnest($1::uuid[], $2::int4[]) as i(id, attempt)
              where j.id = i.id and j.state = 'active' and j.attempt = i.attempt
             returning j
+        ),
+        -- Counted off their leases, as in complete_many.
+        leased as (
+            select (m.j).lease_id, count(*)::int4 as n
+              from moved m where (m.j).lease_id is not null group by (m.j).lease_id
+        ),
+        lease_closed as (
+            delete from ojs_lease l using leased c
+             where l.id = c.lease_id and l.jobs = c.n
+        ),
+        lease_left as (
+            update ojs_lease l
+               set open = l.open - c.n,
+                   due_at = case when l.open - c.n <= 0 then least(l.due_at, now()) else l.due_at end
+              from leased c
+             where l.id = c.lease_id and l.jobs <> c.n
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)

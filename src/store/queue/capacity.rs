@@ -58,7 +58,7 @@ pub async fn dispatch_usage(
     let r = sqlx::query!(
         r#"
         with t as (select clock_timestamp() as now)
-        select (select count(*) from ojs_job where queue = $1 and state = 'active') as "active!",
+        select (select count(*) from ojs_job_held where queue = $1) as "active!",
                (select coalesce(sum(jobs), 0) from ojs_rate_window, t
                  where $3 > 0 and key = $2
                    and started_at > t.now - $3 * interval '1 millisecond')::int8 as "started!",

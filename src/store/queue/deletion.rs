@@ -27,8 +27,7 @@ pub async fn lock_for_delete(
                (select count(*) from ojs_job j
                  where j.queue = q.name
                    and j.state in ('scheduled', 'available', 'pending', 'retryable')) as "waiting!",
-               (select count(*) from ojs_job j
-                 where j.queue = q.name and j.state = 'active') as "active!"
+               (select count(*) from ojs_job_held h where h.queue = q.name) as "active!"
           from ojs_queue q
          where q.name = $1 and q.name <> '_default'
            for update of q

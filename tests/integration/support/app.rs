@@ -119,8 +119,13 @@ impl TestApp {
 
     /// A server whose configuration `configure` adjusts.
     pub async fn spawn_with(configure: impl FnOnce(&mut Config)) -> TestApp {
+        Self::spawn_on(TestDb::new().await, configure).await
+    }
+
+    /// A server on `db`, already migrated (a test that prepared the database itself, e.g. one
+    /// migrated from an earlier release), with the settings `configure` adjusts.
+    pub async fn spawn_on(db: TestDb, configure: impl FnOnce(&mut Config)) -> TestApp {
         init_test_logging();
-        let db = TestDb::new().await;
         let mut config = Config {
             database_url: db.url(),
             listen_addr: "127.0.0.1:0".parse().unwrap(),
