@@ -314,3 +314,39 @@ async fn a_populated_database_of_the_previous_release_gets_leases_for_its_active
     .unwrap();
     assert_eq!((active, leases), (0, 0));
 }
+
+#[tokio::test]
+async fn leases_whose_jobs_another_transaction_holds_do_not_keep_the_reaper_spinning() {
+    use ojsd::maintenance::{Reaper, ReaperConfig, Service};
+
+    let app = TestApp::spawn().await;
+    push_n(&app, "q", 2).await;
+    fetch_n(&app, "q", "w1", 1, 1_000).await;
+    fetch_n(&app, "q", "w2", 1, 1_000).await;
+    let reaper = Reaper::new(
+        app.maintenance(),
+        ReaperConfig {
+            interval: Duration::from_secs(1),
+            batch_size: 1,
+        },
+    );
+    let later = app.db_now_plus(Duration::from_secs(60)).await;
+    // Another transaction holds both overdue jobs: the reaper skips them, and its full batches
+    // of leases that stay due are no reason to run again at once.
+    let mut tx = app.pool().begin().await.unwrap();
+    sqlx::query("select 1 from ojs_job where state = 'active' for update")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let pass = reaper.run_once(Some(later)).await.unwrap();
+    assert_eq!((pass.processed, pass.more), (0, false));
+    tx.rollback().await.unwrap();
+    // Once they are free, one batch of one lease after the other releases both.
+    let pass = reaper.run_once(Some(later)).await.unwrap();
+    assert_eq!((pass.processed, pass.more), (2, false));
+    let leases: i64 = sqlx::query_scalar("select count(*) from ojs_lease")
+        .fetch_one(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(leases, 0);
+}

@@ -149,9 +149,11 @@ pub async fn lock_overdue(
               from kept k
              where l.id = k.id and k.next_due is not null
         )
-        -- One row at least, for the time and the count of leases.
+        -- One row at least, for the time and the count of leases settled (deleted, or due
+        -- again later): a lease kept due now (a job another transaction holds) is no progress.
         select o.j as "job?: Job", coalesce($1::timestamptz, now()) as "now!",
-               (select count(*) from due) as "leases!"
+               (select count(*) from kept k
+                 where k.next_due is null or k.next_due > coalesce($1::timestamptz, now())) as "leases!"
           from (select 1) one
           left join overdue o on true
         "#,
@@ -163,6 +165,8 @@ pub async fn lock_overdue(
     let leases = rows.first().map_or(0, |r| r.leases);
     let at = rows.first().map(|r| r.now);
     let jobs: Vec<Job> = rows.into_iter().filter_map(|r| r.job).collect();
+    // Another batch at once only after a full one that made progress: leases kept due by
+    // jobs other transactions hold wait for the next pass.
     let more = jobs.len() as i64 >= limit || leases >= limit;
     Ok(Overdue {
         now: at.or(now).unwrap_or_else(Utc::now),
