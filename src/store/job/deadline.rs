@@ -113,8 +113,11 @@ pub async fn lock_overdue(
         ),
         -- The lease's jobs still held under it, through the primary key.
         held as (
+            -- (An active job always has a reservation; were it without any deadline, it would
+            -- keep its lease, never due, rather than lose it.)
             select d.id as lease_id, j.id,
-                   least(j.visible_until, j.timeout_at, j.total_deadline_at) as deadline
+                   coalesce(least(j.visible_until, j.timeout_at, j.total_deadline_at),
+                            'infinity') as deadline
               from due d
              cross join lateral unnest(d.job_ids) as x(id)
               join ojs_job j on j.id = x.id
