@@ -113,9 +113,9 @@ macro_rules! complete_statement {
              -- Each job is found through the primary key, by a join on the id (`id = any(..)`
              -- would be estimated as a handful of rows and joined to the input row by row).
              -- `state::text`, not `state`: a condition on the state would let the generic plan
-             -- read every active job through a partial index of active jobs instead, and with
-             -- it every entry that finished jobs leave there until VACUUM removes them (never,
-             -- while the MVCC horizon is pinned).
+             -- read through a partial index on the state instead (one of active jobs existed
+             -- until migration V29), and with it every entry that finished jobs leave there
+             -- until VACUUM removes them (never, while the MVCC horizon is pinned).
              where j.id = i.id
                and j.state::text = 'active'
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
