@@ -180,16 +180,17 @@ impl Drop for ParkedFetch<'_> {
     }
 }
 
-/// Makes jobs written active for a FETCH that went away available again, in their old place
-/// and with their attempt not counted. One that cannot be given back (the database is down)
-/// is released when its reservation runs out, as if its worker had died.
+/// Makes jobs written active for a FETCH that cannot answer with them (it went away, or the
+/// hold came into force while it claimed) available again, in their old place and with their
+/// attempt not counted. One that cannot be given back (the database is down) is released when
+/// its reservation runs out, as if its worker had died.
 pub(super) async fn give_back(db: &PgPool, jobs: &[Job]) {
     match store::job::give_back(db, jobs).await {
-        Ok(n) => tracing::debug!(jobs = n, "gave back jobs handed to a FETCH that went away"),
+        Ok(n) => tracing::debug!(jobs = n, "gave back jobs a FETCH could not answer with"),
         Err(e) => tracing::warn!(
             error = %e,
             jobs = jobs.len(),
-            "could not give back jobs handed to a FETCH that went away; their reservations will run out"
+            "could not give back jobs a FETCH could not answer with; their reservations will run out"
         ),
     }
 }
@@ -385,6 +386,13 @@ impl Fetcher {
             let mark = waiters.mark();
             let (jobs, routed) = self.try_fetch(req, first).await?;
             first = false;
+            if !jobs.is_empty() && self.hold.is_on() {
+                // The hold came into force while this claim ran: what it took may have been
+                // enqueued after the hold began, so it goes back (attempt not counted) and the
+                // FETCH waits like any other.
+                give_back(&self.db, &jobs).await;
+                continue;
+            }
             if let Some(routed) = routed {
                 queues = routed.queue_names();
                 route = Some(routed);

@@ -674,7 +674,8 @@ pub async fn set_priority(
     }))
 }
 
-/// Gives back jobs an enqueue wrote `active` for a FETCH that went away before it could answer:
+/// Gives back jobs written `active` for a FETCH that cannot answer with them (it went away, or
+/// maintenance mode began while it claimed):
 /// each becomes `available` again in its old place (`enqueued_at` is kept), its attempt not
 /// counted, with a `job.enqueued` event from `active`. Only a job still in that attempt
 /// (nobody acted on it since) is given back. Notifies the queues; returns how many.
