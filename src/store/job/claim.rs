@@ -170,7 +170,7 @@ macro_rules! claim_statement {
         let pools: Vec<Option<&str>> = shares.iter().map(|s| s.pool).collect();
         let rows = sqlx::query!(
             r#"
-        with share as (
+        with share as materialized (
             -- Each FETCH's lease (migration V29): a volatile call, so this is evaluated once.
             select s.*, nextval('ojs_lease_id_seq') as lease_id
               from unnest($2::int4[], $3::text[], $4::int8[], $5::text[]) with ordinality
@@ -179,12 +179,27 @@ macro_rules! claim_statement {
              where not exists (select 1 from ojs_worker w
                                 where w.id = s.worker_id and (w.directive <> '' or w.state <> 'running'))
         ),
-        slot as (
-            select s.*, row_number() over (order by s.share, g.n) as slot
-              from share s, generate_series(1, s.wanted) as g(n)
+        -- The FETCHes served, as arrays in share order with the first slot of each: the n-th
+        -- job claimed goes to the FETCH whose slots hold n (`width_bucket`, a binary search),
+        -- with no row per slot to number and join.
+        shares as (
+            select coalesce(sum(s.wanted), 0) as total,
+                   array_agg(s.first order by s.share) as firsts,
+                   array_agg(s.share order by s.share) as share_nos,
+                   array_agg(s.worker_id order by s.share) as workers,
+                   array_agg(s.visibility_timeout_ms order by s.share) as visibility,
+                   array_agg(s.pool order by s.share) as pools,
+                   array_agg(s.lease_id order by s.share) as leases
+              from (select s.*,
+                           1 + coalesce(sum(s.wanted) over (order by s.share rows between
+                                                            unbounded preceding and 1 preceding), 0)
+                               as first
+                      from share s) s
         ),
         candidate as (
-            select id
+            -- The row's place, not its id: the update below goes straight to it (a TID scan),
+            -- with no second walk of the primary key. The row is locked, so it stays there.
+            select ctid as rid
               from ojs_job
              where queue = $1
                and state = 'available'
@@ -204,36 +219,35 @@ macro_rules! claim_statement {
                      + coalesce(priority * priority_aging_ms, 0))) >= ($8::int4, $9::float8)
 "#
                 + $candidates
-                + r#"             limit (select count(*) from slot)
+                + r#"             limit (select total from shares)
                for update skip locked
         ),
-        -- The candidates in order, numbered. Read through an array, whose length a plan made
-        -- without the parameters estimates as a handful: the update below then finds each
-        -- job through the primary key. Read from `candidate` directly, the estimate is a
-        -- tenth of the queue, and the plan a merge join over the whole primary key.
+        -- The candidates in order, numbered, with the FETCH each goes to. Read through an
+        -- array, whose length a plan made without the parameters estimates as a handful: the
+        -- update below then takes each row by its place.
         numbered as (
-            select u.id, u.slot
-              from unnest(array(select id from candidate)) with ordinality as u(id, slot)
+            select u.rid, u.slot, width_bucket(u.slot, x.firsts) as k
+              from unnest(array(select rid from candidate)) with ordinality as u(rid, slot),
+                   shares x
         ),
         moved as (
             update ojs_job j
                set state = 'active',
                    attempt = j.attempt + 1,
                    started_at = coalesce($7, now()),
-                   worker_id = s.worker_id,
-                   reservation_ms = coalesce(s.visibility_timeout_ms, j.visibility_timeout_ms, $6),
-                   visible_until = coalesce($7, now()) + coalesce(s.visibility_timeout_ms, j.visibility_timeout_ms, $6) * interval '1 millisecond',
+                   worker_id = x.workers[c.k],
+                   reservation_ms = coalesce(x.visibility[c.k], j.visibility_timeout_ms, $6),
+                   visible_until = coalesce($7, now()) + coalesce(x.visibility[c.k], j.visibility_timeout_ms, $6) * interval '1 millisecond',
                    timeout_at = coalesce($7, now()) + j.timeout_ms * interval '1 millisecond',
                    claim_deadline_at = null,
-                   pool = s.pool,
-                   lease_id = s.lease_id
-              from numbered c
-              join slot s on s.slot = c.slot
-             where j.id = c.id
+                   pool = x.pools[c.k],
+                   lease_id = x.leases[c.k]
+              from numbered c, shares x
+             where j.ctid = c.rid
             -- Plain columns beside the row for the event below: reading fields out of a row
             -- value walks its columns each time (the row is then only sent to the client).
-            returning j, s.share, j.id, j.seq, j.queue, j.type, j.attempt, j.worker_id, j.rate_key,
-                      j.pool, j.lease_id,
+            returning j, x.share_nos[c.k] as share, c.slot, j.id, j.seq, j.queue, j.type,
+                      j.attempt, j.worker_id, j.rate_key, j.pool, j.lease_id,
                       least(j.visible_until, j.timeout_at, j.total_deadline_at) as due_at,
                       coalesce(nullif(j.meta ->> 'trace_id', ''), nullif(split_part(j.meta ->> 'traceparent', '-', 2), '')) as trace_id
         ),
@@ -250,7 +264,8 @@ macro_rules! claim_statement {
             select m.lease_id, array_agg(m.id) from moved m group by m.lease_id
         ),
         -- One event row per worker and job type (migration V10): the server renders each
-        -- job's `job.started` from it.
+        -- job's `job.started` from it. A row holds at most 16,384 jobs: the blocks of the
+        -- claim's slots are that long, so no window is needed to cut a group into rows.
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, worker_id,
                                    job_ids, trace_ids, attempts)
@@ -259,8 +274,7 @@ macro_rules! claim_statement {
               -- The arrays list the jobs in seq order because the rows come sorted: one sort
               -- here instead of one per array (an ordered aggregate sorts its own input).
               from (select m.id, m.seq, m.queue, m.type, m.attempt, m.worker_id, m.trace_id,
-                           (row_number() over (partition by m.worker_id, m.type
-                                               order by m.seq) - 1) / 16384 as block
+                           (m.slot - 1) / 16384 as block
                       from moved m
                      order by queue, type, worker_id, block, seq) e
              group by e.queue, e.type, e.worker_id, e.block

@@ -62,7 +62,7 @@ macro_rules! complete_statement {
                and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
             -- A workflow's job is kept all the same: its insert into ojs_job_done advances
             -- its workflow (migration V18), and the next steps need its result.
-            returning j.*, i.result as ack_result, (j.extra -> 'workflow_id') is not null as keep
+            returning j.*, i.result as ack_result, (j.extra -> 'workflow_id') is not null as keep, i.n
         ),
         -- Plain columns, not whole rows: reading fields out of a row value costs more per job
         -- than the rest of the event below.
@@ -102,7 +102,8 @@ macro_rules! complete_statement {
             $($as,)?
             r#"
         with input as (
-            select * from unnest($1::uuid[], $2::text[], $3::text[]) as t(id, worker_id, result)
+            select * from unnest($1::uuid[], $2::text[], $3::text[]) with ordinality
+                as t(id, worker_id, result, n)
         ),
         -- The job leaves ojs_job, and a queue that keeps completed jobs keeps it in
         -- ojs_job_done (migration V15): a delete writes no new row version in ojs_job and no
@@ -123,7 +124,7 @@ macro_rules! complete_statement {
                -- (below, no queue to forget) reads nothing for this part.
                and (not $4 or cardinality($6::text[]) > 0)
                and not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
-            returning j.*, i.result as ack_result, true as keep
+            returning j.*, i.result as ack_result, true as keep, i.n
         ),
 "#
                 + $finished
@@ -168,7 +169,8 @@ macro_rules! complete_statement {
              where keep
         ),
         -- One event row per queue and job type (migration V10): the server renders each
-        -- job's `job.completed` from it.
+        -- job's `job.completed` from it. A row holds at most 16,384 jobs: the blocks of the
+        -- ACKs' places in the input are that long, so no window is needed to cut a group.
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,
                                    trace_ids, attempts, durations_ms, results)
@@ -183,8 +185,7 @@ macro_rules! complete_statement {
                                as duration_ms,
                            case when octet_length(f.ack_result) <= 65536 then f.ack_result::json end
                                as result,
-                           (row_number() over (partition by f.queue, f.type order by f.seq) - 1)
-                               / 16384 as block
+                           (f.n - 1) / 16384 as block
                       from finished f
                      order by queue, type, block, seq) e
              group by e.queue, e.type, e.block
