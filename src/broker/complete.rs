@@ -63,7 +63,7 @@ pub(super) struct Completer {
     /// Where ACK and NACK statements run.
     hot: HotConnections,
     /// ACK requests, written together.
-    acks: GroupCommit<AckItem, Result<Option<Job>>>,
+    acks: GroupCommit<AckItem, Result<Option<Completed>>>,
     /// Where an ACK learns whether its queue keeps completed jobs.
     retention: CompletedRetention,
 }
@@ -123,13 +123,14 @@ impl Completer {
         }
     }
 
-    /// ACK: `active` → `completed`.
+    /// ACK: `active` → `completed`, answering what an ACK reports of the job (grouped with
+    /// concurrent ACKs into one statement).
     pub(super) async fn ack(
         &self,
         id: JobId,
         worker_id: Option<&str>,
         result: Option<&str>,
-    ) -> Result<Job> {
+    ) -> Result<Completed> {
         let ack = AckItem {
             id,
             worker_id: worker_id.map(str::to_owned),
@@ -140,6 +141,29 @@ impl Completer {
             None => return Err(Error::Database(sqlx::Error::PoolClosed)),
         };
         if let Some(job) = completed {
+            telemetry::job_completed(&job.queue, &job.r#type, job.started_at, job.completed_at);
+            return Ok(job);
+        }
+        Err(self.not_held(id, "acknowledge", worker_id).await)
+    }
+
+    /// [`Completer::ack`] answering the whole job as the ACK left it, in a statement of its
+    /// own (a worker asked for it: `Prefer: return=representation`).
+    pub(super) async fn ack_whole(
+        &self,
+        id: JobId,
+        worker_id: Option<&str>,
+        result: Option<&str>,
+    ) -> Result<Job> {
+        let ack = CompleteParams {
+            id,
+            worker_id,
+            result,
+        };
+        let delete_on_ack = self.retention.delete_on_ack(&self.db).await?;
+        let done =
+            complete_group::<Job>(&self.hot, std::slice::from_ref(&ack), &delete_on_ack).await?;
+        if let Some(job) = done.into_iter().next().flatten() {
             telemetry::attempt_finished(&job);
             return Ok(job);
         }
@@ -442,7 +466,7 @@ async fn flush_acks(
     hot: HotConnections,
     retention: CompletedRetention,
     acks: Vec<AckItem>,
-) -> Vec<Result<Option<Job>>> {
+) -> Vec<Result<Option<Completed>>> {
     fn params(a: &AckItem) -> CompleteParams<'_> {
         CompleteParams {
             id: a.id,

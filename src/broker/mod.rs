@@ -240,14 +240,24 @@ impl Broker {
         self.fetcher.fetch(req, shutdown).await
     }
 
-    /// ACK: `active` → `completed`.
+    /// ACK: `active` → `completed`, answering what an ACK reports of the job.
     pub async fn ack(
         &self,
         id: JobId,
         worker_id: Option<&str>,
         result: Option<&str>,
-    ) -> Result<Job> {
+    ) -> Result<Completed> {
         self.completer.ack(id, worker_id, result).await
+    }
+
+    /// ACK answering the whole job as the ACK left it (one statement of its own).
+    pub async fn ack_whole(
+        &self,
+        id: JobId,
+        worker_id: Option<&str>,
+        result: Option<&str>,
+    ) -> Result<Job> {
+        self.completer.ack_whole(id, worker_id, result).await
     }
 
     /// ACK of many jobs (ojsd's batch extension): each gets its own outcome, in order.

@@ -824,11 +824,20 @@ async fn a_zero_completed_retention_deletes_jobs_on_ack_and_keeps_their_events()
     .await
     .expect(200);
 
-    // A single ACK answers the completed job, and the row is gone.
+    // A single ACK asked for the job answers the completed job, and the row is gone.
     let id = app.push_id(job("a.b", "gone")).await;
     app.fetch_one("gone", "w1").await;
+    let body = json!({"job_id": id, "worker_id": "w1", "result": {"sent": [1, 2]}});
     let acked = app
-        .ack(json!({"job_id": id, "worker_id": "w1", "result": {"sent": [1, 2]}}))
+        .send(
+            Method::POST,
+            "/ojs/v1/workers/ack",
+            Some(body.to_string().into_bytes()),
+            &[
+                ("content-type", "application/json"),
+                ("prefer", "return=representation"),
+            ],
+        )
         .await
         .expect(200);
     assert_eq!(acked.json["state"], "completed");

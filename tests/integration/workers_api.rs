@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support::{TestApp, ids, job};
@@ -236,16 +237,82 @@ async fn ack_completes_with_result_and_removes_the_error() {
     assert_eq!(resp.json["job_id"], id.as_str());
     assert_eq!(resp.json["state"], "completed");
     assert!(resp.json["completed_at"].is_string());
+    assert!(resp.json.get("job").is_none(), "{}", resp.text);
+    let info = app.get(&format!("/ojs/v1/jobs/{id}")).await.expect(200);
     assert!(
-        resp.text.contains(r#""result":{"rows":[1,2.50]}"#),
+        info.text.contains(r#""result":{"rows":[1,2.50]}"#),
         "{}",
-        resp.text
+        info.text
     );
     let j = app.job(&id).await;
     assert_eq!(j["state"], "completed");
     assert!(j.get("error").is_none());
     assert_eq!(j["errors"].as_array().unwrap().len(), 1, "history is kept");
     assert_eq!(j["attempt"], 2);
+}
+
+#[tokio::test]
+async fn ack_answers_the_whole_job_only_when_asked() {
+    let app = TestApp::spawn().await;
+    let ack = |id: &str, prefer: Option<&'static str>| {
+        let body = json!({"job_id": id, "worker_id": "w", "result": {"n": 1}}).to_string();
+        let app = &app;
+        async move {
+            let mut headers = vec![("content-type", "application/json")];
+            headers.extend(prefer.map(|p| ("prefer", p)));
+            app.send(
+                Method::POST,
+                "/ojs/v1/workers/ack",
+                Some(body.into_bytes()),
+                &headers,
+            )
+            .await
+            .expect(200)
+        }
+    };
+    let plain = app.push_id(job("a.b", "q")).await;
+    let asked = app.push_id(job("a.b", "q")).await;
+    let other = app.push_id(job("a.b", "q")).await;
+    app.fetch(json!({"queues": ["q"], "worker_id": "w", "count": 3}))
+        .await;
+
+    let resp = ack(&plain, None).await;
+    assert_eq!(resp.json["state"], "completed");
+    assert!(resp.json.get("job").is_none(), "{}", resp.text);
+    assert_eq!(resp.header("preference-applied"), None);
+
+    // RFC 7240: among other preferences, in any case.
+    let resp = ack(&asked, Some("respond-async, RETURN=representation")).await;
+    assert_eq!(
+        resp.header("preference-applied"),
+        Some("return=representation")
+    );
+    assert_eq!(resp.json["job"]["id"], asked.as_str());
+    assert_eq!(resp.json["job"]["state"], "completed");
+    assert_eq!(resp.json["job"]["result"], json!({"n": 1}));
+    assert_eq!(resp.json["job"]["completed_at"], resp.json["completed_at"]);
+    assert_eq!(resp.json["job"], app.job(&asked).await);
+
+    // Any other preference is ignored.
+    let resp = ack(&other, Some("return=minimal")).await;
+    assert!(resp.json.get("job").is_none(), "{}", resp.text);
+    // Asked or not, an ACK of a finished job is refused the same way.
+    let again = app
+        .send(
+            Method::POST,
+            "/ojs/v1/workers/ack",
+            Some(
+                json!({"job_id": asked, "worker_id": "w"})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            &[
+                ("content-type", "application/json"),
+                ("prefer", "return=representation"),
+            ],
+        )
+        .await;
+    again.expect_error(409, "conflict");
 }
 
 #[tokio::test]

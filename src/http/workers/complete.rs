@@ -2,6 +2,7 @@
 //! extension): an attempt's end.
 
 use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -116,13 +117,18 @@ struct NackBatchItem {
     requeue: Option<bool>,
 }
 
-/// `POST /ojs/v1/workers/ack`: active → completed.
+/// `POST /ojs/v1/workers/ack`: active → completed. Answers the job's id, state and completion
+/// time; the whole job too with `Prefer: return=representation`.
 #[utoipa::path(
     post,
     path = "/ojs/v1/workers/ack",
     tag = "workers",
     summary = "Complete a job",
     request_body = AckRequest,
+    params(
+        ("Prefer" = Option<String>, Header,
+         description = "`return=representation`: the answer also carries `job`, the job as the ACK left it (answered with `Preference-Applied`)."),
+    ),
     responses(
         (status = 200, body = Acked<'_>),
         (status = 404, description = "No such job."),
@@ -134,6 +140,7 @@ async fn ack(
     State(state): State<AppState>,
     caller: Caller,
     trace: TraceCall,
+    headers: HeaderMap,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
@@ -141,28 +148,61 @@ async fn ack(
     caller.check_job(&state, job_id).await?;
     let worker_id = fields.worker_id("worker_id")?;
     let result = ack_result(&fields, "result")?;
-    let job = match state
-        .broker()
-        .ack(job_id, worker_id.as_deref(), result)
-        .await
-    {
-        Ok(job) => job,
-        Err(e) => {
-            let e = ApiError::from(e);
-            trace.refused(Operation::Ack, job_id, &e);
-            return Err(e);
-        }
+    let broker = state.broker();
+    if wants_representation(&headers) {
+        let job = match broker.ack_whole(job_id, worker_id.as_deref(), result).await {
+            Ok(job) => job,
+            Err(e) => return Err(refused(&trace, job_id, e)),
+        };
+        trace.acked(&job);
+        let mut response = ok(Acked {
+            acknowledged: true,
+            id: job.id.to_string(),
+            job_id: job.id.to_string(),
+            state: job.state,
+            completed_at: job.completed_at.map(timestamp::format),
+            job: Some(job.wire()),
+        })
+        .into_response();
+        response.headers_mut().insert(
+            "preference-applied",
+            HeaderValue::from_static("return=representation"),
+        );
+        return Ok(response);
+    }
+    let done = match broker.ack(job_id, worker_id.as_deref(), result).await {
+        Ok(done) => done,
+        Err(e) => return Err(refused(&trace, job_id, e)),
     };
-    trace.acked(&job);
+    trace.acked_brief(&done);
     Ok(ok(Acked {
         acknowledged: true,
-        id: job.id.to_string(),
-        job_id: job.id.to_string(),
-        state: job.state,
-        completed_at: job.completed_at.map(timestamp::format),
-        job: job.wire(),
+        id: done.id.to_string(),
+        job_id: done.id.to_string(),
+        state: JobState::Completed,
+        completed_at: Some(timestamp::format(done.completed_at)),
+        job: None,
     })
     .into_response())
+}
+
+/// Whether the request asks for the whole job in the answer (RFC 7240 `Prefer:
+/// return=representation`). No official SDK reads the job from an ACK's answer, so by default
+/// it is left out: reading and rendering it cost more than the rest of the ACK's answer.
+fn wants_representation(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::HeaderName::from_static("prefer"))
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim().eq_ignore_ascii_case("return=representation"))
+}
+
+/// A refused ACK, traced.
+fn refused(trace: &TraceCall, job_id: JobId, e: crate::error::Error) -> ApiError {
+    let e = ApiError::from(e);
+    trace.refused(Operation::Ack, job_id, &e);
+    e
 }
 
 /// The answer to an ACK.
@@ -173,8 +213,10 @@ struct Acked<'a> {
     job_id: String,
     state: JobState,
     completed_at: Option<String>,
-    #[schema(value_type = openapi::Job)]
-    job: WireJob<'a>,
+    /// The job as the ACK left it: only when the request says `Prefer: return=representation`.
+    #[schema(value_type = Option<openapi::Job>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<WireJob<'a>>,
 }
 
 /// The ACK `result` of `fields`, within its size limit.

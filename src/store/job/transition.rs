@@ -230,6 +230,23 @@ macro_rules! complete_jobs {
     };
 }
 
+/// [`complete_statement!`] answering [`Completed`] of each job.
+macro_rules! complete_brief {
+    ($finished:ident, $db:expr, $acks:expr, $delete_on_ack:expr) => {
+        complete_statement!($finished:
+            query_as,
+            $db,
+            $acks,
+            $delete_on_ack,
+            r#"        select id as "id!: JobId", queue as "queue!", type as "type!", started_at,
+               now() as "completed_at!", attempt as "attempt!", meta ->> 'traceparent' as traceparent
+          from finished
+"#,
+            Completed
+        )
+    };
+}
+
 /// ACK: `active` → `completed` for each of `acks`, storing `result` and removing `error`; jobs
 /// of the queues in `delete_on_ack` are deleted instead (their `job.completed` events are written all
 /// the same).
@@ -271,25 +288,18 @@ pub struct Completed {
 }
 
 /// [`complete_many`] answering only [`Completed`] of each job: the same change and events,
-/// without building and sending each whole job (a batch ACK reports only the job's id, state
-/// and completion time).
+/// without building and sending each whole job (an ACK, single or batch, reports only the
+/// job's id, state and completion time unless the worker asks for the job).
 #[tracing::instrument(level = "debug", skip_all, fields(jobs = acks.len()))]
 pub async fn complete_many_brief(
     db: impl PgExecutor<'_>,
     acks: &[CompleteParams<'_>],
     delete_on_ack: &DeleteOnAck,
 ) -> Result<Vec<Completed>, sqlx::Error> {
-    complete_statement!(forgetting:
-        query_as,
-        db,
-        acks,
-        delete_on_ack,
-        r#"        select id as "id!: JobId", queue as "queue!", type as "type!", started_at,
-               now() as "completed_at!", attempt as "attempt!", meta ->> 'traceparent' as traceparent
-          from finished
-"#,
-        Completed
-    )
+    if delete_on_ack.keeps_all() {
+        return complete_brief!(keeping, db, acks, delete_on_ack);
+    }
+    complete_brief!(forgetting, db, acks, delete_on_ack)
 }
 
 /// [`complete_many`] for one job of a queue that keeps its completed jobs: the same change and

@@ -98,9 +98,8 @@ impl Factory<'_> {
         self.api
             .ack(json!({"job_id": job["id"], "worker_id": self.worker, "result": result}))
             .await
-            .expect(200)
-            .json["job"]
-            .clone()
+            .expect(200);
+        self.api.job(job["id"].as_str().expect("an id")).await
     }
 
     /// A job `completed`.
