@@ -262,11 +262,6 @@ pub async fn complete_many(
     delete_on_ack: &DeleteOnAck,
 ) -> Result<Vec<Job>, sqlx::Error> {
     if delete_on_ack.keeps_all() {
-        if let [ack] = acks {
-            return complete_one(db, ack)
-                .await
-                .map(|job| job.into_iter().collect());
-        }
         return complete_jobs!(keeping, db, acks, delete_on_ack);
     }
     complete_jobs!(forgetting, db, acks, delete_on_ack)
@@ -297,20 +292,26 @@ pub async fn complete_many_brief(
     delete_on_ack: &DeleteOnAck,
 ) -> Result<Vec<Completed>, sqlx::Error> {
     if delete_on_ack.keeps_all() {
+        if let [ack] = acks {
+            return complete_one(db, ack)
+                .await
+                .map(|done| done.into_iter().collect());
+        }
         return complete_brief!(keeping, db, acks, delete_on_ack);
     }
     complete_brief!(forgetting, db, acks, delete_on_ack)
 }
 
-/// [`complete_many`] for one job of a queue that keeps its completed jobs: the same change and
-/// event, in a statement a tenth the size. A single ACK is what every SDK sends, and at that
-/// size the cost of a statement is mostly setting up its plan (executor start, the row checks,
-/// the index predicates), which grows with the plan, not with the rows.
+/// [`complete_many_brief`] for one job of a queue that keeps its completed jobs: the same
+/// change, event and answer, in a statement a tenth the size. A single ACK is what every SDK
+/// sends, and at that size the cost of a statement is mostly setting up its plan (executor
+/// start, the row checks, the index predicates), which grows with the plan, not with the rows.
 async fn complete_one(
     db: impl PgExecutor<'_>,
     ack: &CompleteParams<'_>,
-) -> Result<Option<Job>, sqlx::Error> {
-    sqlx::query_scalar!(
+) -> Result<Option<Completed>, sqlx::Error> {
+    sqlx::query_as!(
+        Completed,
         r#"
         with gone as (
             delete from ojs_job j
@@ -352,20 +353,23 @@ async fn complete_one(
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
                    capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, null
               from gone
-            returning row(d.*)::ojs_job as j
+            returning d.id, d.queue, d.type, d.started_at, d.completed_at, d.attempt, d.meta
         ),
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,
                                    trace_ids, attempts, durations_ms, results)
-            select 'job.completed', (m.j).queue, (m.j).type, 'active', 'completed',
-                   array[(m.j).id],
-                   array[coalesce(nullif((m.j).meta ->> 'trace_id', ''), nullif(split_part((m.j).meta ->> 'traceparent', '-', 2), ''))],
-                   array[(m.j).attempt],
-                   array[round(extract(epoch from now() - (m.j).started_at) * 1000)::int8],
+            select 'job.completed', m.queue, m.type, 'active', 'completed',
+                   array[m.id],
+                   array[coalesce(nullif(m.meta ->> 'trace_id', ''), nullif(split_part(m.meta ->> 'traceparent', '-', 2), ''))],
+                   array[m.attempt],
+                   array[round(extract(epoch from now() - m.started_at) * 1000)::int8],
                    array[case when octet_length($3::text) <= 65536 then $3::text::json end]
               from moved m
         )
-        select m.j as "job!: Job" from moved m
+        select m.id as "id!: JobId", m.queue as "queue!", m.type as "type!", m.started_at,
+               m.completed_at as "completed_at!", m.attempt as "attempt!",
+               m.meta ->> 'traceparent' as traceparent
+          from moved m
         "#,
         ack.id as JobId,
         ack.worker_id,
