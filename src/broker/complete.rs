@@ -392,8 +392,8 @@ fn invalid_for_worker(job: &Job, operation: &'static str) -> Error {
     }
 }
 
-/// What an ACK statement answers of each job it completed: the whole job (a single ACK's
-/// answer) or only [`Completed`] (a batch ACK's).
+/// What an ACK statement answers of each job it completed: only [`Completed`] (what an ACK
+/// reports, single or batch) or the whole job (a single ACK that asked for it).
 trait AckAnswer: Sized + Send {
     fn id(&self) -> Uuid;
 
