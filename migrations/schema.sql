@@ -28,6 +28,24 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
+-- Name: ojs_job_phase; Type: TYPE; Schema: public; Owner: -
+--
+
+CREATE TYPE public.ojs_job_phase AS ENUM (
+    'scheduled',
+    'available',
+    'pending',
+    'retryable',
+    'taken'
+);
+
+--
+-- Name: TYPE ojs_job_phase; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TYPE public.ojs_job_phase IS 'Where a job is on the way to its claim: its waiting state, or taken (claimed, then active or finished). The only state the waiting-job indexes of ojs_job read (migration V30).';
+
+--
 -- Name: ojs_job_state; Type: TYPE; Schema: public; Owner: -
 --
 
@@ -236,6 +254,14 @@ CREATE TABLE public.ojs_job (
     rate_key text,
     rate_held boolean,
     lease_id bigint,
+    phase public.ojs_job_phase GENERATED ALWAYS AS (
+CASE state
+    WHEN 'scheduled'::public.ojs_job_state THEN 'scheduled'::public.ojs_job_phase
+    WHEN 'available'::public.ojs_job_state THEN 'available'::public.ojs_job_phase
+    WHEN 'pending'::public.ojs_job_state THEN 'pending'::public.ojs_job_phase
+    WHEN 'retryable'::public.ojs_job_state THEN 'retryable'::public.ojs_job_phase
+    ELSE 'taken'::public.ojs_job_phase
+END) STORED NOT NULL,
     CONSTRAINT ojs_job_active_has_reservation CHECK (((state <> 'active'::public.ojs_job_state) OR ((attempt >= 1) AND (started_at IS NOT NULL) AND (visible_until IS NOT NULL) AND (reservation_ms IS NOT NULL)))),
     CONSTRAINT ojs_job_active_has_timeout CHECK (((state <> 'active'::public.ojs_job_state) OR (timeout_at IS NOT NULL))),
     CONSTRAINT ojs_job_attempt_non_negative CHECK ((attempt >= 0)),
@@ -582,6 +608,12 @@ COMMENT ON COLUMN public.ojs_job.rate_held IS 'True while an available keyed job
 --
 
 COMMENT ON COLUMN public.ojs_job.lease_id IS 'The lease (ojs_lease) of the claim that holds the job''s current attempt; meaningful only while the job is active. Not indexed: a lease lists its jobs.';
+
+--
+-- Name: COLUMN ojs_job.phase; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.phase IS 'Generated from state: the waiting state, or taken from the claim on (active, completed, cancelled, discarded). The waiting-job indexes read it instead of state, so the writes after a claim are HOT updates.';
 
 --
 -- Name: ojs_dead_letter_matches(public.ojs_job, text, text, text, text, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
@@ -2387,44 +2419,44 @@ CREATE FUNCTION public.ojs_job_events(prev public.ojs_job_state, prev_started_at
     LANGUAGE sql STABLE PARALLEL SAFE
     BEGIN ATOMIC
  SELECT 10,
-     'dead_letter.retried'::text,
+     'dead_letter.retried'::text AS text,
      NULL::public.ojs_job_state AS ojs_job_state,
      NULL::public.ojs_job_state AS ojs_job_state,
      public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) AS ojs_job_event_base
    WHERE ((ojs_job_events.prev = 'discarded'::public.ojs_job_state) AND ((ojs_job_events.n).state = 'available'::public.ojs_job_state) AND (ojs_job_events.prev_dead_lettered_at IS NOT NULL))
  UNION ALL
   SELECT 20,
-     'job.failed'::text,
-     NULL::public.ojs_job_state,
-     NULL::public.ojs_job_state,
+     'job.failed'::text AS text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
      (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('attempt', (ojs_job_events.n).attempt, 'error', jsonb_strip_nulls(jsonb_build_object('code', ((ojs_job_events.n).error -> 'code'::text), 'message', ((ojs_job_events.n).error -> 'message'::text), 'retryable', ((ojs_job_events.n).error -> 'retryable'::text), 'stack_trace', ((ojs_job_events.n).error -> 'backtrace'::text))), 'duration_ms', public.ojs_ms_between(ojs_job_events.prev_started_at, now())))
    WHERE ((ojs_job_events.prev = 'active'::public.ojs_job_state) AND (jsonb_array_length((ojs_job_events.n).errors) > ojs_job_events.prev_error_count))
  UNION ALL
   SELECT 30,
-     'job.timeout'::text,
-     NULL::public.ojs_job_state,
-     NULL::public.ojs_job_state,
+     'job.timeout'::text AS text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
      (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('timeout_kind', 'execution', 'limit_seconds', round((((ojs_job_events.n).timeout_ms)::numeric / 1000.0), 3), 'elapsed_seconds', round(EXTRACT(epoch FROM (now() - ojs_job_events.prev_started_at)), 3), 'attempt', (ojs_job_events.n).attempt))
    WHERE ((ojs_job_events.prev = 'active'::public.ojs_job_state) AND (jsonb_array_length((ojs_job_events.n).errors) > ojs_job_events.prev_error_count) AND (((ojs_job_events.n).error ->> 'code'::text) = 'timeout'::text))
  UNION ALL
   SELECT 31,
-     'job.timeout'::text,
-     NULL::public.ojs_job_state,
-     NULL::public.ojs_job_state,
+     'job.timeout'::text AS text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
      (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('timeout_kind', 'total', 'limit_seconds', (ojs_job_events.n).total_timeout_secs, 'elapsed_seconds', round(EXTRACT(epoch FROM ((ojs_job_events.n).discarded_at - (ojs_job_events.n).created_at)), 3), 'attempt', (ojs_job_events.n).attempt))
    WHERE ((ojs_job_events.prev IS DISTINCT FROM (ojs_job_events.n).state) AND ((ojs_job_events.n).state = 'discarded'::public.ojs_job_state) AND (((ojs_job_events.n).error ->> 'code'::text) = 'expired'::text) AND ((ojs_job_events.n).total_deadline_at <= (ojs_job_events.n).discarded_at))
  UNION ALL
   SELECT 40,
-     'job.stalled'::text,
-     NULL::public.ojs_job_state,
-     NULL::public.ojs_job_state,
+     'job.stalled'::text AS text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
      (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_strip_nulls(jsonb_build_object('worker_id', ojs_job_events.prev_worker_id, 'attempt', (ojs_job_events.n).attempt, 'reason', ((ojs_job_events.n).error ->> 'code'::text))))
    WHERE ((ojs_job_events.prev = 'active'::public.ojs_job_state) AND (jsonb_array_length((ojs_job_events.n).errors) > ojs_job_events.prev_error_count) AND (((ojs_job_events.n).error ->> 'code'::text) = ANY (ARRAY['visibility_timeout'::text, 'worker_death'::text, 'shutdown'::text])))
  UNION ALL
   SELECT 50,
-     'job.expired'::text,
-     NULL::public.ojs_job_state,
-     NULL::public.ojs_job_state,
+     'job.expired'::text AS text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
      (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_strip_nulls(jsonb_build_object('created_at', public.ojs_timestamp_text((ojs_job_events.n).created_at), 'expired_at', public.ojs_timestamp_text((ojs_job_events.n).discarded_at), 'ttl_ms', public.ojs_ms_between((ojs_job_events.n).created_at, LEAST((ojs_job_events.n).expires_at, ((ojs_job_events.n).created_at + (((ojs_job_events.n).enqueue_ttl_secs)::double precision * '00:00:01'::interval)))))))
    WHERE ((ojs_job_events.prev IS DISTINCT FROM (ojs_job_events.n).state) AND ((ojs_job_events.n).state = 'discarded'::public.ojs_job_state) AND (ojs_job_events.prev <> 'active'::public.ojs_job_state) AND (((ojs_job_events.n).error ->> 'code'::text) = 'expired'::text) AND (NOT COALESCE(((ojs_job_events.n).total_deadline_at <= (ojs_job_events.n).discarded_at), false)))
  UNION ALL
@@ -2436,23 +2468,23 @@ CREATE FUNCTION public.ojs_job_events(prev public.ojs_job_state, prev_started_at
    WHERE ((ojs_job_events.prev IS DISTINCT FROM (ojs_job_events.n).state) AND ((ojs_job_events.n).state <> 'pending'::public.ojs_job_state))
  UNION ALL
   SELECT 70,
-     'dead_letter.added'::text,
-     NULL::public.ojs_job_state,
-     NULL::public.ojs_job_state,
+     'dead_letter.added'::text AS text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
      (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('last_error', jsonb_build_object('code', ((ojs_job_events.n).error -> 'code'::text), 'message', ((ojs_job_events.n).error -> 'message'::text))))
    WHERE ((ojs_job_events.prev IS DISTINCT FROM (ojs_job_events.n).state) AND ((ojs_job_events.n).state = 'discarded'::public.ojs_job_state) AND ((ojs_job_events.n).dead_lettered_at IS NOT NULL))
  UNION ALL
   SELECT 80,
-     'job.heartbeat'::text,
-     NULL::public.ojs_job_state,
-     NULL::public.ojs_job_state,
+     'job.heartbeat'::text AS text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
      public.ojs_job_heartbeat_data(ojs_job_events.n) AS ojs_job_heartbeat_data
    WHERE ((ojs_job_events.prev = 'active'::public.ojs_job_state) AND ((ojs_job_events.n).state = 'active'::public.ojs_job_state) AND ((ojs_job_events.n).visible_until > ojs_job_events.prev_visible_until))
  UNION ALL
   SELECT 90,
-     'priority.changed'::text,
-     NULL::public.ojs_job_state,
-     NULL::public.ojs_job_state,
+     'priority.changed'::text AS text,
+     NULL::public.ojs_job_state AS ojs_job_state,
+     NULL::public.ojs_job_state AS ojs_job_state,
      (public.ojs_job_event_base((ojs_job_events.n).id, (ojs_job_events.n).type, (ojs_job_events.n).queue, (ojs_job_events.n).state, (ojs_job_events.n).meta) || jsonb_build_object('previous_priority', ojs_job_events.prev_priority, 'new_priority', (ojs_job_events.n).priority))
    WHERE ((ojs_job_events.n).priority <> ojs_job_events.prev_priority);
 END;
@@ -2491,13 +2523,13 @@ begin
     select j.fair_key into v
       from ojs_job j
      where j.queue = new.queue and j.priority = new.priority
-       and j.state = 'available' and j.fair_key is not null
+       and j.phase = 'available' and j.fair_key is not null
      order by j.fair_key
      limit 1;
     select j.fair_key into last
       from ojs_job j
      where j.queue = new.queue and j.priority = new.priority and j.tenant = new.tenant
-       and j.state = 'available' and j.fair_key is not null
+       and j.phase = 'available' and j.fair_key is not null
      order by j.fair_key desc
      limit 1;
     new.fair_key := greatest(coalesce(v, 0), coalesce(last, 0)) + 1 / ojs_tenant_weight(fair, new.tenant);
@@ -2945,7 +2977,7 @@ begin
                sum(ojs_job_size(j.args, j.meta)) over w - ojs_job_size(j.args, j.meta) as freed_before
           from ojs_job j
          where j.queue = $1 and j.capacity_tracked
-           and j.state in ('scheduled', 'available', 'pending', 'retryable')
+           and j.phase <> 'taken'
         window w as (order by j.created_at, j.seq rows between unbounded preceding and current row)
     ),
     doomed as (
@@ -3036,7 +3068,7 @@ COMMENT ON FUNCTION public.ojs_queue_refused(queue text, code text) IS 'Aborts a
 CREATE FUNCTION public.ojs_rate_key_holds(key text) RETURNS boolean
     LANGUAGE sql STABLE
     SET search_path TO '$user', 'public'
-    RETURN (EXISTS (SELECT FROM public.ojs_job j WHERE ((j.rate_key = ojs_rate_key_holds.key) AND (j.state = 'available'::public.ojs_job_state) AND j.rate_held)));
+    RETURN (EXISTS (SELECT FROM public.ojs_job j WHERE ((j.rate_key = ojs_rate_key_holds.key) AND (j.phase = 'available'::public.ojs_job_phase) AND j.rate_held)));
 
 --
 -- Name: FUNCTION ojs_rate_key_holds(key text); Type: COMMENT; Schema: public; Owner: -
@@ -3395,7 +3427,7 @@ begin
     if allow > 0 then
         with r as (
             select j.id from ojs_job j
-             where j.rate_key = k.key and j.state = 'available' and j.rate_held
+             where j.rate_key = k.key and j.phase = 'available' and j.rate_held
              order by j.priority, j.enqueued_at, j.seq
              limit allow
                for update skip locked
@@ -3416,14 +3448,14 @@ begin
     end if;
 
     select exists (select from ojs_job j
-                    where j.rate_key = k.key and j.state = 'available' and j.rate_held)
+                    where j.rate_key = k.key and j.phase = 'available' and j.rate_held)
       into held_left;
 
     -- on_limit drop: what the key does not let start now is discarded, not dead-lettered.
     if held_left and k.on_limit = 'drop' then
         with doomed as (
             select j.id from ojs_job j
-             where j.rate_key = k.key and j.state = 'available' and j.rate_held
+             where j.rate_key = k.key and j.phase = 'available' and j.rate_held
                for update skip locked
         ),
         dropped as (
@@ -3455,7 +3487,7 @@ begin
                                   'strategy', coalesce(binding, 'concurrency'))
           from dropped x;
         select exists (select from ojs_job j
-                        where j.rate_key = k.key and j.state = 'available' and j.rate_held)
+                        where j.rate_key = k.key and j.phase = 'available' and j.rate_held)
           into held_left;
     end if;
 
@@ -3855,7 +3887,7 @@ COMMENT ON FUNCTION public.ojs_tenant_enqueued(jobs public.ojs_job[]) IS 'What t
 CREATE FUNCTION public.ojs_tenant_holds(tenant text) RETURNS boolean
     LANGUAGE sql STABLE
     SET search_path TO '$user', 'public'
-    RETURN (EXISTS (SELECT FROM public.ojs_job j WHERE ((j.tenant = ojs_tenant_holds.tenant) AND (j.state = 'available'::public.ojs_job_state) AND (j.rate_held = false))));
+    RETURN (EXISTS (SELECT FROM public.ojs_job j WHERE ((j.tenant = ojs_tenant_holds.tenant) AND (j.phase = 'available'::public.ojs_job_phase) AND (j.rate_held = false))));
 
 --
 -- Name: FUNCTION ojs_tenant_holds(tenant text); Type: COMMENT; Schema: public; Owner: -
@@ -3900,7 +3932,7 @@ begin
     end if;
     with r as (
         select j.id from ojs_job j
-         where j.tenant = p_tenant and j.state = 'available' and j.rate_held = false
+         where j.tenant = p_tenant and j.phase = 'available' and j.rate_held = false
          order by j.priority, j.enqueued_at, j.seq
          limit allow
            for update skip locked
@@ -5735,64 +5767,66 @@ CREATE VIEW public.ojs_job_all AS
     ojs_job.fair_key,
     ojs_job.rate_key,
     ojs_job.rate_held,
-    ojs_job.lease_id
+    ojs_job.lease_id,
+    ojs_job.phase
    FROM public.ojs_job
 UNION ALL
- SELECT ojs_job_done.id,
-    ojs_job_done.seq,
-    ojs_job_done.type,
-    ojs_job_done.queue,
-    ojs_job_done.args,
-    ojs_job_done.meta,
-    ojs_job_done.priority,
-    ojs_job_done.state,
-    ojs_job_done.attempt,
-    ojs_job_done.max_attempts,
-    ojs_job_done.retry,
-    ojs_job_done.timeout_ms,
-    ojs_job_done.visibility_timeout_ms,
-    ojs_job_done.scheduled_at,
-    ojs_job_done.scheduled_at_input,
-    ojs_job_done.expires_at,
-    ojs_job_done.expires_at_input,
-    ojs_job_done.enqueue_ttl_secs,
-    ojs_job_done.total_timeout_secs,
-    ojs_job_done.tags,
-    ojs_job_done.schema_uri,
-    ojs_job_done.unique_policy,
-    ojs_job_done.unique_key,
-    ojs_job_done.extra,
-    ojs_job_done.created_at,
-    ojs_job_done.enqueued_at,
-    ojs_job_done.activated_at,
-    ojs_job_done.started_at,
-    ojs_job_done.visible_until,
-    ojs_job_done.reservation_ms,
-    ojs_job_done.worker_id,
-    ojs_job_done.next_retry_at,
-    ojs_job_done.retry_delay_ms,
-    ojs_job_done.completed_at,
-    ojs_job_done.cancelled_at,
-    ojs_job_done.discarded_at,
-    ojs_job_done.dead_lettered_at,
-    ojs_job_done.result,
-    ojs_job_done.error,
-    ojs_job_done.errors,
-    ojs_job_done.timeout_at,
-    ojs_job_done.claim_deadline_at,
-    ojs_job_done.total_deadline_at,
-    ojs_job_done.re_enqueued_at,
-    ojs_job_done.priority_aging_ms,
-    ojs_job_done.original_queue,
-    ojs_job_done.capacity_tracked,
-    ojs_job_done.pool,
-    ojs_job_done.tenant_fair,
-    ojs_job_done.tenant,
-    ojs_job_done.fair_key,
-    ojs_job_done.rate_key,
-    ojs_job_done.rate_held,
-    ojs_job_done.lease_id
-   FROM public.ojs_job_done;
+ SELECT d.id,
+    d.seq,
+    d.type,
+    d.queue,
+    d.args,
+    d.meta,
+    d.priority,
+    d.state,
+    d.attempt,
+    d.max_attempts,
+    d.retry,
+    d.timeout_ms,
+    d.visibility_timeout_ms,
+    d.scheduled_at,
+    d.scheduled_at_input,
+    d.expires_at,
+    d.expires_at_input,
+    d.enqueue_ttl_secs,
+    d.total_timeout_secs,
+    d.tags,
+    d.schema_uri,
+    d.unique_policy,
+    d.unique_key,
+    d.extra,
+    d.created_at,
+    d.enqueued_at,
+    d.activated_at,
+    d.started_at,
+    d.visible_until,
+    d.reservation_ms,
+    d.worker_id,
+    d.next_retry_at,
+    d.retry_delay_ms,
+    d.completed_at,
+    d.cancelled_at,
+    d.discarded_at,
+    d.dead_lettered_at,
+    d.result,
+    d.error,
+    d.errors,
+    d.timeout_at,
+    d.claim_deadline_at,
+    d.total_deadline_at,
+    d.re_enqueued_at,
+    d.priority_aging_ms,
+    d.original_queue,
+    d.capacity_tracked,
+    d.pool,
+    d.tenant_fair,
+    d.tenant,
+    d.fair_key,
+    d.rate_key,
+    d.rate_held,
+    d.lease_id,
+    'taken'::public.ojs_job_phase AS phase
+   FROM public.ojs_job_done d;
 
 --
 -- Name: VIEW ojs_job_all; Type: COMMENT; Schema: public; Owner: -
@@ -6123,6 +6157,12 @@ COMMENT ON COLUMN public.ojs_job_all.rate_held IS 'As ojs_job.rate_held.';
 --
 
 COMMENT ON COLUMN public.ojs_job_all.lease_id IS 'As ojs_job.lease_id.';
+
+--
+-- Name: COLUMN ojs_job_all.phase; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.phase IS 'As ojs_job.phase (taken, for the jobs of ojs_job_done).';
 
 --
 -- Name: ojs_job_counts; Type: VIEW; Schema: public; Owner: -
@@ -8368,7 +8408,7 @@ CREATE INDEX ojs_event_queue_idx ON public.ojs_event USING btree (queue, xid, se
 -- Name: ojs_job_capacity_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_capacity_idx ON public.ojs_job USING btree (queue, created_at, seq) WHERE (capacity_tracked AND (state = ANY (ARRAY['scheduled'::public.ojs_job_state, 'available'::public.ojs_job_state, 'pending'::public.ojs_job_state, 'retryable'::public.ojs_job_state])));
+CREATE INDEX ojs_job_capacity_idx ON public.ojs_job USING btree (queue, created_at, seq) WHERE (capacity_tracked AND (phase <> 'taken'::public.ojs_job_phase));
 
 --
 -- Name: ojs_job_dead_letter_idx; Type: INDEX; Schema: public; Owner: -
@@ -8384,7 +8424,7 @@ CREATE INDEX ojs_job_dispatch_idx ON public.ojs_job USING btree (queue, (
 CASE
     WHEN (priority_aging_ms IS NULL) THEN priority
     ELSE 0
-END), (((date_part('epoch'::text, (enqueued_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) * (1000)::double precision) + (COALESCE((priority * priority_aging_ms), (0)::bigint))::double precision)), seq) WHERE ((state = 'available'::public.ojs_job_state) AND (rate_held IS NULL));
+END), (((date_part('epoch'::text, (enqueued_at - '1970-01-01 00:00:00+00'::timestamp with time zone)) * (1000)::double precision) + (COALESCE((priority * priority_aging_ms), (0)::bigint))::double precision)), seq) WHERE ((phase = 'available'::public.ojs_job_phase) AND (rate_held IS NULL));
 
 --
 -- Name: ojs_job_done_completed_idx; Type: INDEX; Schema: public; Owner: -
@@ -8444,13 +8484,13 @@ CREATE INDEX ojs_job_done_default_unique_key_idx ON public.ojs_job_done_default 
 -- Name: ojs_job_fair_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_fair_idx ON public.ojs_job USING btree (queue, priority, fair_key, seq) WHERE ((state = 'available'::public.ojs_job_state) AND (fair_key IS NOT NULL) AND (rate_held IS NULL));
+CREATE INDEX ojs_job_fair_idx ON public.ojs_job USING btree (queue, priority, fair_key, seq) WHERE ((phase = 'available'::public.ojs_job_phase) AND (fair_key IS NOT NULL) AND (rate_held IS NULL));
 
 --
 -- Name: ojs_job_fair_tenant_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_fair_tenant_idx ON public.ojs_job USING btree (queue, priority, tenant, fair_key) WHERE ((state = 'available'::public.ojs_job_state) AND (fair_key IS NOT NULL) AND (rate_held IS NULL));
+CREATE INDEX ojs_job_fair_tenant_idx ON public.ojs_job USING btree (queue, priority, tenant, fair_key) WHERE ((phase = 'available'::public.ojs_job_phase) AND (fair_key IS NOT NULL) AND (rate_held IS NULL));
 
 --
 -- Name: ojs_job_finished_idx; Type: INDEX; Schema: public; Owner: -
@@ -8474,7 +8514,7 @@ COMMENT ON INDEX public.ojs_job_rate_flight_idx IS 'A key''s jobs in flight (rel
 -- Name: ojs_job_rate_held_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_rate_held_idx ON public.ojs_job USING btree (rate_key, priority, enqueued_at, seq) WHERE ((state = 'available'::public.ojs_job_state) AND rate_held);
+CREATE INDEX ojs_job_rate_held_idx ON public.ojs_job USING btree (rate_key, priority, enqueued_at, seq) WHERE ((phase = 'available'::public.ojs_job_phase) AND rate_held);
 
 --
 -- Name: INDEX ojs_job_rate_held_idx; Type: COMMENT; Schema: public; Owner: -
@@ -8486,13 +8526,13 @@ COMMENT ON INDEX public.ojs_job_rate_held_idx IS 'A key''s held jobs in release 
 -- Name: ojs_job_retry_due_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_retry_due_idx ON public.ojs_job USING btree (next_retry_at) WHERE (state = 'retryable'::public.ojs_job_state);
+CREATE INDEX ojs_job_retry_due_idx ON public.ojs_job USING btree (next_retry_at) WHERE (phase = 'retryable'::public.ojs_job_phase);
 
 --
 -- Name: ojs_job_scheduled_due_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_scheduled_due_idx ON public.ojs_job USING btree (scheduled_at) WHERE (state = 'scheduled'::public.ojs_job_state);
+CREATE INDEX ojs_job_scheduled_due_idx ON public.ojs_job USING btree (scheduled_at) WHERE (phase = 'scheduled'::public.ojs_job_phase);
 
 --
 -- Name: ojs_job_tenant_flight_idx; Type: INDEX; Schema: public; Owner: -
@@ -8510,7 +8550,7 @@ COMMENT ON INDEX public.ojs_job_tenant_flight_idx IS 'A tenant''s jobs in flight
 -- Name: ojs_job_tenant_held_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_tenant_held_idx ON public.ojs_job USING btree (tenant, priority, enqueued_at, seq) WHERE ((rate_held = false) AND (state = 'available'::public.ojs_job_state));
+CREATE INDEX ojs_job_tenant_held_idx ON public.ojs_job USING btree (tenant, priority, enqueued_at, seq) WHERE ((rate_held = false) AND (phase = 'available'::public.ojs_job_phase));
 
 --
 -- Name: INDEX ojs_job_tenant_held_idx; Type: COMMENT; Schema: public; Owner: -
@@ -8540,7 +8580,7 @@ CREATE INDEX ojs_job_unique_key_idx ON public.ojs_job USING btree (unique_key) W
 -- Name: ojs_job_waiting_deadline_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_waiting_deadline_idx ON public.ojs_job USING btree (LEAST(expires_at, claim_deadline_at, total_deadline_at)) WHERE ((state = ANY (ARRAY['scheduled'::public.ojs_job_state, 'available'::public.ojs_job_state, 'pending'::public.ojs_job_state, 'retryable'::public.ojs_job_state])) AND ((expires_at IS NOT NULL) OR (claim_deadline_at IS NOT NULL) OR (total_deadline_at IS NOT NULL)));
+CREATE INDEX ojs_job_waiting_deadline_idx ON public.ojs_job USING btree (LEAST(expires_at, claim_deadline_at, total_deadline_at)) WHERE ((phase <> 'taken'::public.ojs_job_phase) AND ((expires_at IS NOT NULL) OR (claim_deadline_at IS NOT NULL) OR (total_deadline_at IS NOT NULL)));
 
 --
 -- Name: ojs_lease_due_idx; Type: INDEX; Schema: public; Owner: -

@@ -333,6 +333,7 @@ mod tests {
             rate_key: None,
             rate_held: None,
             lease_id: None,
+            phase: crate::job::JobPhase::of(state),
         }
     }
 

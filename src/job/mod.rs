@@ -121,6 +121,35 @@ pub enum JobState {
     Discarded,
 }
 
+/// Where a job is on the way to its claim (Postgres enum `ojs_job_phase`, the generated
+/// column `ojs_job.phase`): its waiting state, or taken from its claim on. The waiting-job
+/// indexes read it instead of `state`, so that no change after the claim touches them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(type_name = "ojs_job_phase", rename_all = "snake_case")]
+pub enum JobPhase {
+    Scheduled,
+    Available,
+    Pending,
+    Retryable,
+    /// Claimed: active, or finished since.
+    Taken,
+}
+
+impl JobPhase {
+    /// The phase of a job in `state`, as the column computes it.
+    pub fn of(state: JobState) -> JobPhase {
+        match state {
+            JobState::Scheduled => JobPhase::Scheduled,
+            JobState::Available => JobPhase::Available,
+            JobState::Pending => JobPhase::Pending,
+            JobState::Retryable => JobPhase::Retryable,
+            JobState::Active | JobState::Completed | JobState::Cancelled | JobState::Discarded => {
+                JobPhase::Taken
+            }
+        }
+    }
+}
+
 impl JobState {
     /// Every state, in lifecycle order.
     pub const ALL: [JobState; 8] = [
@@ -270,6 +299,8 @@ pub struct Job {
     /// The lease (`ojs_lease`) of the claim holding the current attempt; meaningful only while
     /// the job is active.
     pub lease_id: Option<i64>,
+    /// Generated from `state` (migration V30): what the waiting-job indexes read.
+    pub phase: JobPhase,
 }
 
 impl Job {
@@ -341,6 +372,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "rate_key",
     "rate_held",
     "lease_id",
+    "phase",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

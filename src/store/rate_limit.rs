@@ -67,11 +67,11 @@ pub async fn stranded(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<String>
         r#"
         with recursive held(key) as (
             (select j.rate_key from ojs_job j
-              where j.state = 'available' and j.rate_held
+              where j.phase = 'available' and j.rate_held
               order by j.rate_key limit 1)
             union all
             select (select j.rate_key from ojs_job j
-                     where j.state = 'available' and j.rate_held and j.rate_key > h.key
+                     where j.phase = 'available' and j.rate_held and j.rate_key > h.key
                      order by j.rate_key limit 1)
               from held h
              where h.key is not null
@@ -143,7 +143,7 @@ async fn read(
                 and (k.override_expires_at is null or k.override_expires_at > now())) as "overriding!",
                f.active as "active!", f.released as "released!",
                (select count(*) from ojs_job j
-                 where j.rate_key = k.key and j.state = 'available' and j.rate_held) as "waiting!",
+                 where j.rate_key = k.key and j.phase = 'available' and j.rate_held) as "waiting!",
                w.started as "started!", w.oldest as "oldest_start", w.last as "last_start",
                k.limited, k.created_at, k.updated_at
           from ojs_rate_key k
@@ -323,7 +323,7 @@ pub async fn gauges(db: impl PgExecutor<'_>) -> Result<(i64, i64, i64), sqlx::Er
         r#"
         select (select count(*) from ojs_rate_key) as "keys!",
                (select count(*) from ojs_rate_key where limited is not null) as "limited!",
-               (select count(*) from ojs_job where state = 'available' and rate_held) as "held!"
+               (select count(*) from ojs_job where phase = 'available' and rate_held) as "held!"
         "#
     )
     .fetch_one(db)
@@ -349,7 +349,7 @@ pub async fn prune(
                                  k.override_throttle_limit) = 0
                     or k.override_expires_at < now())
                and not exists (select from ojs_job j
-                                where j.rate_key = k.key and j.state = 'available' and j.rate_held)
+                                where j.rate_key = k.key and j.phase = 'available' and j.rate_held)
                and not exists (select from ojs_job j
                                 where j.rate_key = k.key and j.rate_held is null
                                   and j.state in ('available', 'active'))

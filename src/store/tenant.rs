@@ -501,11 +501,11 @@ pub async fn holding(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<String>,
         r#"
         with recursive held(tenant) as (
             (select j.tenant from ojs_job j
-              where j.state = 'available' and j.rate_held = false
+              where j.phase = 'available' and j.rate_held = false
               order by j.tenant limit 1)
             union all
             select (select j.tenant from ojs_job j
-                     where j.state = 'available' and j.rate_held = false and j.tenant > h.tenant
+                     where j.phase = 'available' and j.rate_held = false and j.tenant > h.tenant
                      order by j.tenant limit 1)
               from held h
              where h.tenant is not null
@@ -544,7 +544,7 @@ pub async fn usage(
                  where j.tenant = $1 and j.tenant <> ''
                    and j.state in ('available', 'active') and j.rate_held is not false) as "in_flight!",
                (select count(*) from ojs_job j
-                 where j.tenant = $1 and j.state = 'available' and j.rate_held = false) as "held!",
+                 where j.tenant = $1 and j.phase = 'available' and j.rate_held = false) as "held!",
                (select count(*) from ojs_job j
                  where j.tenant = $1
                    and j.state in ('scheduled', 'available', 'pending', 'retryable')) as "waiting!",

@@ -231,14 +231,24 @@ async fn a_populated_database_of_the_previous_release_migrates_with_every_job_in
     );
     let after: Vec<(uuid::Uuid, Value)> =
         // Less the columns later migrations add (V20's rate-limit key, V29's lease: null for
-        // these jobs, or the lease V29 gives an active one).
+        // these jobs, or the lease V29 gives an active one; V30's phase, checked below).
         sqlx::query_as(
-            "select id, to_jsonb(j) - 'rate_key' - 'rate_held' - 'lease_id' from ojs_job_all j order by id",
+            "select id, to_jsonb(j) - 'rate_key' - 'rate_held' - 'lease_id' - 'phase'
+               from ojs_job_all j order by id",
         )
             .fetch_all(&mut conn)
             .await
             .unwrap();
     assert_eq!(after, before, "every job, column for column");
+    let off_phase: i64 = sqlx::query_scalar(
+        "select count(*) from ojs_job_all
+          where phase::text <> case when state in ('scheduled', 'available', 'pending', 'retryable')
+                                    then state::text else 'taken' end",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(off_phase, 0, "every job's phase follows its state");
     let (live_completed, done, in_default): (i64, i64, i64) = sqlx::query_as(
         "select (select count(*) from ojs_job where state = 'completed'),
                 (select count(*) from ojs_job_done),

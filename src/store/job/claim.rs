@@ -18,8 +18,8 @@ pub async fn await_due_locks(db: impl PgExecutor<'_>, queues: &[&str]) -> Result
           from (select 1
                   from ojs_job
                  where queue = any($1::text[])
-                   and ((state = 'scheduled' and scheduled_at <= now())
-                        or (state = 'retryable' and next_retry_at <= now()))
+                   and ((phase = 'scheduled' and scheduled_at <= now())
+                        or (phase = 'retryable' and next_retry_at <= now()))
                  limit 1000
                    for share) due
         "#,
@@ -47,7 +47,7 @@ pub async fn promote_due(
         with due_scheduled as (
             select id, scheduled_at as due, state as prev
               from ojs_job
-             where state = 'scheduled'
+             where phase = 'scheduled'
                and scheduled_at <= coalesce($3::timestamptz, now())
                and ($1::text[] is null or queue = any($1::text[]))
              order by scheduled_at
@@ -57,7 +57,7 @@ pub async fn promote_due(
         due_retry as (
             select id, next_retry_at as due, state as prev
               from ojs_job
-             where state = 'retryable'
+             where phase = 'retryable'
                and next_retry_at <= coalesce($3::timestamptz, now())
                and ($1::text[] is null or queue = any($1::text[]))
              order by next_retry_at
@@ -81,8 +81,8 @@ pub async fn promote_due(
         select coalesce(sum(s.jobs), 0)::int8 as "promoted!",
                -- Of any queue, as of before this statement (so at most "now" when it promoted).
                (extract(epoch from least(
-                    (select min(scheduled_at) from ojs_job where state = 'scheduled'),
-                    (select min(next_retry_at) from ojs_job where state = 'retryable'))
+                    (select min(scheduled_at) from ojs_job where phase = 'scheduled'),
+                    (select min(next_retry_at) from ojs_job where phase = 'retryable'))
                   - coalesce($3::timestamptz, now())) * 1000)::int8 as next_due_ms
           from (select (p.j).queue as queue, count(*) as jobs,
                        pg_notify('ojs_job_available', format('%s - - - %s', (p.j).queue, count(*)))
@@ -202,7 +202,7 @@ macro_rules! claim_statement {
             select ctid as rid
               from ojs_job
              where queue = $1
-               and state = 'available'
+               and phase = 'available'
                -- Not held for its rate-limit key (migration V20): the dispatch indexes hold
                -- only such jobs.
                and rate_held is null
@@ -416,6 +416,8 @@ pub async fn claim_tenant(
         p.started_at,
         DispatchPlace::START,
         r#"               and tenant = $10
+               -- ojs_job_tenant_idx (tenant, queue, state) still reads state.
+               and state = 'available'
              order by (case when priority_aging_ms is null then priority else 0 end),
                       (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
                        + coalesce(priority * priority_aging_ms, 0)),

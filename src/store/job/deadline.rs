@@ -31,7 +31,7 @@ pub async fn expire_due(
                            else 'The job''s expires_at passed before it could start.'
                        end) as error
               from ojs_job
-             where state in ('scheduled', 'available', 'pending', 'retryable')
+             where phase <> 'taken'
                and (expires_at is not null or claim_deadline_at is not null
                     or total_deadline_at is not null)
                and least(expires_at, claim_deadline_at, total_deadline_at)
