@@ -13,14 +13,18 @@
 -- The waiting-job indexes are rebuilt on `phase`, and the statements that walk them say
 -- `phase`. Being generated, it can never disagree with `state`, and no statement writes it.
 --
--- The indexes over active or finished jobs that still read `state` (the tenant and rate-key
--- in-flight indexes, ojs_job_tenant_idx and ojs_job_finished_idx) are replaced by later
--- migrations; until then the ACK still moves a job to ojs_job_done.
+-- The indexes over jobs in flight read `in_flight` instead, generated for a job with a
+-- rate-limit key or a tenant (whether it is available or active; null for any other job, so
+-- that a plain job's changes of state never touch it), and `ojs_job_tenant_idx` reads `phase`.
+-- `ojs_job_finished_idx` is dropped: finished jobs are pruned along the primary key (job ids
+-- are UUIDv7, in time order). No index of ojs_job reads `state` any more, so an update that
+-- changes only the state and unindexed columns of a plain job can be HOT.
 --
--- Upgrade: adding a stored generated column rewrites ojs_job (live jobs only: completed jobs
--- are in ojs_job_done) under an ACCESS EXCLUSIVE lock, then the nine indexes are rebuilt
--- under the same lock: 1.8 s for 300,000 waiting jobs on the 2-core benchmark machine. Replicas of an earlier release
--- decode ojs_job's row type positionally and must be stopped before migrating.
+-- Upgrade: adding two stored generated columns rewrites ojs_job (live jobs only: completed
+-- jobs are in ojs_job_done) under an ACCESS EXCLUSIVE lock, then twelve indexes are rebuilt
+-- under the same lock: 1.8 s for 300,000 waiting jobs on the 2-core benchmark machine.
+-- Replicas of an earlier release decode ojs_job's row type positionally and must be stopped
+-- before migrating.
 
 -- Four SQL-bodied functions take ojs_job's row type, which blocks the rewrite: they are dropped
 -- here and made again, unchanged, once the column is added.
@@ -39,15 +43,20 @@ alter table ojs_job add column phase ojs_job_phase not null generated always as 
         when 'pending' then 'pending'::ojs_job_phase
         when 'retryable' then 'retryable'::ojs_job_phase
         else 'taken'::ojs_job_phase
-    end) stored;
+    end) stored,
+    add column in_flight boolean generated always as (
+        case when rate_key is not null or tenant <> '' then state in ('available', 'active') end) stored;
+comment on column ojs_job.in_flight is 'Generated from state, for a job with a rate-limit key or a tenant: whether it is available or active (what their concurrency limits count). Null for other jobs, so that their changes of state touch no index.';
 comment on column ojs_job.phase is 'Generated from state: the waiting state, or taken from the claim on (active, completed, cancelled, discarded). The waiting-job indexes read it instead of state, so the writes after a claim are HOT updates.';
 
 -- ojs_job_done has no phase: its jobs are all taken.
 create or replace view ojs_job_all as
 select * from ojs_job
 union all
-select d.*, 'taken'::ojs_job_phase from ojs_job_done d;
+select d.*, 'taken'::ojs_job_phase, case when d.rate_key is not null or d.tenant <> '' then false end
+  from ojs_job_done d;
 comment on column ojs_job_all.phase is 'As ojs_job.phase (taken, for the jobs of ojs_job_done).';
+comment on column ojs_job_all.in_flight is 'As ojs_job.in_flight.';
 
 -- The four functions dropped above, as they were.
 
@@ -175,6 +184,23 @@ drop index ojs_job_waiting_deadline_idx;
 create index ojs_job_waiting_deadline_idx on ojs_job (least(expires_at, claim_deadline_at, total_deadline_at))
     where phase <> 'taken'
       and (expires_at is not null or claim_deadline_at is not null or total_deadline_at is not null);
+
+-- The indexes over jobs in flight or finished, which read state, are rebuilt on phase and
+-- in_flight (which only a keyed or tenant job's changes of state move).
+drop index ojs_job_rate_flight_idx;
+create index ojs_job_rate_flight_idx on ojs_job (rate_key, phase)
+    where rate_key is not null and rate_held is null and in_flight;
+comment on index ojs_job_rate_flight_idx is 'A key''s jobs in flight (available or active, not held), by phase: what its concurrency counts.';
+drop index ojs_job_tenant_flight_idx;
+create index ojs_job_tenant_flight_idx on ojs_job (tenant)
+    where tenant <> '' and in_flight and rate_held is not false;
+comment on index ojs_job_tenant_flight_idx is 'A tenant''s jobs in flight (available or active, not held for the tenant): what its max_concurrency counts.';
+drop index ojs_job_tenant_idx;
+create index ojs_job_tenant_idx on ojs_job (tenant, phase, queue) where tenant <> '';
+comment on index ojs_job_tenant_idx is 'A tenant''s jobs by phase and queue: a tenant''s FETCH, its waiting jobs (max_queue_depth), its counts.';
+-- Finished jobs are pruned along the primary key (job ids are UUIDv7, in time order): an
+-- index over them would be written by every ACK and cancel.
+drop index ojs_job_finished_idx;
 
 -- The functions that walk those indexes, as they were (V24, V28) but for `phase`.
 
@@ -342,11 +368,13 @@ begin
         -- claimed in between counts twice, never not at all.)
         select (select count(*)
                   from (select from ojs_job j
-                         where j.rate_key = k.key and j.rate_held is null and j.state = 'active'
+                         where j.rate_key = k.key and j.rate_held is null and j.in_flight
+                           and j.phase = 'taken'
                          limit cap) a),
                (select count(*)
                   from (select from ojs_job j
-                         where j.rate_key = k.key and j.rate_held is null and j.state = 'available'
+                         where j.rate_key = k.key and j.rate_held is null and j.in_flight
+                           and j.phase = 'available'
                          limit cap) u)
           into active_n, unstarted;
     else
@@ -548,7 +576,7 @@ begin
         select count(*) into flight
           from (select from ojs_job j
                  where j.tenant = p_tenant and j.tenant <> ''
-                   and j.state in ('available', 'active') and j.rate_held is not false
+                   and j.in_flight and j.rate_held is not false
                  limit lim + 1) f;
         allow := lim - flight;
     end if;
@@ -581,6 +609,66 @@ begin
     -- Released jobs with a key wait for it now.
     foreach k in array coalesce(keys, '{}') loop
         return query select r.released_queue, r.released_jobs from ojs_rate_release(k, wake) r;
+    end loop;
+end;
+$$;
+
+create or replace function ojs_tenant_admit(tenants text[], jobs integer[]) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+declare
+    t ojs_tenant;
+    n integer;
+    started bigint;
+    oldest timestamptz;
+    depth bigint;
+begin
+    for t in select * from ojs_tenant x
+              where x.id = any(tenants)
+                and (x.max_enqueue_rate is not null or x.max_queue_depth is not null)
+              order by x.id
+                for update
+    loop
+        n := jobs[array_position(tenants, t.id)];
+        if t.max_enqueue_rate is not null then
+            select coalesce(sum(w.jobs), 0), min(w.started_at) into started, oldest
+              from ojs_rate_window w
+             where w.key = 'tenant:' || t.id
+               and w.started_at > now() - t.enqueue_period_ms * interval '1 millisecond';
+            if started + n > t.max_enqueue_rate then
+                raise exception using
+                    errcode = 'OJ005',
+                    message = format('tenant %s is at its max_enqueue_rate', t.id),
+                    detail = json_build_object(
+                        'tenant_id', t.id, 'limit', 'max_enqueue_rate', 'current', started,
+                        'maximum', t.max_enqueue_rate, 'requested', n,
+                        'retry_after_ms', greatest(1, ceil(extract(epoch from
+                            coalesce(oldest, now()) + t.enqueue_period_ms * interval '1 millisecond'
+                            - now()) * 1000)))::text;
+            end if;
+            delete from ojs_rate_window w
+             where w.key = 'tenant:' || t.id
+               and w.started_at <= now() - t.enqueue_period_ms * interval '1 millisecond';
+            insert into ojs_rate_window (key, started_at, jobs) values ('tenant:' || t.id, now(), n);
+        end if;
+        if t.max_queue_depth is not null then
+            -- The enqueue's own jobs are among those counted (it runs after the insert).
+            select count(*) into depth
+              from (select from ojs_job j
+                     where j.tenant = t.id and j.tenant <> ''
+                       and j.phase <> 'taken'
+                     limit t.max_queue_depth + n + 1) d;
+            if depth > t.max_queue_depth then
+                raise exception using
+                    errcode = 'OJ005',
+                    message = format('tenant %s is at its max_queue_depth', t.id),
+                    detail = json_build_object(
+                        'tenant_id', t.id, 'limit', 'max_queue_depth',
+                        'current', greatest(depth - n, 0), 'maximum', t.max_queue_depth,
+                        'requested', n, 'retry_after_ms', 1000)::text;
+            end if;
+        end if;
     end loop;
 end;
 $$;

@@ -262,6 +262,11 @@ CASE state
     WHEN 'retryable'::public.ojs_job_state THEN 'retryable'::public.ojs_job_phase
     ELSE 'taken'::public.ojs_job_phase
 END) STORED NOT NULL,
+    in_flight boolean GENERATED ALWAYS AS (
+CASE
+    WHEN ((rate_key IS NOT NULL) OR (tenant <> ''::text)) THEN (state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state]))
+    ELSE NULL::boolean
+END) STORED,
     CONSTRAINT ojs_job_active_has_reservation CHECK (((state <> 'active'::public.ojs_job_state) OR ((attempt >= 1) AND (started_at IS NOT NULL) AND (visible_until IS NOT NULL) AND (reservation_ms IS NOT NULL)))),
     CONSTRAINT ojs_job_active_has_timeout CHECK (((state <> 'active'::public.ojs_job_state) OR (timeout_at IS NOT NULL))),
     CONSTRAINT ojs_job_attempt_non_negative CHECK ((attempt >= 0)),
@@ -614,6 +619,12 @@ COMMENT ON COLUMN public.ojs_job.lease_id IS 'The lease (ojs_lease) of the claim
 --
 
 COMMENT ON COLUMN public.ojs_job.phase IS 'Generated from state: the waiting state, or taken from the claim on (active, completed, cancelled, discarded). The waiting-job indexes read it instead of state, so the writes after a claim are HOT updates.';
+
+--
+-- Name: COLUMN ojs_job.in_flight; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.in_flight IS 'Generated from state, for a job with a rate-limit key or a tenant: whether it is available or active (what their concurrency limits count). Null for other jobs, so that their changes of state touch no index.';
 
 --
 -- Name: ojs_dead_letter_matches(public.ojs_job, text, text, text, text, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
@@ -3344,11 +3355,13 @@ begin
         -- claimed in between counts twice, never not at all.)
         select (select count(*)
                   from (select from ojs_job j
-                         where j.rate_key = k.key and j.rate_held is null and j.state = 'active'
+                         where j.rate_key = k.key and j.rate_held is null and j.in_flight
+                           and j.phase = 'taken'
                          limit cap) a),
                (select count(*)
                   from (select from ojs_job j
-                         where j.rate_key = k.key and j.rate_held is null and j.state = 'available'
+                         where j.rate_key = k.key and j.rate_held is null and j.in_flight
+                           and j.phase = 'available'
                          limit cap) u)
           into active_n, unstarted;
     else
@@ -3817,7 +3830,7 @@ begin
             select count(*) into depth
               from (select from ojs_job j
                      where j.tenant = t.id and j.tenant <> ''
-                       and j.state in ('scheduled', 'available', 'pending', 'retryable')
+                       and j.phase <> 'taken'
                      limit t.max_queue_depth + n + 1) d;
             if depth > t.max_queue_depth then
                 raise exception using
@@ -3923,7 +3936,7 @@ begin
         select count(*) into flight
           from (select from ojs_job j
                  where j.tenant = p_tenant and j.tenant <> ''
-                   and j.state in ('available', 'active') and j.rate_held is not false
+                   and j.in_flight and j.rate_held is not false
                  limit lim + 1) f;
         allow := lim - flight;
     end if;
@@ -5768,7 +5781,8 @@ CREATE VIEW public.ojs_job_all AS
     ojs_job.rate_key,
     ojs_job.rate_held,
     ojs_job.lease_id,
-    ojs_job.phase
+    ojs_job.phase,
+    ojs_job.in_flight
    FROM public.ojs_job
 UNION ALL
  SELECT d.id,
@@ -5825,7 +5839,11 @@ UNION ALL
     d.rate_key,
     d.rate_held,
     d.lease_id,
-    'taken'::public.ojs_job_phase AS phase
+    'taken'::public.ojs_job_phase AS phase,
+        CASE
+            WHEN ((d.rate_key IS NOT NULL) OR (d.tenant <> ''::text)) THEN false
+            ELSE NULL::boolean
+        END AS in_flight
    FROM public.ojs_job_done d;
 
 --
@@ -6163,6 +6181,12 @@ COMMENT ON COLUMN public.ojs_job_all.lease_id IS 'As ojs_job.lease_id.';
 --
 
 COMMENT ON COLUMN public.ojs_job_all.phase IS 'As ojs_job.phase (taken, for the jobs of ojs_job_done).';
+
+--
+-- Name: COLUMN ojs_job_all.in_flight; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.in_flight IS 'As ojs_job.in_flight.';
 
 --
 -- Name: ojs_job_counts; Type: VIEW; Schema: public; Owner: -
@@ -8493,22 +8517,16 @@ CREATE INDEX ojs_job_fair_idx ON public.ojs_job USING btree (queue, priority, fa
 CREATE INDEX ojs_job_fair_tenant_idx ON public.ojs_job USING btree (queue, priority, tenant, fair_key) WHERE ((phase = 'available'::public.ojs_job_phase) AND (fair_key IS NOT NULL) AND (rate_held IS NULL));
 
 --
--- Name: ojs_job_finished_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX ojs_job_finished_idx ON public.ojs_job USING btree (state, COALESCE(discarded_at, cancelled_at, completed_at)) WHERE (state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state]));
-
---
 -- Name: ojs_job_rate_flight_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_rate_flight_idx ON public.ojs_job USING btree (rate_key, state) WHERE ((rate_key IS NOT NULL) AND (rate_held IS NULL) AND (state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])));
+CREATE INDEX ojs_job_rate_flight_idx ON public.ojs_job USING btree (rate_key, phase) WHERE ((rate_key IS NOT NULL) AND (rate_held IS NULL) AND in_flight);
 
 --
 -- Name: INDEX ojs_job_rate_flight_idx; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON INDEX public.ojs_job_rate_flight_idx IS 'A key''s jobs in flight (released and unclaimed, or active), counted against its concurrency and rate.';
+COMMENT ON INDEX public.ojs_job_rate_flight_idx IS 'A key''s jobs in flight (available or active, not held), by phase: what its concurrency counts.';
 
 --
 -- Name: ojs_job_rate_held_idx; Type: INDEX; Schema: public; Owner: -
@@ -8538,13 +8556,13 @@ CREATE INDEX ojs_job_scheduled_due_idx ON public.ojs_job USING btree (scheduled_
 -- Name: ojs_job_tenant_flight_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_tenant_flight_idx ON public.ojs_job USING btree (tenant) WHERE ((tenant <> ''::text) AND (state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state])) AND (rate_held IS NOT FALSE));
+CREATE INDEX ojs_job_tenant_flight_idx ON public.ojs_job USING btree (tenant) WHERE ((tenant <> ''::text) AND in_flight AND (rate_held IS NOT FALSE));
 
 --
 -- Name: INDEX ojs_job_tenant_flight_idx; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON INDEX public.ojs_job_tenant_flight_idx IS 'A tenant''s jobs in flight (released and not claimed, or active), counted against its max_concurrency.';
+COMMENT ON INDEX public.ojs_job_tenant_flight_idx IS 'A tenant''s jobs in flight (available or active, not held for the tenant): what its max_concurrency counts.';
 
 --
 -- Name: ojs_job_tenant_held_idx; Type: INDEX; Schema: public; Owner: -
@@ -8562,13 +8580,13 @@ COMMENT ON INDEX public.ojs_job_tenant_held_idx IS 'A tenant''s held jobs (rate_
 -- Name: ojs_job_tenant_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX ojs_job_tenant_idx ON public.ojs_job USING btree (tenant, queue, state) WHERE (tenant <> ''::text);
+CREATE INDEX ojs_job_tenant_idx ON public.ojs_job USING btree (tenant, phase, queue) WHERE (tenant <> ''::text);
 
 --
 -- Name: INDEX ojs_job_tenant_idx; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON INDEX public.ojs_job_tenant_idx IS 'Jobs by tenant: tenant-scoped FETCH, reads and statistics (X-OJS-Tenant).';
+COMMENT ON INDEX public.ojs_job_tenant_idx IS 'A tenant''s jobs by phase and queue: a tenant''s FETCH, its waiting jobs (max_queue_depth), its counts.';
 
 --
 -- Name: ojs_job_unique_key_idx; Type: INDEX; Schema: public; Owner: -

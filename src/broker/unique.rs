@@ -334,6 +334,7 @@ mod tests {
             rate_held: None,
             lease_id: None,
             phase: crate::job::JobPhase::of(state),
+            in_flight: None,
         }
     }
 

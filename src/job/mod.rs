@@ -301,6 +301,9 @@ pub struct Job {
     pub lease_id: Option<i64>,
     /// Generated from `state` (migration V30): what the waiting-job indexes read.
     pub phase: JobPhase,
+    /// Generated from `state` for a keyed or tenant job (migration V30): available or active.
+    /// Null for other jobs.
+    pub in_flight: Option<bool>,
 }
 
 impl Job {
@@ -373,6 +376,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "rate_held",
     "lease_id",
     "phase",
+    "in_flight",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

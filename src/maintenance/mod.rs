@@ -43,7 +43,7 @@ use tracing::Instrument;
 pub use expirer::{Expirer, ExpirerConfig};
 pub use planner_stats::{PlannerStats, PlannerStatsConfig};
 pub use promoter::{Promoter, PromoterConfig};
-pub use pruner::{DONE_DAYS_AHEAD, Pruner, PrunerConfig};
+pub use pruner::{DONE_DAYS_AHEAD, FULL_SWEEP_EVERY, Pruner, PrunerConfig};
 pub use reaper::{Reaper, ReaperConfig};
 pub use stale_workers::{StaleWorkers, StaleWorkersConfig};
 pub use starvation::{StarvationConfig, StarvationWatch};

@@ -1,11 +1,13 @@
 //! The pruner: retention of finished jobs, events, stale workers and the cron run ledger, and
 //! the progress reports of jobs that are gone.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use serde_json::Value;
+use uuid::Uuid;
 
 use super::{Context, Pass, Service};
 use crate::job::JobState;
@@ -50,11 +52,50 @@ pub struct PrunerConfig {
 pub struct Pruner {
     context: Context,
     config: PrunerConfig,
+    /// Passes run, for [`FULL_SWEEP_EVERY`].
+    passes: AtomicU64,
 }
+
+/// Every this many passes (the first included), the walk of finished jobs covers every id
+/// rather than stopping at the UUIDv7 of the latest cutoff: it finds the jobs whose ids do
+/// not tell their creation time (a client's id stamped in the future, an id of another
+/// format left by an earlier release). With the default interval, once an hour.
+pub const FULL_SWEEP_EVERY: u64 = 60;
 
 impl Pruner {
     pub fn new(context: Context, config: PrunerConfig) -> Pruner {
-        Pruner { context, config }
+        Pruner {
+            context,
+            config,
+            passes: AtomicU64::new(0),
+        }
+    }
+
+    /// Finished jobs of `ojs_job` past `cutoffs`, along the primary key in batches (each its
+    /// own transaction, at most [`super::MAX_BATCHES_PER_PASS`] a pass), up to the id bound
+    /// of the cutoffs or, on a full sweep, to the end.
+    async fn prune_jobs(&self, cutoffs: &PruneCutoffs, sweep: bool) -> Result<Pass, sqlx::Error> {
+        let size = self.config.batch_size;
+        let before = if sweep {
+            Uuid::max()
+        } else {
+            cutoffs.id_bound()
+        };
+        let mut after = None;
+        let mut pass = Pass::default();
+        for _ in 0..super::MAX_BATCHES_PER_PASS {
+            let mut tx = self.context.begin("scheduler").await?;
+            let (deleted, last) =
+                store::job::prune_finished(&mut *tx, cutoffs, after, before, size).await?;
+            tx.commit().await?;
+            pass.processed += deleted as u64;
+            pass.more = deleted >= size;
+            if !pass.more {
+                break;
+            }
+            after = last;
+        }
+        Ok(pass)
     }
 
     /// Deletes `target` rows in batches; returns rows deleted and whether work is left.
@@ -65,9 +106,6 @@ impl Pruner {
                 let target = target.clone();
                 Box::pin(async move {
                     let deleted = match target {
-                        Target::Jobs(ref cutoffs) => {
-                            store::job::prune_finished(conn, cutoffs, size).await?
-                        }
                         Target::Done(ref cutoffs) => {
                             store::job::prune_done(conn, cutoffs, size).await?
                         }
@@ -140,8 +178,6 @@ pub const DONE_DAYS_AHEAD: i32 = 3;
 /// What a batch deletes.
 #[derive(Debug, Clone)]
 enum Target {
-    /// Jobs in a terminal state finished before their cutoff (in `ojs_job`).
-    Jobs(PruneCutoffs),
     /// Completed jobs of `ojs_job_done` completed before their cutoff.
     Done(PruneCutoffs),
     /// Dead-lettered jobs of a queue beyond its newest `n` (`dead_letter_max_size`).
@@ -279,13 +315,21 @@ impl Service for Pruner {
         let retention = Retention::of(&layers);
         let completed = retention.cutoffs(now, JobState::Completed, c.completed, c.discarded);
         let mut pass = self.drop_done_days(now, &completed).await?;
-        let mut targets = vec![
-            Target::Done(completed.clone()),
+        let sweep = self
+            .passes
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(FULL_SWEEP_EVERY);
+        for cutoffs in [
             // Completed jobs a replica of an earlier version left in ojs_job.
-            Target::Jobs(completed),
-            Target::Jobs(retention.cutoffs(now, JobState::Cancelled, c.cancelled, c.discarded)),
-            Target::Jobs(retention.cutoffs(now, JobState::Discarded, c.discarded, c.discarded)),
-        ];
+            completed.clone(),
+            retention.cutoffs(now, JobState::Cancelled, c.cancelled, c.discarded),
+            retention.cutoffs(now, JobState::Discarded, c.discarded, c.discarded),
+        ] {
+            let done = self.prune_jobs(&cutoffs, sweep).await?;
+            pass.processed += done.processed;
+            pass.more |= done.more;
+        }
+        let mut targets = vec![Target::Done(completed)];
         if let Some(keep) = retention.dead_letter_max_size(DEFAULT_LAYER) {
             // `_default` bounds every queue's dead letters, except those with their own bound.
             for queue in store::dead_letter::queues(&self.context.db).await? {

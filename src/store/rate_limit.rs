@@ -151,7 +151,7 @@ async fn read(
               select count(*) filter (where j.state = 'active') as active,
                      count(*) filter (where j.state = 'available') as released
                 from ojs_job j
-               where j.rate_key = k.key and j.rate_held is null and j.state in ('available', 'active')
+               where j.rate_key = k.key and j.rate_held is null and j.in_flight
           ) f
           cross join lateral (
               select coalesce(sum(x.jobs) filter (where x.started_at > now() - p.ms * interval '1 millisecond'), 0)::int8 as started,
@@ -308,7 +308,7 @@ async fn rehold(db: impl PgExecutor<'_>, key: &str) -> Result<(), sqlx::Error> {
     sqlx::query!(
         r#"
         update ojs_job set rate_held = true
-         where rate_key = $1 and state = 'available' and rate_held is null
+         where rate_key = $1 and phase = 'available' and rate_held is null and in_flight
         "#,
         key,
     )
@@ -352,7 +352,7 @@ pub async fn prune(
                                 where j.rate_key = k.key and j.phase = 'available' and j.rate_held)
                and not exists (select from ojs_job j
                                 where j.rate_key = k.key and j.rate_held is null
-                                  and j.state in ('available', 'active'))
+                                  and j.in_flight)
              limit $2
                for update skip locked
         ),

@@ -542,12 +542,11 @@ pub async fn usage(
         r#"
         select (select count(*) from ojs_job j
                  where j.tenant = $1 and j.tenant <> ''
-                   and j.state in ('available', 'active') and j.rate_held is not false) as "in_flight!",
+                   and j.in_flight and j.rate_held is not false) as "in_flight!",
                (select count(*) from ojs_job j
                  where j.tenant = $1 and j.phase = 'available' and j.rate_held = false) as "held!",
                (select count(*) from ojs_job j
-                 where j.tenant = $1
-                   and j.state in ('scheduled', 'available', 'pending', 'retryable')) as "waiting!",
+                 where j.tenant = $1 and j.tenant <> '' and j.phase <> 'taken') as "waiting!",
                (select coalesce(sum(w.jobs), 0) from ojs_rate_window w
                  where $2::int8 is not null and w.key = 'tenant:' || $1
                    and w.started_at > now() - $2 * interval '1 millisecond')::int8 as "enqueued!"
@@ -605,7 +604,9 @@ pub async fn gauges(db: impl PgExecutor<'_>) -> Result<Vec<TenantGauge>, sqlx::E
                count(j.id) filter (where j.state in ('scheduled', 'available', 'pending',
                                                      'retryable')) as "waiting!"
           from configured c
+          -- Through ojs_job_tenant_idx, waiting and in-flight jobs only.
           left join ojs_job j on j.tenant = c.id and j.tenant <> ''
+                             and (j.phase <> 'taken' or j.in_flight)
          group by 1
          order by 1
         "#,

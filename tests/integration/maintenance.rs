@@ -427,21 +427,26 @@ async fn pruner_works_in_bounded_batches_and_caps_the_event_count() {
         .await
         .expect(201);
     }
-    app.sql("update ojs_job set state = 'completed', completed_at = now() - interval '8 days'")
+    app.sql("update ojs_job set state = 'completed', completed_at = now()")
         .await;
+    // Eight days on: past the 7 days' retention of completed jobs (the walk of finished jobs
+    // stops at the ids of that cutoff, so the jobs must really be that old).
+    let later = Duration::from_secs(8 * 86_400);
     let pruner = Pruner::new(
         app.maintenance(),
         PrunerConfig {
             max_events: 3,
+            // Events outlive the eight days below: the count cap is what this checks.
+            events: Duration::from_secs(30 * 86_400),
             ..pruner_config()
         },
     );
     // Batches of 2, at most 10 per target and pass: 20 jobs, then the rest next pass.
-    let first = run_later(&app, &pruner, Duration::ZERO).await;
+    let first = run_later(&app, &pruner, later).await;
     assert!(first.more, "{first:?}");
     assert_eq!(app.job_count().await, 5);
     for _ in 0..10 {
-        if !run_later(&app, &pruner, Duration::ZERO).await.more {
+        if !run_later(&app, &pruner, later).await.more {
             break;
         }
     }
@@ -452,6 +457,43 @@ async fn pruner_works_in_bounded_batches_and_caps_the_event_count() {
         .await
         .unwrap();
     assert_eq!(left, ["job.enqueued"; 3]);
+}
+
+/// Finished jobs are pruned along the primary key, up to the UUIDv7 of the cutoff: a job
+/// whose id does not tell its time (here one stamped far in the future) is left to the full
+/// sweep, which the first pass and every `FULL_SWEEP_EVERY`-th one make.
+#[tokio::test]
+async fn a_finished_job_whose_id_hides_its_age_is_pruned_by_the_full_sweep() {
+    use ojsd::maintenance::FULL_SWEEP_EVERY;
+
+    let app = TestApp::spawn().await;
+    let ordinary = app.push_id(job("a.b", "q")).await;
+    let pruner = Pruner::new(app.maintenance(), pruner_config());
+    // The first pass is a sweep; nothing is old yet.
+    run_later(&app, &pruner, Duration::ZERO).await;
+    app.sql(&format!(
+        "insert into ojs_job (id, type, queue, args, state, max_attempts, retry, timeout_ms,
+                              created_at, cancelled_at)
+         values ('fff00000-0000-7000-8000-000000000000', 'a.b', 'q', '[]', 'cancelled', 3, '{{}}',
+                 1000, now(), now());
+         update ojs_job set state = 'cancelled', cancelled_at = now() where id = '{ordinary}'"
+    ))
+    .await;
+    // Eight days on (cancelled jobs are kept seven): the walk finds the ordinary job at once…
+    let later = Duration::from_secs(8 * 86_400);
+    run_later(&app, &pruner, later).await;
+    let left: Vec<String> = sqlx::query_scalar("select id::text from ojs_job")
+        .fetch_all(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, ["fff00000-0000-7000-8000-000000000000"]);
+    // …and the other only on the next full sweep.
+    for _ in 2..FULL_SWEEP_EVERY {
+        run_later(&app, &pruner, later).await;
+    }
+    assert_eq!(app.job_count().await, 1);
+    run_later(&app, &pruner, later).await;
+    assert_eq!(app.job_count().await, 0);
 }
 
 #[tokio::test]

@@ -416,8 +416,6 @@ pub async fn claim_tenant(
         p.started_at,
         DispatchPlace::START,
         r#"               and tenant = $10
-               -- ojs_job_tenant_idx (tenant, queue, state) still reads state.
-               and state = 'available'
              order by (case when priority_aging_ms is null then priority else 0 end),
                       (date_part('epoch', enqueued_at - timestamptz '1970-01-01 00:00:00+00') * 1000
                        + coalesce(priority * priority_aging_ms, 0)),

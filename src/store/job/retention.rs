@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
+use uuid::Uuid;
 
 use crate::job::JobState;
 
@@ -41,16 +42,26 @@ impl PruneCutoffs {
     }
 }
 
-/// Deletes up to `limit` jobs in a terminal state past their retention, oldest first,
-/// reporting dead-lettered ones as `dead_letter.pruned`. Returns how many.
+/// Deletes up to `limit` jobs of `ojs_job` in a terminal state past their retention, in
+/// primary-key order from after `after` up to `before` (exclusive), reporting dead-lettered
+/// ones as `dead_letter.pruned`. Returns how many, and the last id deleted (where the next
+/// batch goes on from).
+///
+/// No index covers finished jobs (an ACK or a cancel would write it, migration V30): the walk
+/// follows the primary key. Job ids are UUIDv7, whose first 48 bits are the creation time
+/// in milliseconds, so the jobs that can be past a cutoff all sort before
+/// [`uuid_v7_floor`]`(cutoff)`; the jobs the walk reads and keeps are those created before the
+/// cutoff that are still waiting, active or within their retention.
 pub async fn prune_finished(
     db: impl PgExecutor<'_>,
     c: &PruneCutoffs,
+    after: Option<Uuid>,
+    before: Uuid,
     limit: i64,
-) -> Result<i64, sqlx::Error> {
+) -> Result<(i64, Option<Uuid>), sqlx::Error> {
     let (queues, cutoffs, dead_letter_cutoffs) = c.own();
     let latest = c.latest(true);
-    sqlx::query_scalar!(
+    let row = sqlx::query!(
         r#"
         with own as (
             select * from unnest($4::text[], $5::timestamptz[], $6::timestamptz[])
@@ -59,15 +70,20 @@ pub async fn prune_finished(
         doomed as (
             select j.id
               from ojs_job j
-              left join own o on o.queue = j.queue
-             where j.state = $1
-               and j.state in ('completed', 'cancelled', 'discarded')
+             where j.id > coalesce($9::uuid, '00000000-0000-0000-0000-000000000000')
+               and j.id < $10::uuid
+               and j.phase = 'taken'
+               and j.state = $1
                and coalesce(j.discarded_at, j.cancelled_at, j.completed_at) < $7
+               -- The queue's own cutoff, else the server's (a subquery, not a join, so
+               -- that the walk stays in key order).
                and coalesce(j.discarded_at, j.cancelled_at, j.completed_at)
-                   < case when j.dead_lettered_at is not null
-                          then coalesce(o.dead_letter_cutoff, $3)
-                          else coalesce(o.cutoff, $2) end
-             order by j.state, coalesce(j.discarded_at, j.cancelled_at, j.completed_at)
+                   < coalesce((select case when j.dead_lettered_at is not null
+                                           then o.dead_letter_cutoff else o.cutoff end
+                                 from own o where o.queue = j.queue),
+                              case when j.dead_lettered_at is not null then $3::timestamptz
+                                   else $2::timestamptz end)
+             order by j.id
              limit $8
                for update of j skip locked
         ),
@@ -86,7 +102,8 @@ pub async fn prune_finished(
              group by queue
             returning 1
         )
-        select count(*) as "deleted!" from deleted
+        select (select count(*) from deleted) as "deleted!",
+               (select d.id from doomed d order by d.id desc limit 1) as last
         "#,
         c.state as JobState,
         c.cutoff,
@@ -96,9 +113,26 @@ pub async fn prune_finished(
         &dead_letter_cutoffs,
         latest,
         limit,
+        after,
+        before,
     )
     .fetch_one(db)
-    .await
+    .await?;
+    Ok((row.deleted, row.last))
+}
+
+/// The least UUIDv7 of the millisecond `at` (its time bits, every other bit zero): every id
+/// made at or after `at` sorts after it.
+pub fn uuid_v7_floor(at: DateTime<Utc>) -> Uuid {
+    let ms = u128::try_from(at.timestamp_millis()).unwrap_or(0) & 0xFFFF_FFFF_FFFF;
+    Uuid::from_u128(ms << 80)
+}
+
+impl PruneCutoffs {
+    /// Where [`prune_finished`]'s walk of these cutoffs can stop: the floor of the latest.
+    pub fn id_bound(&self) -> Uuid {
+        uuid_v7_floor(self.latest(true))
+    }
 }
 
 /// [`prune_finished`] for the completed jobs of `ojs_job_done` (migration V15): deletes up to

@@ -224,7 +224,8 @@ macro_rules! complete_jobs {
                    dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
                    capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held, null::int8,
-                   'taken'::ojs_job_phase)::ojs_job as "job!: Job"
+                   'taken'::ojs_job_phase,
+                   case when rate_key is not null or tenant <> '' then false end)::ojs_job as "job!: Job"
           from finished
         "#
         )
