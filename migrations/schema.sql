@@ -288,7 +288,7 @@ WITH (fillfactor='50');
 -- Name: TABLE ojs_job; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.ojs_job IS 'One row per OJS job, from its enqueue until retention deletes it: the envelope (known attributes as typed columns, unknown attributes in extra) and its lifecycle state.';
+COMMENT ON TABLE public.ojs_job IS 'One row per OJS job: the envelope (known attributes as typed columns, unknown attributes in extra) and its lifecycle state.';
 
 --
 -- Name: COLUMN ojs_job.id; Type: COMMENT; Schema: public; Owner: -
@@ -2798,12 +2798,8 @@ CREATE FUNCTION public.ojs_job_workflow_ended() RETURNS trigger
 begin
     perform ojs_workflow_job_finished((new.extra ->> 'workflow_id')::uuid,
                                       (new.extra ->> 'workflow_step')::integer, new.id,
-                                      case new.state when 'completed' then 'completed'
-                                                     when 'discarded' then 'failed'
-                                                     else 'cancelled' end,
-                                      case when new.state = 'completed' then new.result end,
-                                      case when new.state <> 'completed' then new.error end,
-                                      new.attempt);
+                                      case when new.state = 'discarded' then 'failed' else 'cancelled' end,
+                                      null, new.error, new.attempt);
     return null;
 end;
 $$;
@@ -2812,7 +2808,7 @@ $$;
 -- Name: FUNCTION ojs_job_workflow_ended(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ojs_job_workflow_ended() IS 'Trigger function: a workflow job that ends (completed, discarded or cancelled) advances its workflow.';
+COMMENT ON FUNCTION public.ojs_job_workflow_ended() IS 'Trigger function: a workflow job that ends discarded or cancelled advances its workflow.';
 
 --
 -- Name: ojs_json_article(json); Type: FUNCTION; Schema: public; Owner: -
@@ -5400,7 +5396,7 @@ PARTITION BY RANGE (completed_at);
 -- Name: TABLE ojs_job_done; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.ojs_job_done IS 'Jobs completed before migration V31 (which completes jobs in ojs_job), with ojs_job''s columns, partitioned by day of completed_at (UTC); retention drops whole days and deletes per queue within them. Read through ojs_job_all.';
+COMMENT ON TABLE public.ojs_job_done IS 'Completed jobs, with ojs_job''s columns, partitioned by day of completed_at (UTC). The ACK moves a job here from ojs_job in its statement (or deletes it, for a queue that keeps no completed jobs); retention drops whole days and deletes per queue within them.';
 
 --
 -- Name: COLUMN ojs_job_done.id; Type: COMMENT; Schema: public; Owner: -
@@ -8445,18 +8441,6 @@ CREATE INDEX ojs_job_capacity_idx ON public.ojs_job USING btree (queue, created_
 CREATE INDEX ojs_job_dead_letter_idx ON public.ojs_job USING btree (dead_lettered_at) WHERE (dead_lettered_at IS NOT NULL);
 
 --
--- Name: ojs_job_discarded_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX ojs_job_discarded_idx ON public.ojs_job USING btree (discarded_at) WHERE (discarded_at IS NOT NULL);
-
---
--- Name: INDEX ojs_job_discarded_idx; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON INDEX public.ojs_job_discarded_idx IS 'Discarded jobs by discard time: the jobs discarded lately (queue activity).';
-
---
 -- Name: ojs_job_dispatch_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -8854,13 +8838,13 @@ COMMENT ON TRIGGER ojs_job_workflow_completed ON public.ojs_job_done IS 'A compl
 -- Name: ojs_job ojs_job_workflow_ended; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER ojs_job_workflow_ended AFTER UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN (((((new.state = 'completed'::public.ojs_job_state) AND (old.state <> 'completed'::public.ojs_job_state)) OR ((new.state = ANY (ARRAY['discarded'::public.ojs_job_state, 'cancelled'::public.ojs_job_state])) AND (old.state <> ALL (ARRAY['discarded'::public.ojs_job_state, 'cancelled'::public.ojs_job_state])))) AND ((new.extra -> 'workflow_id'::text) IS NOT NULL))) EXECUTE FUNCTION public.ojs_job_workflow_ended();
+CREATE TRIGGER ojs_job_workflow_ended AFTER UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN (((new.state = ANY (ARRAY['discarded'::public.ojs_job_state, 'cancelled'::public.ojs_job_state])) AND (old.state <> ALL (ARRAY['discarded'::public.ojs_job_state, 'cancelled'::public.ojs_job_state])) AND ((new.extra -> 'workflow_id'::text) IS NOT NULL))) EXECUTE FUNCTION public.ojs_job_workflow_ended();
 
 --
 -- Name: TRIGGER ojs_job_workflow_ended ON ojs_job; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TRIGGER ojs_job_workflow_ended ON public.ojs_job IS 'A workflow job that ends (completed, discarded or cancelled) advances its workflow in the same transaction.';
+COMMENT ON TRIGGER ojs_job_workflow_ended ON public.ojs_job IS 'A workflow job that ends discarded or cancelled advances its workflow in the same transaction.';
 
 --
 -- Name: ojs_worker ojs_worker_events_after; Type: TRIGGER; Schema: public; Owner: -

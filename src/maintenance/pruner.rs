@@ -320,7 +320,7 @@ impl Service for Pruner {
             .fetch_add(1, Ordering::Relaxed)
             .is_multiple_of(FULL_SWEEP_EVERY);
         for cutoffs in [
-            // Completed jobs stay in ojs_job (migration V31).
+            // Completed jobs a replica of an earlier version left in ojs_job.
             completed.clone(),
             retention.cutoffs(now, JobState::Cancelled, c.cancelled, c.discarded),
             retention.cutoffs(now, JobState::Discarded, c.discarded, c.discarded),

@@ -242,11 +242,8 @@ pub struct QueueActivity {
     pub latency_ms: Option<[f64; 3]>,
 }
 
-/// The activity of each of `queues` within `window`: the jobs completed in it, read from the
-/// `job.completed` event rows (one per ACK statement, queue and type, with each job's
-/// duration), and those discarded in it (through `ojs_job_discarded_idx`). No index covers
-/// completed jobs (an ACK would write it, migration V31). A queue without such jobs is
-/// absent.
+/// The activity of each of `queues` within `window`, read from the jobs that finished in it
+/// (through the index of finished jobs). A queue without such jobs is absent.
 pub async fn queue_activity(
     db: impl PgExecutor<'_>,
     queues: &[String],
@@ -255,30 +252,22 @@ pub async fn queue_activity(
     let rows = sqlx::query!(
         r#"
         select queue as "queue!",
-               count(*) filter (where kind = 'completed') as "completed!",
-               count(*) filter (where kind = 'discarded') as "discarded!",
-               percentile_cont(array[0.5, 0.95, 0.99]::float8[]) within group (order by ms)
-                   filter (where kind = 'completed' and ms is not null) as latency_ms
-          from (select e.queue, 'completed' as kind, d.ms::float8 as ms
-                  from ojs_event e
-                 cross join unnest(e.durations_ms) as d(ms)
-                 where e.job_ids is not null
-                   and e.time >= now() - $2::float8 * interval '1 second'
-                   and e.type = 'job.completed'
-                   and e.queue = any($1)
-                union all
-                -- Completed before migration V31.
-                select queue, 'completed', extract(epoch from completed_at - started_at) * 1000
+               count(*) filter (where state = 'completed') as "completed!",
+               count(*) filter (where state = 'discarded') as "discarded!",
+               percentile_cont(array[0.5, 0.95, 0.99]::float8[]) within group (
+                   order by extract(epoch from completed_at - started_at) * 1000)
+                   filter (where state = 'completed' and started_at is not null) as latency_ms
+          from (select queue, state, started_at, completed_at
                   from ojs_job_done
                  where queue = any($1)
                    and completed_at >= now() - $2::float8 * interval '1 second'
                 union all
-                select queue, 'discarded', null
+                select queue, state, started_at, completed_at
                   from ojs_job
-                 where discarded_at >= now() - $2::float8 * interval '1 second'
-                   and discarded_at is not null
+                 where queue = any($1)
                    and state = 'discarded'
-                   and queue = any($1)) j
+                   and coalesce(discarded_at, cancelled_at, completed_at)
+                       >= now() - $2::float8 * interval '1 second') j
          group by queue
         "#,
         queues,

@@ -293,8 +293,8 @@ async fn a_batch_ack_whose_statement_fails_for_one_job_completes_the_others() {
         r#"
         create function test_refuse() returns trigger language plpgsql as $$
         begin raise exception 'refused'; end $$;
-        create trigger test_refuse after update on ojs_job for each row
-            when (new.id = '{}'::uuid and new.state = 'completed') execute function test_refuse();
+        create trigger test_refuse after insert on ojs_job_done for each row
+            when (new.id = '{}'::uuid) execute function test_refuse();
         "#,
         ids[1]
     ))

@@ -1,7 +1,6 @@
-//! Completed jobs: the ACK completes them in place in `ojs_job` with a HOT update (migration
-//! V31); those completed before it are in `ojs_job_done` (migration V15), whose days retention
-//! drops. Reads find both, and a database of an earlier release migrates in place with
-//! nothing lost.
+//! Completed jobs leave `ojs_job` for `ojs_job_done` (migration V15): the ACK moves them, reads
+//! find them, retention drops their days, and a database of the previous release migrates in
+//! place with nothing lost.
 
 use std::time::Duration;
 
@@ -31,22 +30,20 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
 }
 
 #[tokio::test]
-async fn an_ack_completes_the_job_in_place_and_every_read_finds_it() {
+async fn an_ack_moves_the_job_out_of_the_live_table_and_every_read_still_finds_it() {
     let app = TestApp::spawn().await;
     let id = app.push_id(job("a.b", "q")).await;
     app.fetch_one("q", "w").await;
     app.ack(json!({"job_id": id, "result": {"n": 1}}))
         .await
         .expect(200);
+    assert_eq!(count(&app, "select count(*) from ojs_job").await, 0);
+    assert_eq!(count(&app, "select count(*) from ojs_job_done").await, 1);
     assert_eq!(
-        count(
-            &app,
-            "select count(*) from ojs_job where state = 'completed' and phase = 'taken'"
-        )
-        .await,
-        1
+        count(&app, "select count(*) from ojs_job_done_default").await,
+        0,
+        "today has its partition"
     );
-    assert_eq!(count(&app, "select count(*) from ojs_job_done").await, 0);
     let info = app.job(&id).await;
     assert_eq!(info["state"], "completed");
     assert_eq!(info["result"], json!({"n": 1}));
@@ -85,72 +82,7 @@ async fn an_ack_completes_the_job_in_place_and_every_read_finds_it() {
     )
     .await
     .expect_error(409, "duplicate");
-    assert_eq!(count(&app, "select count(*) from ojs_job").await, 1);
-}
-
-/// The rule of the hot path: the claim is a job's one non-HOT write. An ACK (batch or single)
-/// and a cancel of an active job change no indexed column, so Postgres updates the row in
-/// place (HOT). Counted by the transaction's own statistics, which no other session's writes
-/// can disturb.
-#[tokio::test]
-async fn the_ack_and_the_cancel_of_an_active_job_are_hot_updates() {
-    use ojsd::job::JobId;
-    use ojsd::store::job::{
-        CompleteParams, DeleteOnAck, cancel, complete_many, complete_many_brief,
-    };
-
-    let app = TestApp::spawn().await;
-    let mut ids = Vec::new();
-    for _ in 0..5 {
-        let id = app.push_id(job("a.b", "q")).await;
-        app.fetch_one("q", "w").await;
-        ids.push(JobId(uuid::Uuid::parse_str(&id).unwrap()));
-    }
-    let params = |id: &JobId| CompleteParams {
-        id: *id,
-        worker_id: Some("w"),
-        result: Some(r#"{"ok":true}"#),
-    };
-    let mut tx = app.pool().begin().await.unwrap();
-    // A batch of three (the grouped statement), one alone (the short one), one cancelled.
-    let batch: Vec<CompleteParams<'_>> = ids[..3].iter().map(params).collect();
-    assert_eq!(
-        complete_many(&mut *tx, &batch, &DeleteOnAck::nothing())
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
-    assert_eq!(
-        complete_many_brief(&mut *tx, &[params(&ids[3])], &DeleteOnAck::nothing())
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-    assert!(
-        cancel(&mut *tx, ids[4], r#"{"message":"stop"}"#)
-            .await
-            .unwrap()
-            .is_some()
-    );
-    let (updated, hot): (i64, i64) = sqlx::query_as(
-        "select pg_stat_get_xact_tuples_updated('ojs_job'::regclass),
-                pg_stat_get_xact_tuples_hot_updated('ojs_job'::regclass)",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
-    assert_eq!((updated, hot), (5, 5), "every finishing write is HOT");
-    assert_eq!(
-        count(
-            &app,
-            "select count(*) from ojs_job where state in ('completed', 'cancelled')"
-        )
-        .await,
-        5
-    );
+    assert_eq!(count(&app, "select count(*) from ojs_job").await, 0);
 }
 
 #[tokio::test]
@@ -389,13 +321,11 @@ async fn an_ack_group_completes_what_its_workers_hold_whether_or_not_a_queue_for
                 Some(r#"{"ok":true}"#)
             );
         }
-        let kept: i64 = sqlx::query_scalar(
-            "select count(*) from ojs_job where id = any($1) and state = 'completed'",
-        )
-        .bind(&ids)
-        .fetch_one(app.pool())
-        .await
-        .unwrap();
+        let kept: i64 = sqlx::query_scalar("select count(*) from ojs_job_done where id = any($1)")
+            .bind(&ids)
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
         // The third job is of the forgetting queue in the second round: deleted, not kept.
         assert_eq!(kept, if keep { 3 } else { 2 });
         let still_active: String =

@@ -741,7 +741,7 @@ async fn a_client_id_makes_a_retried_enqueue_a_duplicate_not_a_second_job() {
         .await
         .refused(409, "duplicate");
     assert_eq!(again["error"]["details"]["existing_job_id"], id.as_str());
-    // Also once the job has completed.
+    // Also once the job has completed (it then lives in ojs_job_done).
     let fetched = app.fetch_one("default", "w").await;
     app.ack_job(&fetched, "w").await.expect(200);
     sql_enqueue(&app, "ojs_enqueue", &body)

@@ -60,10 +60,9 @@ macro_rules! complete_statement {
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
                and ($4 or cardinality($5::text[]) > 0)
                and (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
-               -- A workflow's job is kept all the same: its completion advances its workflow
-               -- (the trigger ojs_job_workflow_ended), and the next steps need its result.
-               and (j.extra -> 'workflow_id') is null
-            returning j.*, i.result as ack_result, i.n
+            -- A workflow's job is kept all the same: its insert into ojs_job_done advances
+            -- its workflow (migration V18), and the next steps need its result.
+            returning j.*, i.result as ack_result, (j.extra -> 'workflow_id') is not null as keep, i.n
         ),
         -- Plain columns, not whole rows: reading fields out of a row value costs more per job
         -- than the rest of the event below.
@@ -106,14 +105,12 @@ macro_rules! complete_statement {
             select * from unnest($1::uuid[], $2::text[], $3::text[]) with ordinality
                 as t(id, worker_id, result, n)
         ),
-        -- The job completes in place (migration V31): no index of ojs_job reads its state or
-        -- any column set here (migration V30), so the update is HOT, its new version on the
-        -- same page (fillfactor 50) and no index entry written.
+        -- The job leaves ojs_job, and a queue that keeps completed jobs keeps it in
+        -- ojs_job_done (migration V15): a delete writes no new row version in ojs_job and no
+        -- entry in its indexes.
         gone as (
-            update ojs_job j
-               set state = 'completed', completed_at = now(), result = i.result::json,
-                   error = null, visible_until = null, timeout_at = null
-              from input i
+            delete from ojs_job j
+             using input i
              -- Each job is found through the primary key, by a join on the id (`id = any(..)`
              -- would be estimated as a handful of rows and joined to the input row by row).
              -- `state::text`, not `state`: a condition on the state would let the generic plan
@@ -123,9 +120,11 @@ macro_rules! complete_statement {
              where j.id = i.id
                and j.state::text = 'active'
                and (i.worker_id is null or j.worker_id is null or j.worker_id = i.worker_id)
-               and (not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
-                    or (j.extra -> 'workflow_id') is not null)
-            returning j.*, i.result as ack_result, i.n
+               -- Parameters only: a one-time filter, so a statement with no queue to keep
+               -- (below, no queue to forget) reads nothing for this part.
+               and (not $4 or cardinality($6::text[]) > 0)
+               and not (case when $4 then j.queue <> all($6::text[]) else j.queue = any($5::text[]) end)
+            returning j.*, i.result as ack_result, true as keep, i.n
         ),
 "#
                 + $finished
@@ -145,6 +144,29 @@ macro_rules! complete_statement {
                    due_at = case when l.open - c.n <= 0 then least(l.due_at, now()) else l.due_at end
               from leased c
              where l.id = c.lease_id and l.jobs <> c.n
+        ),
+        moved as (
+            insert into ojs_job_done as d (
+                   id, seq, type, queue, args, meta, priority, state, attempt, max_attempts,
+                   retry, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
+                   expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags,
+                   schema_uri, unique_policy, unique_key, extra, created_at, enqueued_at,
+                   activated_at, started_at, visible_until, reservation_ms, worker_id,
+                   next_retry_at, retry_delay_ms, completed_at, cancelled_at, discarded_at,
+                   dead_lettered_at, result, error, errors, timeout_at, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held)
+            select id, seq, type, queue, args, meta, priority, 'completed', attempt,
+                   max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
+                   scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
+                   total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
+                   created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
+                   worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
+                   dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, null
+              from finished
+             where keep
         ),
         -- One event row per queue and job type (migration V10): the server renders each
         -- job's `job.completed` from it. A row holds at most 16,384 jobs: the blocks of the
@@ -183,7 +205,8 @@ macro_rules! complete_statement {
     }};
 }
 
-/// [`complete_statement!`] answering each job as the ACK left it (kept or not).
+/// [`complete_statement!`] answering each job as the ACK left it (kept in `ojs_job_done` or
+/// not): the values `moved` inserts.
 macro_rules! complete_jobs {
     ($finished:ident, $db:expr, $acks:expr, $delete_on_ack:expr) => {
         complete_statement!($finished:
@@ -191,7 +214,7 @@ macro_rules! complete_jobs {
             $db,
             $acks,
             $delete_on_ack,
-            r#"        -- Each job as the ACK left it (kept or not).
+            r#"        -- Each job as the ACK left it (kept in ojs_job_done or not): the values `moved` inserts.
         select row(id, seq, type, queue, args, meta, priority, 'completed', attempt,
                    max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
                    scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
@@ -293,15 +316,11 @@ async fn complete_one(
         Completed,
         r#"
         with gone as (
-            -- In place, as in complete_many (a HOT update).
-            update ojs_job j
-               set state = 'completed', completed_at = now(), result = $3::text::json,
-                   error = null, visible_until = null, timeout_at = null
+            delete from ojs_job j
              -- `state::text`: see complete_many.
              where j.id = $1 and j.state::text = 'active'
                and ($2::text is null or j.worker_id is null or j.worker_id = $2)
-            returning j.id, j.queue, j.type, j.started_at, j.completed_at, j.attempt, j.meta,
-                      j.lease_id
+            returning j.*
         ),
         -- Counted off its lease, as in complete_many.
         lease_closed as (
@@ -315,6 +334,29 @@ async fn complete_one(
               from gone g
              where l.id = g.lease_id and l.jobs <> 1
         ),
+        moved as (
+            insert into ojs_job_done as d (
+                   id, seq, type, queue, args, meta, priority, state, attempt, max_attempts,
+                   retry, timeout_ms, visibility_timeout_ms, scheduled_at, scheduled_at_input,
+                   expires_at, expires_at_input, enqueue_ttl_secs, total_timeout_secs, tags,
+                   schema_uri, unique_policy, unique_key, extra, created_at, enqueued_at,
+                   activated_at, started_at, visible_until, reservation_ms, worker_id,
+                   next_retry_at, retry_delay_ms, completed_at, cancelled_at, discarded_at,
+                   dead_lettered_at, result, error, errors, timeout_at, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held)
+            select id, seq, type, queue, args, meta, priority, 'completed', attempt,
+                   max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
+                   scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
+                   total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
+                   created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
+                   worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
+                   dead_lettered_at, $3::text::json, null, errors, null, claim_deadline_at,
+                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, null
+              from gone
+            returning d.id, d.queue, d.type, d.started_at, d.completed_at, d.attempt, d.meta
+        ),
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,
                                    trace_ids, attempts, durations_ms, results)
@@ -324,12 +366,12 @@ async fn complete_one(
                    array[m.attempt],
                    array[round(extract(epoch from now() - m.started_at) * 1000)::int8],
                    array[case when octet_length($3::text) <= 65536 then $3::text::json end]
-              from gone m
+              from moved m
         )
         select m.id as "id!: JobId", m.queue as "queue!", m.type as "type!", m.started_at,
                m.completed_at as "completed_at!", m.attempt as "attempt!",
                m.meta ->> 'traceparent' as traceparent
-          from gone m
+          from moved m
         "#,
         ack.id as JobId,
         ack.worker_id,
