@@ -85,6 +85,39 @@ async fn an_ack_moves_the_job_out_of_the_live_table_and_every_read_still_finds_i
     assert_eq!(count(&app, "select count(*) from ojs_job").await, 0);
 }
 
+/// No index of `ojs_job` reads `state` (migration V30): a cancel of an active job changes no
+/// indexed column, so Postgres updates the row in place (HOT), as it does a heartbeat.
+/// Counted by the transaction's own statistics, which no other session's writes disturb.
+#[tokio::test]
+async fn the_cancel_of_an_active_job_is_a_hot_update() {
+    use ojsd::job::JobId;
+    use ojsd::store::job::cancel;
+
+    let app = TestApp::spawn().await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = app.push_id(job("a.b", "q")).await;
+        app.fetch_one("q", "w").await;
+        ids.push(JobId(uuid::Uuid::parse_str(&id).unwrap()));
+    }
+    let mut tx = app.pool().begin().await.unwrap();
+    for id in &ids {
+        let cancelled = cancel(&mut *tx, *id, r#"{"message":"stop"}"#)
+            .await
+            .unwrap();
+        assert!(cancelled.is_some());
+    }
+    let (updated, hot): (i64, i64) = sqlx::query_as(
+        "select pg_stat_get_xact_tuples_updated('ojs_job'::regclass),
+                pg_stat_get_xact_tuples_hot_updated('ojs_job'::regclass)",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!((updated, hot), (3, 3), "every cancel is HOT");
+}
+
 #[tokio::test]
 async fn retention_drops_whole_days_and_deletes_what_a_queue_keeps_for_less() {
     let app = TestApp::spawn().await;
