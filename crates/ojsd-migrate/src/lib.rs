@@ -1,7 +1,7 @@
 //! Schema migrations for ojsd.
 //!
 //! The SQL lives in `migrations/V{n}__{what}.sql` at the repository root and is embedded into
-//! the binary by refinery. refinery has no sqlx driver, so [`SqlxConnection`] implements
+//! the binary by refinery. refinery has no sqlx driver, so `SqlxConnection` implements
 //! refinery-core's async driver traits over a borrowed sqlx connection; every migration runs in
 //! its own transaction, and the whole run holds a session advisory lock so that replicas starting
 //! together apply each migration exactly once (the others wait, then find nothing to do).
