@@ -36,7 +36,7 @@ pub use enqueue::{
 };
 pub use retention::{
     DroppedPartition, PruneCutoffs, drop_done_partitions, ensure_done_partitions, prune_done,
-    prune_finished, uuid_v7_floor,
+    prune_finished,
 };
 pub use transition::{
     CompleteParams, Completed, DeleteOnAck, FailParams, PriorityChange, activate, cancel,

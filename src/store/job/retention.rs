@@ -48,10 +48,10 @@ impl PruneCutoffs {
 /// batch goes on from).
 ///
 /// No index covers finished jobs (an ACK or a cancel would write it, migration V30): the walk
-/// follows the primary key. Job ids are UUIDv7, whose first 48 bits are the creation time
-/// in milliseconds, so the jobs that can be past a cutoff all sort before
-/// [`uuid_v7_floor`]`(cutoff)`; the jobs the walk reads and keeps are those created before the
-/// cutoff that are still waiting, active or within their retention.
+/// follows the primary key. Job ids are UUIDv7, whose first 48 bits are the creation time in
+/// milliseconds, so the jobs that can be past a cutoff all sort before the UUIDv7 floor of the
+/// cutoff ([`PruneCutoffs::id_bound`]); the jobs the walk reads and keeps are those created
+/// before the cutoff that are still waiting, active or within their retention.
 pub async fn prune_finished(
     db: impl PgExecutor<'_>,
     c: &PruneCutoffs,
@@ -72,7 +72,6 @@ pub async fn prune_finished(
               from ojs_job j
              where j.id > coalesce($9::uuid, '00000000-0000-0000-0000-000000000000')
                and j.id < $10::uuid
-               and j.phase = 'taken'
                and j.state = $1
                and coalesce(j.discarded_at, j.cancelled_at, j.completed_at) < $7
                -- The queue's own cutoff, else the server's (a subquery, not a join, so
@@ -123,7 +122,7 @@ pub async fn prune_finished(
 
 /// The least UUIDv7 of the millisecond `at` (its time bits, every other bit zero): every id
 /// made at or after `at` sorts after it.
-pub fn uuid_v7_floor(at: DateTime<Utc>) -> Uuid {
+fn uuid_v7_floor(at: DateTime<Utc>) -> Uuid {
     let ms = u128::try_from(at.timestamp_millis()).unwrap_or(0) & 0xFFFF_FFFF_FFFF;
     Uuid::from_u128(ms << 80)
 }
