@@ -130,25 +130,25 @@ macro_rules! complete_statement {
                 + $finished
                 + r#"        -- The jobs are counted off their leases (migration V29). A lease goes here when
         -- none of its jobs is left open: all of them end in this statement (a batch ACK of a
-        -- whole FETCH), or these are the last ones (one ACK per job). `open` never runs behind
-        -- the truth, so a lease it counts down to none holds no active job; were it ahead (a
-        -- job ended by a statement that does not count it off, or two statements of one
-        -- lease racing, of which the later one, after its row re-check, neither deletes nor
-        -- counts down), the lease stays until its `due_at`, when the reaper recounts it.
-        -- Otherwise the lease has fewer open. (Leaving emptied leases to the reaper cost it
-        -- a primary-key probe per job: 5.6 µs per job of w2-sdk.)
+        -- whole FETCH), or these are the last ones (one ACK per job); otherwise it has fewer
+        -- open. `open` never runs behind the truth (nor above `jobs`), so a lease it counts
+        -- down to none holds no active job. Were it ahead (a job ended by a statement that
+        -- does not count it off, or two statements of one lease racing, of which the later
+        -- one, after its row re-check, neither deletes nor counts down), the lease stays
+        -- until its `due_at`, when the reaper recounts it, as it did every emptied lease
+        -- before (a primary-key probe per job).
         leased as (
             select lease_id, count(*)::int4 as n from finished where lease_id is not null group by lease_id
         ),
         lease_closed as (
             delete from ojs_lease l using leased c
-             where l.id = c.lease_id and (l.jobs = c.n or l.open <= c.n)
+             where l.id = c.lease_id and l.open <= c.n
         ),
         lease_left as (
             update ojs_lease l
                set open = l.open - c.n
               from leased c
-             where l.id = c.lease_id and l.jobs <> c.n and l.open > c.n
+             where l.id = c.lease_id and l.open > c.n
         ),
         moved as (
             insert into ojs_job_done as d (
@@ -330,13 +330,13 @@ async fn complete_one(
         -- Counted off its lease, as in complete_many.
         lease_closed as (
             delete from ojs_lease l using gone g
-             where l.id = g.lease_id and (l.jobs = 1 or l.open <= 1)
+             where l.id = g.lease_id and l.open <= 1
         ),
         lease_left as (
             update ojs_lease l
                set open = l.open - 1
               from gone g
-             where l.id = g.lease_id and l.jobs <> 1 and l.open > 1
+             where l.id = g.lease_id and l.open > 1
         ),
         moved as (
             insert into ojs_job_done as d (
@@ -479,13 +479,13 @@ pub async fn fail_many(
         ),
         lease_closed as (
             delete from ojs_lease l using leased c
-             where l.id = c.lease_id and (l.jobs = c.n or l.open <= c.n)
+             where l.id = c.lease_id and l.open <= c.n
         ),
         lease_left as (
             update ojs_lease l
                set open = l.open - c.n
               from leased c
-             where l.id = c.lease_id and l.jobs <> c.n and l.open > c.n
+             where l.id = c.lease_id and l.open > c.n
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
@@ -578,13 +578,13 @@ pub async fn cancel(
         -- An active job is counted off its lease, as in complete_many.
         lease_closed as (
             delete from ojs_lease l using moved m
-             where m.prev = 'active' and l.id = (m.j).lease_id and (l.jobs = 1 or l.open <= 1)
+             where m.prev = 'active' and l.id = (m.j).lease_id and l.open <= 1
         ),
         lease_left as (
             update ojs_lease l
                set open = l.open - 1
               from moved m
-             where m.prev = 'active' and l.id = (m.j).lease_id and l.jobs <> 1 and l.open > 1
+             where m.prev = 'active' and l.id = (m.j).lease_id and l.open > 1
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
@@ -725,13 +725,13 @@ pub async fn give_back(db: impl PgExecutor<'_>, jobs: &[Job]) -> Result<i64, sql
         ),
         lease_closed as (
             delete from ojs_lease l using leased c
-             where l.id = c.lease_id and (l.jobs = c.n or l.open <= c.n)
+             where l.id = c.lease_id and l.open <= c.n
         ),
         lease_left as (
             update ojs_lease l
                set open = l.open - c.n
               from leased c
-             where l.id = c.lease_id and l.jobs <> c.n and l.open > c.n
+             where l.id = c.lease_id and l.open > c.n
         ),
         events as (
             insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
