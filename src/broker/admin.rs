@@ -13,8 +13,9 @@ use super::{Broker, QueueStats};
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId, JobState};
 use crate::store;
-use crate::store::admin::{JobFilter, JobSort, JobSummary, Overview, QueueActivity};
+use crate::store::admin::{Overview, QueueActivity};
 use crate::store::dead_letter::RetryOverride;
+use crate::store::job_list::{JobFilter, JobPage, JobSort};
 use crate::store::workflow::WorkflowCounts;
 
 /// The window of the "recent" figures: throughput and latency.
@@ -278,8 +279,8 @@ impl Broker {
         ascending: bool,
         limit: i64,
         offset: i64,
-    ) -> Result<(Vec<JobSummary>, i64)> {
-        Ok(store::admin::list_jobs(&self.db, filter, sort, ascending, limit, offset).await?)
+    ) -> Result<JobPage> {
+        Ok(store::job_list::list_jobs(&self.db, filter, sort, ascending, limit, offset).await?)
     }
 
     /// Manual retry of a discarded job, in the dead-letter queue or not, with optional new
@@ -337,7 +338,7 @@ impl Broker {
         };
         let mut outcome = BulkOutcome::default();
         loop {
-            let ids = store::admin::matching_ids(&self.db, &filter, BULK_BATCH).await?;
+            let ids = store::job_list::matching_ids(&self.db, &filter, BULK_BATCH).await?;
             if ids.is_empty() {
                 return Ok(outcome);
             }

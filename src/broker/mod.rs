@@ -57,11 +57,12 @@ pub use workers::{Registered, WorkerSummary};
 pub use workflows::{WorkflowCancelled, WorkflowView};
 // The store's row and filter types that are also the broker's API.
 pub use crate::scheduling::{MAX_WEIGHT, Strategy, Weights, parse_weights_setting};
-pub use crate::store::admin::{JobFilter, JobSort, JobSummary, StateCounts};
+pub use crate::store::admin::StateCounts;
 pub use crate::store::dead_letter::{DeadLetterFilter, DeadLetterStats, RetryOverride};
 pub use crate::store::event::{EventFilter, EventRow, Position};
 pub use crate::store::hold::HoldRow;
 pub use crate::store::job::Completed;
+pub use crate::store::job_list::{JobFilter, JobPage, JobSort, JobSummary};
 pub use crate::store::queue::{QueueCounts, QueueState};
 pub use crate::store::rate_limit::{KeyUsage as RateKeyUsage, Override as RateOverride};
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};

@@ -166,9 +166,15 @@ impl Page {
 
     /// The `pagination` object of a response listing this page of `total` items.
     pub fn describe(self, total: i64) -> Pagination {
-        let has_more = self.offset.saturating_add(self.limit) < total;
+        self.describe_counted(total, false, self.offset.saturating_add(self.limit) < total)
+    }
+
+    /// [`describe`](Self::describe) for a listing that read past the page to learn whether more
+    /// follow (`has_more`), and whose `total` may be an estimate (`estimated`).
+    pub fn describe_counted(self, total: i64, estimated: bool, has_more: bool) -> Pagination {
         Pagination {
             total,
+            total_estimated: estimated,
             limit: self.limit,
             offset: self.offset,
             page: self.offset / self.limit + 1,
@@ -213,6 +219,10 @@ pub struct PageParams {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Pagination {
     pub total: i64,
+    /// `total` is the planner's estimate (a listing counts exactly up to 10,000 matches);
+    /// absent when exact.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub total_estimated: bool,
     pub limit: i64,
     pub offset: i64,
     pub page: i64,

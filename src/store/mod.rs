@@ -23,6 +23,7 @@ pub mod dead_letter;
 pub mod event;
 pub mod hold;
 pub mod job;
+pub mod job_list;
 pub mod leader;
 pub mod locks;
 pub mod pool;

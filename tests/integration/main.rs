@@ -19,6 +19,7 @@ mod fair_scheduling;
 mod handoff;
 mod hostile_input;
 mod job_history;
+mod job_listing;
 mod jobs_api;
 mod leadership;
 mod leases;

@@ -243,13 +243,13 @@ pub(crate) async fn listing(
             ));
         }
     };
-    let (jobs, total) = state
+    let found = state
         .broker()
         .admin_jobs(&filter, sort, ascending, page.limit, page.offset)
         .await?;
     Ok(ok(ListBody {
-        items: jobs.iter().map(Item::of).collect(),
-        pagination: page.describe(total),
+        items: found.jobs.iter().map(Item::of).collect(),
+        pagination: page.describe_counted(found.total, found.total_estimated, found.has_more),
     })
     .into_response())
 }
