@@ -8,6 +8,7 @@ use super::Broker;
 use crate::error::{Error, Result};
 use crate::job::{Job, JobId};
 use crate::store;
+use crate::store::counting::Listed;
 use crate::store::dead_letter::{DeadLetterFilter, DeadLetterStats, RetryOverride};
 
 /// Most jobs one bulk retry or purge statement handles (they loop until done).
@@ -27,7 +28,7 @@ impl Broker {
         filter: &DeadLetterFilter,
         limit: i64,
         offset: i64,
-    ) -> Result<(Vec<Job>, i64)> {
+    ) -> Result<Listed<Job>> {
         Ok(store::dead_letter::list(&self.db, filter, limit, offset).await?)
     }
 

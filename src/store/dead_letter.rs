@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
 use crate::job::{Job, JobId};
+use crate::store::counting::{Listed, count_up_to};
 
 /// Which dead-lettered jobs an operation applies to.
 #[derive(Debug, Clone, Default)]
@@ -39,15 +40,16 @@ impl DeadLetterFilter {
     }
 }
 
-/// Dead-lettered jobs matching `filter`, most recently dead-lettered first, and how many match
-/// in all.
+/// Dead-lettered jobs matching `filter`, most recently dead-lettered first, `limit` of them from
+/// `offset` on; and how many match (see [`counting`](super::counting)).
 pub async fn list(
-    db: impl PgExecutor<'_> + Copy,
+    db: &sqlx::PgPool,
     filter: &DeadLetterFilter,
     limit: i64,
     offset: i64,
-) -> Result<(Vec<Job>, i64), sqlx::Error> {
+) -> Result<Listed<Job>, sqlx::Error> {
     let pattern = filter.prefix_pattern();
+    let mut conn = db.acquire().await?;
     let jobs = sqlx::query_scalar!(
         r#"
         select j as "job!: Job"
@@ -64,31 +66,35 @@ pub async fn list(
         filter.error_type,
         filter.since,
         filter.until,
-        limit,
+        limit + 1,
         offset,
         filter.tenant,
     )
-    .fetch_all(db)
+    .fetch_all(&mut *conn)
     .await?;
-    let total = sqlx::query_scalar!(
-        r#"
-        select count(*) as "total!"
-          from ojs_job j
-         where j.dead_lettered_at is not null
-           and ojs_dead_letter_matches(j, $1, $2, $3, $4, $5, $6)
-           and ($7::text is null or j.tenant = $7)
-        "#,
-        filter.queue,
-        filter.job_type,
-        pattern,
-        filter.error_type,
-        filter.since,
-        filter.until,
-        filter.tenant,
-    )
-    .fetch_one(db)
-    .await?;
-    Ok((jobs, total))
+    Listed::of(jobs, limit, offset, async || {
+        count_up_to(&mut conn, |q| {
+            q.push("select 1 from ojs_job j where j.dead_lettered_at is not null")
+                .push(" and ojs_dead_letter_matches(j, ")
+                .push_bind(filter.queue.clone())
+                .push("::text, ")
+                .push_bind(filter.job_type.clone())
+                .push("::text, ")
+                .push_bind(pattern.clone())
+                .push("::text, ")
+                .push_bind(filter.error_type.clone())
+                .push("::text, ")
+                .push_bind(filter.since)
+                .push("::timestamptz, ")
+                .push_bind(filter.until)
+                .push("::timestamptz)");
+            if let Some(tenant) = &filter.tenant {
+                q.push(" and j.tenant = ").push_bind(tenant.clone());
+            }
+        })
+        .await
+    })
+    .await
 }
 
 /// One dead-lettered job.

@@ -10,18 +10,14 @@
 //! range), takes `t` as the creation time of the N-th newest of those, and sorts only the jobs
 //! completed since `t`, with the live ones (`ojs_job`). Other orders sort every match.
 //!
-//! The total is counted exactly up to [`EXACT_TOTAL_UP_TO`] matches; past that the planner's
-//! estimate is answered, and said to be one. Whether more jobs follow the page is always
-//! exact: the page is read with one job more.
+//! The total is counted as [`counting`](super::counting) says: exactly up to 10,000 matches.
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use crate::job::{JobId, JobState};
-
-/// Matches counted exactly; past this many a listing answers the planner's estimate.
-pub const EXACT_TOTAL_UP_TO: i64 = 10_000;
+use crate::store::counting::{Listed, count_up_to};
 
 /// Up to this many jobs before a page's end, the default order reads completed jobs from the
 /// latest completions back (see the module's documentation); deeper pages sort every match.
@@ -105,16 +101,8 @@ pub struct JobSummary {
     pub completed_at: Option<DateTime<Utc>>,
 }
 
-/// A page of a listing.
-#[derive(Debug, Clone)]
-pub struct JobPage {
-    pub jobs: Vec<JobSummary>,
-    /// How many jobs match in all: exact, or the planner's estimate when `total_estimated`.
-    pub total: i64,
-    pub total_estimated: bool,
-    /// Whether jobs follow this page.
-    pub has_more: bool,
-}
+/// A page of the job listing.
+pub type JobPage = Listed<JobSummary>;
 
 /// The columns a listing reads, the same from `ojs_job` and `ojs_job_done`.
 const COLUMNS: &str = "j.id, j.seq, j.type, j.queue, j.state, j.priority, j.attempt, \
@@ -252,23 +240,18 @@ pub async fn list_jobs(
         .push_bind(limit + 1)
         .push(" offset ")
         .push_bind(offset);
-    let mut jobs: Vec<JobSummary> = q.build_query_as().fetch_all(&mut *tx).await?;
-    let has_more = jobs.len() as i64 > limit;
-    jobs.truncate(limit as usize);
-
-    // A page that is not full, and not past the end, ends the listing: its end is the total.
-    let (total, total_estimated) = if !has_more && (!jobs.is_empty() || offset == 0) {
-        (offset + jobs.len() as i64, false)
-    } else {
-        count_matches(&mut tx, filter, completed == Completed::None).await?
+    let jobs = q.build_query_as().fetch_all(&mut *tx).await?;
+    // Counted without the floor on completed_at, which only bounds the page.
+    let completed = match completed {
+        Completed::Since(_) => Completed::All,
+        other => other,
     };
-    tx.commit().await?;
-    Ok(JobPage {
-        jobs,
-        total,
-        total_estimated,
-        has_more,
+    let page = Listed::of(jobs, limit, offset, async || {
+        count_up_to(&mut tx, |q| filter.push_union(q, "1", completed)).await
     })
+    .await?;
+    tx.commit().await?;
+    Ok(page)
 }
 
 /// The floor on `completed_at` of the completed jobs that can be among the `n` newest created
@@ -289,35 +272,6 @@ async fn newest_created_among_recent_completions(
         .push_bind(n)
         .push(") newest");
     q.build_query_scalar().fetch_one(&mut *db).await
-}
-
-/// How many jobs match `filter`: exact up to [`EXACT_TOTAL_UP_TO`], else the planner's
-/// estimate (and `true`), never less than the exact count it went past.
-/// `no_completed`: the caller knows that no completed job matches.
-async fn count_matches(
-    db: &mut PgConnection,
-    filter: &JobFilter,
-    no_completed: bool,
-) -> Result<(i64, bool), sqlx::Error> {
-    let completed = if no_completed {
-        Completed::None
-    } else {
-        Completed::All
-    };
-    let mut q = QueryBuilder::new("select count(*) from (");
-    filter.push_union(&mut q, "1", completed);
-    q.push(" limit ")
-        .push_bind(EXACT_TOTAL_UP_TO + 1)
-        .push(") m");
-    let counted: i64 = q.build_query_scalar().fetch_one(&mut *db).await?;
-    if counted <= EXACT_TOTAL_UP_TO {
-        return Ok((counted, false));
-    }
-    let mut q = QueryBuilder::new("explain (format json) ");
-    filter.push_union(&mut q, "1", completed);
-    let plan: serde_json::Value = q.build_query_scalar().fetch_one(&mut *db).await?;
-    let estimate = plan[0]["Plan"]["Plan Rows"].as_f64().unwrap_or(0.0) as i64;
-    Ok((estimate.max(counted), true))
 }
 
 /// Ids of up to `limit` jobs matching `filter` (its `states` are the caller's to narrow to the

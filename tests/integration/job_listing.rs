@@ -195,3 +195,70 @@ async fn past_ten_thousand_matches_the_total_is_an_estimate_and_has_more_stays_e
     );
     assert_eq!(some["pagination"].get("total_estimated"), None);
 }
+
+#[tokio::test]
+async fn the_dead_letter_listing_estimates_past_ten_thousand_and_counts_exactly_below() {
+    let app = TestApp::spawn().await;
+    sqlx::query(
+        r#"
+        insert into ojs_job (id, type, queue, args, state, attempt, max_attempts, retry,
+                             timeout_ms, created_at, enqueued_at, started_at, completed_at,
+                             discarded_at, dead_lettered_at, error)
+        select gen_random_uuid(), 'a.x', 'q' || (g % 2), '[]', 'discarded', 3, 3, '{}',
+               1800000, t, t, t, t, t, t,
+               jsonb_build_object('type', case when g % 3 = 0 then 'Timeout' else 'Boom' end)
+          from generate_series(1, 10050) g,
+               lateral (select timestamptz '2026-11-01 00:00:00+00'
+                               + g * interval '1 second' as t) x
+        "#,
+    )
+    .execute(app.pool())
+    .await
+    .unwrap();
+    sqlx::query("analyze ojs_job")
+        .execute(app.pool())
+        .await
+        .unwrap();
+    let newest: Vec<String> = sqlx::query_scalar(
+        "select id::text from ojs_job order by dead_lettered_at desc, id desc limit 20",
+    )
+    .fetch_all(app.pool())
+    .await
+    .unwrap();
+
+    for path in ["/ojs/v1/admin/dead-letter", "/ojs/v1/dead-letter?limit=20"] {
+        let first = app.get(path).await.expect(200).json;
+        let items = first.get("items").or(first.get("jobs")).unwrap();
+        let listed: Vec<&str> = items
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(listed, newest, "{path}");
+        let pagination = &first["pagination"];
+        assert_eq!(pagination["total_estimated"], true, "{path}: {pagination}");
+        assert!(
+            pagination["total"].as_i64().unwrap() > 10_000,
+            "{pagination}"
+        );
+        assert_eq!(pagination["has_more"], true);
+    }
+    let last = app
+        .get("/ojs/v1/admin/dead-letter?offset=10040&limit=20")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(last["items"].as_array().map(Vec::len), Some(10));
+    assert_eq!(last["pagination"]["total"], 10_050);
+    assert_eq!(last["pagination"]["has_more"], false);
+    assert_eq!(last["pagination"].get("total_estimated"), None);
+
+    let timeouts = app
+        .get("/ojs/v1/admin/dead-letter?error_type=Timeout&queue=q1")
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(timeouts["pagination"]["total"], 1675, "{timeouts}");
+    assert_eq!(timeouts["pagination"].get("total_estimated"), None);
+}

@@ -282,13 +282,13 @@ async fn list(
 ) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, DATA_PLANE)?;
     let filter = filter_from_query(&query, &tenant)?;
-    let (jobs, total) = state
+    let found = state
         .broker()
         .dead_letters(&filter, page.limit, page.offset)
         .await?;
     Ok(ok(ListBody {
-        jobs: jobs.iter().map(|j| j.wire()).collect(),
-        pagination: page.describe(total),
+        jobs: found.items.iter().map(|j| j.wire()).collect(),
+        pagination: page.describe_counted(found.total, found.total_estimated, found.has_more),
     })
     .into_response())
 }

@@ -248,7 +248,7 @@ pub(crate) async fn listing(
         .admin_jobs(&filter, sort, ascending, page.limit, page.offset)
         .await?;
     Ok(ok(ListBody {
-        items: found.jobs.iter().map(Item::of).collect(),
+        items: found.items.iter().map(Item::of).collect(),
         pagination: page.describe_counted(found.total, found.total_estimated, found.has_more),
     })
     .into_response())
