@@ -29,14 +29,7 @@ pub struct DeadLetterFilter {
 
 impl DeadLetterFilter {
     fn prefix_pattern(&self) -> Option<String> {
-        self.type_prefix.as_ref().map(|p| {
-            format!(
-                "{}%",
-                p.replace('\\', "\\\\")
-                    .replace('%', "\\%")
-                    .replace('_', "\\_")
-            )
-        })
+        self.type_prefix.as_deref().map(super::like_prefix)
     }
 }
 

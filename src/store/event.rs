@@ -68,14 +68,7 @@ impl EventFilter {
         let patterns = self
             .type_prefixes
             .iter()
-            .map(|p| {
-                format!(
-                    "{}%",
-                    p.replace('\\', "\\\\")
-                        .replace('%', "\\%")
-                        .replace('_', "\\_")
-                )
-            })
+            .map(|p| super::like_prefix(p))
             .collect();
         (Some(self.types.clone()), Some(patterns))
     }

@@ -45,14 +45,7 @@ pub struct JobFilter {
 impl JobFilter {
     /// The type prefix as a LIKE pattern.
     fn prefix_pattern(&self) -> Option<String> {
-        self.type_prefix.as_ref().map(|p| {
-            format!(
-                "{}%",
-                p.replace('\\', "\\\\")
-                    .replace('%', "\\%")
-                    .replace('_', "\\_")
-            )
-        })
+        self.type_prefix.as_deref().map(super::like_prefix)
     }
 
     /// The state filter as text (Postgres casts it to the enum).

@@ -56,6 +56,18 @@ pub const SQL_ENQUEUED_CHANNEL: &str = "ojs_job_enqueued";
 /// `application_name` of every replica's listening connection.
 pub const LISTENER_APPLICATION_NAME: &str = "ojsd-listener";
 
+/// The LIKE pattern of the values that start with `prefix`, whose backslashes, `%` and `_`
+/// stand for themselves.
+pub fn like_prefix(prefix: &str) -> String {
+    format!(
+        "{}%",
+        prefix
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_")
+    )
+}
+
 /// The database clock: the one clock every replica goes by.
 pub async fn now(
     db: impl sqlx::PgExecutor<'_>,
