@@ -140,9 +140,11 @@ impl Elector {
             };
             tracing::info!(term, instance_id = %self.instance_id, "elected maintenance leader");
             crate::telemetry::leader_changed(true);
+            self.notifier.set_leading(true);
             self.role.send_replace(Role::Leader { term });
             let resign = self.lead(term, sent, &shutdown).await;
             self.role.send_replace(Role::Follower);
+            self.notifier.set_leading(false);
             crate::telemetry::leader_changed(false);
             if resign {
                 self.resign(term).await;

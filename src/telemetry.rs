@@ -358,7 +358,6 @@ fn request_handles(method: &str, route: &str, status: u16) -> Handles {
 
 /// Whether this replica leads maintenance (`ojs_leader` gauge: 1 or 0).
 pub fn leader_changed(leader: bool) {
-    LEADER.store(leader, std::sync::atomic::Ordering::Relaxed);
     gauge!("ojs_leader").set(if leader { 1.0 } else { 0.0 });
 }
 
@@ -367,17 +366,12 @@ pub fn maintenance_mode(on: bool) {
     gauge!("ojs_maintenance_mode").set(if on { 1.0 } else { 0.0 });
 }
 
-/// Whether this replica leads, as last reported to [`leader_changed`].
-static LEADER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// Jobs enqueued from SQL (`ojs_enqueue()`), counted in `ojs_job_enqueued_total` like PUSHed
-/// ones. Every replica hears of them; only the leader counts them, so that the sum over
+/// ones. Every replica hears of them; only the leader reports them here, so that the sum over
 /// replicas counts each once (a handover may miss a few).
 pub fn jobs_enqueued_by_sql(queue: &str, job_type: &str, jobs: u64) {
-    if LEADER.load(std::sync::atomic::Ordering::Relaxed) {
-        counter!("ojs_job_enqueued_total", "queue" => queue.to_owned(), "type" => job_type.to_owned())
-            .increment(jobs);
-    }
+    counter!("ojs_job_enqueued_total", "queue" => queue.to_owned(), "type" => job_type.to_owned())
+        .increment(jobs);
 }
 
 /// Workflows by state (`ojs_workflows`).

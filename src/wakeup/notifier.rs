@@ -11,7 +11,7 @@
 //! connection is also reported to [`DbHealth`]: it is usually the first sign of an outage.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -77,6 +77,9 @@ pub struct Notifier {
     floors: Arc<ClaimFloors>,
     /// The long polls parked on their queues, which queue wakeups wake.
     waiters: Arc<Waiters>,
+    /// Whether this replica leads maintenance (set by its elector): the leader alone counts
+    /// the jobs enqueued from SQL.
+    leads: Arc<AtomicBool>,
 }
 
 impl Default for Notifier {
@@ -96,7 +99,13 @@ impl Notifier {
             listener_pid: Arc::default(),
             floors: Arc::default(),
             waiters: Arc::default(),
+            leads: Arc::default(),
         }
+    }
+
+    /// Told by this replica's elector whether it leads.
+    pub fn set_leading(&self, leads: bool) {
+        self.leads.store(leads, Ordering::Relaxed);
     }
 
     /// Where this process's claims start (see [`crate::wakeup::floors`]).
@@ -272,7 +281,7 @@ impl Notifier {
         if scheduled.and_then(|n| n.parse::<u64>().ok()).unwrap_or(1) > 0 {
             self.waiters.forget_next_due();
         }
-        if let Ok(jobs) = jobs.parse::<u64>() {
+        if let (Ok(jobs), true) = (jobs.parse::<u64>(), self.leads.load(Ordering::Relaxed)) {
             crate::telemetry::jobs_enqueued_by_sql(queue, job_type, jobs);
         }
     }
