@@ -42,7 +42,9 @@ pub async fn list(
     offset: i64,
 ) -> Result<Listed<Job>, sqlx::Error> {
     let pattern = filter.prefix_pattern();
-    let mut conn = db.acquire().await?;
+    // Planned generically, as the server's other statements are, the filters' `$n is null`
+    // hide that the newest are first in the index: a million dead-lettered jobs were sorted.
+    let mut conn = super::planned_for_their_values(db).await?;
     let jobs = sqlx::query_scalar!(
         r#"
         select j as "job!: Job"
@@ -65,7 +67,7 @@ pub async fn list(
     )
     .fetch_all(&mut *conn)
     .await?;
-    Listed::of(jobs, limit, offset, async || {
+    let page = Listed::of(jobs, limit, offset, async || {
         count_up_to(&mut conn, |q| {
             q.push("select 1 from ojs_job j where j.dead_lettered_at is not null")
                 .push(" and ojs_dead_letter_matches(j, ")
@@ -87,7 +89,9 @@ pub async fn list(
         })
         .await
     })
-    .await
+    .await?;
+    conn.commit().await?;
+    Ok(page)
 }
 
 /// One dead-lettered job.

@@ -196,12 +196,8 @@ pub async fn list_jobs(
 ) -> Result<JobPage, sqlx::Error> {
     let limit = limit.max(1);
     let offset = offset.max(0);
-    // Planned for their values, not generically as the server's other statements are (see
-    // `store`): how many jobs completed since a time, and which filters are set, decide the plan.
-    let mut tx = db.begin().await?;
-    sqlx::query("set local plan_cache_mode = force_custom_plan")
-        .execute(&mut *tx)
-        .await?;
+    // How many jobs completed since a time, and which filters are set, decide the plan.
+    let mut tx = super::planned_for_their_values(db).await?;
     // The jobs up to the page's end, and one more to tell whether more follow.
     let through = offset.saturating_add(limit).saturating_add(1);
     let mut completed = Completed::All;

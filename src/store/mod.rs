@@ -68,6 +68,19 @@ pub fn like_prefix(prefix: &str) -> String {
     )
 }
 
+/// A transaction whose statements are planned for their values (`plan_cache_mode =
+/// force_custom_plan`), for the few statements, such as listings with optional filters,
+/// whose right plan depends on them (see "Write for the generic plan" above).
+pub async fn planned_for_their_values(
+    db: &sqlx::PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    let mut tx = db.begin().await?;
+    sqlx::query("set local plan_cache_mode = force_custom_plan")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
 /// The database clock: the one clock every replica goes by.
 pub async fn now(
     db: impl sqlx::PgExecutor<'_>,
