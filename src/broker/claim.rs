@@ -1,6 +1,7 @@
 //! The claims of one FETCH attempt: slots dealt over the route's queues by its strategy, each
 //! queue claimed from under the dispatch limits of its pool and its own configuration.
 
+use super::configs::Snapshot;
 use super::fetch::{FetchRequest, Fetcher, SharedClaim};
 use crate::error::Result;
 use crate::job::DispatchPlace;
@@ -20,6 +21,7 @@ impl Fetcher {
     pub(super) async fn claim_routed(
         &self,
         req: &FetchRequest,
+        configs: &Snapshot,
         route: &Route,
         wanted: usize,
         mut jobs: Vec<Job>,
@@ -47,7 +49,11 @@ impl Fetcher {
                     break;
                 }
                 let mut claimed = self
-                    .claim(self.claim_params(req, &route.queues[i].0, left, pool), pool)
+                    .claim(
+                        configs,
+                        self.claim_params(req, &route.queues[i].0, left, pool),
+                        pool,
+                    )
                     .await?;
                 jobs.append(&mut claimed);
             }
@@ -69,6 +75,7 @@ impl Fetcher {
             for (index, slots) in given.into_iter().enumerate().filter(|(_, n)| *n > 0) {
                 let claimed = self
                     .claim(
+                        configs,
                         self.claim_params(req, &route.queues[index].0, slots, pool),
                         pool,
                     )
@@ -95,12 +102,13 @@ impl Fetcher {
     /// and a queue with dispatch limits (`concurrency`, `rate_limit`) are claimed from under
     /// their dispatch locks, shared by every replica (the pool's first, always in that order),
     /// and never beyond what their limits leave: jobs that cannot start now stay available.
+    /// `configs` are the queue configurations the FETCH read once for all its claims.
     async fn claim(
         &self,
+        configs: &Snapshot,
         params: ClaimParams<'_>,
         pool: Option<&WorkerPool>,
     ) -> Result<Vec<Job>, sqlx::Error> {
-        let configs = self.configs.current(&self.db).await?;
         let config = configs.of(params.queue);
         let fair = configs.is_tenant_fair(params.queue);
         let pool_limit = pool.and_then(|p| p.concurrency.map(|c| (p, i64::from(c))));

@@ -503,7 +503,9 @@ impl Fetcher {
         {
             return Ok((Vec::new(), Some(route)));
         }
-        let mut jobs = self.claim_routed(req, &route, wanted, Vec::new()).await?;
+        let mut jobs = self
+            .claim_routed(req, &configs, &route, wanted, Vec::new())
+            .await?;
         let (may_be_due, learning) = (waiters.may_be_due(), waiters.due_version());
         if jobs.len() < wanted {
             telemetry::fetch_promotion(may_be_due);
@@ -528,7 +530,9 @@ impl Fetcher {
                 // below has started: lower them now, or it starts past the jobs just promoted.
                 self.lower_floors(&queues);
             }
-            jobs = self.claim_routed(req, &route, wanted, jobs).await?;
+            jobs = self
+                .claim_routed(req, &configs, &route, wanted, jobs)
+                .await?;
             // Something was due before the promotion yet it promoted less than its limit: the
             // rest was locked by another promotion (the promoter's, another FETCH's) still
             // committing. Wait for it, then claim what it made available.
@@ -538,7 +542,9 @@ impl Fetcher {
             {
                 store::job::await_due_locks(&self.db, &queues).await?;
                 self.lower_floors(&queues);
-                jobs = self.claim_routed(req, &route, wanted, jobs).await?;
+                jobs = self
+                    .claim_routed(req, &configs, &route, wanted, jobs)
+                    .await?;
             }
         }
         self.started(&mut jobs, &route);
