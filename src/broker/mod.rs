@@ -390,7 +390,30 @@ impl Broker {
     /// Deletes all jobs, workflows, workers, events, queues with their configuration, cron
     /// entries with their runs, rate-limit keys, registered schemas and webhook subscriptions, and
     /// turns maintenance mode off (test hook).
+    ///
+    /// Its truncations lock table after table, so a transaction of the server's own (an ACK
+    /// group, the reaper) that locks two of them the other way round can deadlock with it, and
+    /// Postgres aborts one of the two: a reset that lost is run again, a few times.
     pub async fn reset(&self) -> Result<()> {
+        let mut attempt = 0;
+        while let Err(e) = self.delete_everything().await {
+            let retryable = matches!(
+                e.as_database_error().and_then(|d| d.code()).as_deref(),
+                Some("40P01" | "55P03")
+            );
+            attempt += 1;
+            if !retryable || attempt == 5 {
+                return Err(e.into());
+            }
+            tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
+        }
+        self.fetcher.forget_all();
+        self.configs.reload(&self.db).await?;
+        Ok(())
+    }
+
+    /// [`reset`](Self::reset)'s one transaction.
+    async fn delete_everything(&self) -> Result<(), sqlx::Error> {
         let mut tx = self.db.begin().await?;
         store::cron::delete_all(&mut tx).await?;
         store::workflow::delete_all(&mut *tx).await?;
@@ -404,9 +427,6 @@ impl Broker {
         store::schema::delete_all(&mut *tx).await?;
         store::webhook::delete_all(&mut *tx).await?;
         store::tenant::delete_all(&mut *tx).await?;
-        tx.commit().await?;
-        self.fetcher.forget_all();
-        self.configs.reload(&self.db).await?;
-        Ok(())
+        tx.commit().await
     }
 }
