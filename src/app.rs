@@ -514,7 +514,7 @@ pub fn broker_settings(config: &Config) -> Settings {
         strict_queues: config.strict_queues,
         keep_completed: !config.retention_completed.0.is_zero(),
         schema_validation: config.schema_validation,
-        webhooks: crate::broker::webhooks::WebhookSettings {
+        webhooks: crate::broker::WebhookSettings {
             allow_private: config.webhook_allow_private,
             timeout: Duration::from_millis(config.webhook_timeout_ms),
             concurrency: usize::try_from(config.webhook_concurrency).unwrap_or(8),

@@ -159,7 +159,7 @@ pub struct Config {
     /// (accepted, with `warnings` in the answer) or `off` (not checked). Job types without a
     /// registered schema are never checked.
     #[arg(long, env = "OJS_SCHEMA_VALIDATION", default_value = "strict", value_parser = parse_validation_mode)]
-    pub schema_validation: crate::job_schema::ValidationMode,
+    pub schema_validation: crate::job::schema::ValidationMode,
 
     /// Let webhook deliveries reach private, loopback and link-local addresses (by default
     /// they are refused, checked on every resolved address, so a webhook cannot reach into the
@@ -407,7 +407,7 @@ impl Default for Config {
             fetch_strategy: None,
             queue_weights: None,
             strict_queues: false,
-            schema_validation: crate::job_schema::ValidationMode::Strict,
+            schema_validation: crate::job::schema::ValidationMode::Strict,
             webhook_allow_private: false,
             webhook_timeout_ms: 10_000,
             webhook_concurrency: 8,
@@ -476,7 +476,7 @@ impl Config {
     ///
     /// [OJS priority levels]: https://github.com/openjobspec/spec/blob/main/spec/ojs-priority.md#51-priority-levels
     /// The keyring of `OJS_SECRET_KEY` and `OJS_SECRET_KEY_PREVIOUS` (`None` without a key).
-    pub fn secret_keyring(&self) -> anyhow::Result<Option<crate::secret::Keyring>> {
+    pub fn secret_keyring(&self) -> anyhow::Result<Option<crate::webhook::secret::Keyring>> {
         let Some(current) = self.secret_key.as_ref().filter(|k| !k.0.trim().is_empty()) else {
             if !self.secret_key_previous.is_empty() {
                 bail!("OJS_SECRET_KEY_PREVIOUS is set without OJS_SECRET_KEY");
@@ -488,7 +488,7 @@ impl Config {
             .iter()
             .map(|k| k.0.clone())
             .collect();
-        crate::secret::Keyring::new(&current.0, &previous)
+        crate::webhook::secret::Keyring::new(&current.0, &previous)
             .map(Some)
             .map_err(|e| anyhow::anyhow!(e))
     }
@@ -685,8 +685,8 @@ fn worker_threads(
     Ok(threads)
 }
 
-fn parse_validation_mode(s: &str) -> Result<crate::job_schema::ValidationMode, String> {
-    crate::job_schema::ValidationMode::from_name(s)
+fn parse_validation_mode(s: &str) -> Result<crate::job::schema::ValidationMode, String> {
+    crate::job::schema::ValidationMode::from_name(s)
         .ok_or_else(|| format!("'{s}' is not a validation mode: strict, warn or off"))
 }
 

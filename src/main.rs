@@ -102,7 +102,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => serve_embedded(cli.config, data_dir).await,
         Command::Keys(command) => keys(&cli.config, command).await,
         Command::SecretKey => {
-            println!("{}", ojsd::secret::generate_key());
+            println!("{}", ojsd::webhook::secret::generate_key());
             Ok(())
         }
         Command::Migrate => {
@@ -119,7 +119,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 /// `ojsd serve --embedded`: starts the private cluster, serves on it, stops it.
 async fn serve_embedded(mut config: Config, data_dir: std::path::PathBuf) -> anyhow::Result<()> {
     use anyhow::Context;
-    use ojsd::embedded::Cluster;
+    use ojsd::db::embedded::Cluster;
     // From here on a SIGINT or SIGTERM ends the server gracefully, and so stops the cluster,
     // however early it comes.
     let stop = app::shutdown_signal();
@@ -130,7 +130,7 @@ async fn serve_embedded(mut config: Config, data_dir: std::path::PathBuf) -> any
         );
     }
     let mut cluster = tokio::task::spawn_blocking(move || {
-        let mut cluster = Cluster::open(&data_dir, ojsd::embedded::Access::SocketOnly)?;
+        let mut cluster = Cluster::open(&data_dir, ojsd::db::embedded::Access::SocketOnly)?;
         cluster.start(&[])?;
         anyhow::Ok(cluster)
     })

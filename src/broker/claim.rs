@@ -1,11 +1,12 @@
 //! The claims of one FETCH attempt: slots dealt over the route's queues by its strategy, each
 //! queue claimed from under the dispatch limits of its pool and its own configuration.
 
+use super::claim_group::SharedClaim;
 use super::configs::Snapshot;
-use super::fetch::{FetchRequest, Fetcher, SharedClaim};
+use super::fetch::{FetchRequest, Fetcher};
 use crate::error::Result;
-use crate::job::DispatchPlace;
 use crate::job::Job;
+use crate::job::dispatch::DispatchPlace;
 use crate::scheduling::pool::WorkerPool;
 use crate::scheduling::{Plan, Route, Strategy};
 use crate::store;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::GROUP_FLUSHERS;
 use super::configs::Configs;
+use super::group::GROUP_FLUSHERS;
 use super::group::GroupCommit;
 use crate::db::HotConnections;
 use crate::error::{Error, Result};

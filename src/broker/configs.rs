@@ -15,7 +15,7 @@ use serde_json::Value;
 use sqlx::PgPool;
 use tokio::time::Instant;
 
-use crate::job_schema::{SchemaSet, ValidationMode};
+use crate::job::schema::{SchemaSet, ValidationMode};
 use crate::queue_config::{DEFAULT_LAYER, QueueConfig};
 use crate::scheduling;
 use crate::scheduling::pool::WorkerPool;

@@ -10,24 +10,25 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::claim_group::{CLAIM_GROUP_MAX, CLAIM_PATIENCE, SharedClaim, flush_claims};
 use super::configs::Configs;
 use super::dispatch_stats::DispatchStats;
+use super::group::GROUP_FLUSHERS;
 use super::group::GroupCommit;
-use super::{GROUP_FLUSHERS, Settings};
+use super::settings::Settings;
 use crate::db::HotConnections;
 use crate::error::{Error, Result};
 use crate::hold::SystemHold;
-use crate::job::DispatchPlace;
 use crate::job::Job;
+use crate::job::dispatch::DispatchPlace;
 use crate::scheduling::{
     self, DEFAULT_POOL, DEFAULT_WORKER_CONCURRENCY, Dispatcher, NoQueues, Pools, Preference, Route,
     Sources, Strategy, Weights,
 };
 use crate::store;
 use crate::telemetry;
-use crate::wakeup::ClaimFloors;
 use crate::wakeup::Notifier;
-use crate::wakeup::waiters::{Delivery, HandoffTarget, Parking, Waiters};
+use crate::wakeup::waiters::{Delivery, HandoffTarget, Parking, Waiters, give_back};
 
 /// Due scheduled/retryable jobs a FETCH promotes per queue kind and call (the promoter
 /// service handles the rest of a large backlog).
@@ -180,21 +181,6 @@ impl Drop for ParkedFetch<'_> {
     }
 }
 
-/// Makes jobs written active for a FETCH that cannot answer with them (it went away, or the
-/// hold came into force while it claimed) available again, in their old place and with their
-/// attempt not counted. One that cannot be given back (the database is down) is released when
-/// its reservation runs out, as if its worker had died.
-pub(super) async fn give_back(db: &PgPool, jobs: &[Job]) {
-    match store::job::give_back(db, jobs).await {
-        Ok(n) => tracing::debug!(jobs = n, "gave back jobs a FETCH could not answer with"),
-        Err(e) => tracing::warn!(
-            error = %e,
-            jobs = jobs.len(),
-            "could not give back jobs a FETCH could not answer with; their reservations will run out"
-        ),
-    }
-}
-
 /// The FETCH side of the broker.
 #[derive(Debug)]
 pub(super) struct Fetcher {
@@ -214,110 +200,6 @@ pub(super) struct Fetcher {
     pub(super) stats: DispatchStats,
     /// Claims without dispatch limits, shared by the FETCHes of a queue that run at once.
     pub(super) claims: GroupCommit<SharedClaim, Result<Vec<Job>, sqlx::Error>>,
-}
-
-/// One FETCH's claim from one queue, waiting to share a statement (see
-/// [`store::job::claim_shared`]).
-#[derive(Debug)]
-pub(super) struct SharedClaim {
-    pub(super) queue: String,
-    pub(super) limit: i32,
-    pub(super) worker_id: Option<String>,
-    pub(super) visibility_timeout_ms: Option<i64>,
-    pub(super) pool: Option<String>,
-}
-
-/// Most FETCHes whose claims share one statement.
-const CLAIM_GROUP_MAX: usize = 64;
-
-/// How long a claim flusher waits for the claim statement in flight before running beside it.
-const CLAIM_PATIENCE: Duration = Duration::from_millis(20);
-
-/// Claims `claims` with one statement per queue; each claim gets its own jobs. When a shared
-/// statement fails, each of its claims is tried alone, so each gets the outcome it would have
-/// had by itself.
-async fn flush_claims(
-    hot: HotConnections,
-    floors: Arc<ClaimFloors>,
-    default_visibility_timeout_ms: i64,
-    claims: Vec<SharedClaim>,
-) -> Vec<Result<Vec<Job>, sqlx::Error>> {
-    fn share(c: &SharedClaim) -> store::job::ClaimShare<'_> {
-        store::job::ClaimShare {
-            limit: c.limit,
-            worker_id: c.worker_id.as_deref(),
-            visibility_timeout_ms: c.visibility_timeout_ms,
-            pool: c.pool.as_deref(),
-        }
-    }
-    let mut out: Vec<Result<Vec<Job>, sqlx::Error>> =
-        claims.iter().map(|_| Ok(Vec::new())).collect();
-    let mut queues: Vec<&str> = claims.iter().map(|c| c.queue.as_str()).collect();
-    queues.sort_unstable();
-    queues.dedup();
-    for queue in queues {
-        let members: Vec<usize> = (0..claims.len())
-            .filter(|&i| claims[i].queue == queue)
-            .collect();
-        let shares: Vec<store::job::ClaimShare<'_>> =
-            members.iter().map(|&i| share(&claims[i])).collect();
-        let floor = floors.begin(queue);
-        let from = floor.from;
-        telemetry::claim_statements(1);
-        let claimed = match hot.acquire().await {
-            Ok(mut conn) => {
-                let claimed = store::job::claim_shared(
-                    &mut *conn,
-                    queue,
-                    &shares,
-                    default_visibility_timeout_ms,
-                    from,
-                )
-                .await;
-                conn.answered(&claimed);
-                claimed
-            }
-            Err(e) => Err(e),
-        };
-        match &claimed {
-            Ok(jobs) => floor.took(jobs.iter().map(|(_, job)| job)),
-            Err(_) => floor.failed(),
-        }
-        match claimed {
-            Ok(jobs) => {
-                for (share, job) in jobs {
-                    if let Some(Ok(mine)) = members.get(share).map(|&i| &mut out[i]) {
-                        mine.push(job);
-                    }
-                }
-            }
-            Err(e) if members.len() == 1 => out[members[0]] = Err(e),
-            Err(_) => {
-                // Alone, from the start: the failed statement reset the floor.
-                for &i in &members {
-                    telemetry::claim_statements(1);
-                    let mut conn = match hot.acquire().await {
-                        Ok(conn) => conn,
-                        Err(e) => {
-                            out[i] = Err(e);
-                            continue;
-                        }
-                    };
-                    let alone = store::job::claim_shared(
-                        &mut *conn,
-                        queue,
-                        &[share(&claims[i])],
-                        default_visibility_timeout_ms,
-                        DispatchPlace::START,
-                    )
-                    .await;
-                    conn.answered(&alone);
-                    out[i] = alone.map(|jobs| jobs.into_iter().map(|(_, job)| job).collect());
-                }
-            }
-        }
-    }
-    out
 }
 
 impl Fetcher {

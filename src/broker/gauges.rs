@@ -2,19 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::Broker;
+use super::front::Broker;
 use crate::error::{Error, Result};
 use crate::store;
 use crate::telemetry;
 
 /// Database-backed gauges are read at most this often, however often `/metrics` is scraped.
 const GAUGE_REFRESH: Duration = Duration::from_secs(5);
-
-/// When the database-backed gauges were last read.
-#[derive(Debug, Default)]
-pub(super) struct GaugeReads {
-    read_at: tokio::sync::Mutex<Option<Instant>>,
-}
 
 impl Broker {
     /// Reads the gauges that come from the database (available jobs by queue and priority,

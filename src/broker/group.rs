@@ -22,6 +22,10 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
+/// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
+/// group forms, few enough to leave the pool's connections to everything else.
+pub(super) const GROUP_FLUSHERS: usize = 2;
+
 type Queued<I, O> = (I, oneshot::Sender<O>);
 
 /// A queue of items written in groups by a fixed set of flusher tasks.

@@ -9,14 +9,17 @@
 //!
 //! | file | what |
 //! |---|---|
+//! | `front.rs`, `settings.rs` | the [`Broker`] itself and the operations on one job; its [`Settings`] |
 //! | `enqueue.rs`, `unique.rs` | PUSH: queue configuration applied, group commit, overflow policies, the unique-job planner |
-//! | `fetch.rs`, `claim.rs` | FETCH: long polls, routing (policy in [`crate::scheduling`]), claims under dispatch limits |
+//! | `fetch.rs`, `claim.rs`, `claim_group.rs` | FETCH: long polls, routing (policy in [`crate::scheduling`]), claims under dispatch limits, shared claim statements |
 //! | `complete.rs` | ACK (group commit) and NACK, fenced on the claim |
 //! | `cron.rs` | cron entries, and the leader's firer that enqueues their runs exactly once per occurrence |
+//! | `webhooks.rs`, `webhook_sender.rs` | webhook subscriptions and the leader's deliverer; the HTTP client that sends deliveries |
 //! | `admin.rs`, `dead_letter.rs`, `events.rs`, `gauges.rs`, `pools.rs`, `queues.rs`, `workers.rs` | the rest of the API, one concern each |
 
 mod admin;
 mod claim;
+mod claim_group;
 mod complete;
 pub mod configs;
 pub mod cron;
@@ -25,6 +28,7 @@ mod dispatch_stats;
 mod enqueue;
 mod events;
 mod fetch;
+mod front;
 mod gauges;
 mod group;
 pub mod keys;
@@ -33,8 +37,10 @@ mod progress;
 mod queues;
 pub mod rate_limits;
 pub mod schemas;
+mod settings;
 mod tenants;
 mod unique;
+mod webhook_sender;
 pub mod webhooks;
 mod workers;
 mod workflows;
@@ -49,10 +55,13 @@ pub use complete::{NackRequest, Nacked};
 pub use configs::Snapshot as QueueConfigs;
 pub use enqueue::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 pub use fetch::FetchRequest;
+pub use front::{Broker, Cancelled};
 pub use progress::{Progress, ProgressReport};
 pub use queues::{DeleteStrategy, Deleted, Queue, QueueStats};
 pub use schemas::SchemaRegistration;
+pub use settings::Settings;
 pub use unique::{UniquePlan, plan_unique};
+pub use webhook_sender::WebhookSettings;
 pub use workers::{Registered, WorkerSummary};
 pub use workflows::{WorkflowCancelled, WorkflowView};
 // The store's row and filter types that are also the broker's API.
@@ -67,366 +76,3 @@ pub use crate::store::queue::{QueueCounts, QueueState};
 pub use crate::store::rate_limit::{KeyUsage as RateKeyUsage, Override as RateOverride};
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
 pub use crate::store::workflow::{NodeRow as WorkflowNode, WorkflowCounts, WorkflowRow};
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
-
-use crate::db::HotConnections;
-use crate::error::{Error, Result};
-use crate::hold::SystemHold;
-use crate::job::envelope::{Limits, NewJob};
-use crate::job::failure::JobError;
-use crate::job::{Job, JobId, JobState};
-use crate::store;
-use crate::telemetry;
-use crate::wakeup::Announcer;
-use complete::Completer;
-use configs::Configs;
-use enqueue::Enqueuer;
-use fetch::Fetcher;
-
-/// Settings of the broker operations.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Envelope validation limits and defaults.
-    pub limits: Limits,
-    /// Reservation length when neither the fetch nor the job names one, in milliseconds.
-    pub default_visibility_timeout_ms: i64,
-    /// How often a long-polling fetch polls even without a notification.
-    pub fetch_poll_interval: Duration,
-    /// A worker without a heartbeat for this long is stale.
-    pub heartbeat_timeout: Duration,
-    /// Whether the test-only hooks are on (heartbeat directives from `meta.test_directive`).
-    pub test_hooks: bool,
-    /// Queue consumption strategy imposed on every FETCH (`None`: the FETCH chooses).
-    pub fetch_strategy: Option<Strategy>,
-    /// Queue weights imposed on every weighted FETCH (`None`: the FETCH's own).
-    pub queue_weights: Option<Weights>,
-    /// Enqueues to a queue that does not exist are refused instead of creating it.
-    pub strict_queues: bool,
-    /// Whether completed jobs are kept unless their queue's configuration says otherwise
-    /// (false when `OJS_RETENTION_COMPLETED` is zero: they are deleted on ACK).
-    pub keep_completed: bool,
-    /// What a job failing a schema registered without a mode of its own gets.
-    pub schema_validation: crate::job_schema::ValidationMode,
-    /// Webhook deliveries.
-    pub webhooks: webhooks::WebhookSettings,
-}
-
-/// Flusher tasks per group-commit queue: enough to keep a statement in flight while the next
-/// group forms, few enough to leave the pool's connections to everything else.
-const GROUP_FLUSHERS: usize = 2;
-
-/// The broker: the database, settings, the resolved queue configurations, and the components
-/// of the hot paths. Cheap to clone (every part is shared).
-#[derive(Debug, Clone)]
-pub struct Broker {
-    db: PgPool,
-    settings: Settings,
-    /// Wakes long polls here at once and tells other replicas (after commit).
-    announcer: Announcer,
-    /// Resolved queue configurations and pools, cached per process.
-    configs: Arc<Configs>,
-    enqueuer: Arc<Enqueuer>,
-    fetcher: Arc<Fetcher>,
-    completer: Arc<Completer>,
-    gauges: Arc<gauges::GaugeReads>,
-    /// Maintenance mode: while in force nothing is handed out.
-    hold: SystemHold,
-    /// Sends webhook deliveries (the leader's deliverer and the test endpoint).
-    webhook_sender: webhooks::Sender,
-}
-
-/// Result of a CANCEL.
-#[derive(Debug, Clone)]
-pub struct Cancelled {
-    pub job: Job,
-    /// The state the job was cancelled from (`cancelled` when it already was).
-    pub previous_state: JobState,
-}
-
-impl Broker {
-    /// A broker on `db`. Starts the group-commit flushers, so it must be called within a Tokio
-    /// runtime; `announcer`'s task must run for other replicas to hear of new jobs.
-    pub fn new(
-        db: PgPool,
-        hot: HotConnections,
-        settings: Settings,
-        announcer: Announcer,
-        hold: SystemHold,
-    ) -> Broker {
-        let configs = Arc::new(Configs::new(settings.schema_validation));
-        let enqueuer = Enqueuer::new(
-            db.clone(),
-            hot.clone(),
-            configs.clone(),
-            &settings,
-            announcer.clone(),
-            hold.clone(),
-        );
-        let fetcher = Fetcher::new(
-            db.clone(),
-            hot.clone(),
-            configs.clone(),
-            settings.clone(),
-            announcer.notifier().clone(),
-            hold.clone(),
-        );
-        let webhook_sender = webhooks::Sender::new(settings.webhooks.clone());
-        Broker {
-            webhook_sender,
-            enqueuer: Arc::new(enqueuer),
-            fetcher: Arc::new(fetcher),
-            completer: Arc::new(Completer::new(
-                db.clone(),
-                hot,
-                configs.clone(),
-                settings.keep_completed,
-            )),
-            gauges: Arc::default(),
-            db,
-            settings,
-            announcer,
-            configs,
-            hold,
-        }
-    }
-
-    /// Maintenance mode as this replica knows it.
-    pub fn hold(&self) -> &SystemHold {
-        &self.hold
-    }
-
-    /// Maintenance mode as stored (this replica learns it at once).
-    pub async fn maintenance(&self) -> Result<HoldRow> {
-        let row = store::hold::read(&self.db).await?;
-        self.hold.learned(row.clone());
-        Ok(row)
-    }
-
-    /// Turns maintenance mode on (`reason`, lifting after `duration` when given) or off; in
-    /// force on this replica at once, on the others within [`crate::hold::RELOAD_INTERVAL`].
-    pub async fn set_maintenance(
-        &self,
-        enabled: bool,
-        reason: Option<&str>,
-        duration: Option<Duration>,
-    ) -> Result<HoldRow> {
-        let ms = duration.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let row = store::hold::set(&self.db, enabled, reason, ms).await?;
-        self.hold.learned(row.clone());
-        Ok(row)
-    }
-
-    /// The broker's settings.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
-    /// PUSH (see `enqueue.rs`): writes validated jobs atomically, in request order.
-    pub async fn push(&self, jobs: Vec<NewJob>, ctx: &PushContext) -> Result<PushResult> {
-        self.enqueuer.push(jobs, ctx).await
-    }
-
-    /// FETCH (see `fetch.rs`): claims up to `count` jobs, waiting up to `wait` for work.
-    /// Returns early (empty) on `shutdown`.
-    pub async fn fetch(
-        &self,
-        req: &FetchRequest,
-        shutdown: &CancellationToken,
-    ) -> Result<Vec<Job>> {
-        self.fetcher.fetch(req, shutdown).await
-    }
-
-    /// ACK: `active` → `completed`, answering what an ACK reports of the job.
-    pub async fn ack(
-        &self,
-        id: JobId,
-        worker_id: Option<&str>,
-        result: Option<&str>,
-    ) -> Result<Completed> {
-        self.completer.ack(id, worker_id, result).await
-    }
-
-    /// ACK answering the whole job as the ACK left it (one statement of its own).
-    pub async fn ack_whole(
-        &self,
-        id: JobId,
-        worker_id: Option<&str>,
-        result: Option<&str>,
-    ) -> Result<Job> {
-        self.completer.ack_whole(id, worker_id, result).await
-    }
-
-    /// ACK of many jobs (ojsd's batch extension): each gets its own outcome, in order.
-    pub async fn ack_many(
-        &self,
-        worker_id: Option<&str>,
-        acks: &[(JobId, Option<&str>)],
-    ) -> Result<Vec<Result<Completed>>> {
-        self.completer.ack_many(worker_id, acks).await
-    }
-
-    /// NACK: records the failure and lets the retry policy choose retryable or discarded
-    /// (or puts the job straight back with `requeue`).
-    pub async fn nack(&self, req: NackRequest) -> Result<Nacked> {
-        self.nack_many(vec![req])
-            .await?
-            .pop()
-            .expect("one outcome per request")
-    }
-
-    /// NACK of many jobs (ojsd's batch extension): each gets its own outcome, in order.
-    pub async fn nack_many(&self, reqs: Vec<NackRequest>) -> Result<Vec<Result<Nacked>>> {
-        let nacked = self.completer.nack_many(reqs).await?;
-        if nacked
-            .iter()
-            .any(|n| n.as_ref().is_ok_and(|n| n.job.state == JobState::Retryable))
-        {
-            // A retry comes due: FETCHes promote again until they learn when.
-            self.announcer.notifier().waiters().forget_next_due();
-        }
-        Ok(nacked)
-    }
-
-    /// Why a single-job heartbeat for `id` was refused: the worker no longer holds it.
-    pub async fn reservation_lost(&self, id: JobId, worker_id: &str) -> Error {
-        self.completer.reservation_lost(id, worker_id).await
-    }
-
-    /// INFO: one job.
-    pub async fn info(&self, id: JobId) -> Result<Job> {
-        store::job::get(&self.db, id)
-            .await?
-            .ok_or(Error::JobNotFound(id))
-    }
-
-    /// CANCEL: any non-terminal job (an active one included) becomes `cancelled`; cancelling a
-    /// cancelled job again succeeds and changes nothing.
-    pub async fn cancel(&self, id: JobId) -> Result<Cancelled> {
-        let error = JobError::server("cancelled", "The job was cancelled while it was running.");
-        if let Some((job, previous_state)) =
-            store::job::cancel(&self.db, id, &error.to_json()).await?
-        {
-            telemetry::job_cancelled(&job);
-            return Ok(Cancelled {
-                job,
-                previous_state,
-            });
-        }
-        let job = self.info(id).await?;
-        if job.state == JobState::Cancelled {
-            return Ok(Cancelled {
-                previous_state: JobState::Cancelled,
-                job,
-            });
-        }
-        Err(Error::InvalidTransition {
-            job_id: id,
-            operation: "cancel",
-            current: job.state,
-            allowed: &JobState::CANCELLABLE,
-        })
-    }
-
-    /// Changes the priority of an `available` or `scheduled` job: returns the job and its
-    /// previous priority. Setting the priority it already has succeeds and records nothing.
-    pub async fn set_priority(&self, id: JobId, priority: i32) -> Result<(Job, i32)> {
-        let Some(change) = store::job::set_priority(&self.db, id, priority, false).await? else {
-            // Not a live job: a completed one (ojs_job_done) cannot change, a missing one is
-            // not found.
-            let job = self.info(id).await?;
-            return Err(Error::InvalidTransition {
-                job_id: id,
-                operation: "change the priority of",
-                current: job.state,
-                allowed: &JobState::PRIORITY_CHANGEABLE,
-            });
-        };
-        if !JobState::PRIORITY_CHANGEABLE.contains(&change.state) {
-            return Err(Error::InvalidTransition {
-                job_id: id,
-                operation: "change the priority of",
-                current: change.state,
-                allowed: &JobState::PRIORITY_CHANGEABLE,
-            });
-        }
-        match change.job {
-            Some(job) => {
-                self.announcer.moved(&job);
-                telemetry::priority_changed(&job);
-                Ok((job, change.previous))
-            }
-            // Same priority as before: nothing to write.
-            None => Ok((self.info(id).await?, change.previous)),
-        }
-    }
-
-    /// ACTIVATE: `pending` → `available`.
-    pub async fn activate(&self, id: JobId) -> Result<Job> {
-        if let Some(job) = store::job::activate(&self.db, id).await? {
-            return Ok(job);
-        }
-        let job = self.info(id).await?;
-        if job.state == JobState::Pending
-            && let Some(workflow) = crate::workflow::held_by(&job.extra.0)
-        {
-            return Err(Error::HeldByWorkflow {
-                job_id: id,
-                workflow,
-            });
-        }
-        Err(Error::InvalidTransition {
-            job_id: id,
-            operation: "activate",
-            current: job.state,
-            allowed: &[JobState::Pending],
-        })
-    }
-
-    /// Deletes all jobs, workflows, workers, events, queues with their configuration, cron
-    /// entries with their runs, rate-limit keys, registered schemas and webhook subscriptions, and
-    /// turns maintenance mode off (test hook).
-    ///
-    /// Its truncations lock table after table, so a transaction of the server's own (an ACK
-    /// group, the reaper) that locks two of them the other way round can deadlock with it, and
-    /// Postgres aborts one of the two: a reset that lost is run again, a few times.
-    pub async fn reset(&self) -> Result<()> {
-        let mut attempt = 0;
-        while let Err(e) = self.delete_everything().await {
-            let retryable = matches!(
-                e.as_database_error().and_then(|d| d.code()).as_deref(),
-                Some("40P01" | "55P03")
-            );
-            attempt += 1;
-            if !retryable || attempt == 5 {
-                return Err(e.into());
-            }
-            tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
-        }
-        self.fetcher.forget_all();
-        self.configs.reload(&self.db).await?;
-        Ok(())
-    }
-
-    /// [`reset`](Self::reset)'s one transaction.
-    async fn delete_everything(&self) -> Result<(), sqlx::Error> {
-        let mut tx = self.db.begin().await?;
-        store::cron::delete_all(&mut tx).await?;
-        store::workflow::delete_all(&mut *tx).await?;
-        store::job::delete_all(&mut *tx).await?;
-        store::worker::delete_all(&mut *tx).await?;
-        store::event::delete_all(&mut *tx).await?;
-        store::queue::delete_all(&mut *tx).await?;
-        store::pool::reset(&mut tx).await?;
-        store::rate_limit::delete_all(&mut tx).await?;
-        store::hold::clear(&mut *tx).await?;
-        store::schema::delete_all(&mut *tx).await?;
-        store::webhook::delete_all(&mut *tx).await?;
-        store::tenant::delete_all(&mut *tx).await?;
-        tx.commit().await
-    }
-}

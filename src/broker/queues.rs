@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use super::Broker;
 use super::configs::Snapshot;
 use crate::error::{Error, Result};
-use crate::job::DispatchPlace;
+use crate::job::dispatch::DispatchPlace;
 use crate::queue_config::{self, DEFAULT_LAYER, QueueConfig};
 use crate::store;
 use crate::store::queue::{Bounds, QueueCounts, QueueRow, QueueState};

@@ -1,11 +1,11 @@
-//! The schema registry's operations (see [`crate::job_schema`]). A change is in force on this
+//! The schema registry's operations (see [`crate::job::schema`]). A change is in force on this
 //! replica when the call returns, and on the others at their next enqueue after it commits:
 //! it bumps the configuration generation, which every enqueue statement checks.
 
 use super::Broker;
 use crate::error::{Error, Result};
 use crate::job::is_valid_type;
-use crate::job_schema::{self, SchemaVersion, ValidationMode};
+use crate::job::schema::{self, SchemaVersion, ValidationMode};
 use crate::store;
 use crate::store::schema::{NewSchema, SchemaRow};
 
@@ -62,7 +62,7 @@ impl Broker {
             });
         }
         let key = self.schema_version(&r.version)?;
-        job_schema::compile(&r.schema).map_err(|e| Error::InvalidRequest {
+        schema::compile(&r.schema).map_err(|e| Error::InvalidRequest {
             field: "$.schema".to_owned(),
             message: format!("schema {e}"),
         })?;

@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::HeaderMap;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use http_body_util::BodyExt;
@@ -11,7 +12,7 @@ use serde_json::value::RawValue;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::broker::Completed;
+use crate::broker::{Completed, PushContext};
 use crate::job::{Job, JobId, is_valid_queue};
 use crate::telemetry::traces::{JobTracer, Operation, Traceparent};
 use crate::wire::json::{self, Kind, Object};
@@ -405,4 +406,58 @@ impl TraceCall {
             tracer.refused(operation, caller.as_ref(), *started, id, code, message);
         }
     }
+}
+
+/// A positive number of milliseconds `key`, if given.
+pub(crate) fn positive_ms(fields: &Fields<'_>, key: &str) -> Result<Option<i64>, ApiError> {
+    match fields.integer(key)? {
+        Some(ms) if ms <= 0 || ms > crate::wire::duration::MAX_MS as i64 => {
+            Err(ApiError::invalid_field(
+                &format!("$.{key}"),
+                format!("'{key}' must be a positive number of milliseconds"),
+            ))
+        }
+        other => Ok(other),
+    }
+}
+
+/// Header naming the producer, checked against a queue's `producers`.
+const PRODUCER_HEADER: &str = "ojs-producer";
+/// Header with the seconds an enqueue may wait for room in a full `block` queue.
+const BLOCK_TIMEOUT_HEADER: &str = "ojs-block-timeout";
+/// Longest `OJS-Block-Timeout` accepted, in seconds.
+const MAX_BLOCK_TIMEOUT_SECS: u64 = 30;
+
+/// The producer and block timeout of a PUSH, from its headers.
+pub(crate) fn push_context(headers: &HeaderMap) -> Result<PushContext, ApiError> {
+    let producer = match headers.get(PRODUCER_HEADER) {
+        None => None,
+        Some(v) => match v.to_str().map(str::trim) {
+            Ok(p) if !p.is_empty() && p.len() <= 255 => Some(p.to_owned()),
+            _ => {
+                return Err(ApiError::invalid_field(
+                    "OJS-Producer",
+                    "OJS-Producer must be 1 to 255 printable ASCII characters",
+                ));
+            }
+        },
+    };
+    let block_timeout = match headers.get(BLOCK_TIMEOUT_HEADER) {
+        None => 0,
+        Some(v) => match v.to_str().ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+            Some(secs) if secs <= MAX_BLOCK_TIMEOUT_SECS => secs,
+            _ => {
+                return Err(ApiError::invalid_field(
+                    "OJS-Block-Timeout",
+                    format!(
+                        "OJS-Block-Timeout must be an integer number of seconds from 0 to {MAX_BLOCK_TIMEOUT_SECS}"
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(PushContext {
+        producer,
+        block_timeout: std::time::Duration::from_secs(block_timeout),
+    })
 }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::JsonBody;
-use super::jobs::push_context;
+use super::extract::push_context;
 use super::openapi;
 use super::query::{ADMIN, Page, PageParams, QueryParams};
 use super::tenancy::Tenant;

@@ -22,15 +22,14 @@
 //!
 //! [OJS job lifecycle]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#6-job-lifecycle-state-machine
 
-mod dispatch;
+pub mod dispatch;
 pub mod envelope;
 pub mod failure;
 pub mod lifecycle;
 pub mod retry;
+pub mod schema;
 pub mod unique;
 pub mod wire;
-
-pub use dispatch::DispatchPlace;
 
 use std::fmt;
 use std::str::FromStr;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Context, Pass, Service};
+use super::service::{Context, Pass, Service};
 use crate::store;
 
 /// Settings.

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Context, Pass, Service};
+use super::service::{Context, Pass, Service};
 use crate::job::JobState;
 use crate::queue_config::DEFAULT_LAYER;
 use crate::store;
@@ -72,7 +72,7 @@ impl Pruner {
     }
 
     /// Finished jobs of `ojs_job` past `cutoffs`, along the primary key in batches (each its
-    /// own transaction, at most [`super::MAX_BATCHES_PER_PASS`] a pass), up to the id bound
+    /// own transaction, at most [`super::service::MAX_BATCHES_PER_PASS`] a pass), up to the id bound
     /// of the cutoffs or, on a full sweep, to the end.
     async fn prune_jobs(&self, cutoffs: &PruneCutoffs, sweep: bool) -> Result<Pass, sqlx::Error> {
         let size = self.config.batch_size;
@@ -83,7 +83,7 @@ impl Pruner {
         };
         let mut after = None;
         let mut pass = Pass::default();
-        for _ in 0..super::MAX_BATCHES_PER_PASS {
+        for _ in 0..super::service::MAX_BATCHES_PER_PASS {
             let mut tx = self.context.begin("scheduler").await?;
             let (deleted, last) =
                 store::job::prune_finished(&mut *tx, cutoffs, after, before, size).await?;

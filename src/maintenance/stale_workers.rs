@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Context, Pass, Service};
+use super::service::{Context, Pass, Service};
 use crate::job::failure::Reclaim;
 use crate::job::lifecycle;
 use crate::store;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::{Context, Pass, Service};
+use super::service::{Context, Pass, Service};
 use crate::scheduling::starvation;
 use crate::store;
 

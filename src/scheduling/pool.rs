@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::error::Error;
-use crate::scheduling::{MAX_WEIGHT, Strategy};
+use crate::scheduling::strategy::{MAX_WEIGHT, Strategy};
 use crate::wire::{duration, json};
 
 /// Most queues a pool may list.

@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{Guarantee, QueueList, Strategy};
+use super::strategy::{Guarantee, QueueList, Strategy};
 
 /// Passes are rebased (all reduced by the smallest) once the smallest exceeds this, so that
 /// they keep their precision however long the process runs.

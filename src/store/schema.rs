@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::job_schema::{SchemaVersion, Stored, ValidationMode};
+use crate::job::schema::{SchemaVersion, Stored, ValidationMode};
 
 /// One registered version.
 #[derive(Debug, Clone)]

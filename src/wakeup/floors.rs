@@ -29,7 +29,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
-use crate::job::{DispatchPlace, Job};
+use crate::job::Job;
+use crate::job::dispatch::DispatchPlace;
 
 /// A queue's claim walks its dispatch index from the start at least this often.
 pub const FULL_WALK_INTERVAL: Duration = Duration::from_secs(1);

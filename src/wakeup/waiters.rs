@@ -7,7 +7,8 @@
 //! - **Handed jobs**: an enqueue may take a parked FETCH out of the line and write its new job
 //!   already active for it (see [`crate::broker`]); the FETCH then answers with that job
 //!   without a claim of its own. Whoever takes a FETCH delivers to it exactly once: the jobs
-//!   written for it, or a wake-up when the write did not give it any.
+//!   written for it, or a wake-up when the write did not give it any. Jobs written for a FETCH
+//!   that went away in between are made available again ([`give_back`]).
 //!
 //! A FETCH that is between a claim and parking cannot be woken; it would miss the jobs of a
 //! commit in between. So every wake-up stamps its queue, and [`Waiters::park`] refuses (the
@@ -129,6 +130,21 @@ impl Taken {
     /// Nothing was written for the FETCH: it claims instead.
     pub fn poll(self) {
         let _ = self.tx.send(Delivery::Poll);
+    }
+}
+
+/// Makes jobs written active for a FETCH that cannot answer with them (it went away, or the
+/// hold came into force while it claimed) available again, in their old place and with their
+/// attempt not counted. One that cannot be given back (the database is down) is released when
+/// its reservation runs out, as if its worker had died.
+pub async fn give_back(db: &sqlx::PgPool, jobs: &[Job]) {
+    match crate::store::job::give_back(db, jobs).await {
+        Ok(n) => tracing::debug!(jobs = n, "gave back jobs a FETCH could not answer with"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            jobs = jobs.len(),
+            "could not give back jobs a FETCH could not answer with; their reservations will run out"
+        ),
     }
 }
 

@@ -22,45 +22,87 @@ fn imports_follow_the_layer_table_of_lib_rs() {
         unplaced.is_empty(),
         "modules missing from the layer table of lib.rs: {unplaced:?}"
     );
-    let mut wrong = BTreeSet::new();
-    for (from, tos) in &source.edges {
-        for to in tos {
-            if !table.allows(from, to) {
-                wrong.insert(format!("{} -> {}", from.join("::"), to.join("::")));
-            }
-        }
-    }
+    let wrong = table.against(&source);
     assert!(
         wrong.is_empty(),
         "imports against the layer table of lib.rs:\n{}",
-        Vec::from_iter(wrong).join("\n")
+        wrong.join("\n")
     );
 }
 
 #[test]
 fn no_two_files_depend_on_each_other() {
-    let source = Source::read();
-    // A module and the modules inside it may use each other (a `mod.rs` re-exports its
-    // children, children use their parent's types): that is how a Rust module is built.
-    let nested = |a: &Module, b: &Module| a.starts_with(b) || b.starts_with(a);
+    let circles = circles(&Source::read());
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn no_http_resource_imports_another() {
+    let sideways = LayerTable::of_lib_rs().sideways(&Source::read());
+    assert!(
+        sideways.is_empty(),
+        "http resources importing each other (move what they share to a shared module):\n{}",
+        sideways.join("\n")
+    );
+}
+
+#[test]
+fn a_planted_sideways_import_and_a_planted_parent_child_circle_are_caught() {
+    let table = LayerTable::of_lib_rs();
+    let mut files = Source::files();
+    assert!(table.sideways(&Source::of(&files)).is_empty());
+    assert!(circles(&Source::of(&files)).is_empty());
+
+    // One resource reaching into another.
+    let mut sideways = files.clone();
+    plant(
+        &mut sideways,
+        "http::cron::entries",
+        "use crate::http::jobs::lifecycle::cancel;",
+    );
+    assert_eq!(
+        table.sideways(&Source::of(&sideways)),
+        ["http::cron::entries -> http::jobs::lifecycle"]
+    );
+
+    // A child using what its `mod.rs` defines, while the `mod.rs` wires the child.
+    plant(
+        &mut files,
+        "http::jobs::push",
+        "fn planted() { let _ = super::router; }",
+    );
+    assert_eq!(
+        circles(&Source::of(&files)),
+        ["http::jobs::push <-> http::jobs"]
+    );
+}
+
+/// Adds `line` to the code of `module`'s file.
+fn plant(files: &mut BTreeMap<Module, Vec<Named>>, module: &str, line: &str) {
+    let module: Module = module.split("::").map(String::from).collect();
+    let named = files.get_mut(&module).expect("the module exists");
+    paths(&strip(line), &mut |n| named.push(n));
+}
+
+/// The circles of files that use each other, each as `a <-> b <-> …`.
+fn circles(source: &Source) -> Vec<String> {
     let graph: BTreeMap<&Module, Vec<&Module>> = source
-        .edges
+        .uses
         .iter()
-        .map(|(from, tos)| (from, tos.iter().filter(|to| !nested(from, to)).collect()))
+        .map(|(from, tos)| (from, tos.iter().collect()))
         .collect();
-    let circles: Vec<String> = strongly_connected(&graph)
+    strongly_connected(&graph)
         .into_iter()
         .filter(|component| component.len() > 1)
         .map(|component| {
             let names: Vec<String> = component.iter().map(|m| m.join("::")).collect();
             names.join(" <-> ")
         })
-        .collect();
-    assert!(
-        circles.is_empty(),
-        "import circles:\n{}",
-        circles.join("\n")
-    );
+        .collect()
 }
 
 #[test]
@@ -70,11 +112,12 @@ fn the_reader_finds_paths_in_code_only() {
         "// crate::x\n/* crate::y */\n",
         "let s = \"crate::y \\\" crate::y\"; let r = r#\"crate::z\"#;\n",
         "let c = '\"'; fn f<'a>(x: &'a str) { crate::g::h(); }\n",
+        "pub(in crate::v) fn g() {}\n",
         "#[cfg(test)]\nmod tests { use crate::t; }\n",
     ));
     let mut found = BTreeSet::new();
-    paths(&text, &mut |path| {
-        found.insert(path.join("::"));
+    paths(&text, &mut |named| {
+        found.insert(named.path.join("::"));
     });
     let expected = ["crate::a::b", "crate::a::c::D", "crate::e", "crate::g::h"];
     assert_eq!(found, expected.into_iter().map(String::from).collect());
@@ -98,6 +141,8 @@ struct LayerTable {
     layers: BTreeMap<String, usize>,
     /// Pairs of top-level modules that must not import each other, though layers allow it.
     never: BTreeSet<(String, String)>,
+    /// The modules of `http` every resource may import (the others are resources).
+    shared_http: BTreeSet<String>,
 }
 
 impl LayerTable {
@@ -106,7 +151,16 @@ impl LayerTable {
         let mut table = LayerTable {
             layers: BTreeMap::new(),
             never: BTreeSet::new(),
+            shared_http: BTreeSet::new(),
         };
+        let doc: Vec<&str> = lib.lines().filter_map(|l| l.strip_prefix("//!")).collect();
+        let doc = doc.join(" ");
+        if let Some((_, rest)) = doc.split_once("the shared modules ") {
+            let names = rest.split('.').next().unwrap_or_default();
+            for name in names.split('`').skip(1).step_by(2) {
+                table.shared_http.insert(name.to_owned());
+            }
+        }
         for line in lib.lines().filter_map(|l| l.strip_prefix("//!")) {
             let cells: Vec<&str> = line.split('|').map(str::trim).collect();
             if cells.len() >= 4 && cells[2].starts_with('`') {
@@ -125,7 +179,49 @@ impl LayerTable {
         }
         assert!(table.layers.len() > 10, "lib.rs has no layer table");
         assert!(!table.never.is_empty(), "lib.rs names no forbidden imports");
+        assert!(
+            table.shared_http.len() > 5,
+            "lib.rs names no shared http modules"
+        );
         table
+    }
+
+    /// The imports of `source` against the table, as `from -> to`.
+    fn against(&self, source: &Source) -> Vec<String> {
+        let mut wrong = BTreeSet::new();
+        for (from, tos) in &source.edges {
+            for to in tos {
+                if !self.allows(from, to) {
+                    wrong.insert(format!("{} -> {}", from.join("::"), to.join("::")));
+                }
+            }
+        }
+        wrong.into_iter().collect()
+    }
+
+    /// The `http` resource a module belongs to (`None`: not in `http`, or a shared module).
+    fn resource<'m>(&self, module: &'m Module) -> Option<&'m str> {
+        match module.as_slice() {
+            [http, resource, ..] if http == "http" && !self.shared_http.contains(resource) => {
+                Some(resource)
+            }
+            _ => None,
+        }
+    }
+
+    /// Where one `http` resource uses another, as `from -> to`.
+    fn sideways(&self, source: &Source) -> Vec<String> {
+        let mut wrong = BTreeSet::new();
+        for (from, tos) in source.uses.iter().chain(&source.edges) {
+            for to in tos {
+                if let (Some(a), Some(b)) = (self.resource(from), self.resource(to))
+                    && a != b
+                {
+                    wrong.insert(format!("{} -> {}", from.join("::"), to.join("::")));
+                }
+            }
+        }
+        wrong.into_iter().collect()
     }
 
     fn allows(&self, from: &Module, to: &Module) -> bool {
@@ -140,39 +236,87 @@ impl LayerTable {
 }
 
 struct Source {
-    /// The modules each file's code names (itself left out).
+    /// The modules each file's code names (itself left out): `crate::broker::X` is an edge to
+    /// `broker`, though `broker` re-exports `X` from elsewhere. The layer table reads these.
     edges: BTreeMap<Module, BTreeSet<Module>>,
+    /// The files that define what each file's code names (itself left out): `crate::broker::X`
+    /// is an edge to the file that defines `X`, and the `use` line that brings `X` into
+    /// `broker` is an edge from `broker` to it. The circle check reads these.
+    uses: BTreeMap<Module, BTreeSet<Module>>,
 }
 
 impl Source {
     fn read() -> Source {
+        Source::of(&Source::files())
+    }
+
+    /// What each file of `src/` names.
+    fn files() -> BTreeMap<Module, Vec<Named>> {
         let root = src();
-        let files: BTreeMap<Module, String> = rust_files(&root)
+        rust_files(&root)
             .into_iter()
             .map(|path| {
-                let text = std::fs::read_to_string(&path).unwrap();
-                (module_of(&root, &path), strip(&text))
+                let text = strip(&std::fs::read_to_string(&path).unwrap());
+                let mut named = Vec::new();
+                paths(&text, &mut |n| named.push(n));
+                (module_of(&root, &path), named)
+            })
+            .collect()
+    }
+
+    fn of(files: &BTreeMap<Module, Vec<Named>>) -> Source {
+        // The names each file's `use` items bring in, as absolute paths: `super::X` in a child,
+        // or `crate::m::X` where `m` re-exports `X`, is followed to where `X` is defined.
+        let exports: BTreeMap<&Module, BTreeMap<&str, Module>> = files
+            .iter()
+            .map(|(module, named)| {
+                let names = named
+                    .iter()
+                    .filter(|n| n.inside.is_empty())
+                    .filter_map(|n| Some((n.exported_as.as_deref()?, n.resolve(module))))
+                    .collect();
+                (module, names)
             })
             .collect();
-        let mut edges = BTreeMap::new();
-        for (module, text) in &files {
-            let mut targets = BTreeSet::new();
-            paths(text, &mut |path| {
-                let absolute = resolve(module, &path);
-                // The file a path lands in: its longest prefix that is a file's module.
-                let target = (1..=absolute.len())
+        // The file a path lands in: its longest prefix that is a file's module, followed
+        // through that file's imports to where the item is defined.
+        let land = |mut absolute: Module, follow: bool| -> Option<Module> {
+            for _ in 0..8 {
+                let file = (1..=absolute.len())
                     .rev()
                     .map(|n| absolute[..n].to_vec())
-                    .find(|m| files.contains_key(m));
-                if let Some(target) = target
-                    && &target != module
-                {
-                    targets.insert(target);
+                    .find(|m| files.contains_key(m))?;
+                let reexport = absolute
+                    .get(file.len())
+                    .and_then(|name| exports.get(&file)?.get(name.as_str()));
+                match reexport {
+                    Some(target) if follow && !target.starts_with(&absolute) => {
+                        let rest = absolute[file.len() + 1..].to_vec();
+                        absolute = target.clone();
+                        absolute.extend(rest);
+                    }
+                    _ => return Some(file),
                 }
-            });
-            edges.insert(module.clone(), targets);
+            }
+            None
+        };
+        let targets = |module: &Module, named: &[Named], follow: bool| -> BTreeSet<Module> {
+            named
+                .iter()
+                .filter_map(|n| land(n.resolve(module), follow))
+                .filter(|target| target != module)
+                .collect()
+        };
+        Source {
+            edges: files
+                .iter()
+                .map(|(module, named)| (module.clone(), targets(module, named, false)))
+                .collect(),
+            uses: files
+                .iter()
+                .map(|(module, named)| (module.clone(), targets(module, named, true)))
+                .collect(),
         }
-        Source { edges }
     }
 }
 
@@ -334,24 +478,70 @@ fn drop_test_modules(text: &str) -> String {
     out
 }
 
+/// A path a file's code names, and the name a `use` makes it known by in the file (which its
+/// child modules may reach through `super::`, and other modules through a `pub use`).
+#[derive(Clone)]
+struct Named {
+    path: Vec<String>,
+    exported_as: Option<String>,
+    /// The inline modules (`mod imp { … }`) the path is written in, outermost first.
+    inside: Vec<String>,
+}
+
 /// Calls `found` with every module path in `text`: each leaf of each `use` tree, and each
-/// `crate::`, `super::` or `self::` path elsewhere.
-fn paths(text: &str, found: &mut dyn FnMut(Vec<String>)) {
+/// `crate::`, `super::` or `self::` path elsewhere, and each path that starts with one of the
+/// file's own child modules (`mod x;` then `x::y`, read as `self::x::y`).
+fn paths(text: &str, found: &mut dyn FnMut(Named)) {
     let tokens = tokenize(text);
+    let children: BTreeSet<&str> = tokens
+        .windows(3)
+        .filter(|w| w[0] == "mod" && is_ident(&w[1]) && w[2] == ";")
+        .map(|w| w[1].as_str())
+        .collect();
+    // Inline modules open at the brace depth recorded beside their name.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0;
     let mut i = 0;
     while i < tokens.len() {
-        if tokens[i] == "use" {
+        let inside: Vec<String> = inline.iter().map(|(name, _)| name.clone()).collect();
+        if tokens[i] == "mod"
+            && tokens.get(i + 1).is_some_and(|t| is_ident(t))
+            && tokens.get(i + 2).is_some_and(|t| t == "{")
+        {
+            inline.push((tokens[i + 1].clone(), depth));
+            depth += 1;
+            i += 3;
+        } else if tokens[i] == "in" && i >= 2 && tokens[i - 1] == "(" && tokens[i - 2] == "pub" {
+            // `pub(in crate::a)` names where an item is visible, not what it uses.
+            while i < tokens.len() && tokens[i] != ")" {
+                i += 1;
+            }
+        } else if tokens[i] == "{" {
+            depth += 1;
+            i += 1;
+        } else if tokens[i] == "}" {
+            depth -= 1;
+            if inline.last().is_some_and(|(_, open)| *open == depth) {
+                inline.pop();
+            }
+            i += 1;
+        } else if tokens[i] == "use" {
             let end = tokens[i..]
                 .iter()
                 .position(|t| t == ";")
                 .map_or(tokens.len(), |p| i + p);
-            use_tree(&tokens[i + 1..end], &mut Vec::new(), found);
+            let tree = UseTree {
+                children: &children,
+                inside: &inside,
+            };
+            tree.expand(&tokens[i + 1..end], &mut Vec::new(), found);
             i = end;
-        } else if matches!(tokens[i].as_str(), "crate" | "super" | "self")
+        } else if (matches!(tokens[i].as_str(), "crate" | "super" | "self")
+            || children.contains(tokens[i].as_str()))
             && tokens.get(i + 1).is_some_and(|t| t == "::")
             && (i == 0 || tokens[i - 1] != "::")
         {
-            let mut path = vec![tokens[i].clone()];
+            let mut path = rooted(&tokens[i], &children);
             i += 1;
             while tokens.get(i).is_some_and(|t| t == "::")
                 && tokens.get(i + 1).is_some_and(|t| is_ident(t))
@@ -359,62 +549,111 @@ fn paths(text: &str, found: &mut dyn FnMut(Vec<String>)) {
                 path.push(tokens[i + 1].clone());
                 i += 2;
             }
-            found(path);
+            found(Named {
+                path,
+                exported_as: None,
+                inside,
+            });
         } else {
             i += 1;
         }
     }
 }
 
-/// Expands one `use` tree (`crate::a::{b, c::{d, e as f}}`), reporting its leaves.
-fn use_tree(tokens: &[String], prefix: &mut Vec<String>, found: &mut dyn FnMut(Vec<String>)) {
-    let depth = prefix.len();
-    let mut i = 0;
-    while i < tokens.len() {
-        let token = tokens[i].as_str();
-        match token {
-            "::" => i += 1,
-            "{" => {
-                // The group runs to the matching brace; its items are split at top-level commas.
-                let mut level = 0;
-                let mut start = i + 1;
-                for k in i..tokens.len() {
-                    match tokens[k].as_str() {
-                        "{" => level += 1,
-                        "}" => level -= 1,
-                        "," if level == 1 => {
-                            use_tree(&tokens[start..k], prefix, found);
-                            start = k + 1;
-                        }
-                        _ => {}
-                    }
-                    if level == 0 {
-                        use_tree(&tokens[start..k], prefix, found);
-                        break;
-                    }
-                }
-                prefix.truncate(depth);
-                return;
-            }
-            "as" => break,
-            "*" => break,
-            _ if is_ident(token) => {
-                prefix.push(token.to_owned());
-                i += 1;
-            }
-            _ => i += 1,
-        }
+/// The first segment of a path: `crate`, `super` or `self` as written, a child module as
+/// `self::child`.
+fn rooted(first: &str, children: &BTreeSet<&str>) -> Vec<String> {
+    if children.contains(first) {
+        vec!["self".to_owned(), first.to_owned()]
+    } else {
+        vec![first.to_owned()]
     }
-    let path = prefix.clone();
-    prefix.truncate(depth);
-    let local = path.first().map(String::as_str);
-    if matches!(local, Some("crate" | "super" | "self")) && path.len() > 1 {
-        // `self` inside a group names the group's own path.
-        let path = path
-            .into_iter()
-            .filter(|s| s != "self" || depth == 0)
-            .collect();
-        found(path);
+}
+
+impl Named {
+    /// The path from the crate root, for a path written in `file`'s code.
+    fn resolve(&self, file: &Module) -> Module {
+        let mut module = file.clone();
+        module.extend(self.inside.iter().cloned());
+        resolve(&module, &self.path)
+    }
+}
+
+/// How one `use` item is read: which bare names are the file's child modules.
+struct UseTree<'a> {
+    children: &'a BTreeSet<&'a str>,
+    inside: &'a [String],
+}
+
+impl UseTree<'_> {
+    /// Expands one `use` tree (`crate::a::{b, c::{d, e as f}}`), reporting its leaves.
+    fn expand(&self, tokens: &[String], prefix: &mut Vec<String>, found: &mut dyn FnMut(Named)) {
+        let depth = prefix.len();
+        let mut alias = None;
+        let mut i = 0;
+        while i < tokens.len() {
+            let token = tokens[i].as_str();
+            match token {
+                "::" => i += 1,
+                "{" => {
+                    // The group runs to the matching brace; its items are split at top-level
+                    // commas.
+                    let mut level = 0;
+                    let mut start = i + 1;
+                    for k in i..tokens.len() {
+                        match tokens[k].as_str() {
+                            "{" => level += 1,
+                            "}" => level -= 1,
+                            "," if level == 1 => {
+                                self.expand(&tokens[start..k], prefix, found);
+                                start = k + 1;
+                            }
+                            _ => {}
+                        }
+                        if level == 0 {
+                            self.expand(&tokens[start..k], prefix, found);
+                            break;
+                        }
+                    }
+                    prefix.truncate(depth);
+                    return;
+                }
+                "as" => {
+                    alias = tokens.get(i + 1).cloned();
+                    break;
+                }
+                "*" => break,
+                _ if is_ident(token) => {
+                    if prefix.is_empty() {
+                        prefix.extend(rooted(token, self.children));
+                    } else {
+                        prefix.push(token.to_owned());
+                    }
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+        }
+        let path = prefix.clone();
+        prefix.truncate(depth);
+        let local = path.first().map(String::as_str);
+        if matches!(local, Some("crate" | "super" | "self")) && path.len() > 1 {
+            // `self` inside a group names the group's own path.
+            let path: Vec<String> = path
+                .into_iter()
+                .enumerate()
+                .filter(|(k, s)| s != "self" || *k == 0)
+                .map(|(_, s)| s)
+                .collect();
+            let exported_as = alias
+                .or_else(|| path.last().cloned())
+                .filter(|name| name != "_");
+            found(Named {
+                path,
+                exported_as,
+                inside: self.inside.to_vec(),
+            });
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ojsd::config::Config;
-use ojsd::embedded::{Access, Cluster};
+use ojsd::db::embedded::{Access, Cluster};
 use serde_json::json;
 
 use crate::support::app::Served;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ojsd::config::Config;
-use ojsd::embedded::{Access, Cluster};
+use ojsd::db::embedded::{Access, Cluster};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -49,7 +49,7 @@ impl Pair {
     fn url(&self) -> String {
         format!(
             "postgres://{}@127.0.0.1:{},127.0.0.1:{}/ojs?sslmode=disable&target_session_attrs=read-write",
-            ojsd::embedded::SUPERUSER,
+            ojsd::db::embedded::SUPERUSER,
             self.primary.port(),
             self.standby.port()
         )
@@ -59,7 +59,7 @@ impl Pair {
     async fn pool(cluster: &Cluster, database: &str) -> PgPool {
         let url = format!(
             "postgres://{}@127.0.0.1:{}/{database}?sslmode=disable",
-            ojsd::embedded::SUPERUSER,
+            ojsd::db::embedded::SUPERUSER,
             cluster.port()
         );
         PgPool::connect(&url).await.expect("connect to a cluster")

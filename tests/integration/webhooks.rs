@@ -618,7 +618,7 @@ async fn a_new_key_seals_every_secret_again_at_start_and_clear_ones_from_before_
             c.secret_key_previous = vec![crate::support::app::test_secret_key()];
         })
         .await;
-    let new_id = ojsd::secret::Keyring::new(NEW_KEY, &[])
+    let new_id = ojsd::webhook::secret::Keyring::new(NEW_KEY, &[])
         .unwrap()
         .current_id()
         .to_owned();

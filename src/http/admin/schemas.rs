@@ -1,5 +1,5 @@
 //! The schema registry over HTTP (admin), in two bindings over one store (see
-//! [`crate::job_schema`] for what a schema checks):
+//! [`crate::job::schema`] for what a schema checks):
 //!
 //! - `/ojs/v1/admin/schemas/...`, as the conformance suite and the admin UI call it: `PUT` and
 //!   `GET`/`DELETE` `/{type}/{version}`, `GET /{type}` (the latest), `GET /{type}/versions`,
@@ -22,7 +22,7 @@ use crate::broker::{SchemaRegistration, SchemaRow};
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JsonBody};
 use crate::http::{AppState, Ojs, ok};
-use crate::job_schema::ValidationMode;
+use crate::job::schema::ValidationMode;
 use crate::wire::timestamp;
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -9,12 +9,12 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::broker::RECENT_WINDOW;
 use crate::broker::StateCounts;
 use crate::broker::WorkflowCounts;
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::query::QueryParams;
+use crate::http::shapes::{JobCountsSchema, Throughput};
 use crate::http::{AppState, ok};
 use crate::job::id_schema::QueueName;
 
@@ -22,22 +22,6 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(stats))
         .routes(routes!(history))
-}
-
-/// Jobs by state (the schema of `StateCounts`, which the admin API serializes as `jobs` and
-/// `counts`).
-#[derive(ToSchema, serde::Deserialize)]
-#[schema(as = JobCounts)]
-#[allow(dead_code)] // a schema: the server writes `StateCounts`
-pub(crate) struct JobCountsSchema {
-    available: i64,
-    active: i64,
-    scheduled: i64,
-    pending: i64,
-    retryable: i64,
-    completed: i64,
-    discarded: i64,
-    cancelled: i64,
 }
 
 /// Buckets a history answers at most.
@@ -168,16 +152,6 @@ struct History {
     data: Vec<Point>,
 }
 
-/// Jobs finished per minute over the recent window.
-#[derive(Serialize, ToSchema)]
-#[schema(as = RecentThroughput)]
-pub(crate) struct Throughput {
-    /// Completed.
-    processed_per_minute: f64,
-    /// Discarded.
-    failed_per_minute: f64,
-}
-
 /// The whole server at a glance.
 #[derive(Serialize, ToSchema)]
 #[schema(as = AdminStats)]
@@ -194,17 +168,6 @@ struct Stats {
     uptime_seconds: u64,
     /// Workflows per state.
     workflows: WorkflowCounts,
-}
-
-impl Throughput {
-    /// From the jobs completed and discarded within [`RECENT_WINDOW`].
-    pub(crate) fn of(completed: i64, discarded: i64) -> Throughput {
-        let minutes = RECENT_WINDOW.as_secs_f64() / 60.0;
-        Throughput {
-            processed_per_minute: completed as f64 / minutes,
-            failed_per_minute: discarded as f64 / minutes,
-        }
-    }
 }
 
 /// `GET /ojs/v1/admin/stats`: queues, live workers, jobs by state, the throughput of the last

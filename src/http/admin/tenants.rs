@@ -658,7 +658,7 @@ async fn stats(
     summary = "A tenant's jobs",
     params(IdParam, PageParams),
     responses(
-        (status = 200, description = "As `GET /ojs/v1/admin/jobs`.", body = crate::http::jobs::admin::ListBody<'_>),
+        (status = 200, description = "As `GET /ojs/v1/admin/jobs`.", body = crate::http::job_listing::ListBody<'_>),
         (status = 400, description = "A parameter is invalid."),
     )
 )]
@@ -668,5 +668,5 @@ async fn jobs(
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     tenant_path(&id)?;
-    crate::http::jobs::admin::listing(&state, &query, Some(&id)).await
+    crate::http::job_listing::listing(&state, &query, Some(&id)).await
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{EnabledParam, WireCron, name_of, page_of};
+use super::entries::{EnabledParam, WireCron, name_of, page_of};
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 use crate::http::query::{PageParams, Pagination, QueryParams};
@@ -28,7 +28,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[allow(dead_code)] // documentation: read by `name_of`
 struct CronIdParam {
     /// The entry's name.
-    #[param(value_type = super::CronName)]
+    #[param(value_type = super::entries::CronName)]
     id: String,
 }
 
@@ -96,7 +96,7 @@ async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
     operation_id = "ui_change_cron",
     summary = "Change, enable or disable a cron entry (admin UI shape)",
     params(CronIdParam),
-    request_body = super::CronPatch,
+    request_body = super::entries::CronPatch,
     responses(
         (status = 200, body = WireCron<'_>),
         (status = 400, description = "A field is invalid; `details` names it."),

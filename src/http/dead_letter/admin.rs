@@ -12,16 +12,16 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::http::dead_letter::{
+use super::binding::{
     self, DeadLetterBulkRetry, DeadLetterBulkRetryRequest, DeadLetterFilterQuery,
     DeadLetterPurgeRequest, DeadLetterPurged, DeadLetterRetryRequest, DeadLetterStats, PurgeQuery,
     filter_from_query,
 };
 use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, OptionalJsonBody};
-use crate::http::jobs::{JobIdParam, WrappedJob};
 use crate::http::openapi;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::shapes::{JobIdParam, WrappedJob};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::job::wire::WireJob;
@@ -95,7 +95,7 @@ async fn remove(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `DELETE /ojs/v1/admin/dead-letter`: [`dead_letter::purge`].
+/// `DELETE /ojs/v1/admin/dead-letter`: [`binding::purge`].
 #[utoipa::path(
     delete,
     path = "/ojs/v1/admin/dead-letter",
@@ -118,10 +118,10 @@ async fn purge(
     query: QueryParams,
     body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    dead_letter::purge(state, tenant, query, body).await
+    binding::purge(state, tenant, query, body).await
 }
 
-/// `GET /ojs/v1/admin/dead-letter/stats`: [`dead_letter::stats`].
+/// `GET /ojs/v1/admin/dead-letter/stats`: [`binding::stats`].
 #[utoipa::path(
     get,
     path = "/ojs/v1/admin/dead-letter/stats",
@@ -131,10 +131,10 @@ async fn purge(
     responses((status = 200, body = DeadLetterStats))
 )]
 async fn stats(state: State<AppState>, tenant: Tenant) -> Result<Response, ApiError> {
-    dead_letter::stats(state, tenant).await
+    binding::stats(state, tenant).await
 }
 
-/// `POST /ojs/v1/admin/dead-letter/retry`: [`dead_letter::retry_all`].
+/// `POST /ojs/v1/admin/dead-letter/retry`: [`binding::retry_all`].
 #[utoipa::path(
     post,
     path = "/ojs/v1/admin/dead-letter/retry",
@@ -152,10 +152,10 @@ async fn retry_all(
     tenant: Tenant,
     body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    dead_letter::retry_all(state, tenant, body).await
+    binding::retry_all(state, tenant, body).await
 }
 
-/// `POST /ojs/v1/admin/dead-letter/{id}/retry`: [`dead_letter::retry_one`].
+/// `POST /ojs/v1/admin/dead-letter/{id}/retry`: [`binding::retry_one`].
 #[utoipa::path(
     post,
     path = "/ojs/v1/admin/dead-letter/{id}/retry",
@@ -178,5 +178,5 @@ async fn retry_one(
     id: JobIdPath,
     body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    dead_letter::retry_one(state, id, body).await
+    binding::retry_one(state, id, body).await
 }

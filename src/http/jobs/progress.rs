@@ -17,11 +17,11 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::JobIdParam;
 use crate::broker::{Progress, ProgressReport};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JobIdPath, JsonBody};
+use crate::http::shapes::JobIdParam;
 use crate::http::sse;
 use crate::http::{AppState, ok};
 use crate::job::id_schema::WorkerId;

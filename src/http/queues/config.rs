@@ -15,7 +15,7 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::QueueBody;
+use super::body::QueueBody;
 use crate::http::error::ApiError;
 use crate::http::extract::{JsonBody, queue_path};
 use crate::http::openapi::values::{Duration, NonEmpty, Seconds};

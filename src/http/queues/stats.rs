@@ -9,11 +9,11 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::QueueNameParam;
 use crate::broker::QueueState;
 use crate::broker::QueueStats;
 use crate::http::error::ApiError;
 use crate::http::extract::queue_path;
+use crate::http::shapes::QueueNameParam;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::wire::timestamp;

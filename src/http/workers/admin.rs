@@ -9,10 +9,11 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use super::{WireWorker, WorkerIdParam};
+use super::registry::WireWorker;
 use crate::http::error::ApiError;
 use crate::http::extract::{OptionalJsonBody, WorkerIdPath};
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::shapes::WorkerIdParam;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::job::id_schema::WorkerId;

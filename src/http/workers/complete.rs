@@ -10,7 +10,6 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::MAX_RESULT_BYTES;
 use crate::broker::{NackRequest, Nacked};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
@@ -23,6 +22,9 @@ use crate::job::{JobId, JobState};
 use crate::telemetry::traces::Operation;
 use crate::wire::json::Object;
 use crate::wire::timestamp;
+
+/// Largest ACK `result`, serialized.
+const MAX_RESULT_BYTES: usize = 1024 * 1024;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -10,11 +10,11 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{MAX_FETCH_QUEUES, positive_ms};
 use crate::broker::{FetchRequest, MAX_WEIGHT, Strategy, Weights};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
+use crate::http::extract::positive_ms;
 use crate::http::extract::{Fields, JsonBody, TraceCall};
 use crate::http::openapi::values::{FetchCount, Milliseconds};
 use crate::http::tenancy::Tenant;
@@ -22,6 +22,9 @@ use crate::http::{AppState, ok, openapi};
 use crate::job::id_schema::{QueueName, WorkerId};
 use crate::job::wire::WireJob;
 use crate::wire::json::{self, Kind, Object};
+
+/// Most queues one FETCH may name.
+const MAX_FETCH_QUEUES: usize = 100;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(fetch))

@@ -8,11 +8,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::positive_ms;
 use super::registry::{ReportFields, WorkerReportSchema};
 use crate::broker::HeartbeatParams;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
+use crate::http::extract::positive_ms;
 use crate::http::extract::{Fields, JsonBody};
 use crate::http::openapi::values::Milliseconds;
 use crate::http::{AppState, ok};

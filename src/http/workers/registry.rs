@@ -10,12 +10,12 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::WorkerIdParam;
 use super::fetch::parse_weights;
 use crate::broker::{Strategy, WorkerRecord, WorkerReport};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JsonBody, WorkerIdPath};
+use crate::http::shapes::WorkerIdParam;
 use crate::http::{AppState, Ojs, ok};
 use crate::job::id_schema::{QueueName, WorkerId};
 use crate::job::{JobId, is_valid_queue};

@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
-use crate::job::DispatchPlace;
 use crate::job::Job;
+use crate::job::dispatch::DispatchPlace;
 
 /// Waits until no other transaction holds a due `scheduled` or `retryable` job of `queues`
 /// locked, and returns how many such jobs are left unpromoted. [`promote_due`] skips the rows

@@ -3,7 +3,7 @@
 
 use sqlx::PgExecutor;
 
-use super::ensure;
+use super::row::ensure;
 
 /// The configuration generation and every stored configuration layer that is not empty
 /// (`_default` included), read together.

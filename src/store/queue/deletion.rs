@@ -3,7 +3,7 @@
 
 use sqlx::PgExecutor;
 
-use super::QueueState;
+use super::row::QueueState;
 
 /// What a deletion found, with the queue row locked.
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ojsd::embedded::{Access, Cluster};
+use ojsd::db::embedded::{Access, Cluster};
 use serde_json::Value;
 
 /// One `ojsd` process (the binary this test run built).
@@ -130,7 +130,7 @@ impl Drop for Replica {
 
 /// A PostgreSQL cluster of its own (a data directory under /tmp, its own port), which a test may
 /// stop and start without disturbing any other test: ojsd's own embedded cluster
-/// ([`ojsd::embedded::Cluster`]), reachable over TCP on loopback.
+/// ([`ojsd::db::embedded::Cluster`]), reachable over TCP on loopback.
 pub struct PrivateCluster {
     cluster: Mutex<Cluster>,
     dir: PathBuf,
@@ -194,7 +194,7 @@ impl PrivateCluster {
     pub fn url(&self, name: &str) -> String {
         format!(
             "postgres://{}@127.0.0.1:{}/{name}?sslmode=disable",
-            ojsd::embedded::SUPERUSER,
+            ojsd::db::embedded::SUPERUSER,
             self.port
         )
     }

@@ -17,6 +17,8 @@
 //!
 //! [OJS webhooks]: https://github.com/openjobspec/spec/blob/main/spec/ojs-webhooks.md
 
+pub mod secret;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 

@@ -46,6 +46,8 @@ use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(unix)]
+pub mod embedded;
 pub mod sockets;
 pub mod target;
 

@@ -1,0 +1,88 @@
+//! Shapes several resources share: the path parameters of a job, a queue and a worker, the
+//! wrapped job body, and the figures the admin overviews show (job counts by state, recent
+//! throughput). A resource module never imports another; what two of them answer alike is
+//! defined here.
+
+use serde::Serialize;
+use utoipa::{IntoParams, ToSchema};
+
+use super::openapi;
+use crate::broker::RECENT_WINDOW;
+use crate::job::JobId;
+use crate::job::id_schema::{QueueName, WorkerId};
+
+/// The job id of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `JobIdPath`
+pub(crate) struct JobIdParam {
+    /// The job's id.
+    #[param(value_type = JobId)]
+    id: String,
+}
+
+/// The queue name of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `queue_path`
+pub(crate) struct QueueNameParam {
+    /// The queue (any other name is refused with 400).
+    #[param(value_type = QueueName)]
+    name: String,
+}
+
+/// The worker id of a path.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation: read by `WorkerIdPath`
+pub(crate) struct WorkerIdParam {
+    /// The worker's id (any other string names no worker).
+    #[param(value_type = WorkerId)]
+    worker_id: String,
+}
+
+/// A job wrapped as `{"job": ...}` with the same attributes also beside `job`.
+#[derive(ToSchema, serde::Deserialize)]
+#[allow(dead_code)]
+pub(crate) struct WrappedJob {
+    job: openapi::Job,
+    #[serde(flatten)]
+    bare: openapi::Job,
+}
+
+/// Jobs by state (the schema of `StateCounts`, which the admin API serializes as `jobs` and
+/// `counts`).
+#[derive(ToSchema, serde::Deserialize)]
+#[schema(as = JobCounts)]
+#[allow(dead_code)] // a schema: the server writes `StateCounts`
+pub(crate) struct JobCountsSchema {
+    available: i64,
+    active: i64,
+    scheduled: i64,
+    pending: i64,
+    retryable: i64,
+    completed: i64,
+    discarded: i64,
+    cancelled: i64,
+}
+
+/// Jobs finished per minute over the recent window.
+#[derive(Serialize, ToSchema)]
+#[schema(as = RecentThroughput)]
+pub(crate) struct Throughput {
+    /// Completed.
+    processed_per_minute: f64,
+    /// Discarded.
+    failed_per_minute: f64,
+}
+
+impl Throughput {
+    /// From the jobs completed and discarded within [`RECENT_WINDOW`].
+    pub(crate) fn of(completed: i64, discarded: i64) -> Throughput {
+        let minutes = RECENT_WINDOW.as_secs_f64() / 60.0;
+        Throughput {
+            processed_per_minute: completed as f64 / minutes,
+            failed_per_minute: discarded as f64 / minutes,
+        }
+    }
+}
