@@ -358,6 +358,12 @@ impl Application {
             "ojsd listening"
         );
         let mut background = Background::default();
+        // Subscribed before the listener starts, so nothing it hears is missed.
+        let releaser = crate::broker::rate_limits::run_releaser(
+            db.clone(),
+            notifier.subscribe(),
+            shutdown.clone(),
+        );
         background.spawn(
             "notification listener",
             notifier.listen(db.clone(), health.clone(), shutdown.clone()),
@@ -383,7 +389,7 @@ impl Application {
         );
         background.spawn(
             "rate-limit releaser",
-            crate::broker::rate_limits::run_releaser(db.clone(), shutdown.clone()),
+            releaser,
         );
         background.spawn(
             "dispatch count flusher",

@@ -3,21 +3,23 @@
 //!
 //! The database decides what a key allows (`ojs_rate_release`, under the key's row lock);
 //! this side only says when to ask: at once after an enqueue (see the enqueuer), when a
-//! notification on `ojs_rate_key` says a job of a key holding others back left flight, or a
+//! notification on `ojs_rate_key` (heard by the process's one listener,
+//! [`crate::wakeup::Notifier`]) says a job of a key holding others back left flight, or a
 //! keyed job became available again, when a key's `next_check_at` comes due (a window
 //! sliding, a throttle interval, a block lapsing), and every few seconds for keys holding jobs
 //! with no check to come (an enqueue whose process died before it released). Every replica
 //! runs a releaser; they take turns on a key's row.
 //!
 //! Tenants with a concurrency limit hold their jobs the same way (migration V28): the releaser
-//! also listens on `ojs_tenant` and sweeps tenants holding jobs, and `ojs_tenant_release` lets
+//! also hears `ojs_tenant` and sweeps tenants holding jobs, and `ojs_tenant_release` lets
 //! go what a tenant allows, under its row lock.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_util::sync::CancellationToken;
 
 use super::Broker;
@@ -25,13 +27,7 @@ use crate::error::{Error, Result};
 use crate::store;
 use crate::store::rate_limit::{KeyUsage, Override as RateOverride};
 use crate::telemetry;
-
-/// The notification channel of keys that may have room.
-pub const RATE_KEY_CHANNEL: &str = "ojs_rate_key";
-
-/// The notification channel of tenants (with a concurrency limit) that may have room
-/// (migration V28): their held jobs are released by the same releaser.
-pub const TENANT_CHANNEL: &str = "ojs_tenant";
+use crate::wakeup::Wakeup;
 
 /// Longest wait between two looks at the due keys (another replica may have set an earlier
 /// check without a notification reaching this one).
@@ -78,14 +74,19 @@ impl Broker {
     }
 }
 
-/// Releases held jobs of rate-limit keys until `shutdown`: on notifications, and when keys
-/// come due.
-pub async fn run_releaser(db: PgPool, shutdown: CancellationToken) {
+/// Releases held jobs of rate-limit keys and limited tenants until `shutdown`: when the
+/// process's listener hears that a key or tenant may have room (`wakeups`, from
+/// [`Notifier::subscribe`](crate::wakeup::Notifier::subscribe)), and when keys come due.
+pub async fn run_releaser(
+    db: PgPool,
+    mut wakeups: broadcast::Receiver<Wakeup>,
+    shutdown: CancellationToken,
+) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let result = tokio::select! {
             () = shutdown.cancelled() => return,
-            r = release_loop(&db, &shutdown) => r,
+            r = release_loop(&db, &mut wakeups, &shutdown) => r,
         };
         match result {
             Ok(()) => return,
@@ -101,23 +102,58 @@ pub async fn run_releaser(db: PgPool, shutdown: CancellationToken) {
     }
 }
 
-async fn release_loop(db: &PgPool, shutdown: &CancellationToken) -> Result<(), sqlx::Error> {
-    let mut listener = PgListener::connect_with(db).await?;
-    listener
-        .listen_all([RATE_KEY_CHANNEL, TENANT_CHANNEL])
-        .await?;
-    let mut keys: BTreeSet<String> = BTreeSet::new();
-    let mut tenants: BTreeSet<String> = BTreeSet::new();
+/// What the releaser has heard and not yet acted on.
+#[derive(Default)]
+struct Heard {
+    keys: BTreeSet<String>,
+    tenants: BTreeSet<String>,
+    /// Notifications may have been missed (the listener reconnected, or this receiver fell
+    /// behind): look for everything holding jobs.
+    sweep: bool,
+}
+
+impl Heard {
+    /// Notes one wakeup; `false` when the notifier is gone.
+    fn note(&mut self, wakeup: Result<Wakeup, RecvError>) -> bool {
+        match wakeup {
+            Ok(Wakeup::RateKey(key)) => {
+                self.keys.insert(key.to_string());
+            }
+            Ok(Wakeup::Tenant(tenant)) => {
+                self.tenants.insert(tenant.to_string());
+            }
+            Ok(Wakeup::All) | Err(RecvError::Lagged(_)) => self.sweep = true,
+            Ok(Wakeup::Queue(_) | Wakeup::LeaderResigned) => {}
+            Err(RecvError::Closed) => return false,
+        }
+        true
+    }
+}
+
+async fn release_loop(
+    db: &PgPool,
+    wakeups: &mut broadcast::Receiver<Wakeup>,
+    shutdown: &CancellationToken,
+) -> Result<(), sqlx::Error> {
     // The first pass sweeps (what waited while no releaser ran).
-    let mut swept_at: Option<std::time::Instant> = None;
+    let mut heard = Heard {
+        sweep: true,
+        ..Heard::default()
+    };
+    let mut swept_at = std::time::Instant::now();
     loop {
-        if swept_at.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
-            keys.extend(store::rate_limit::stranded(db, DUE_BATCH).await?);
-            tenants.extend(store::tenant::holding(db, DUE_BATCH).await?);
-            swept_at = Some(std::time::Instant::now());
+        if heard.sweep || swept_at.elapsed() >= SWEEP_EVERY {
+            heard
+                .keys
+                .extend(store::rate_limit::stranded(db, DUE_BATCH).await?);
+            heard
+                .tenants
+                .extend(store::tenant::holding(db, DUE_BATCH).await?);
+            heard.sweep = false;
+            swept_at = std::time::Instant::now();
         }
         // Tenants first: a job a tenant releases may then wait for its key.
-        for tenant in std::mem::take(&mut tenants) {
+        for tenant in std::mem::take(&mut heard.tenants) {
             let released = store::tenant::release(db, &tenant, true).await?;
             telemetry::rate_released(released.iter().map(|(_, n)| n).sum());
         }
@@ -125,8 +161,8 @@ async fn release_loop(db: &PgPool, shutdown: &CancellationToken) -> Result<(), s
         // to come due or for a notification.
         let (due, next_at) = store::rate_limit::due(db, DUE_BATCH).await?;
         let many = due.len() as i64 >= DUE_BATCH;
-        keys.extend(due);
-        for key in std::mem::take(&mut keys) {
+        heard.keys.extend(due);
+        for key in std::mem::take(&mut heard.keys) {
             let released = store::rate_limit::release(db, &key, true).await?;
             telemetry::rate_released(released.iter().map(|(_, n)| n).sum());
         }
@@ -140,18 +176,21 @@ async fn release_loop(db: &PgPool, shutdown: &CancellationToken) -> Result<(), s
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             () = tokio::time::sleep(wait) => {}
-            n = listener.recv() => {
-                let mut note = |n: sqlx::postgres::PgNotification| {
-                    if n.channel() == TENANT_CHANNEL {
-                        tenants.insert(n.payload().to_owned());
-                    } else {
-                        keys.insert(n.payload().to_owned());
-                    }
-                };
-                note(n?);
+            wakeup = wakeups.recv() => {
+                if !heard.note(wakeup) {
+                    return Ok(());
+                }
                 // Whatever else is already here, in one pass.
-                while let Some(n) = listener.next_buffered() {
-                    note(n);
+                loop {
+                    match wakeups.try_recv() {
+                        Ok(wakeup) => {
+                            heard.note(Ok(wakeup));
+                        }
+                        Err(TryRecvError::Lagged(n)) => {
+                            heard.note(Err(RecvError::Lagged(n)));
+                        }
+                        Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                    }
                 }
             }
         }

@@ -53,6 +53,14 @@ pub const JOB_AVAILABLE_CHANNEL: &str = "ojs_job_available";
 /// counts them in the metrics; every replica forgets when the next job comes due.
 pub const SQL_ENQUEUED_CHANNEL: &str = "ojs_job_enqueued";
 
+/// NOTIFY channel of rate-limit keys that may have room (migration V20): the key. Every
+/// replica's releaser then releases what the key allows (`ojs_rate_release`).
+pub const RATE_KEY_CHANNEL: &str = "ojs_rate_key";
+
+/// NOTIFY channel of tenants with a concurrency limit that may have room (migration V28): the
+/// tenant id. Released by the same releaser (`ojs_tenant_release`).
+pub const TENANT_CHANNEL: &str = "ojs_tenant";
+
 /// `application_name` of every replica's listening connection.
 pub const LISTENER_APPLICATION_NAME: &str = "ojsd-listener";
 

@@ -4,7 +4,9 @@
 //! that were waiting before it. Three things end the wait:
 //! - a commit that made jobs available: this process's enqueues tell the [`Announcer`], which
 //!   wakes the local waiters at once and sends one `NOTIFY` per queue for the other replicas;
-//!   the [`Notifier`] (one `LISTEN` connection per process) wakes the waiters of those;
+//!   the [`Notifier`] (the process's one `LISTEN` connection, for every channel ojsd uses:
+//!   it also hands the rate-limit releaser the keys and tenants that may have room) wakes
+//!   the waiters of those;
 //! - an enqueue that hands its job straight to a parked FETCH ([`waiters::Taken`]);
 //! - the FETCH's own timer, the safety net for anything missed.
 //!

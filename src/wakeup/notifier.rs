@@ -1,9 +1,11 @@
 //! Wakes long-polling fetchers when jobs become available, and followers when a leader resigns.
 //!
-//! One connection per process LISTENs on [`store::JOB_AVAILABLE_CHANNEL`] and
-//! [`store::leader::RESIGNED_CHANNEL`]. A queue's notification wakes as many of the long polls
-//! parked on it ([`super::waiters`]) as it has new jobs, or all of them when it does not say; a
-//! resignation is broadcast to the followers. When the listening connection drops,
+//! One connection per process LISTENs on every channel ojsd uses:
+//! [`store::JOB_AVAILABLE_CHANNEL`], [`store::leader::RESIGNED_CHANNEL`],
+//! [`store::SQL_ENQUEUED_CHANNEL`], [`store::RATE_KEY_CHANNEL`] and [`store::TENANT_CHANNEL`].
+//! A queue's notification wakes as many of the long polls parked on it ([`super::waiters`]) as
+//! it has new jobs, or all of them when it does not say; a resignation is broadcast to the
+//! followers, and a key or tenant that may have room to the rate-limit releaser. When the listening connection drops,
 //! notifications sent meanwhile are lost, so every waiter is woken to poll once, and waiters
 //! also poll on a timer as a safety net. The connection is pinged every
 //! [`LISTENER_PING_INTERVAL`]: one whose server froze or vanished without a reset (sqlx sets no
@@ -21,7 +23,7 @@ use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use crate::db::DbHealth;
-use crate::job::DispatchPlace;
+use crate::job::dispatch::DispatchPlace;
 use crate::store;
 use crate::wakeup::ClaimFloors;
 use crate::wakeup::waiters::Waiters;
@@ -35,6 +37,10 @@ pub enum Wakeup {
     LeaderResigned,
     /// Anything may have changed (the listener reconnected): poll.
     All,
+    /// A rate-limit key may have room: its held jobs can be released.
+    RateKey(Arc<str>),
+    /// A tenant with a concurrency limit may have room: its held jobs can be released.
+    Tenant(Arc<str>),
 }
 
 /// New available jobs in a queue.
@@ -118,8 +124,8 @@ impl Notifier {
         &self.waiters
     }
 
-    /// A receiver of the leader's resignations and of [`Wakeup::All`] from now on (queue
-    /// wakeups go to the parked long polls only).
+    /// A receiver of the leader's resignations, of the keys and tenants that may have room,
+    /// and of [`Wakeup::All`], from now on (queue wakeups go to the parked long polls only).
     pub fn subscribe(&self) -> broadcast::Receiver<Wakeup> {
         self.tx.subscribe()
     }
@@ -137,7 +143,7 @@ impl Notifier {
                 self.floors.reset_all();
                 self.waiters.wake_all();
             }
-            Wakeup::LeaderResigned => {}
+            Wakeup::LeaderResigned | Wakeup::RateKey(_) | Wakeup::Tenant(_) => {}
         }
         let _ = self.tx.send(wakeup);
     }
@@ -194,6 +200,8 @@ impl Notifier {
                 store::JOB_AVAILABLE_CHANNEL,
                 store::leader::RESIGNED_CHANNEL,
                 store::SQL_ENQUEUED_CHANNEL,
+                store::RATE_KEY_CHANNEL,
+                store::TENANT_CHANNEL,
             ])
             .await?;
         tracing::debug!("listening for notifications");
@@ -241,6 +249,12 @@ impl Notifier {
                 }
                 Some(n) if n.channel() == store::SQL_ENQUEUED_CHANNEL => {
                     self.sql_enqueued(n.payload());
+                }
+                Some(n) if n.channel() == store::RATE_KEY_CHANNEL => {
+                    self.wake(Wakeup::RateKey(n.payload().into()));
+                }
+                Some(n) if n.channel() == store::TENANT_CHANNEL => {
+                    self.wake(Wakeup::Tenant(n.payload().into()));
                 }
                 Some(n) => match parse_available(n.payload()) {
                     Available {

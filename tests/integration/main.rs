@@ -25,6 +25,7 @@ mod leadership;
 mod leases;
 mod maintenance;
 mod maintenance_mode;
+mod maps;
 mod priority;
 mod progress;
 mod queue_config;
