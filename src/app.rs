@@ -22,16 +22,12 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::cron::CronFirer;
 use crate::broker::{Broker, Settings};
 use crate::config::{self, Config};
-use crate::db::{self, DbHealth, DbTarget, HotConnections, PoolSettings};
+use crate::db::{self, DbHealth, DbTarget, HotConnections};
 use crate::events::EventTail;
 use crate::hold::SystemHold;
 use crate::http::{self, AppState, HttpSettings, Services};
-use crate::job::envelope::Limits;
-use crate::leadership::{Elector, LeaderConfig};
-use crate::maintenance::{
-    self, ExpirerConfig, MaintenanceConfig, PromoterConfig, PrunerConfig, ReaperConfig,
-    StaleWorkersConfig,
-};
+use crate::leadership::Elector;
+use crate::maintenance::{self, MaintenanceConfig};
 use crate::scheduling::starvation::COUNT_FLUSH_INTERVAL;
 use crate::wakeup::{Announcer, Notifier};
 
@@ -54,7 +50,7 @@ pub struct Application {
 /// Creates the database if needed and applies pending migrations (under an advisory lock, so
 /// replicas starting together are safe).
 pub async fn migrate(config: &Config) -> anyhow::Result<ojsd_migrate::Report> {
-    let options = find_database(&config.database_target()?).await?;
+    let options = find_database(&config.database.target()?).await?;
     if ojsd_migrate::ensure_database(&options)
         .await
         .context("cannot reach PostgreSQL to create the database")?
@@ -103,92 +99,26 @@ impl Application {
     pub async fn build(config: &Config) -> anyhow::Result<Application> {
         install_tls();
         config.validate()?;
-        let instance_id = config.resolved_instance_id();
+        let instance_id = config.server.resolved_instance_id();
         let trace_settings = crate::telemetry::traces::TraceSettings::from_variables(
-            &config.otel,
-            &config.service_name,
+            &config.telemetry.otel,
+            &config.server.service_name,
             &instance_id,
         )?;
-        if !config.skip_migrations {
+        if !config.database.skip_migrations {
             migrate(config).await?;
         }
         let traces = crate::telemetry::traces::JobTracer::new(&trace_settings)?;
         let health = DbHealth::default();
-        // Events written by API requests name this replica as their source. The statements are
-        // short and their plans cheap: a JIT compile (tens of ms) would only ever cost time.
-        // Every statement is prepared once per connection and planned once, generically: the
-        // hot statements' custom plans cost more to make than to run, and their SQL is written
-        // so that the generic plan is the right one (literal state predicates that match the
-        // partial indexes, parameters only where any value takes the same path).
-        let target = config.database_target()?.map(|options| {
-            options.options([
-                (
-                    "ojs.source",
-                    format!("ojs://{}/api/{instance_id}", config.service_name),
-                ),
-                ("jit", "off".to_owned()),
-                ("plan_cache_mode", "force_generic_plan".to_owned()),
-                // No statement or forgotten transaction may hold locks, or pin the MVCC horizon
-                // that vacuum needs, for long. (Migrations connect without these.)
-                (
-                    "statement_timeout",
-                    format!("{}s", config.db_statement_timeout_secs),
-                ),
-                (
-                    "idle_in_transaction_session_timeout",
-                    format!("{}s", config.db_idle_in_transaction_timeout_secs),
-                ),
-            ])
-        });
-        find_database(&target).await?;
-        let target = Arc::new(target);
-        let db = db::connect_pool(
-            &target,
-            &PoolSettings {
-                max_connections: config.db_max_connections,
-                min_connections: config.db_min_connections,
-                acquire_timeout: Duration::from_millis(config.db_acquire_timeout_ms),
-            },
-            &health,
-        )
-        .await
-        .context("cannot connect to PostgreSQL")?;
-        // Completed jobs go to the day's partition of ojs_job_done: every replica makes sure
-        // the next days have one, so ACKs find one even before a leader's pruner runs.
-        crate::store::job::ensure_done_partitions(
-            &db,
-            chrono::Utc::now(),
-            crate::maintenance::DONE_DAYS_AHEAD,
-        )
-        .await
-        .context("cannot prepare the partitions of ojs_job_done")?;
-        // ojs_enqueue() (SQL) enqueues with this process's settings.
-        crate::store::setting::publish(
-            &db,
-            &crate::store::setting::EnqueueSettings {
-                limits: broker_settings(config).limits,
-                strict_queues: config.strict_queues,
-                max_envelope_bytes: config.max_envelope_bytes,
-                max_batch_jobs: config.max_batch_size,
-            },
-        )
-        .await
-        .context("cannot write the enqueue settings to ojs_setting")?;
-
+        let (db, target) = connect(config, &instance_id, &health).await?;
+        prepare_database(config, &db).await?;
         // Install the metrics recorder before anything records.
         crate::telemetry::metrics();
         crate::telemetry::leader_changed(false);
         let notifier = Notifier::new(&instance_id);
         let announcer = Announcer::new(notifier.clone());
         let shutdown = CancellationToken::new();
-        let heartbeat_timeout = config.heartbeat_timeout();
-        // Maintenance mode as stored: a replica restarted during it starts held.
-        let hold = SystemHold::new(notifier.waiters().clone());
-        hold.learned(
-            crate::store::hold::read(&db)
-                .await
-                .context("cannot read maintenance mode (ojs_system_hold)")?,
-        );
+        let hold = stored_hold(&notifier, &db).await?;
         let broker = Broker::new(
             db.clone(),
             HotConnections::new(db.clone(), health.clone()),
@@ -196,109 +126,40 @@ impl Application {
             announcer.clone(),
             hold.clone(),
         );
-        if let Some(keys) = config.secret_keyring()? {
-            tracing::info!(
-                key = keys.current_id(),
-                previous = ?keys.previous_ids().collect::<Vec<_>>(),
-                "secrets are sealed under OJS_SECRET_KEY"
-            );
-        }
-        let resealed = broker
-            .reseal_webhook_secrets()
-            .await
-            .context("cannot seal the webhook secrets under OJS_SECRET_KEY")?;
-        if resealed > 0 {
-            tracing::info!(
-                subscriptions = resealed,
-                "webhook secrets sealed under the current OJS_SECRET_KEY"
-            );
-        }
+        seal_secrets(config, &broker).await?;
         let elector = Elector::new(
             db.clone(),
             instance_id.clone(),
-            LeaderConfig {
-                lease: Duration::from_millis(config.leader_lease_ms),
-                renew_interval: Duration::from_millis(config.leader_renew_interval_ms),
-                elect_interval: Duration::from_millis(config.leader_elect_interval_ms),
-            },
+            config.maintenance.leader(),
             notifier.clone(),
             health.clone(),
         );
-        let role = elector.subscribe();
-        let batch = i64::from(config.maintenance_batch_size);
-        let maintenance_config = MaintenanceConfig {
-            promoter: PromoterConfig {
-                interval: Duration::from_millis(config.promote_interval_ms),
-                batch_size: batch,
-            },
-            reaper: ReaperConfig {
-                interval: Duration::from_millis(config.reap_interval_ms),
-                batch_size: batch,
-            },
-            expirer: ExpirerConfig {
-                interval: Duration::from_millis(config.expire_interval_ms),
-                batch_size: batch,
-            },
-            stale_workers: StaleWorkersConfig {
-                interval: Duration::from_millis(config.stale_check_interval_ms),
-                heartbeat_timeout,
-                batch_size: batch,
-            },
-            pruner: PrunerConfig {
-                interval: Duration::from_millis(config.prune_interval_ms),
-                completed: config.retention_completed.0,
-                cancelled: config.retention_cancelled.0,
-                discarded: config.retention_discarded.0,
-                events: config.event_retention.0,
-                max_events: i64::try_from(config.event_max_count).unwrap_or(i64::MAX),
-                stale_workers: config.stale_worker_retention.0,
-                cron_runs: config.cron_history_retention.0,
-                batch_size: batch,
-            },
-            starvation: maintenance::StarvationConfig::default(),
-            planner_stats: maintenance::PlannerStatsConfig::default(),
-        };
-        let context = maintenance::Context::new(db.clone(), &config.service_name, &instance_id)
-            .with_hold(hold);
+        let services = config
+            .maintenance
+            .services(&config.retention, config.dispatch.heartbeat_timeout());
+        let context =
+            maintenance::Context::new(db.clone(), &config.server.service_name, &instance_id)
+                .with_hold(hold);
         let events = EventTail::new(
             db.clone(),
             health.clone(),
-            Duration::from_millis(config.event_poll_interval_ms),
+            config.server.event_poll_interval,
         );
-        let gate = auth_gate(config, &db).await?;
         let state = AppState::new(
             broker,
-            HttpSettings {
-                max_envelope_bytes: config.max_envelope_bytes,
-                // Room for whitespace around a maximal envelope.
-                max_request_bytes: config.max_envelope_bytes * 2,
-                max_batch_bytes: config.max_batch_bytes,
-                max_batch_jobs: config.max_batch_size,
-                max_fetch_count: config::MAX_FETCH_COUNT,
-                max_wait: config::MAX_FETCH_WAIT,
-                heartbeat_interval_secs: config.heartbeat_interval_secs,
-                request_timeout: Duration::from_secs(config.request_timeout_secs),
-                body_idle_timeout: Duration::from_secs(config.http_idle_timeout_secs),
-                test_hooks: config.test_hooks,
-                shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
-                dead_letter_retention: config.retention_discarded.0,
-                instance_id: instance_id.clone(),
-                plain_json: config.response_content_type
-                    == crate::config::ResponseContentType::Json,
-                admin_ui_dir: config.admin_ui_dir.clone(),
-            },
+            http_settings(config, &instance_id),
             Services {
                 events: events.clone(),
                 health: health.clone(),
-                role,
-                gate: gate.clone(),
+                role: elector.subscribe(),
+                gate: auth_gate(config, &db).await?,
                 traces,
             },
             shutdown.clone(),
         );
-        let listener = TcpListener::bind(config.listen_addr)
+        let listener = TcpListener::bind(config.server.listen_addr)
             .await
-            .with_context(|| format!("cannot listen on {}", config.listen_addr))?;
+            .with_context(|| format!("cannot listen on {}", config.server.listen_addr))?;
         Ok(Application {
             listener,
             db,
@@ -310,12 +171,13 @@ impl Application {
             events,
             elector: config
                 .maintenance
-                .then_some((elector, maintenance_config, context)),
+                .enabled
+                .then_some((elector, services, context)),
             shutdown,
-            shutdown_timeout: Duration::from_secs(config.shutdown_timeout_secs),
+            shutdown_timeout: config.server.shutdown_timeout,
             limits: http::server::Limits {
-                idle_timeout: Duration::from_secs(config.http_idle_timeout_secs),
-                max_connections: config.max_connections,
+                idle_timeout: config.server.http_idle_timeout,
+                max_connections: config.server.max_connections,
             },
         })
     }
@@ -334,111 +196,34 @@ impl Application {
     /// polls and event streams end, the leader resigns, in-flight requests get
     /// `shutdown_timeout` to finish, and the pool closes.
     pub async fn run_until_stopped(
-        self,
+        mut self,
         stop: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let Application {
-            listener,
-            db,
-            target,
-            state,
-            notifier,
-            announcer,
-            health,
-            events,
-            elector,
-            shutdown,
-            shutdown_timeout,
-            limits,
-        } = self;
         tracing::info!(
-            addr = %listener.local_addr()?,
-            instance_id = %state.settings().instance_id,
+            addr = %self.listener.local_addr()?,
+            instance_id = %self.state.settings().instance_id,
             worker_threads = tokio::runtime::Handle::current().metrics().num_workers(),
             "ojsd listening"
         );
-        let mut background = Background::default();
-        // Subscribed before the listener starts, so nothing it hears is missed.
-        let releaser = crate::broker::rate_limits::run_releaser(
-            db.clone(),
-            notifier.subscribe(),
+        let mut background = self.spawn_background();
+        let Application {
+            listener,
+            db,
+            state,
+            shutdown,
+            shutdown_timeout,
+            limits,
+            ..
+        } = self;
+        let serve = tokio::spawn(serve(
+            listener,
+            state.clone(),
+            limits,
             shutdown.clone(),
-        );
-        background.spawn(
-            "notification listener",
-            notifier.listen(db.clone(), health.clone(), shutdown.clone()),
-        );
-        background.spawn("announcer", announcer.run(db.clone(), shutdown.clone()));
-        background.spawn(
-            "database prober",
-            health.clone().probe(target, shutdown.clone()),
-        );
-        background.spawn("event tail", events.run(shutdown.clone()));
-        background.spawn(
-            "key ring",
-            state.gate().ring.clone().run(db.clone(), shutdown.clone()),
-        );
-        background.spawn("metrics upkeep", metrics_upkeep(shutdown.clone()));
-        background.spawn(
-            "maintenance mode",
-            state
-                .broker()
-                .hold()
-                .clone()
-                .run(db.clone(), shutdown.clone()),
-        );
-        background.spawn(
-            "rate-limit releaser",
-            releaser,
-        );
-        background.spawn(
-            "dispatch count flusher",
-            flush_dispatch_counts(state.broker().clone(), shutdown.clone()),
-        );
-        if let Some((elector, config, context)) = elector {
-            let role = elector.subscribe();
-            let cron = {
-                let broker = state.broker().clone();
-                let context = context.clone();
-                maintenance::extra(move || CronFirer::new(broker.clone(), context.clone()))
-            };
-            let webhooks = {
-                let broker = state.broker().clone();
-                maintenance::extra(move || crate::broker::webhooks::WebhookDeliverer::new(&broker))
-            };
-            background.spawn(
-                "maintenance supervisor",
-                maintenance::supervise(
-                    context,
-                    config,
-                    vec![cron, webhooks],
-                    health.clone(),
-                    role,
-                    shutdown.clone(),
-                ),
-            );
-            background.spawn("leader elector", elector.run(shutdown.clone()));
-        }
-
-        let router = http::router(state.clone());
-        let draining = shutdown.clone();
-        let on_stop = {
-            let state = state.clone();
-            async move {
-                // A stop signal, or a failure that cancelled the token (see below).
-                tokio::select! {
-                    () = stop => tracing::info!("shutting down: finishing in-flight requests"),
-                    () = draining.cancelled() => {}
-                }
-                state.stop_accepting();
-                draining.cancel();
-            }
-        };
-        let serve = tokio::spawn(async move {
-            http::server::serve(listener, router, limits, on_stop).await;
-            anyhow::Ok(())
-        });
+            stop,
+        ));
         let mut serve = std::pin::pin!(serve);
+        // Until the server ends, or a background task does (which stops the server).
         let mut failure = None;
         let served = tokio::select! {
             r = &mut serve => Some(r),
@@ -458,29 +243,9 @@ impl Application {
         };
         let served = match served {
             Some(r) => r,
-            None => match tokio::time::timeout(shutdown_timeout, &mut serve).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::warn!(
-                        timeout_secs = shutdown_timeout.as_secs(),
-                        "in-flight requests did not finish in time; closing them"
-                    );
-                    serve.abort();
-                    Ok(Ok(()))
-                }
-            },
+            None => finish_in_flight(&mut serve, shutdown_timeout).await,
         };
-        shutdown.cancel();
-        // Background tasks end on the token (the leader resigns on its way out).
-        while let Some((name, ended)) = background.next_exit().await {
-            if let Err(e) = ended {
-                tracing::warn!(task = name, error = %e, "background task failed while stopping");
-            }
-        }
-        db.close().await;
-        // The last job spans go out (the exporter's own thread; bounded wait).
-        let traces = state.traces().clone();
-        let _ = tokio::task::spawn_blocking(move || traces.shutdown(Duration::from_secs(5))).await;
+        stop_background(&shutdown, background, &db, &state).await;
         served
             .context("server task failed")?
             .context("server failed")?;
@@ -489,6 +254,249 @@ impl Application {
         }
         tracing::info!("ojsd stopped");
         Ok(())
+    }
+
+    /// Starts the process's background tasks, and the leader's when this replica may lead.
+    fn spawn_background(&mut self) -> Background {
+        let (db, shutdown, broker) = (&self.db, &self.shutdown, self.state.broker());
+        let mut background = Background::default();
+        // Subscribed before the listener starts, so nothing it hears is missed.
+        let releaser = crate::broker::rate_limits::run_releaser(
+            db.clone(),
+            self.notifier.subscribe(),
+            shutdown.clone(),
+        );
+        background.spawn(
+            "notification listener",
+            (self.notifier.clone()).listen(db.clone(), self.health.clone(), shutdown.clone()),
+        );
+        background.spawn(
+            "announcer",
+            self.announcer.clone().run(db.clone(), shutdown.clone()),
+        );
+        background.spawn(
+            "database prober",
+            (self.health.clone()).probe(self.target.clone(), shutdown.clone()),
+        );
+        background.spawn("event tail", self.events.clone().run(shutdown.clone()));
+        background.spawn(
+            "key ring",
+            (self.state.gate().ring.clone()).run(db.clone(), shutdown.clone()),
+        );
+        background.spawn("metrics upkeep", metrics_upkeep(shutdown.clone()));
+        background.spawn(
+            "maintenance mode",
+            broker.hold().clone().run(db.clone(), shutdown.clone()),
+        );
+        background.spawn("rate-limit releaser", releaser);
+        background.spawn(
+            "dispatch count flusher",
+            flush_dispatch_counts(broker.clone(), shutdown.clone()),
+        );
+        if let Some((elector, services, context)) = self.elector.take() {
+            let cron = {
+                let (broker, context) = (broker.clone(), context.clone());
+                maintenance::extra(move || CronFirer::new(broker.clone(), context.clone()))
+            };
+            let webhooks = {
+                let broker = broker.clone();
+                maintenance::extra(move || crate::broker::webhooks::WebhookDeliverer::new(&broker))
+            };
+            background.spawn(
+                "maintenance supervisor",
+                maintenance::supervise(
+                    context,
+                    services,
+                    vec![cron, webhooks],
+                    self.health.clone(),
+                    elector.subscribe(),
+                    shutdown.clone(),
+                ),
+            );
+            background.spawn("leader elector", elector.run(shutdown.clone()));
+        }
+        background
+    }
+}
+
+/// Serves `listener` until `stop` resolves or `shutdown` is cancelled (a background task
+/// failed); then readiness turns 503 and no new request is taken.
+async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    limits: http::server::Limits,
+    shutdown: CancellationToken,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let router = http::router(state.clone());
+    let on_stop = async move {
+        tokio::select! {
+            () = stop => tracing::info!("shutting down: finishing in-flight requests"),
+            () = shutdown.cancelled() => {}
+        }
+        state.stop_accepting();
+        shutdown.cancel();
+    };
+    http::server::serve(listener, router, limits, on_stop).await;
+    Ok(())
+}
+
+/// Waits up to `timeout` for the requests in flight, then closes them.
+async fn finish_in_flight(
+    serve: &mut std::pin::Pin<&mut tokio::task::JoinHandle<anyhow::Result<()>>>,
+    timeout: Duration,
+) -> Result<anyhow::Result<()>, JoinError> {
+    match tokio::time::timeout(timeout, &mut *serve).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!(
+                timeout_secs = timeout.as_secs(),
+                "in-flight requests did not finish in time; closing them"
+            );
+            serve.abort();
+            Ok(Ok(()))
+        }
+    }
+}
+
+/// Ends the background tasks (the leader resigns on its way out), closes the pool and sends
+/// the last job spans.
+async fn stop_background(
+    shutdown: &CancellationToken,
+    mut background: Background,
+    db: &PgPool,
+    state: &AppState,
+) {
+    shutdown.cancel();
+    while let Some((name, ended)) = background.next_exit().await {
+        if let Err(e) = ended {
+            tracing::warn!(task = name, error = %e, "background task failed while stopping");
+        }
+    }
+    db.close().await;
+    // The exporter's own thread; a bounded wait.
+    let traces = state.traces().clone();
+    let _ = tokio::task::spawn_blocking(move || traces.shutdown(Duration::from_secs(5))).await;
+}
+
+/// A pool on the database `config` names, its connections set up for the server: events
+/// written by API requests name this replica as their source; no JIT (the statements are
+/// short and their plans cheap: a compile of tens of ms would only ever cost time); every
+/// statement planned once, generically (the hot statements' custom plans cost more to make
+/// than to run, and their SQL is written so that the generic plan is the right one); and no
+/// statement or forgotten transaction may hold locks, or pin the MVCC horizon that vacuum
+/// needs, for long (migrations connect without these).
+async fn connect(
+    config: &Config,
+    instance_id: &str,
+    health: &DbHealth,
+) -> anyhow::Result<(PgPool, Arc<DbTarget>)> {
+    let database = &config.database;
+    let target = database.target()?.map(|options| {
+        options.options([
+            (
+                "ojs.source",
+                format!("ojs://{}/api/{instance_id}", config.server.service_name),
+            ),
+            ("jit", "off".to_owned()),
+            ("plan_cache_mode", "force_generic_plan".to_owned()),
+            (
+                "statement_timeout",
+                format!("{}s", database.statement_timeout.as_secs()),
+            ),
+            (
+                "idle_in_transaction_session_timeout",
+                format!("{}s", database.idle_in_transaction_timeout.as_secs()),
+            ),
+        ])
+    });
+    find_database(&target).await?;
+    let target = Arc::new(target);
+    let db = db::connect_pool(&target, &database.pool(), health)
+        .await
+        .context("cannot connect to PostgreSQL")?;
+    Ok((db, target))
+}
+
+/// What the database needs before this replica serves: the next days' partitions of
+/// `ojs_job_done` (ACKs find one even before a leader's pruner runs), and this process's
+/// enqueue settings for `ojs_enqueue()` (SQL).
+async fn prepare_database(config: &Config, db: &PgPool) -> anyhow::Result<()> {
+    crate::store::job::ensure_done_partitions(
+        db,
+        chrono::Utc::now(),
+        crate::maintenance::DONE_DAYS_AHEAD,
+    )
+    .await
+    .context("cannot prepare the partitions of ojs_job_done")?;
+    crate::store::setting::publish(
+        db,
+        &crate::store::setting::EnqueueSettings {
+            limits: broker_settings(config).limits,
+            strict_queues: config.jobs.strict_queues,
+            max_envelope_bytes: config.jobs.max_envelope_bytes,
+            max_batch_jobs: config.jobs.max_batch_size,
+        },
+    )
+    .await
+    .context("cannot write the enqueue settings to ojs_setting")
+}
+
+/// Maintenance mode as stored: a replica restarted during it starts held.
+async fn stored_hold(notifier: &Notifier, db: &PgPool) -> anyhow::Result<SystemHold> {
+    let hold = SystemHold::new(notifier.waiters().clone());
+    hold.learned(
+        crate::store::hold::read(db)
+            .await
+            .context("cannot read maintenance mode (ojs_system_hold)")?,
+    );
+    Ok(hold)
+}
+
+/// Seals the webhook secrets under the current `OJS_SECRET_KEY` (those sealed under a previous
+/// key, after a rotation).
+async fn seal_secrets(config: &Config, broker: &Broker) -> anyhow::Result<()> {
+    if let Some(keys) = config.auth.secret_keyring()? {
+        tracing::info!(
+            key = keys.current_id(),
+            previous = ?keys.previous_ids().collect::<Vec<_>>(),
+            "secrets are sealed under OJS_SECRET_KEY"
+        );
+    }
+    let resealed = broker
+        .reseal_webhook_secrets()
+        .await
+        .context("cannot seal the webhook secrets under OJS_SECRET_KEY")?;
+    if resealed > 0 {
+        tracing::info!(
+            subscriptions = resealed,
+            "webhook secrets sealed under the current OJS_SECRET_KEY"
+        );
+    }
+    Ok(())
+}
+
+/// The HTTP layer's settings from the server's.
+fn http_settings(config: &Config, instance_id: &str) -> HttpSettings {
+    let jobs = &config.jobs;
+    HttpSettings {
+        max_envelope_bytes: jobs.max_envelope_bytes,
+        // Room for whitespace around a maximal envelope.
+        max_request_bytes: jobs.max_envelope_bytes * 2,
+        max_batch_bytes: jobs.max_batch_bytes,
+        max_batch_jobs: jobs.max_batch_size,
+        max_fetch_count: config::MAX_FETCH_COUNT,
+        max_wait: config::MAX_FETCH_WAIT,
+        heartbeat_interval_secs: u32::try_from(config.dispatch.heartbeat_interval.as_secs())
+            .unwrap_or(u32::MAX),
+        request_timeout: config.server.request_timeout,
+        body_idle_timeout: config.server.http_idle_timeout,
+        test_hooks: config.server.test_hooks,
+        shutdown_timeout: config.server.shutdown_timeout,
+        dead_letter_retention: config.retention.discarded,
+        instance_id: instance_id.to_owned(),
+        plain_json: config.server.response_content_type == config::ResponseContentType::Json,
+        admin_ui_dir: config.server.admin_ui_dir.clone(),
     }
 }
 
@@ -502,31 +510,22 @@ pub fn install_tls() {
 
 /// The broker's settings from the server's.
 pub fn broker_settings(config: &Config) -> Settings {
+    let (jobs, dispatch) = (&config.jobs, &config.dispatch);
     Settings {
-        limits: Limits {
-            max_priority: config.max_priority,
-            default_timeout_ms: (config.default_timeout_secs * 1_000) as i64,
-            hyphenated_types: config.hyphenated_types(),
-            priority_aging_ms: config
-                .priority_aging_interval
-                .map(|span| i64::try_from(span.0.as_millis()).unwrap_or(i64::MAX)),
-        },
-        default_visibility_timeout_ms: (config.default_visibility_timeout_secs * 1_000) as i64,
-        fetch_poll_interval: Duration::from_millis(config.fetch_poll_interval_ms),
-        heartbeat_timeout: config.heartbeat_timeout(),
-        test_hooks: config.test_hooks,
-        fetch_strategy: config.fetch_strategy,
-        queue_weights: config.queue_weights.clone(),
-        strict_queues: config.strict_queues,
-        keep_completed: !config.retention_completed.0.is_zero(),
-        schema_validation: config.schema_validation,
-        webhooks: crate::broker::WebhookSettings {
-            allow_private: config.webhook_allow_private,
-            timeout: Duration::from_millis(config.webhook_timeout_ms),
-            concurrency: usize::try_from(config.webhook_concurrency).unwrap_or(8),
-            // Checked by `Config::validate` at start.
-            keys: config.secret_keyring().ok().flatten().map(Arc::new),
-        },
+        limits: jobs.limits(config.hyphenated_types()),
+        default_visibility_timeout_ms: i64::try_from(jobs.default_visibility_timeout.as_millis())
+            .unwrap_or(i64::MAX),
+        fetch_poll_interval: dispatch.fetch_poll_interval,
+        heartbeat_timeout: dispatch.heartbeat_timeout(),
+        test_hooks: config.server.test_hooks,
+        fetch_strategy: dispatch.fetch_strategy,
+        queue_weights: dispatch.queue_weights.clone(),
+        strict_queues: jobs.strict_queues,
+        keep_completed: config.retention.keeps_completed(),
+        schema_validation: jobs.schema_validation,
+        // The keyring was checked by `Config::validate` at start.
+        webhooks: (config.webhooks)
+            .delivery(config.auth.secret_keyring().ok().flatten().map(Arc::new)),
     }
 }
 
@@ -536,23 +535,23 @@ async fn auth_gate(config: &Config, db: &sqlx::PgPool) -> anyhow::Result<crate::
     use crate::auth::{AuthMode, Gate, KeyRing};
     let ring = KeyRing::default();
     ring.reload(db).await.context("cannot read the API keys")?;
-    let public = !config.listen_addr.ip().is_loopback();
-    match config.auth {
+    let addr = config.server.listen_addr;
+    let public = !addr.ip().is_loopback();
+    match config.auth.mode {
         AuthMode::Keys if public && !ring.has_active() => anyhow::bail!(
-            "refusing to listen on {} without an API key: create one with `ojsd keys create --role admin`, listen on a loopback address, or set OJS_AUTH=disabled",
-            config.listen_addr
+            "refusing to listen on {addr} without an API key: create one with `ojsd keys create --role admin`, listen on a loopback address, or set OJS_AUTH=disabled"
         ),
         AuthMode::Disabled if public => tracing::warn!(
-            addr = %config.listen_addr,
+            addr = %addr,
             "OJS_AUTH=disabled: every endpoint answers anyone who can reach this address"
         ),
         _ => {}
     }
     Ok(Gate {
         ring,
-        mode: config.auth,
+        mode: config.auth.mode,
         public,
-        protect_metrics: config.metrics_auth,
+        protect_metrics: config.auth.metrics_auth,
     })
 }
 

@@ -77,14 +77,14 @@ enum Keys {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cli.config.runtime_worker_threads()?)
+        .worker_threads(cli.config.server.runtime_worker_threads()?)
         .enable_all()
         .build()?
         .block_on(run(cli))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    ojsd::telemetry::init(cli.config.log_format);
+    ojsd::telemetry::init(cli.config.telemetry.log_format);
     let command = cli.command.unwrap_or(Command::Serve {
         embedded: false,
         data_dir: "./ojsd-data".into(),
@@ -123,7 +123,7 @@ async fn serve_embedded(mut config: Config, data_dir: std::path::PathBuf) -> any
     // From here on a SIGINT or SIGTERM ends the server gracefully, and so stops the cluster,
     // however early it comes.
     let stop = app::shutdown_signal();
-    if config.database_url != ojsd::config::DEFAULT_DATABASE_URL {
+    if config.database.url != ojsd::config::DEFAULT_DATABASE_URL {
         anyhow::bail!(
             "--embedded runs ojsd on a private PostgreSQL, but DATABASE_URL names another \
              database; drop one of the two"
@@ -136,7 +136,7 @@ async fn serve_embedded(mut config: Config, data_dir: std::path::PathBuf) -> any
     })
     .await
     .context("starting the embedded PostgreSQL")??;
-    config.database_url = cluster.database_url("ojs");
+    config.database.url = cluster.database_url("ojs");
     tracing::info!(
         data = %cluster.pgdata().display(),
         socket = %cluster.socket_dir().display(),
@@ -172,7 +172,7 @@ async fn keys(config: &Config, command: Keys) -> anyhow::Result<()> {
     use ojsd::store::api_key;
     config.validate()?;
     app::migrate(config).await?;
-    let db = sqlx::PgPool::connect_with(app::find_database(&config.database_target()?).await?)
+    let db = sqlx::PgPool::connect_with(app::find_database(&config.database.target()?).await?)
         .await
         .context("cannot connect to PostgreSQL")?;
     let show = |row: &api_key::KeyRow| {

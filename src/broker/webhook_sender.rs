@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use crate::webhook::secret::Keyring;
 use crate::store::webhook::WebhookRow;
 use crate::webhook;
+use crate::webhook::secret::Keyring;
 
 /// Most bytes of a receiver's answer kept as the error.
 const MAX_ERROR_CHARS: usize = 300;

@@ -29,10 +29,10 @@ use super::webhook_sender::Sender;
 use crate::error::{Error, Result};
 use crate::events::{EventKey, WireEvent};
 use crate::maintenance::{Pass, Service};
-use crate::webhook::secret::Keyring;
 use crate::store;
 use crate::store::event::{EventFilter, EventRow, Position};
 use crate::store::webhook::{NewWebhook, WebhookChange, WebhookRow};
+use crate::webhook::secret::Keyring;
 use crate::webhook::{self, Filters};
 
 /// How often the deliverer looks for due subscriptions when it found nothing to do.

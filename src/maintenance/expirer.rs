@@ -16,6 +16,16 @@ pub struct ExpirerConfig {
     pub batch_size: i64,
 }
 
+/// ojsd's defaults (the settings' defaults, see [`crate::config`]).
+impl Default for ExpirerConfig {
+    fn default() -> Self {
+        ExpirerConfig {
+            interval: Duration::from_millis(500),
+            batch_size: 1_000,
+        }
+    }
+}
+
 /// Discards `scheduled`, `available`, `pending` and `retryable` jobs whose `expires_at`,
 /// enqueue TTL or total timeout passed (error `expired`; dead-lettered per `on_exhaustion`).
 /// FETCH already never hands such a job out; this makes its state say so. Each pass also

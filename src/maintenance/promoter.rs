@@ -19,6 +19,16 @@ pub struct PromoterConfig {
     pub batch_size: i64,
 }
 
+/// ojsd's defaults (the settings' defaults, see [`crate::config`]).
+impl Default for PromoterConfig {
+    fn default() -> Self {
+        PromoterConfig {
+            interval: Duration::from_millis(250),
+            batch_size: 1_000,
+        }
+    }
+}
+
 /// Moves due jobs of every queue to `available`, earliest due first, and notifies their queues
 /// (waking long-polling fetchers).
 pub struct Promoter {

@@ -44,6 +44,24 @@ pub struct PrunerConfig {
     pub batch_size: i64,
 }
 
+/// ojsd's defaults (the settings' defaults, see [`crate::config`]).
+impl Default for PrunerConfig {
+    fn default() -> Self {
+        const DAY: Duration = Duration::from_secs(24 * 3600);
+        PrunerConfig {
+            interval: Duration::from_secs(60),
+            completed: DAY * 7,
+            cancelled: DAY * 7,
+            discarded: DAY * 30,
+            events: DAY * 7,
+            max_events: 1_000_000,
+            stale_workers: DAY,
+            cron_runs: DAY * 7,
+            batch_size: 1_000,
+        }
+    }
+}
+
 /// Deletes, oldest first and in short batches, finished jobs past their retention (reporting
 /// dead-lettered ones as `dead_letter.pruned`), events past theirs, workers stale for a day,
 /// workflows that ended longer ago than the retention of jobs that end as they did, and

@@ -19,6 +19,16 @@ pub struct ReaperConfig {
     pub batch_size: i64,
 }
 
+/// ojsd's defaults (the settings' defaults, see [`crate::config`]).
+impl Default for ReaperConfig {
+    fn default() -> Self {
+        ReaperConfig {
+            interval: Duration::from_millis(500),
+            batch_size: 1_000,
+        }
+    }
+}
+
 /// Reclaims active jobs past a deadline, earliest first:
 ///
 /// * total timeout passed → `discarded` (error `expired`), whatever attempts remain;

@@ -27,6 +27,17 @@ pub struct StaleWorkersConfig {
     pub batch_size: i64,
 }
 
+/// ojsd's defaults (the settings' defaults, see [`crate::config`]).
+impl Default for StaleWorkersConfig {
+    fn default() -> Self {
+        StaleWorkersConfig {
+            interval: Duration::from_secs(2),
+            heartbeat_timeout: Duration::from_secs(45),
+            batch_size: 1_000,
+        }
+    }
+}
+
 /// Declares silent workers stale (`worker.stopped`, reason `error`) and releases every job they
 /// still hold like a lost reservation, with error `worker_death`: back to `available` while
 /// attempts remain, else `discarded`. Workers only ever seen fetching are never declared stale.

@@ -412,13 +412,14 @@ async fn revoked_keys_stop_at_once_here_and_within_a_second_on_other_replicas() 
 #[tokio::test]
 async fn a_server_beyond_loopback_needs_a_key_or_an_explicit_opt_out() {
     let app = TestApp::spawn().await;
-    let config = |auth| Config {
-        database_url: app.db.url(),
-        listen_addr: "0.0.0.0:0".parse().unwrap(),
-        skip_migrations: true,
-        maintenance: false,
-        auth,
-        ..Config::default()
+    let config = |auth| {
+        let mut c = Config::default();
+        c.database.url = app.db.url();
+        c.server.listen_addr = "0.0.0.0:0".parse().unwrap();
+        c.database.skip_migrations = true;
+        c.maintenance.enabled = false;
+        c.auth.mode = auth;
+        c
     };
     let refused = Application::build(&config(ojsd::auth::AuthMode::Keys))
         .await

@@ -144,7 +144,7 @@ async fn planner_statistics_are_taken_when_the_job_table_has_grown() {
 async fn a_fetch_claims_the_jobs_its_own_promotion_made_available_below_the_floor() {
     // No promoter: only FETCH promotes, and its claim runs before the promotion's notification
     // can have reached the floors.
-    let app = TestApp::spawn_with(|c| c.maintenance = false).await;
+    let app = TestApp::spawn_with(|c| c.maintenance.enabled = false).await;
     for queue in ["p1", "p2", "p3"] {
         // Due in an hour: nothing can promote it before the test moves its due time.
         let late = app

@@ -9,7 +9,7 @@ use crate::support::{TestApp, count, job, spawn_fetch, statuses};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
-    let app = TestApp::spawn_with(|c| c.db_max_connections = 16).await;
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 16).await;
     let mut pushed = HashSet::new();
     for chunk in 0..4 {
         let jobs: Vec<Value> = (0..500)
@@ -224,7 +224,11 @@ async fn cancel_racing_ack_leaves_one_consistent_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_push_to_one_replica_wakes_a_long_poll_on_another() {
     let a = TestApp::spawn().await;
-    let b = a.spawn_replica(|c| c.fetch_poll_interval_ms = 60_000).await;
+    let b = a
+        .spawn_replica(|c| {
+            c.dispatch.fetch_poll_interval = std::time::Duration::from_millis(60_000)
+        })
+        .await;
     let b_url = b.base.clone();
     // Both replicas listening.
     a.wait_for_listeners(2).await;

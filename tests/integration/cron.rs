@@ -653,8 +653,8 @@ async fn the_ledger_is_pruned_after_its_retention_and_reset_clears_cron() {
 #[tokio::test]
 async fn the_leader_fires_every_second_entries_on_time() {
     let app = TestApp::spawn_with(|c| {
-        c.maintenance = true;
-        c.leader_elect_interval_ms = 100;
+        c.maintenance.enabled = true;
+        c.maintenance.leader_elect_interval = std::time::Duration::from_millis(100);
     })
     .await;
     let mut each = entry("each-second", "* * * * * *", "secs");

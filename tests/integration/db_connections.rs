@@ -313,7 +313,10 @@ impl Drop for Stopped {
 /// SQL, whose wake-up only a listener hears) wakes a long poll at once.
 #[tokio::test]
 async fn a_listener_whose_server_froze_is_replaced_within_seconds() {
-    let app = crate::support::TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 60_000).await;
+    let app = crate::support::TestApp::spawn_with(|c| {
+        c.dispatch.fetch_poll_interval = std::time::Duration::from_millis(60_000)
+    })
+    .await;
     app.wait_for_listeners(1).await;
     let listener_pid = || async {
         sqlx::query_scalar::<_, i32>(

@@ -13,11 +13,12 @@ use crate::support::processes::cluster_dir;
 
 /// Serves on `url`.
 async fn serve(url: String) -> Served {
-    Served::start(Config {
-        database_url: url,
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        maintenance: false,
-        ..Config::default()
+    Served::start({
+        let mut c = Config::default();
+        c.database.url = url;
+        c.server.listen_addr = "127.0.0.1:0".parse().unwrap();
+        c.maintenance.enabled = false;
+        c
     })
     .await
 }

@@ -155,12 +155,13 @@ async fn follow_the_primary(loss: Loss) {
     }
     primary_pool.close().await;
 
-    let served = Served::start(Config {
-        database_url: pair.url(),
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        db_acquire_timeout_ms: 1000,
-        fetch_poll_interval_ms: 60_000,
-        ..Config::default()
+    let served = Served::start({
+        let mut c = Config::default();
+        c.database.url = pair.url();
+        c.server.listen_addr = "127.0.0.1:0".parse().unwrap();
+        c.database.acquire_timeout = std::time::Duration::from_millis(1000);
+        c.dispatch.fetch_poll_interval = std::time::Duration::from_millis(60_000);
+        c
     })
     .await;
     let api = served.api.clone();

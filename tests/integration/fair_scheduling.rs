@@ -579,7 +579,7 @@ async fn invalid_pool_definitions_are_refused_and_store_nothing() {
 
 #[tokio::test]
 async fn weighted_five_three_one_splits_saturated_dispatch_five_three_one() {
-    let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 20).await;
     let api = app.api.clone();
     put_pool(
         &api,
@@ -604,7 +604,7 @@ async fn weighted_five_three_one_splits_saturated_dispatch_five_three_one() {
 
 #[tokio::test]
 async fn round_robin_is_the_pool_default_and_splits_dispatch_evenly() {
-    let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 20).await;
     let api = app.api.clone();
     let pool = put_pool(&api, "even", json!({"queues": ["r-a", "r-b", "r-c"]}), 201).await;
     assert_eq!(pool["strategy"], "round-robin");
@@ -701,7 +701,7 @@ fn starved_windows(starts: &[(f64, String)], queue: &str, width: f64, ratio: f64
 
 #[tokio::test]
 async fn strict_with_starvation_prevention_gives_each_queue_its_share_of_every_window() {
-    let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 20).await;
     let api = app.api.clone();
     put_pool(
         &api,
@@ -797,10 +797,10 @@ async fn strict_with_starvation_prevention_gives_each_queue_its_share_of_every_w
 #[tokio::test]
 async fn a_queue_with_work_and_no_dispatch_for_the_rotation_interval_is_reported_starved() {
     let app = TestApp::spawn_with(|c| {
-        c.maintenance = true;
-        c.leader_lease_ms = 2000;
-        c.leader_renew_interval_ms = 500;
-        c.leader_elect_interval_ms = 500;
+        c.maintenance.enabled = true;
+        c.maintenance.leader_lease = std::time::Duration::from_millis(2000);
+        c.maintenance.leader_renew_interval = std::time::Duration::from_millis(500);
+        c.maintenance.leader_elect_interval = std::time::Duration::from_millis(500);
     })
     .await;
     let api = app.api.clone();
@@ -939,7 +939,7 @@ async fn tenant_catch_up(
 
 #[tokio::test]
 async fn a_tenant_arriving_behind_a_large_backlog_is_served_within_its_fair_share() {
-    let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 20).await;
     let api = app.api.clone();
     put_pool(
         &api,
@@ -968,7 +968,7 @@ async fn a_tenant_arriving_behind_a_large_backlog_is_served_within_its_fair_shar
 
 #[tokio::test]
 async fn tenant_weights_five_to_one_split_dispatch_five_to_one() {
-    let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 20).await;
     let api = app.api.clone();
     put_pool(
         &api,

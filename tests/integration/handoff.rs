@@ -134,7 +134,10 @@ async fn no_job_is_handed_to_a_worker_told_to_stop_or_on_a_paused_queue() {
 /// poll timer at the latest.
 #[tokio::test]
 async fn a_fetch_that_parks_without_claiming_still_gets_a_job_the_fetch_ahead_cannot_take() {
-    let app = TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 200).await;
+    let app = TestApp::spawn_with(|c| {
+        c.dispatch.fetch_poll_interval = std::time::Duration::from_millis(200)
+    })
+    .await;
     let quiet = quiet_worker_waiting(&app, 3000).await;
     let id = app.push_id(job("relay.ping", "relay")).await;
     assert_eq!(app.job(&id).await["state"], "available");
@@ -252,7 +255,7 @@ async fn a_job_given_back_is_available_in_its_old_place_with_no_attempt_counted(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn across_two_replicas_every_job_is_delivered_exactly_once() {
     let a = TestApp::spawn().await;
-    let b = a.spawn_replica(|c| c.db_max_connections = 10).await;
+    let b = a.spawn_replica(|c| c.database.max_connections = 10).await;
     let b_url = b.base.clone();
 
     const JOBS: usize = 120;

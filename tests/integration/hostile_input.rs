@@ -155,7 +155,9 @@ async fn worker_fields_are_checked_strictly() {
 
 #[tokio::test]
 async fn a_statement_held_past_the_statement_timeout_answers_503_and_leaves_no_lock() {
-    let app = TestApp::spawn_with(|c| c.db_statement_timeout_secs = 1).await;
+    let app =
+        TestApp::spawn_with(|c| c.database.statement_timeout = std::time::Duration::from_secs(1))
+            .await;
     let id = app.push_id(job("a.b", "q")).await;
     // Another session holds the job's row.
     let mut tx = app.pool().begin().await.unwrap();
@@ -211,7 +213,9 @@ async fn read_head(stream: &mut TcpStream) -> Option<String> {
 
 #[tokio::test]
 async fn partial_headers_and_idle_connections_are_closed_after_the_idle_timeout() {
-    let app = TestApp::spawn_with(|c| c.http_idle_timeout_secs = 1).await;
+    let app =
+        TestApp::spawn_with(|c| c.server.http_idle_timeout = std::time::Duration::from_secs(1))
+            .await;
     let addr = app.base.trim_start_matches("http://").to_owned();
     // Headers that never end.
     let mut slow = TcpStream::connect(&addr).await.unwrap();
@@ -238,7 +242,9 @@ async fn partial_headers_and_idle_connections_are_closed_after_the_idle_timeout(
 
 #[tokio::test]
 async fn a_body_that_stops_arriving_is_answered_408_and_enqueues_nothing() {
-    let app = TestApp::spawn_with(|c| c.http_idle_timeout_secs = 1).await;
+    let app =
+        TestApp::spawn_with(|c| c.server.http_idle_timeout = std::time::Duration::from_secs(1))
+            .await;
     let addr = app.base.trim_start_matches("http://").to_owned();
     let body = br#"{"type":"a.b","args":[1]}"#;
     let mut stream = TcpStream::connect(&addr).await.unwrap();
@@ -269,7 +275,9 @@ async fn a_body_that_stops_arriving_is_answered_408_and_enqueues_nothing() {
     // A body sent in slow parts, each within the timeout and all of them past it, is read
     // whole. (A server of its own, with a longer timeout: gaps of a third of it leave room for
     // a busy machine.)
-    let app = TestApp::spawn_with(|c| c.http_idle_timeout_secs = 3).await;
+    let app =
+        TestApp::spawn_with(|c| c.server.http_idle_timeout = std::time::Duration::from_secs(3))
+            .await;
     let addr = app.base.trim_start_matches("http://").to_owned();
     let mut stream = TcpStream::connect(&addr).await.unwrap();
     stream
@@ -296,8 +304,8 @@ async fn a_body_that_stops_arriving_is_answered_408_and_enqueues_nothing() {
 #[tokio::test]
 async fn past_the_connection_limit_new_connections_wait_for_a_free_one() {
     let app = TestApp::spawn_with(|c| {
-        c.max_connections = 2;
-        c.http_idle_timeout_secs = 30;
+        c.server.max_connections = 2;
+        c.server.http_idle_timeout = std::time::Duration::from_secs(30);
     })
     .await;
     let addr = app.base.trim_start_matches("http://").to_owned();
@@ -341,12 +349,13 @@ async fn a_503_given_before_the_body_is_read_keeps_the_connection_usable_or_anno
             .await
             .unwrap(),
     );
-    let config = Config {
-        database_url: cluster.url("ojs"),
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        db_acquire_timeout_ms: 500,
-        maintenance: false,
-        ..Config::default()
+    let config = {
+        let mut c = Config::default();
+        c.database.url = cluster.url("ojs");
+        c.server.listen_addr = "127.0.0.1:0".parse().unwrap();
+        c.database.acquire_timeout = std::time::Duration::from_millis(500);
+        c.maintenance.enabled = false;
+        c
     };
     let server = Application::build(&config).await.expect("build the server");
     let base = format!("http://{}", server.local_addr().unwrap());

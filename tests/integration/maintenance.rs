@@ -127,8 +127,8 @@ async fn promoter_makes_due_jobs_available() {
 async fn promoter_wakes_long_polling_fetchers() {
     // With a 60 s poll interval only the notification can deliver the job in time.
     let app = TestApp::spawn_with(|c| {
-        c.fetch_poll_interval_ms = 60_000;
-        c.maintenance = false;
+        c.dispatch.fetch_poll_interval = std::time::Duration::from_millis(60_000);
+        c.maintenance.enabled = false;
     })
     .await;
     let id = app
@@ -566,9 +566,9 @@ async fn stale_workers_lose_their_jobs() {
 #[tokio::test]
 async fn the_leader_runs_maintenance_on_its_own() {
     let app = TestApp::spawn_with(|c| {
-        c.maintenance = true;
-        c.promote_interval_ms = 100;
-        c.reap_interval_ms = 100;
+        c.maintenance.enabled = true;
+        c.maintenance.promote_interval = std::time::Duration::from_millis(100);
+        c.maintenance.reap_interval = std::time::Duration::from_millis(100);
     })
     .await;
     let scheduled = app

@@ -25,7 +25,10 @@ async fn every_notification_sender_is_listed_in_the_migrations_readme() {
     .unwrap();
     found.extend(sql);
     let listed = listed_senders();
-    assert!(found.len() > 10, "the search found too few senders: {found:?}");
+    assert!(
+        found.len() > 10,
+        "the search found too few senders: {found:?}"
+    );
     let missing: Vec<_> = found.difference(&listed).collect();
     let stale: Vec<_> = listed.difference(&found).collect();
     assert!(
@@ -127,7 +130,10 @@ fn module_of(file: &Path) -> String {
 
 #[test]
 fn function_names_are_read_from_their_first_line() {
-    assert_eq!(function_name("pub async fn give_back(db: &PgPool"), Some("give_back"));
+    assert_eq!(
+        function_name("pub async fn give_back(db: &PgPool"),
+        Some("give_back")
+    );
     assert_eq!(function_name("    fn resign<'a>(x"), Some("resign"));
     assert_eq!(function_name("pub(crate) fn notify(x"), Some("notify"));
     assert_eq!(function_name("let f = |x| fn_pointer(x);"), None);

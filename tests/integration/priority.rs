@@ -122,7 +122,7 @@ async fn priority_validation_edges_on_enqueue_and_on_change() {
 
 #[tokio::test]
 async fn a_larger_configured_maximum_is_accepted_and_reported() {
-    let app = TestApp::spawn_with(|c| c.max_priority = 1000).await;
+    let app = TestApp::spawn_with(|c| c.jobs.max_priority = 1000).await;
     assert_eq!(
         app.push(with_priority("m", &json!(1000))).await["priority"],
         1000
@@ -437,8 +437,8 @@ async fn round_robin_takes_the_queues_in_turn() {
 #[tokio::test]
 async fn server_side_strategy_and_weights_win_over_the_request() {
     let app = TestApp::spawn_with(|c| {
-        c.fetch_strategy = Some(ojsd::broker::Strategy::Weighted);
-        c.queue_weights = Some(ojsd::broker::parse_weights_setting("x=1,y=1").unwrap());
+        c.dispatch.fetch_strategy = Some(ojsd::broker::Strategy::Weighted);
+        c.dispatch.queue_weights = Some(ojsd::broker::parse_weights_setting("x=1,y=1").unwrap());
     })
     .await;
     fill(&app, &["x", "y"], 50).await;
@@ -490,7 +490,7 @@ async fn strategy_and_weights_are_validated() {
 #[tokio::test]
 async fn with_aging_an_old_job_overtakes_newer_urgent_ones_at_the_configured_rate() {
     let app = TestApp::spawn_with(|c| {
-        c.priority_aging_interval = Some("1s".parse().unwrap());
+        c.jobs.priority_aging_interval = Some(std::time::Duration::from_secs(1));
     })
     .await;
     // Waited 6 s at priority 4: effective priority -2, ahead of a new priority 0.

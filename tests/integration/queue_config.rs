@@ -362,7 +362,7 @@ async fn allowed_job_types_and_producers_are_enforced() {
 
 #[tokio::test]
 async fn twenty_concurrent_producers_never_take_a_queue_past_max_size() {
-    let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 20).await;
     app.put("/ojs/v1/queues/bounded/config", json!({"max_size": 100}))
         .await
         .expect(200);
@@ -666,7 +666,7 @@ fn worker(
 
 #[tokio::test]
 async fn concurrency_three_with_ten_workers_never_has_more_than_three_active() {
-    let app = TestApp::spawn_with(|c| c.db_max_connections = 20).await;
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 20).await;
     app.put("/ojs/v1/queues/narrow/config", json!({"concurrency": 3}))
         .await
         .expect(200);
@@ -929,8 +929,7 @@ async fn the_default_layer_and_the_server_setting_choose_which_queues_keep_compl
     assert_eq!(app.ack_then_info_status("kept").await, 200);
 
     // A server keeping no completed job: queues opt back in.
-    let app =
-        TestApp::spawn_with(|c| c.retention_completed = ojsd::config::Span(Duration::ZERO)).await;
+    let app = TestApp::spawn_with(|c| c.retention.completed = Duration::ZERO).await;
     app.put(
         "/ojs/v1/queues/kept/config",
         json!({"retention": {"completed": "PT1H"}}),

@@ -493,7 +493,7 @@ async fn deleting_with_move_sends_waiting_jobs_to_the_target() {
 
 #[tokio::test]
 async fn with_strict_queues_only_existing_queues_take_jobs() {
-    let app = TestApp::spawn_with(|c| c.strict_queues = true).await;
+    let app = TestApp::spawn_with(|c| c.jobs.strict_queues = true).await;
     let refused = app
         .post("/ojs/v1/jobs", job("a.b", "unknown"))
         .await

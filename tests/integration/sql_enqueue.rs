@@ -633,7 +633,10 @@ async fn a_rolled_back_enqueue_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn a_committed_enqueue_is_handed_to_a_long_polling_worker_at_once() {
-    let app = TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 60_000).await;
+    let app = TestApp::spawn_with(|c| {
+        c.dispatch.fetch_poll_interval = std::time::Duration::from_millis(60_000)
+    })
+    .await;
     // The server listens before the worker parks.
     app.wait_for_listeners(1).await;
     let waiting = app.spawn_fetch(&json!({"queues": ["receipts"], "count": 1, "wait_ms": 20000}));
@@ -890,7 +893,7 @@ async fn the_queue_configuration_applies_as_it_does_to_push() {
 
 #[tokio::test]
 async fn queue_bounds_draining_and_strict_queues_refuse_as_push_does() {
-    let app = TestApp::spawn_with(|c| c.strict_queues = true).await;
+    let app = TestApp::spawn_with(|c| c.jobs.strict_queues = true).await;
     let refused = sql_enqueue(&app, "ojs_enqueue", &job("a.b", "nowhere"))
         .await
         .refused(400, "invalid_request");
@@ -976,9 +979,9 @@ async fn a_full_drop_oldest_queue_makes_room_as_push_does() {
 #[tokio::test]
 async fn the_servers_settings_reach_sql() {
     let app = TestApp::spawn_with(|c| {
-        c.max_priority = 1000;
-        c.default_timeout_secs = 60;
-        c.allow_hyphenated_types = Some(false);
+        c.jobs.max_priority = 1000;
+        c.jobs.default_timeout = std::time::Duration::from_secs(60);
+        c.jobs.allow_hyphenated_types = Some(false);
     })
     .await;
     let job = sql_enqueue(
@@ -1048,7 +1051,7 @@ async fn the_producer_role_may_enqueue_and_nothing_else() {
 
 #[tokio::test]
 async fn jobs_enqueued_from_sql_show_in_the_metrics() {
-    let app = TestApp::spawn_with(|c| c.maintenance = true).await;
+    let app = TestApp::spawn_with(|c| c.maintenance.enabled = true).await;
     // The leader counts them.
     for _ in 0..200 {
         let leader: Option<String> =

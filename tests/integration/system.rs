@@ -45,7 +45,7 @@ async fn manifest_describes_the_server() {
 #[tokio::test]
 async fn json_responses_can_be_labelled_application_json() {
     let app = TestApp::spawn_with(|c| {
-        c.response_content_type = ojsd::config::ResponseContentType::Json;
+        c.server.response_content_type = ojsd::config::ResponseContentType::Json;
     })
     .await;
     let pushed = app.post("/ojs/v1/jobs", job("a.b", "q")).await.expect(201);
@@ -104,7 +104,9 @@ async fn health_and_readiness() {
 
 #[tokio::test]
 async fn health_reports_an_unreachable_database_as_503() {
-    let app = TestApp::spawn_with(|c| c.db_acquire_timeout_ms = 500).await;
+    let app =
+        TestApp::spawn_with(|c| c.database.acquire_timeout = std::time::Duration::from_millis(500))
+            .await;
     // Cut the server off from its database.
     app.admin_sql(&format!(
         "alter database {} with allow_connections false",
@@ -183,7 +185,7 @@ async fn reset_exists_only_with_test_hooks() {
     );
     assert_eq!(app.job_count().await, 0);
 
-    let production = TestApp::spawn_with(|c| c.test_hooks = false).await;
+    let production = TestApp::spawn_with(|c| c.server.test_hooks = false).await;
     production.push(job("a.b", "q")).await;
     production
         .post("/ojs/v1/admin/reset", json!({}))
@@ -226,7 +228,7 @@ async fn a_configured_admin_ui_is_served_under_ojs_admin() {
     std::fs::write(dir.join("index.html"), "<!doctype html><title>ui</title>").unwrap();
     std::fs::write(dir.join("assets/index-1.js"), "console.log(1)").unwrap();
     let ui = dir.clone();
-    let app = TestApp::spawn_with(move |c| c.admin_ui_dir = Some(ui)).await;
+    let app = TestApp::spawn_with(move |c| c.server.admin_ui_dir = Some(ui)).await;
 
     let no_redirects = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

@@ -176,8 +176,8 @@ async fn post_traced(app: &TestApp, path: &str, body: Value, traceparent: &str) 
 async fn a_producers_trace_goes_on_into_the_jobs_claim_ack_and_nack() {
     let collector = Collector::start().await;
     let app = TestApp::spawn_with(|c| {
-        c.otel.endpoint = Some(collector.url.clone());
-        c.service_name = "ojsd-traced".into();
+        c.telemetry.otel.endpoint = Some(collector.url.clone());
+        c.server.service_name = "ojsd-traced".into();
     })
     .await;
     let producer = traceparent(PRODUCER_TRACE, PRODUCER_SPAN);
@@ -455,7 +455,7 @@ async fn a_collector_that_is_down_costs_no_request_anything() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let app = TestApp::spawn_with(|c| c.otel.endpoint = Some(url)).await;
+    let app = TestApp::spawn_with(|c| c.telemetry.otel.endpoint = Some(url)).await;
     for _ in 0..20 {
         let id = app
             .push_id(json!({"type": "a.b", "queue": "down", "args": []}))

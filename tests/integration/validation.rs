@@ -196,7 +196,7 @@ async fn priority_follows_the_priority_extension() {
 
 #[tokio::test]
 async fn max_priority_is_configurable_upward() {
-    let app = TestApp::spawn_with(|c| c.max_priority = 1000).await;
+    let app = TestApp::spawn_with(|c| c.jobs.max_priority = 1000).await;
     assert_eq!(
         app.push(json!({"type": "a.b", "args": [], "priority": 1000}))
             .await["priority"],

@@ -408,7 +408,7 @@ async fn private_addresses_are_refused_unless_allowed() {
 
 #[tokio::test]
 async fn the_test_endpoint_sends_a_signed_test_event() {
-    let app = TestApp::spawn_with(|c| c.webhook_allow_private = true).await;
+    let app = TestApp::spawn_with(|c| c.webhooks.allow_private = true).await;
     let (receiver, addr) = Receiver::start("k", 0).await;
     let sub = subscribe(&app, addr, json!(["job.completed"]), "k").await;
     let tested = app
@@ -576,7 +576,7 @@ async fn dump_of_secrets(app: &TestApp) -> String {
 
 #[tokio::test]
 async fn without_a_secret_key_no_subscription_is_made_and_nothing_is_written() {
-    let app = TestApp::spawn_with(|c| c.secret_key = None).await;
+    let app = TestApp::spawn_with(|c| c.auth.secret_key = None).await;
     let refused = app
         .post(
             SUBS,
@@ -614,8 +614,8 @@ async fn a_new_key_seals_every_secret_again_at_start_and_clear_ones_from_before_
     // A replica starts with the new key, the old one in OJS_SECRET_KEY_PREVIOUS.
     let rotated = app
         .spawn_replica(|c| {
-            c.secret_key = Some(ojsd::config::Redacted(NEW_KEY.to_owned()));
-            c.secret_key_previous = vec![crate::support::app::test_secret_key()];
+            c.auth.secret_key = Some(ojsd::config::Redacted(NEW_KEY.to_owned()));
+            c.auth.secret_key_previous = vec![crate::support::app::test_secret_key()];
         })
         .await;
     let new_id = ojsd::webhook::secret::Keyring::new(NEW_KEY, &[])
@@ -627,8 +627,8 @@ async fn a_new_key_seals_every_secret_again_at_start_and_clear_ones_from_before_
     // Deliveries under the new key sign with the same secret.
     app.push_id(json!({"type": "w.a", "args": []})).await;
     let deliverer = app.webhook_deliverer_with(|c| {
-        c.webhook_allow_private = true;
-        c.secret_key = Some(ojsd::config::Redacted(NEW_KEY.to_owned()));
+        c.webhooks.allow_private = true;
+        c.auth.secret_key = Some(ojsd::config::Redacted(NEW_KEY.to_owned()));
     });
     deliver_until(&deliverer, &receiver, 1).await;
     assert!(receiver.got().iter().all(|r| r.signature_ok));

@@ -161,7 +161,7 @@ async fn a_worker_reporting_drain_or_quiet_gets_no_work() {
 #[tokio::test]
 async fn test_directives_from_job_metadata_need_test_hooks() {
     for hooks in [true, false] {
-        let app = TestApp::spawn_with(|c| c.test_hooks = hooks).await;
+        let app = TestApp::spawn_with(|c| c.server.test_hooks = hooks).await;
         let id = app
             .push_id(json!({"type": "a.b", "args": [], "queue": "q",
                             "options": {"metadata": {"test_directive": "terminate"}}}))

@@ -98,7 +98,10 @@ async fn fetch_of_an_empty_or_unknown_queue_is_an_empty_list() {
 
 #[tokio::test]
 async fn reservation_length_comes_from_the_job_then_the_server_default() {
-    let app = TestApp::spawn_with(|c| c.default_visibility_timeout_secs = 120).await;
+    let app = TestApp::spawn_with(|c| {
+        c.jobs.default_visibility_timeout = std::time::Duration::from_secs(120)
+    })
+    .await;
     app.push(json!({"type": "a.b", "args": [], "queue": "q", "visibility_timeout": "PT30S"}))
         .await;
     app.push(job("a.b", "q")).await;
@@ -116,7 +119,10 @@ async fn reservation_length_comes_from_the_job_then_the_server_default() {
 #[tokio::test]
 async fn long_poll_is_woken_by_an_enqueue() {
     // With a 60 s poll interval only the notification can deliver the job within the wait.
-    let app = TestApp::spawn_with(|c| c.fetch_poll_interval_ms = 60_000).await;
+    let app = TestApp::spawn_with(|c| {
+        c.dispatch.fetch_poll_interval = std::time::Duration::from_millis(60_000)
+    })
+    .await;
     let started = Instant::now();
     let waiter = app.spawn_fetch(&json!({"queues": ["other", "wake"], "wait_ms": 10_000}));
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -350,8 +350,7 @@ async fn a_bad_definition_is_a_400_naming_every_bad_item_and_writes_nothing() {
 /// A queue that keeps no completed jobs still passes results along: workflow jobs are kept.
 #[tokio::test]
 async fn results_reach_the_next_step_when_the_queue_keeps_no_completed_jobs() {
-    let app =
-        TestApp::spawn_with(|c| c.retention_completed = ojsd::config::Span(Duration::ZERO)).await;
+    let app = TestApp::spawn_with(|c| c.retention.completed = Duration::ZERO).await;
     let plain = app
         .push_id(json!({"type": "p.p", "args": [], "queue": "z"}))
         .await;

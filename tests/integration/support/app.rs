@@ -126,16 +126,17 @@ impl TestApp {
     /// migrated from an earlier release), with the settings `configure` adjusts.
     pub async fn spawn_on(db: TestDb, configure: impl FnOnce(&mut Config)) -> TestApp {
         init_test_logging();
-        let mut config = Config {
-            database_url: db.url(),
-            listen_addr: "127.0.0.1:0".parse().unwrap(),
-            skip_migrations: true,
-            test_hooks: true,
-            db_max_connections: 10,
-            db_min_connections: 1,
-            maintenance: false,
-            secret_key: Some(test_secret_key()),
-            ..Config::default()
+        let mut config = {
+            let mut c = Config::default();
+            c.database.url = db.url();
+            c.server.listen_addr = "127.0.0.1:0".parse().unwrap();
+            c.database.skip_migrations = true;
+            c.server.test_hooks = true;
+            c.database.max_connections = 10;
+            c.database.min_connections = 1;
+            c.maintenance.enabled = false;
+            c.auth.secret_key = Some(test_secret_key());
+            c
         };
         configure(&mut config);
         let app = Application::build(&config).await.expect("build the server");
@@ -157,15 +158,16 @@ impl TestApp {
     /// A second server in this process on the same database (another replica), with the
     /// settings `configure` adjusts (no migrations, no maintenance, 6 connections by default).
     pub async fn spawn_replica(&self, configure: impl FnOnce(&mut Config)) -> InProcessReplica {
-        let mut config = Config {
-            database_url: self.db.url(),
-            listen_addr: "127.0.0.1:0".parse().unwrap(),
-            skip_migrations: true,
-            db_max_connections: 6,
-            db_min_connections: 1,
-            maintenance: false,
-            secret_key: Some(test_secret_key()),
-            ..Config::default()
+        let mut config = {
+            let mut c = Config::default();
+            c.database.url = self.db.url();
+            c.server.listen_addr = "127.0.0.1:0".parse().unwrap();
+            c.database.skip_migrations = true;
+            c.database.max_connections = 6;
+            c.database.min_connections = 1;
+            c.maintenance.enabled = false;
+            c.auth.secret_key = Some(test_secret_key());
+            c
         };
         configure(&mut config);
         let app = Application::build(&config)
@@ -343,7 +345,7 @@ impl TestApp {
         &self,
         allow_private: bool,
     ) -> ojsd::broker::webhooks::WebhookDeliverer {
-        self.webhook_deliverer_with(|c| c.webhook_allow_private = allow_private)
+        self.webhook_deliverer_with(|c| c.webhooks.allow_private = allow_private)
     }
 
     /// [`TestApp::webhook_deliverer`] with the settings `configure` adjusts (its secret keys).
@@ -351,10 +353,11 @@ impl TestApp {
         &self,
         configure: impl FnOnce(&mut Config),
     ) -> ojsd::broker::webhooks::WebhookDeliverer {
-        let mut config = Config {
-            webhook_timeout_ms: 2_000,
-            secret_key: Some(test_secret_key()),
-            ..Config::default()
+        let mut config = {
+            let mut c = Config::default();
+            c.webhooks.timeout = std::time::Duration::from_millis(2_000);
+            c.auth.secret_key = Some(test_secret_key());
+            c
         };
         configure(&mut config);
         let health = ojsd::db::DbHealth::default();

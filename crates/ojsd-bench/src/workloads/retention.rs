@@ -85,7 +85,7 @@ impl Bench {
                     let n = ojsd::store::job::prune_done(
                         &db,
                         &cutoffs,
-                        i64::from(ojsd::config::DEFAULT_MAINTENANCE_BATCH_SIZE),
+                        ojsd::maintenance::PrunerConfig::default().batch_size,
                     )
                     .await?;
                     pruned.fetch_add(n as u64, Ordering::Relaxed);
