@@ -531,20 +531,6 @@ fn canonical(
             format!("{name} must be an integer >= {min}{what}"),
         )),
     };
-    let text_duration = |v: &Value, path: &str| -> Result<Value, ConfigError> {
-        v.as_str()
-            .and_then(|d| duration::parse_ms(d).ok())
-            .map(|ms| json!(duration::format_iso(ms)))
-            .ok_or_else(|| {
-                invalid(
-                    path,
-                    format!(
-                        "{} must be an ISO 8601 duration such as \"P7D\"",
-                        path.trim_start_matches("$.")
-                    ),
-                )
-            })
-    };
     match name {
         "max_size" | "max_size_bytes" | "dead_letter_max_size" => {
             positive(1, " or null (unlimited)")
@@ -576,91 +562,118 @@ fn canonical(
             .map(|t| json!(t))
             .ok_or_else(|| invalid(path, "warning_threshold must be a number from 0 to 1")),
         "rate_limit" => rate_limit(value, path),
-        "default_retry" => {
-            let Value::Object(retry) = value else {
-                return Err(ConfigError::Retry(vec![Violation::new(
-                    path,
-                    "default_retry must be an object",
-                )]));
-            };
-            // Members are checked alone here and together once merged (see `resolve`).
-            let set: Map<String, Value> = retry
-                .iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            retry_policy(&set, path)?;
-            Ok(value.clone())
-        }
-        "retention" => {
-            let Value::Object(fields) = value else {
-                return Err(invalid(
-                    path,
-                    "retention must be an object with completed, discarded, cancelled",
-                ));
-            };
-            let mut out = Map::new();
-            for (field, v) in fields {
-                let field_path = format!("{path}.{field}");
-                if !["completed", "discarded", "cancelled"].contains(&field.as_str()) {
-                    return Err(invalid(
-                        field_path,
-                        format!(
-                            "unknown retention field '{field}' (completed, discarded, cancelled)"
-                        ),
-                    ));
-                }
-                out.insert(
-                    field.clone(),
-                    if v.is_null() {
-                        Value::Null
-                    } else {
-                        text_duration(v, &field_path)?
-                    },
-                );
-            }
-            Ok(Value::Object(out))
-        }
+        "default_retry" => default_retry(value, path),
+        "retention" => retention(value, path),
         "dead_letter_ttl" => text_duration(value, path),
-        "dead_letter_queue" => {
-            let name_ok = value.as_str().is_some_and(|q| {
-                !q.is_empty()
-                    && q.len() <= 128
-                    && q.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-                    && q.chars().all(|c| {
-                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-'
-                    })
-            });
-            if !name_ok {
-                return Err(invalid(
-                    path,
-                    "dead_letter_queue must be a queue name (lowercase letters, digits, '.', '-', up to 128 characters)",
-                ));
-            }
-            if queue.is_some_and(|q| value.as_str() == Some(q)) {
-                return Err(invalid(path, "dead_letter_queue must be another queue"));
-            }
-            Ok(value.clone())
-        }
-        "allowed_job_types" | "producers" => match value.as_array() {
-            Some(items)
-                if !items.is_empty()
-                    && items
-                        .iter()
-                        .all(|i| i.as_str().is_some_and(|s| !s.is_empty() && s.len() <= 255)) =>
-            {
-                Ok(value.clone())
-            }
-            _ => Err(invalid(
-                path,
-                format!(
-                    "{name} must be a non-empty array of non-empty strings (patterns, '*' matches anything)"
-                ),
-            )),
-        },
+        "dead_letter_queue" => dead_letter_queue(value, path, queue),
+        "allowed_job_types" | "producers" => patterns(name, value, path),
         other => Err(invalid(
             path,
             format!("unknown queue configuration field '{other}'"),
+        )),
+    }
+}
+
+/// An ISO 8601 duration, canonical (`P7D`).
+fn text_duration(v: &Value, path: &str) -> Result<Value, ConfigError> {
+    v.as_str()
+        .and_then(|d| duration::parse_ms(d).ok())
+        .map(|ms| json!(duration::format_iso(ms)))
+        .ok_or_else(|| {
+            invalid(
+                path,
+                format!(
+                    "{} must be an ISO 8601 duration such as \"P7D\"",
+                    path.trim_start_matches("$.")
+                ),
+            )
+        })
+}
+
+/// `default_retry`: a retry policy whose members are checked alone here and together once
+/// merged (see `resolve`).
+fn default_retry(value: &Value, path: &str) -> Result<Value, ConfigError> {
+    let Value::Object(retry) = value else {
+        return Err(ConfigError::Retry(vec![Violation::new(
+            path,
+            "default_retry must be an object",
+        )]));
+    };
+    let set: Map<String, Value> = retry
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    retry_policy(&set, path)?;
+    Ok(value.clone())
+}
+
+/// `retention`: how long completed, discarded and cancelled jobs are kept (`null` resets one).
+fn retention(value: &Value, path: &str) -> Result<Value, ConfigError> {
+    let Value::Object(fields) = value else {
+        return Err(invalid(
+            path,
+            "retention must be an object with completed, discarded, cancelled",
+        ));
+    };
+    let mut out = Map::new();
+    for (field, v) in fields {
+        let field_path = format!("{path}.{field}");
+        if !["completed", "discarded", "cancelled"].contains(&field.as_str()) {
+            return Err(invalid(
+                field_path,
+                format!("unknown retention field '{field}' (completed, discarded, cancelled)"),
+            ));
+        }
+        out.insert(
+            field.clone(),
+            if v.is_null() {
+                Value::Null
+            } else {
+                text_duration(v, &field_path)?
+            },
+        );
+    }
+    Ok(Value::Object(out))
+}
+
+/// `dead_letter_queue`: another queue's name.
+fn dead_letter_queue(value: &Value, path: &str, queue: Option<&str>) -> Result<Value, ConfigError> {
+    let name_ok = value.as_str().is_some_and(|q| {
+        !q.is_empty()
+            && q.len() <= 128
+            && q.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && q.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+    });
+    if !name_ok {
+        return Err(invalid(
+            path,
+            "dead_letter_queue must be a queue name (lowercase letters, digits, '.', '-', up to 128 characters)",
+        ));
+    }
+    if queue.is_some_and(|q| value.as_str() == Some(q)) {
+        return Err(invalid(path, "dead_letter_queue must be another queue"));
+    }
+    Ok(value.clone())
+}
+
+/// `allowed_job_types` or `producers`: a non-empty list of patterns.
+fn patterns(name: &str, value: &Value, path: &str) -> Result<Value, ConfigError> {
+    match value.as_array() {
+        Some(items)
+            if !items.is_empty()
+                && items
+                    .iter()
+                    .all(|i| i.as_str().is_some_and(|s| !s.is_empty() && s.len() <= 255)) =>
+        {
+            Ok(value.clone())
+        }
+        _ => Err(invalid(
+            path,
+            format!(
+                "{name} must be a non-empty array of non-empty strings (patterns, '*' matches anything)"
+            ),
         )),
     }
 }

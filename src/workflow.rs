@@ -17,7 +17,9 @@ use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::job::envelope::{self, Limits, NewJob, Rejection};
+use crate::wire::Reader;
 use crate::wire::json::{self, Kind, Object};
+use crate::wire::reader::wrong_type;
 use crate::wire::violation::Violation;
 
 /// Most steps, members and callbacks of one workflow.
@@ -164,167 +166,215 @@ pub fn parse(
     tenant: Option<&str>,
 ) -> Result<Definition, Invalid> {
     let mut v: Vec<Violation> = Vec::new();
-    let r#type = match obj.get("type") {
-        // The dependency form names no type.
-        None if obj.get("steps").is_some() => Some(WorkflowType::Dag),
-        None => {
-            v.push(Violation::new(
-                "$.type",
-                "'type' is required: chain, group or batch (or no 'type' and 'steps' with 'depends_on')",
-            ));
-            None
-        }
-        Some(raw) => match json::decode::<String>(raw)
-            .ok()
-            .and_then(|s| WorkflowType::parse(&s))
-        {
-            Some(t) => Some(t),
-            None => {
-                v.push(Violation::new(
-                    "$.type",
-                    "'type' must be one of chain, group, batch, dag",
-                ));
-                None
-            }
-        },
-    };
-    let name = match obj.get("name") {
-        None => None,
-        Some(raw) => match json::decode::<Option<String>>(raw) {
-            Ok(name) => name,
-            Err(_) => {
-                v.push(Violation::new("$.name", "'name' must be a string"));
-                None
-            }
-        },
-    };
-    let priority = match obj.get("priority") {
-        None => None,
-        Some(raw) => match json::as_integer(raw) {
-            Some(p) if (0..=i64::from(limits.max_priority)).contains(&p) => Some(p as i32),
-            _ => {
-                v.push(Violation::new(
-                    "$.priority",
-                    format!(
-                        "'priority' must be an integer from 0 to {}",
-                        limits.max_priority
-                    ),
-                ));
-                None
-            }
-        },
-    };
-    let defaults = match obj.get("options") {
-        None => None,
-        Some(raw) => match Object::from_raw(raw) {
-            Ok(o) => Some(o),
-            Err(_) => {
-                v.push(Violation::new("$.options", "'options' must be an object"));
-                None
-            }
-        },
-    };
-    let Some(r#type) = r#type else {
+    let mut r = Reader::new(&mut v);
+    let header = header(obj, limits, &mut r);
+    let Some(r#type) = header.r#type else {
         return Err(Invalid::Definition(v));
     };
-
-    // (path, kind, item) in node order.
-    let mut items: Vec<(String, NodeKind, &RawValue)> = Vec::new();
-    let (list, kind, other) = match r#type {
-        WorkflowType::Chain | WorkflowType::Dag => ("steps", NodeKind::Step, "jobs"),
-        WorkflowType::Group | WorkflowType::Batch => ("jobs", NodeKind::Job, "steps"),
-    };
-    if obj.get(other).is_some() {
-        v.push(Violation::new(
-            format!("$.{other}"),
-            format!("a {type} lists its jobs in '{list}', not '{other}'"),
-        ));
-    }
-    match obj
-        .get(list)
-        .map(|raw| (raw, serde_json::from_str::<Vec<&RawValue>>(raw.get())))
-    {
-        None => v.push(Violation::new(
-            format!("$.{list}"),
-            format!("'{list}' is required: at least one job"),
-        )),
-        Some((_, Ok(list_items))) if list_items.is_empty() => v.push(Violation::new(
-            format!("$.{list}"),
-            format!("'{list}' must hold at least one job"),
-        )),
-        Some((_, Ok(list_items))) => {
-            for (i, item) in list_items.into_iter().enumerate() {
-                items.push((format!("$.{list}[{i}]"), kind, item));
-            }
-        }
-        Some((raw, Err(_))) => v.push(Violation::new(
-            format!("$.{list}"),
-            format!(
-                "'{list}' must be an array of jobs, got {}",
-                Kind::of(raw).article_name()
-            ),
-        )),
-    }
-    match (r#type, obj.get("callbacks")) {
-        (WorkflowType::Batch, None) => v.push(Violation::new(
-            "$.callbacks",
-            "a batch needs 'callbacks' with at least one of on_complete, on_success, on_failure",
-        )),
-        (WorkflowType::Batch, Some(raw)) => match Object::from_raw(raw) {
-            Ok(callbacks) => {
-                for (key, _) in callbacks.iter() {
-                    if NodeKind::parse(key).is_none_or(|k| !k.is_callback()) {
-                        v.push(Violation::new(
-                            format!("$.callbacks.{key}"),
-                            "a callback is one of on_complete, on_success, on_failure",
-                        ));
-                    }
-                }
-                let before = items.len();
-                for kind in CALLBACKS {
-                    if let Some(item) = callbacks.get(kind.as_str()) {
-                        items.push((format!("$.callbacks.{}", kind.as_str()), kind, item));
-                    }
-                }
-                if items.len() == before {
-                    v.push(Violation::new(
-                        "$.callbacks",
-                        "'callbacks' needs at least one of on_complete, on_success, on_failure",
-                    ));
-                }
-            }
-            Err(_) => v.push(Violation::new(
-                "$.callbacks",
-                "'callbacks' must be an object",
-            )),
-        },
-        (_, Some(_)) => v.push(Violation::new(
-            "$.callbacks",
-            format!("only a batch has callbacks, not a {type}"),
-        )),
-        (_, None) => {}
-    }
+    let (list, mut items) = listed_items(obj, r#type, &mut r);
+    callbacks(obj, r#type, &mut items, &mut r);
     if items.len() > MAX_NODES {
-        v.push(Violation::new(
+        r.refuse(
             format!("$.{list}"),
             format!("a workflow holds at most {MAX_NODES} jobs and callbacks"),
-        ));
+        );
         return Err(Invalid::Definition(v));
     }
-
     let graph = if r#type == WorkflowType::Dag {
         dependencies(&items, &mut v)
     } else {
         Vec::new()
     };
-
     let id = Uuid::now_v7();
+    let nodes = nodes(&items, &graph, &header, r#type, id, limits, tenant, &mut v)?;
+    if !v.is_empty() {
+        return Err(Invalid::Definition(v));
+    }
+    Ok(Definition {
+        id,
+        r#type,
+        name: header.name,
+        priority: header.priority,
+        nodes: inherit_first_priority(nodes, &items, r#type, header.priority),
+    })
+}
+
+/// The members of a definition besides its jobs: its type, name, priority and the options
+/// every job starts from.
+struct Header<'a> {
+    /// `None` when missing or invalid (a violation is recorded).
+    r#type: Option<WorkflowType>,
+    name: Option<String>,
+    priority: Option<i32>,
+    defaults: Option<Object<'a>>,
+}
+
+fn header<'a>(obj: &Object<'a>, limits: &Limits, r: &mut Reader<'_>) -> Header<'a> {
+    let r#type = match obj.get("type") {
+        // The dependency form names no type.
+        None if obj.get("steps").is_some() => Some(WorkflowType::Dag),
+        None => r.required(
+            "$.type",
+            None,
+            "'type' is required: chain, group or batch (or no 'type' and 'steps' with 'depends_on')",
+        ),
+        Some(raw) => {
+            let r#type = json::decode::<String>(raw)
+                .ok()
+                .and_then(|s| WorkflowType::parse(&s));
+            r.required(
+                "$.type",
+                r#type,
+                "'type' must be one of chain, group, batch, dag",
+            )
+        }
+    };
+    let name = obj.get("name").and_then(|raw| {
+        let name = json::decode::<Option<String>>(raw).ok();
+        r.required("$.name", name, "'name' must be a string")
+            .flatten()
+    });
+    let priority = obj.get("priority").and_then(|raw| {
+        let priority = json::as_integer(raw)
+            .filter(|p| (0..=i64::from(limits.max_priority)).contains(p))
+            .map(|p| p as i32);
+        r.required(
+            "$.priority",
+            priority,
+            format!(
+                "'priority' must be an integer from 0 to {}",
+                limits.max_priority
+            ),
+        )
+    });
+    let defaults = obj.get("options").and_then(|raw| {
+        let options = Object::from_raw(raw).ok();
+        r.required("$.options", options, "'options' must be an object")
+    });
+    Header {
+        r#type,
+        name,
+        priority,
+        defaults,
+    }
+}
+
+/// A job of a definition: its path, its kind and its body.
+type Item<'a> = (String, NodeKind, &'a RawValue);
+
+/// The jobs a definition lists (`steps` for a chain or dag, `jobs` for a group or batch), in
+/// order, with the name of the list.
+fn listed_items<'a>(
+    obj: &Object<'a>,
+    r#type: WorkflowType,
+    r: &mut Reader<'_>,
+) -> (&'static str, Vec<Item<'a>>) {
+    let (list, kind, other) = match r#type {
+        WorkflowType::Chain | WorkflowType::Dag => ("steps", NodeKind::Step, "jobs"),
+        WorkflowType::Group | WorkflowType::Batch => ("jobs", NodeKind::Job, "steps"),
+    };
+    if obj.get(other).is_some() {
+        r.refuse(
+            format!("$.{other}"),
+            format!("a {type} lists its jobs in '{list}', not '{other}'"),
+        );
+    }
+    let Some(raw) = obj.get(list) else {
+        r.refuse(
+            format!("$.{list}"),
+            format!("'{list}' is required: at least one job"),
+        );
+        return (list, Vec::new());
+    };
+    let Ok(listed) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
+        r.wrong_type(
+            format!("$.{list}"),
+            &format!("'{list}'"),
+            "an array of jobs",
+            raw,
+        );
+        return (list, Vec::new());
+    };
+    if listed.is_empty() {
+        r.refuse(
+            format!("$.{list}"),
+            format!("'{list}' must hold at least one job"),
+        );
+    }
+    let items = listed
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| (format!("$.{list}[{i}]"), kind, item))
+        .collect();
+    (list, items)
+}
+
+/// A batch's callbacks, added to `items` after its jobs; any other type has none.
+fn callbacks<'a>(
+    obj: &Object<'a>,
+    r#type: WorkflowType,
+    items: &mut Vec<Item<'a>>,
+    r: &mut Reader<'_>,
+) {
+    match (r#type, obj.get("callbacks")) {
+        (WorkflowType::Batch, None) => r.refuse(
+            "$.callbacks",
+            "a batch needs 'callbacks' with at least one of on_complete, on_success, on_failure",
+        ),
+        (WorkflowType::Batch, Some(raw)) => {
+            let Ok(callbacks) = Object::from_raw(raw) else {
+                r.refuse("$.callbacks", "'callbacks' must be an object");
+                return;
+            };
+            for (key, _) in callbacks.iter() {
+                if NodeKind::parse(key).is_none_or(|k| !k.is_callback()) {
+                    r.refuse(
+                        format!("$.callbacks.{key}"),
+                        "a callback is one of on_complete, on_success, on_failure",
+                    );
+                }
+            }
+            let before = items.len();
+            for kind in CALLBACKS {
+                if let Some(item) = callbacks.get(kind.as_str()) {
+                    items.push((format!("$.callbacks.{}", kind.as_str()), kind, item));
+                }
+            }
+            if items.len() == before {
+                r.refuse(
+                    "$.callbacks",
+                    "'callbacks' needs at least one of on_complete, on_success, on_failure",
+                );
+            }
+        }
+        (_, Some(_)) => r.refuse(
+            "$.callbacks",
+            format!("only a batch has callbacks, not a {type}"),
+        ),
+        (_, None) => {}
+    }
+}
+
+/// Each item read as a job of workflow `id`: the definition's priority and options applied,
+/// held when it waits for others. An item's violations join `v`; an item refused otherwise
+/// (too large, unsupported) is the answer when nothing else is wrong.
+#[allow(clippy::too_many_arguments)]
+fn nodes(
+    items: &[Item<'_>],
+    graph: &[(Option<String>, Vec<usize>)],
+    header: &Header<'_>,
+    r#type: WorkflowType,
+    id: Uuid,
+    limits: &Limits,
+    tenant: Option<&str>,
+    v: &mut Vec<Violation>,
+) -> Result<Vec<NodeDef>, Invalid> {
     let mut nodes = Vec::with_capacity(items.len());
     for (index, (path, kind, raw)) in items.iter().enumerate() {
         let (name, depends_on) = graph.get(index).cloned().unwrap_or_default();
-        match item_job(raw, path, defaults.as_ref(), limits, tenant, r#type) {
+        match item_job(raw, path, header.defaults.as_ref(), limits, tenant, r#type) {
             Ok(mut job) => {
-                if let Some(priority) = priority
+                if let Some(priority) = header.priority
                     && !has_priority(raw)
                 {
                     job.priority = priority;
@@ -345,25 +395,26 @@ pub fn parse(
             Err(_) => {}
         }
     }
-    if !v.is_empty() {
-        return Err(Invalid::Definition(v));
-    }
-    // A chain's or dag's later steps without a priority of their own take the first step's.
+    Ok(nodes)
+}
+
+/// A chain's or dag's later steps without a priority of their own take the first step's
+/// (unless the definition names one for all).
+fn inherit_first_priority(
+    mut nodes: Vec<NodeDef>,
+    items: &[Item<'_>],
+    r#type: WorkflowType,
+    priority: Option<i32>,
+) -> Vec<NodeDef> {
     if matches!(r#type, WorkflowType::Chain | WorkflowType::Dag) && priority.is_none() {
         let first = nodes[0].job.priority;
-        for (node, (_, _, raw)) in nodes.iter_mut().zip(&items).skip(1) {
+        for (node, (_, _, raw)) in nodes.iter_mut().zip(items).skip(1) {
             if !has_priority(raw) {
                 node.job.priority = first;
             }
         }
     }
-    Ok(Definition {
-        id,
-        r#type,
-        name,
-        priority,
-        nodes,
-    })
+    nodes
 }
 
 /// The chain a PUSH body embeds (`"workflow": {"chain": [<step>, ...]}`): the posted job is
@@ -381,59 +432,11 @@ pub fn embedded_chain(
     let Ok(spec) = Object::from_raw(raw) else {
         return Err(Invalid::Definition(vec![Violation::new(
             "$.workflow",
-            format!(
-                "'workflow' must be an object holding 'chain', got {}",
-                Kind::of(raw).article_name()
-            ),
+            wrong_type("'workflow'", "an object holding 'chain'", raw),
         )]));
     };
     let mut v: Vec<Violation> = Vec::new();
-    for (key, _) in spec.iter() {
-        match key {
-            "chain" => {}
-            "group" | "batch" => {
-                return Err(Invalid::Item(Rejection::Unsupported {
-                    path: format!("$.workflow.{key}"),
-                    message: format!(
-                        "a job embeds only a chain; create a {key} with POST /ojs/v1/workflows"
-                    ),
-                }));
-            }
-            other => v.push(Violation::new(
-                format!("$.workflow.{other}"),
-                "an embedded workflow holds only 'chain'",
-            )),
-        }
-    }
-    let items: Vec<&RawValue> = match spec.get("chain") {
-        None => {
-            v.push(Violation::new(
-                "$.workflow.chain",
-                "'chain' is required: the steps to run after this job",
-            ));
-            Vec::new()
-        }
-        Some(raw) => match serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
-            Ok(items) if !items.is_empty() => items,
-            Ok(_) => {
-                v.push(Violation::new(
-                    "$.workflow.chain",
-                    "'chain' must hold at least one step",
-                ));
-                Vec::new()
-            }
-            Err(_) => {
-                v.push(Violation::new(
-                    "$.workflow.chain",
-                    format!(
-                        "'chain' must be an array of jobs, got {}",
-                        Kind::of(raw).article_name()
-                    ),
-                ));
-                Vec::new()
-            }
-        },
-    };
+    let items = chain_items(&spec, &mut Reader::new(&mut v))?;
     if items.len() >= MAX_NODES {
         v.push(Violation::new(
             "$.workflow.chain",
@@ -441,7 +444,6 @@ pub fn embedded_chain(
         ));
         return Err(Invalid::Definition(v));
     }
-
     let root_text = json::object_text(obj.iter().filter(|(key, _)| *key != "workflow"));
     let root_obj = Object::parse(&root_text).map_err(|_| {
         Invalid::Definition(vec![Violation::new("$", "the body is not valid JSON")])
@@ -468,7 +470,49 @@ pub fn embedded_chain(
     if !v.is_empty() {
         return Err(Invalid::Definition(v));
     }
+    Ok(Some(chain_after(jobs)))
+}
 
+/// The steps an embedded workflow lists in `chain` (nothing else may be embedded: a group or
+/// batch is refused as unsupported, any other key is a violation).
+fn chain_items<'a>(spec: &Object<'a>, r: &mut Reader<'_>) -> Result<Vec<&'a RawValue>, Invalid> {
+    for (key, _) in spec.iter() {
+        match key {
+            "chain" => {}
+            "group" | "batch" => {
+                return Err(Invalid::Item(Rejection::Unsupported {
+                    path: format!("$.workflow.{key}"),
+                    message: format!(
+                        "a job embeds only a chain; create a {key} with POST /ojs/v1/workflows"
+                    ),
+                }));
+            }
+            other => r.refuse(
+                format!("$.workflow.{other}"),
+                "an embedded workflow holds only 'chain'",
+            ),
+        }
+    }
+    let Some(raw) = spec.get("chain") else {
+        r.refuse(
+            "$.workflow.chain",
+            "'chain' is required: the steps to run after this job",
+        );
+        return Ok(Vec::new());
+    };
+    let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
+        r.wrong_type("$.workflow.chain", "'chain'", "an array of jobs", raw);
+        return Ok(Vec::new());
+    };
+    if items.is_empty() {
+        r.refuse("$.workflow.chain", "'chain' must hold at least one step");
+    }
+    Ok(items)
+}
+
+/// The chain of the posted job (step 0) and the steps after it: a step without a priority or
+/// queue of its own takes the posted job's.
+fn chain_after(jobs: Vec<(NewJob, Option<&RawValue>)>) -> Definition {
     let id = Uuid::now_v7();
     let mut nodes: Vec<NodeDef> = Vec::with_capacity(jobs.len());
     for (index, (mut job, raw)) in jobs.into_iter().enumerate() {
@@ -491,13 +535,13 @@ pub fn embedded_chain(
             depends_on: Vec::new(),
         });
     }
-    Ok(Some(Definition {
+    Definition {
         id,
         r#type: WorkflowType::Chain,
         name: None,
         priority: None,
         nodes,
-    }))
+    }
 }
 
 /// Whether node `index` waits for others: every chain step after the first, every dag step

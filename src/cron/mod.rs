@@ -16,9 +16,9 @@ use serde_json::value::RawValue;
 pub use schedule::{Due, Occurrence, Schedule};
 
 use crate::job::envelope::{self, Limits, NewJob, Rejection};
-use crate::wire::Violation;
 use crate::wire::json::{self, Kind, Object};
 use crate::wire::names;
+use crate::wire::{Reader, Violation};
 
 /// Longest entry name.
 pub const MAX_NAME_LEN: usize = 255;
@@ -177,130 +177,16 @@ pub fn parse(
     tenant: Option<&str>,
 ) -> Result<Definition, Rejection> {
     let mut v: Vec<Violation> = Vec::new();
-
-    let name = match string(obj, "name", &mut v) {
-        Some(name) if is_valid_name(&name) => name,
-        Some(name) => {
-            v.push(Violation::new(
-                "$.name",
-                format!(
-                    "name {name:?} is invalid: use 1-255 characters of lowercase letters, digits, \
-                     '-' and '.', starting with a letter or digit"
-                ),
-            ));
-            String::new()
-        }
-        None => {
-            if !obj.contains("name") {
-                v.push(Violation::new("$.name", "'name' is required"));
-            }
-            String::new()
-        }
-    };
-
-    let mut expressions = Vec::new();
-    for key in ["expression", "cron", "schedule"] {
-        if let Some(text) = string(obj, key, &mut v) {
-            expressions.push((key, text.trim().to_owned()));
-        }
-    }
-    let expression = match expressions.as_slice() {
-        [] => {
-            if !["expression", "cron", "schedule"]
-                .iter()
-                .any(|k| obj.contains(k))
-            {
-                v.push(Violation::new(
-                    "$.expression",
-                    "'expression' (or 'cron') is required",
-                ));
-            }
-            None
-        }
-        [(key, first), rest @ ..] => {
-            if let Some((other, _)) = rest.iter().find(|(_, text)| text != first) {
-                v.push(Violation::new(
-                    format!("$.{other}"),
-                    format!("'{other}' disagrees with '{key}'; send one of them"),
-                ));
-                None
-            } else {
-                Some(((*key).to_owned(), first.clone()))
-            }
-        }
-    };
-
-    let timezone = match obj.get("timezone") {
-        None => Some(DEFAULT_ZONE.to_owned()),
-        Some(_) => string(obj, "timezone", &mut v),
-    };
-    let zone = timezone
-        .as_deref()
-        .and_then(|name| match zone::parse(name) {
-            Ok(zone) => Some(zone),
-            Err(message) => {
-                v.push(Violation::new("$.timezone", message));
-                None
-            }
-        });
-    let schedule = match (&expression, zone) {
-        (Some((key, text)), Some(zone)) => match Schedule::parse(text, zone) {
-            Ok(schedule) => Some(schedule),
-            Err(message) => {
-                v.push(Violation::new(format!("$.{key}"), message));
-                None
-            }
-        },
-        _ => None,
-    };
-
-    let overlap = match obj.get("overlap_policy") {
-        None => OverlapPolicy::Skip,
-        Some(_) => match string(obj, "overlap_policy", &mut v) {
-            Some(text) => OverlapPolicy::parse(&text).unwrap_or_else(|| {
-                v.push(Violation::new(
-                    "$.overlap_policy",
-                    format!(
-                        "overlap_policy {text:?} is not one of skip, allow, cancel_previous \
-                         (or cancel), enqueue"
-                    ),
-                ));
-                OverlapPolicy::Skip
-            }),
-            None => OverlapPolicy::Skip,
-        },
-    };
-
-    let enabled = match obj.get("enabled") {
-        None => true,
-        Some(raw) => match json::decode::<bool>(raw) {
-            Ok(b) => b,
-            Err(_) => {
-                v.push(Violation::new(
-                    "$.enabled",
-                    format!(
-                        "'enabled' must be true or false, got {}",
-                        Kind::of(raw).article_name()
-                    ),
-                ));
-                true
-            }
-        },
-    };
-
-    let description = match obj.get("description") {
-        None => None,
-        Some(_) => string(obj, "description", &mut v).and_then(|d| {
-            if d.chars().count() > MAX_DESCRIPTION_CHARS {
-                v.push(Violation::new(
-                    "$.description",
-                    format!("description is longer than {MAX_DESCRIPTION_CHARS} characters"),
-                ));
-            }
-            (!d.is_empty()).then_some(d)
-        }),
-    };
-
+    let mut r = Reader::new(&mut v);
+    let name = entry_name(obj, &mut r);
+    let expression = expression(obj, &mut r);
+    let (timezone, schedule) = schedule(obj, expression.as_ref(), &mut r);
+    let overlap = overlap(obj, &mut r);
+    let enabled = obj.get("enabled").is_none_or(|raw| {
+        r.decode::<bool>("$.enabled", "'enabled'", "true or false", raw)
+            .unwrap_or(true)
+    });
+    let description = description(obj, &mut r);
     let template = template(obj, limits, tenant, &mut v).and_then(|text| {
         if text.len() > max_template_bytes {
             Err(Rejection::TooLarge {
@@ -312,7 +198,6 @@ pub fn parse(
             Ok(text)
         }
     });
-
     if !v.is_empty() {
         return Err(Rejection::Invalid(v));
     }
@@ -336,6 +221,117 @@ pub fn parse(
         template,
         tenant: tenant.map(str::to_owned),
     })
+}
+
+/// The entry's name; empty when missing or invalid (a violation is recorded).
+fn entry_name(obj: &Object<'_>, r: &mut Reader<'_>) -> String {
+    let Some(name) = string(obj, "name", r) else {
+        if !obj.contains("name") {
+            r.refuse("$.name", "'name' is required");
+        }
+        return String::new();
+    };
+    r.check(
+        "$.name",
+        name,
+        |name| is_valid_name(name),
+        |name| {
+            format!(
+                "name {name:?} is invalid: use 1-255 characters of lowercase letters, digits, \
+             '-' and '.', starting with a letter or digit"
+            )
+        },
+    )
+    .unwrap_or_default()
+}
+
+/// The expression and the key it was sent under (`expression`, `cron` or `schedule`; several
+/// may be sent if they agree).
+fn expression(obj: &Object<'_>, r: &mut Reader<'_>) -> Option<(String, String)> {
+    const KEYS: [&str; 3] = ["expression", "cron", "schedule"];
+    let mut expressions = Vec::new();
+    for key in KEYS {
+        if let Some(text) = string(obj, key, r) {
+            expressions.push((key, text.trim().to_owned()));
+        }
+    }
+    let [(key, first), rest @ ..] = expressions.as_slice() else {
+        if !KEYS.iter().any(|k| obj.contains(k)) {
+            r.refuse("$.expression", "'expression' (or 'cron') is required");
+        }
+        return None;
+    };
+    if let Some((other, _)) = rest.iter().find(|(_, text)| text != first) {
+        r.refuse(
+            format!("$.{other}"),
+            format!("'{other}' disagrees with '{key}'; send one of them"),
+        );
+        return None;
+    }
+    Some(((*key).to_owned(), first.clone()))
+}
+
+/// The entry's time zone (UTC when not given) and its schedule in that zone.
+fn schedule(
+    obj: &Object<'_>,
+    expression: Option<&(String, String)>,
+    r: &mut Reader<'_>,
+) -> (Option<String>, Option<Schedule>) {
+    let timezone = match obj.get("timezone") {
+        None => Some(DEFAULT_ZONE.to_owned()),
+        Some(_) => string(obj, "timezone", r),
+    };
+    let zone = timezone
+        .as_deref()
+        .and_then(|name| match zone::parse(name) {
+            Ok(zone) => Some(zone),
+            Err(message) => {
+                r.refuse("$.timezone", message);
+                None
+            }
+        });
+    let schedule = match (expression, zone) {
+        (Some((key, text)), Some(zone)) => match Schedule::parse(text, zone) {
+            Ok(schedule) => Some(schedule),
+            Err(message) => {
+                r.refuse(format!("$.{key}"), message);
+                None
+            }
+        },
+        _ => None,
+    };
+    (timezone, schedule)
+}
+
+/// What an occurrence does while the previous run is still going (`skip` when not given).
+fn overlap(obj: &Object<'_>, r: &mut Reader<'_>) -> OverlapPolicy {
+    obj.get("overlap_policy")
+        .and_then(|_| string(obj, "overlap_policy", r))
+        .and_then(|text| {
+            let policy = OverlapPolicy::parse(&text);
+            r.required(
+                "$.overlap_policy",
+                policy,
+                format!(
+                    "overlap_policy {text:?} is not one of skip, allow, cancel_previous \
+                     (or cancel), enqueue"
+                ),
+            )
+        })
+        .unwrap_or(OverlapPolicy::Skip)
+}
+
+/// The entry's description (`None` when empty), at most [`MAX_DESCRIPTION_CHARS`] characters.
+fn description(obj: &Object<'_>, r: &mut Reader<'_>) -> Option<String> {
+    obj.get("description")?;
+    let description = string(obj, "description", r)?;
+    if description.chars().count() > MAX_DESCRIPTION_CHARS {
+        r.refuse(
+            "$.description",
+            format!("description is longer than {MAX_DESCRIPTION_CHARS} characters"),
+        );
+    }
+    (!description.is_empty()).then_some(description)
 }
 
 /// A PATCH body over a stored registration (`current`, a registration body): the entry fields
@@ -500,21 +496,10 @@ fn template(
 
 /// The string `key` of `obj`, if present and a string (else a violation; `null` counts as
 /// absent).
-fn string(obj: &Object<'_>, key: &str, v: &mut Vec<Violation>) -> Option<String> {
+fn string(obj: &Object<'_>, key: &str, r: &mut Reader<'_>) -> Option<String> {
     let raw: &RawValue = obj.get(key)?;
-    match json::decode::<Option<String>>(raw) {
-        Ok(s) => s,
-        Err(_) => {
-            v.push(Violation::new(
-                format!("$.{key}"),
-                format!(
-                    "'{key}' must be a string, got {}",
-                    Kind::of(raw).article_name()
-                ),
-            ));
-            None
-        }
-    }
+    r.decode::<Option<String>>(format!("$.{key}"), &format!("'{key}'"), "a string", raw)
+        .flatten()
 }
 
 #[cfg(test)]

@@ -61,45 +61,8 @@ pub(super) async fn ojs_middleware(
     // What a response leaves unread of the body is discarded, so the connection lives on
     // (or the response says `Connection: close`): see `unread`.
     let (req, unread) = unread::watch(req);
-    let mut response = async {
-        if let Some(version) = req.headers().get(&OJS_VERSION_HEADER)
-            && !version.to_str().is_ok_and(version_supported)
-        {
-            return ApiError::unsupported(format!(
-                "OJS-Version '{}' is not supported; this server speaks {OJS_VERSION}.",
-                version.to_str().unwrap_or("?")
-            ))
-            .into_response();
-        }
-        let database = needs_database(req.uri().path());
-        if database && state.health().is_down() {
-            return db_unavailable();
-        }
-        let run = tokio::time::timeout(state.settings().request_timeout, next.run(req));
-        let outcome = if database {
-            // A request waiting on the database when it goes away is answered now, not when its
-            // connection attempts give up.
-            tokio::select! {
-                biased;
-                outcome = run => outcome,
-                () = state.health().went_down() => return db_unavailable(),
-            }
-        } else {
-            run.await
-        };
-        match outcome {
-            Ok(response) => response,
-            Err(_) => ApiError::unavailable(
-                "The request took too long; retry shortly.",
-                Some("request timed out".to_owned()),
-            )
-            .into_response(),
-        }
-    }
-    .instrument(span.clone())
-    .await;
+    let mut response = answer(&state, req, next).instrument(span.clone()).await;
     unread.settle(&mut response);
-
     let status = response.status();
     if let Some(PendingError(error)) = response.extensions_mut().remove::<PendingError>() {
         if error.connection_lost {
@@ -110,36 +73,8 @@ pub(super) async fn ojs_middleware(
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(OJS_JSON));
-        span.in_scope(|| {
-            if status == StatusCode::SERVICE_UNAVAILABLE {
-                // An outage answers every request 503 (the prober logs its start and end);
-                // one line every few seconds says how many, instead of one per request.
-                if let Some(suppressed) = UNAVAILABLE_LOG.admit(UNAVAILABLE_LOG_EVERY) {
-                    tracing::warn!(
-                        %method,
-                        route,
-                        request_id,
-                        code = error.code,
-                        cause = error.cause.as_deref().unwrap_or(&error.message),
-                        suppressed,
-                        "request answered 503 (later ones within {}s are counted, not logged)",
-                        UNAVAILABLE_LOG_EVERY.as_secs()
-                    );
-                }
-            } else if status.is_server_error() {
-                tracing::error!(
-                    %method,
-                    route,
-                    request_id,
-                    status = status.as_u16(),
-                    code = error.code,
-                    cause = error.cause.as_deref().unwrap_or(&error.message),
-                    "request failed"
-                );
-            } else {
-                tracing::debug!(status = status.as_u16(), code = error.code, message = %error.message, "request refused");
-            }
-        });
+        let request = (method.as_str(), route.as_str(), request_id.as_str());
+        span.in_scope(|| log_error(request, status, &error));
     } else {
         span.in_scope(|| {
             tracing::debug!(
@@ -150,8 +85,88 @@ pub(super) async fn ojs_middleware(
         });
     }
     crate::telemetry::http_request(method.as_str(), &route, status.as_u16(), started.elapsed());
+    stamp(&state, &mut response, &request_id);
+    response
+}
+
+/// The handler's answer, unless the request is refused first (an `OJS-Version` this server
+/// does not speak, or the database down for a route that needs it) or takes too long.
+async fn answer(state: &AppState, req: Request, next: Next) -> Response {
+    if let Some(version) = req.headers().get(&OJS_VERSION_HEADER)
+        && !version.to_str().is_ok_and(version_supported)
+    {
+        return ApiError::unsupported(format!(
+            "OJS-Version '{}' is not supported; this server speaks {OJS_VERSION}.",
+            version.to_str().unwrap_or("?")
+        ))
+        .into_response();
+    }
+    let database = needs_database(req.uri().path());
+    if database && state.health().is_down() {
+        return db_unavailable();
+    }
+    let run = tokio::time::timeout(state.settings().request_timeout, next.run(req));
+    let outcome = if database {
+        // A request waiting on the database when it goes away is answered now, not when its
+        // connection attempts give up.
+        tokio::select! {
+            biased;
+            outcome = run => outcome,
+            () = state.health().went_down() => return db_unavailable(),
+        }
+    } else {
+        run.await
+    };
+    match outcome {
+        Ok(response) => response,
+        Err(_) => ApiError::unavailable(
+            "The request took too long; retry shortly.",
+            Some("request timed out".to_owned()),
+        )
+        .into_response(),
+    }
+}
+
+/// Logs an error answer: a 5xx as an error (a 503 at most once every few seconds), a refusal
+/// at debug level. `request` is the method, route and request id.
+fn log_error(request: (&str, &str, &str), status: StatusCode, error: &ApiError) {
+    let (method, route, request_id) = request;
+    let cause = error.cause.as_deref().unwrap_or(&error.message);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // An outage answers every request 503 (the prober logs its start and end); one line
+        // every few seconds says how many, instead of one per request.
+        if let Some(suppressed) = UNAVAILABLE_LOG.admit(UNAVAILABLE_LOG_EVERY) {
+            tracing::warn!(
+                method,
+                route,
+                request_id,
+                code = error.code,
+                cause,
+                suppressed,
+                "request answered 503 (later ones within {}s are counted, not logged)",
+                UNAVAILABLE_LOG_EVERY.as_secs()
+            );
+        }
+    } else if status.is_server_error() {
+        tracing::error!(
+            method,
+            route,
+            request_id,
+            status = status.as_u16(),
+            code = error.code,
+            cause,
+            "request failed"
+        );
+    } else {
+        tracing::debug!(status = status.as_u16(), code = error.code, message = %error.message, "request refused");
+    }
+}
+
+/// The headers every response carries: `X-Request-Id`, `OJS-Version`, and the JSON media
+/// type the deployment asked for.
+fn stamp(state: &AppState, response: &mut Response, request_id: &str) {
     let headers = response.headers_mut();
-    if let Ok(value) = HeaderValue::from_str(&request_id) {
+    if let Ok(value) = HeaderValue::from_str(request_id) {
         headers.insert(X_REQUEST_ID.clone(), value);
     }
     headers.insert(
@@ -168,7 +183,6 @@ pub(super) async fn ojs_middleware(
             HeaderValue::from_static("application/json"),
         );
     }
-    response
 }
 
 /// 503 with `Retry-After`: the database is unreachable.

@@ -20,6 +20,7 @@ use super::{DEFAULT_PRIORITY, JobId, is_valid_queue, is_valid_type, priority_ali
 use crate::rate_limit::{self, RatePolicy};
 use crate::wire::Violation;
 use crate::wire::json::{self, Kind, Object};
+use crate::wire::reader::Reader;
 use crate::wire::timestamp::{self, ClientTime};
 
 /// The largest `meta` accepted, serialized.
@@ -320,32 +321,80 @@ pub fn parse_for(
     limits: &Limits,
     tenant: Option<&str>,
 ) -> Result<NewJob, Rejection> {
-    let mut v: Vec<Violation> = Vec::new();
-
-    let options = match obj.get("options") {
-        None => None,
-        Some(raw) => match Object::from_raw(raw) {
-            Ok(o) => Some(o),
-            Err(_) => {
-                v.push(Violation::new(
-                    "$.options",
-                    format!(
-                        "'options' must be an object, got {}",
-                        Kind::of(raw).article_name()
-                    ),
-                ));
-                None
-            }
-        },
-    };
+    let mut violations: Vec<Violation> = Vec::new();
+    let mut r = Reader::new(&mut violations);
+    let options = obj
+        .get("options")
+        .and_then(|raw| r.object("$.options", "'options'", raw));
     let src = Sources { top: obj, options };
-
     // Size limits come before field validation.
-    let mut meta = merge_meta(&src, &mut v);
+    let meta = meta(&src, tenant, &mut r)?;
+    let identity = identity(obj, limits, &mut r);
+    let queue = queue(&src, &mut r);
+    let (priority, out_of_range) = priority(&src, limits, &mut r)?;
+    let timing = timing(&src, limits, &mut r);
+    let labels = labels(&src, &mut r);
+    let (enqueue_ttl_secs, total_timeout_secs) = lifetime(&src, timing.timeout_ms, &mut r);
+    let unique = unique(&src, &identity, &queue, meta.as_deref(), &mut r);
+    refuse_what_was_found(violations, out_of_range, limits)?;
+    let policies = policies(&src)?;
+    // The job shows its rate limit as the server reads it, key resolved.
+    let rate_limit_json = policies
+        .rate_limit
+        .as_ref()
+        .map(|p| json::raw(p.to_json(&p.key_for(&queue)).to_string()));
+    let extra = json::object_text(
+        obj.iter()
+            .filter(|(key, _)| !INPUT_ATTRIBUTES.contains(key) && !SYSTEM_ATTRIBUTES.contains(key))
+            .chain(rate_limit_json.as_deref().map(|raw| ("rate_limit", raw))),
+    );
+    Ok(NewJob {
+        id: identity.id,
+        id_supplied: identity.id_supplied,
+        r#type: identity.job_type,
+        queue,
+        // Validated: present and an array.
+        args: identity
+            .args
+            .map(|a| a.get().to_owned())
+            .unwrap_or_else(|| "[]".to_owned()),
+        meta: meta.unwrap_or_else(|| "{}".to_owned()),
+        priority,
+        priority_aging_ms: limits.priority_aging_ms,
+        timeout_ms: timing.timeout_ms,
+        timeout_explicit: timing.timeout_explicit,
+        visibility_timeout_ms: timing.visibility_timeout_ms,
+        scheduled_at: timing.scheduled_at,
+        expires_at: timing.expires_at,
+        pending: timing.pending,
+        retry: policies.retry,
+        retry_input: policies.retry_input,
+        unique,
+        tags: labels.tags,
+        schema_uri: labels.schema_uri,
+        enqueue_ttl_secs,
+        total_timeout_secs,
+        extra,
+        rate_limit: policies.rate_limit,
+        version: obj.get("version").map(|raw| raw.get().to_owned()),
+        config_generation: -1,
+        schema_warnings: Vec::new(),
+        tenant_limits: None,
+    })
+}
+
+/// The job's `meta`: the merged layers, with the caller's tenant in it, within the size limit
+/// (a larger one is refused before anything else is looked at).
+fn meta(
+    src: &Sources<'_>,
+    tenant: Option<&str>,
+    r: &mut Reader<'_>,
+) -> Result<Option<String>, Rejection> {
+    let mut meta = merge_meta(src, r);
     if let Some(tenant) = tenant
         && let Some(text) = meta.take()
     {
-        meta = Some(with_tenant(text, tenant, &mut v));
+        meta = Some(with_tenant(text, tenant, r));
     }
     if let Some(meta) = &meta
         && meta.len() > MAX_META_BYTES
@@ -356,313 +405,316 @@ pub fn parse_for(
             max: MAX_META_BYTES,
         });
     }
+    Ok(meta)
+}
 
-    if let Some(raw) = obj.get("specversion") {
-        match json::decode::<String>(raw).as_deref() {
-            Ok("1.0.0-rc.1" | "1.0") => {}
-            _ => v.push(Violation::new(
-                "$.specversion",
-                "specversion must be \"1.0.0-rc.1\" (or \"1.0\")",
-            )),
-        }
+/// What the job is: its id (given or generated), type and arguments.
+struct Identity<'a> {
+    id: JobId,
+    id_supplied: bool,
+    /// Empty when invalid (a violation is recorded).
+    job_type: String,
+    args: Option<&'a RawValue>,
+}
+
+fn identity<'a>(obj: &Object<'a>, limits: &Limits, r: &mut Reader<'_>) -> Identity<'a> {
+    if let Some(raw) = obj.get("specversion")
+        && !matches!(
+            json::decode::<String>(raw).as_deref(),
+            Ok("1.0.0-rc.1" | "1.0")
+        )
+    {
+        r.refuse(
+            "$.specversion",
+            "specversion must be \"1.0.0-rc.1\" (or \"1.0\")",
+        );
     }
-
-    let (id, id_supplied) = match obj.get_raw("id") {
-        None => (JobId::generate(), false),
-        Some(raw) => match json::decode::<String>(raw)
+    let given = obj.get_raw("id").map(|raw| {
+        let id = json::decode::<String>(raw)
             .ok()
-            .and_then(|s| s.parse::<JobId>().ok())
-        {
-            Some(id) => (id, true),
-            None => {
-                v.push(Violation::new(
-                    "$.id",
-                    "id must be a lowercase UUIDv7 string (e.g. 019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f), or be omitted",
-                ));
-                (JobId::generate(), true)
-            }
-        },
-    };
-
-    let job_type = match obj.get_raw("type") {
-        None => {
-            v.push(Violation::new("$.type", "'type' is required"));
-            String::new()
-        }
-        Some(raw) => match json::decode::<String>(raw) {
-            Ok(t) if is_valid_type(&t, limits.hyphenated_types) => t,
-            Ok(t) => {
-                v.push(Violation::new(
-                    "$.type",
-                    format!(
-                        "type {t:?} is invalid: use 1-255 characters of dot-separated lowercase segments, each starting with a letter (e.g. email.send)"
-                    ),
-                ));
-                String::new()
-            }
-            Err(_) => {
-                v.push(Violation::new(
-                    "$.type",
-                    format!(
-                        "'type' must be a string, got {}",
-                        Kind::of(raw).article_name()
-                    ),
-                ));
-                String::new()
-            }
-        },
-    };
-
-    let args = match obj.get_raw("args") {
-        None => {
-            v.push(Violation::new(
-                "$.args",
-                "'args' is required (a JSON array, may be empty)",
-            ));
-            None
-        }
-        Some(raw) if Kind::of(raw) == Kind::Array => Some(raw),
-        Some(raw) => {
-            v.push(Violation::new(
-                "$.args",
+            .and_then(|s| s.parse::<JobId>().ok());
+        r.required(
+            "$.id",
+            id,
+            "id must be a lowercase UUIDv7 string (e.g. 019461a8-1a2b-7c3d-8e4f-5a6b7c8d9e0f), or be omitted",
+        )
+    });
+    let job_type = r
+        .required("$.type", obj.get_raw("type"), "'type' is required")
+        .and_then(|raw| r.decode::<String>("$.type", "'type'", "a string", raw))
+        .and_then(|t| {
+            r.check("$.type", t, |t| is_valid_type(t, limits.hyphenated_types), |t| {
                 format!(
-                    "'args' must be an array, got {}",
-                    Kind::of(raw).article_name()
-                ),
-            ));
-            None
+                    "type {t:?} is invalid: use 1-255 characters of dot-separated lowercase segments, each starting with a letter (e.g. email.send)"
+                )
+            })
+        });
+    let args = r
+        .required(
+            "$.args",
+            obj.get_raw("args"),
+            "'args' is required (a JSON array, may be empty)",
+        )
+        .and_then(|raw| r.array("$.args", "'args'", raw));
+    Identity {
+        id: given.flatten().unwrap_or_else(JobId::generate),
+        id_supplied: given.is_some(),
+        job_type: job_type.unwrap_or_default(),
+        args,
+    }
+}
+
+/// The job's queue (`default` when not given); empty when invalid (a violation is recorded).
+fn queue(src: &Sources<'_>, r: &mut Reader<'_>) -> String {
+    let Some((path, raw)) = src.either("queue") else {
+        return DEFAULT_QUEUE.to_owned();
+    };
+    r.decode::<String>(path.clone(), "queue", "a string", raw)
+        .and_then(|q| {
+            r.check(path, q, |q| is_valid_queue(q), |q| {
+                format!(
+                    "queue {q:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.', starting with a letter or digit"
+                )
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// The job's priority, and the violation of a priority out of range (which is answered on its
+/// own, naming the bound, when nothing else is wrong).
+fn priority(
+    src: &Sources<'_>,
+    limits: &Limits,
+    r: &mut Reader<'_>,
+) -> Result<(i32, Option<(Violation, i64)>), Rejection> {
+    let Some((path, raw)) = src.either("priority") else {
+        return Ok((DEFAULT_PRIORITY, None));
+    };
+    match parse_priority(&path, raw, limits.max_priority) {
+        Ok(p) => Ok((p, None)),
+        Err(Rejection::PriorityOutOfRange {
+            violation, value, ..
+        }) => Ok((DEFAULT_PRIORITY, Some((violation, value)))),
+        Err(Rejection::Invalid(violations)) => {
+            r.refuse_all(violations);
+            Ok((DEFAULT_PRIORITY, None))
         }
-    };
+        Err(other) => Err(other),
+    }
+}
 
-    let queue = match src.either("queue") {
-        None => DEFAULT_QUEUE.to_owned(),
-        Some((path, raw)) => match json::decode::<String>(raw) {
-            Ok(q) if is_valid_queue(&q) => q,
-            Ok(q) => {
-                v.push(Violation::new(
-                    path,
-                    format!(
-                        "queue {q:?} is invalid: use 1-128 lowercase letters, digits, '-' and '.', starting with a letter or digit"
-                    ),
-                ));
-                String::new()
-            }
-            Err(_) => {
-                v.push(Violation::new(
-                    path,
-                    format!(
-                        "queue must be a string, got {}",
-                        Kind::of(raw).article_name()
-                    ),
-                ));
-                String::new()
-            }
-        },
-    };
+/// When and for how long the job runs: its execution timeout, schedule, expiry, visibility
+/// timeout, and whether it starts pending.
+struct Timing {
+    timeout_ms: i64,
+    timeout_explicit: bool,
+    scheduled_at: Option<ClientTime>,
+    expires_at: Option<ClientTime>,
+    visibility_timeout_ms: Option<i64>,
+    pending: bool,
+}
 
-    let mut priority_range: Option<(Violation, i64)> = None;
-    let priority = match src.either("priority") {
-        None => DEFAULT_PRIORITY,
-        Some((path, raw)) => match parse_priority(&path, raw, limits.max_priority) {
-            Ok(p) => p,
-            Err(Rejection::PriorityOutOfRange {
-                violation, value, ..
-            }) => {
-                priority_range = Some((violation, value));
-                DEFAULT_PRIORITY
-            }
-            Err(Rejection::Invalid(mut violations)) => {
-                v.append(&mut violations);
-                DEFAULT_PRIORITY
-            }
-            Err(other) => return Err(other),
-        },
-    };
-
-    let timeout_given = src.first(&[
-        (At::Top, "timeout_ms"),
-        (At::Top, "timeout"),
-        (At::Options, "timeout_ms"),
-        (At::Options, "timeout"),
-    ]);
-    let timeout_explicit = timeout_given
-        .as_ref()
-        .is_some_and(|(_, raw)| json::as_integer(raw) != Some(0));
-    let timeout_ms = match timeout_given {
-        None => limits.default_timeout_ms,
-        Some((path, raw)) => {
-            let per_unit = if path.ends_with("_ms") { 1 } else { 1_000 };
-            match json::as_integer(raw) {
-                Some(0) => limits.default_timeout_ms,
-                Some(n) if n > 0 && n <= crate::wire::duration::MAX_MS as i64 / per_unit => {
-                    n * per_unit
-                }
-                _ => {
-                    v.push(Violation::new(
-                        path.clone(),
-                        format!(
-                            "{} must be a non-negative integer ({}; 0 uses the default)",
-                            path.trim_start_matches("$.").trim_start_matches("options."),
-                            if per_unit == 1 {
-                                "milliseconds"
-                            } else {
-                                "seconds"
-                            }
-                        ),
-                    ));
-                    limits.default_timeout_ms
-                }
-            }
-        }
-    };
-
+fn timing(src: &Sources<'_>, limits: &Limits, r: &mut Reader<'_>) -> Timing {
+    let (timeout_ms, timeout_explicit) = timeout(src, limits, r);
     let scheduled_at = client_time(
-        &src,
+        src,
         &[
             (At::Top, "scheduled_at"),
             (At::Top, "delay_until"),
             (At::Options, "scheduled_at"),
             (At::Options, "delay_until"),
         ],
-        &mut v,
+        r,
     );
     let expires_at = client_time(
-        &src,
+        src,
         &[(At::Top, "expires_at"), (At::Options, "expires_at")],
-        &mut v,
+        r,
     );
+    let visibility_timeout_ms = visibility_timeout(src, r);
+    let pending = src.either("pending").is_some_and(|(path, raw)| {
+        let pending = json::decode::<bool>(raw).ok();
+        r.required(path, pending, "pending must be a boolean")
+            .unwrap_or(false)
+    });
+    if pending && scheduled_at.as_ref().is_some_and(is_future) {
+        r.refuse(
+            "$.pending",
+            "a pending job cannot also have a future scheduled_at (activate it, then it runs)",
+        );
+    }
+    Timing {
+        timeout_ms,
+        timeout_explicit,
+        scheduled_at,
+        expires_at,
+        visibility_timeout_ms,
+        pending,
+    }
+}
 
-    let visibility_timeout_ms = match src.first(&[
+/// How long the job may wait to start (`enqueue_ttl`) and live in all (`total_timeout`, at
+/// least the execution timeout `timeout_ms`), in seconds.
+fn lifetime(src: &Sources<'_>, timeout_ms: i64, r: &mut Reader<'_>) -> (Option<i32>, Option<i32>) {
+    let enqueue_ttl_secs = positive_seconds(src, "enqueue_ttl", r);
+    let total_timeout_secs = positive_seconds(src, "total_timeout", r);
+    if let Some(total) = total_timeout_secs
+        && i64::from(total) * 1_000 < timeout_ms
+    {
+        r.refuse(
+            "$.total_timeout",
+            "total_timeout must be >= the execution timeout",
+        );
+    }
+    (enqueue_ttl_secs, total_timeout_secs)
+}
+
+/// The execution timeout in milliseconds (the default when not given or 0), and whether the
+/// job named one.
+fn timeout(src: &Sources<'_>, limits: &Limits, r: &mut Reader<'_>) -> (i64, bool) {
+    let Some((path, raw)) = src.first(&[
+        (At::Top, "timeout_ms"),
+        (At::Top, "timeout"),
+        (At::Options, "timeout_ms"),
+        (At::Options, "timeout"),
+    ]) else {
+        return (limits.default_timeout_ms, false);
+    };
+    let explicit = json::as_integer(raw) != Some(0);
+    let per_unit = if path.ends_with("_ms") { 1 } else { 1_000 };
+    let ms = match json::as_integer(raw) {
+        Some(0) => limits.default_timeout_ms,
+        Some(n) if n > 0 && n <= crate::wire::duration::MAX_MS as i64 / per_unit => n * per_unit,
+        _ => {
+            let unit = if per_unit == 1 {
+                "milliseconds"
+            } else {
+                "seconds"
+            };
+            let name = path.trim_start_matches("$.").trim_start_matches("options.");
+            let message =
+                format!("{name} must be a non-negative integer ({unit}; 0 uses the default)");
+            r.refuse(path, message);
+            limits.default_timeout_ms
+        }
+    };
+    (ms, explicit)
+}
+
+/// The visibility timeout in milliseconds: `visibility_timeout_ms`, or `visibility_timeout` in
+/// seconds or as an ISO 8601 duration.
+fn visibility_timeout(src: &Sources<'_>, r: &mut Reader<'_>) -> Option<i64> {
+    let (path, raw) = src.first(&[
         (At::Top, "visibility_timeout_ms"),
         (At::Top, "visibility_timeout"),
         (At::Options, "visibility_timeout_ms"),
         (At::Options, "visibility_timeout"),
-    ]) {
-        None => None,
-        Some((path, raw)) => {
-            let ms = if path.ends_with("_ms") {
-                json::as_integer(raw).filter(|n| *n > 0)
-            } else if Kind::of(raw) == Kind::String {
-                json::decode::<String>(raw)
-                    .ok()
-                    .and_then(|s| crate::wire::duration::parse_ms(&s).ok())
-                    .and_then(|ms| i64::try_from(ms).ok())
-                    .filter(|n| *n > 0)
-            } else {
-                json::as_integer(raw)
-                    .filter(|n| *n > 0 && *n <= crate::wire::duration::MAX_MS as i64 / 1_000)
-                    .map(|s| s * 1_000)
-            };
-            if ms.is_none() {
-                v.push(Violation::new(
-                    path,
-                    "visibility timeout must be positive: integer milliseconds (visibility_timeout_ms), integer seconds or an ISO 8601 duration (visibility_timeout)",
-                ));
-            }
-            ms
+    ])?;
+    let ms = if path.ends_with("_ms") {
+        json::as_integer(raw).filter(|n| *n > 0)
+    } else if Kind::of(raw) == Kind::String {
+        json::decode::<String>(raw)
+            .ok()
+            .and_then(|s| crate::wire::duration::parse_ms(&s).ok())
+            .and_then(|ms| i64::try_from(ms).ok())
+            .filter(|n| *n > 0)
+    } else {
+        json::as_integer(raw)
+            .filter(|n| *n > 0 && *n <= crate::wire::duration::MAX_MS as i64 / 1_000)
+            .map(|s| s * 1_000)
+    };
+    r.required(
+        path,
+        ms,
+        "visibility timeout must be positive: integer milliseconds (visibility_timeout_ms), integer seconds or an ISO 8601 duration (visibility_timeout)",
+    )
+}
+
+/// What the job is labelled with: its tags and the URI of its schema.
+struct Labels {
+    tags: Option<Vec<String>>,
+    schema_uri: Option<String>,
+}
+
+fn labels(src: &Sources<'_>, r: &mut Reader<'_>) -> Labels {
+    let tags = src.either("tags").and_then(|(path, raw)| {
+        let tags = json::decode::<Vec<String>>(raw).ok();
+        r.required(path, tags, "tags must be an array of strings")
+    });
+    let schema_uri = src.either("schema").and_then(|(path, raw)| {
+        let uri = json::decode::<String>(raw).ok().filter(|s| !s.is_empty());
+        r.required(path, uri, "schema must be a non-empty string (a URI)")
+    });
+    Labels { tags, schema_uri }
+}
+
+/// The job's unique policy with its key, when it has one. The key is computed only from a
+/// valid type, queue and args; the policy's own errors are reported whatever else is wrong.
+fn unique(
+    src: &Sources<'_>,
+    identity: &Identity<'_>,
+    queue: &str,
+    meta: Option<&str>,
+    r: &mut Reader<'_>,
+) -> Option<UniqueSpec> {
+    let (path, raw) = src.either("unique")?;
+    let policy = match UniquePolicy::parse(raw, &path) {
+        Ok(policy) => policy,
+        Err(violations) => {
+            r.refuse_all(violations);
+            return None;
         }
     };
-
-    let pending = match src.either("pending") {
-        None => false,
-        Some((path, raw)) => match json::decode::<bool>(raw) {
-            Ok(b) => b,
-            Err(_) => {
-                v.push(Violation::new(path, "pending must be a boolean"));
-                false
-            }
-        },
-    };
-    if pending && scheduled_at.as_ref().is_some_and(is_future) {
-        v.push(Violation::new(
-            "$.pending",
-            "a pending job cannot also have a future scheduled_at (activate it, then it runs)",
-        ));
-    }
-
-    let tags = match src.either("tags") {
-        None => None,
-        Some((path, raw)) => match json::decode::<Vec<String>>(raw) {
-            Ok(tags) => Some(tags),
-            Err(_) => {
-                v.push(Violation::new(path, "tags must be an array of strings"));
-                None
-            }
-        },
-    };
-
-    let schema_uri = match src.either("schema") {
-        None => None,
-        Some((path, raw)) => match json::decode::<String>(raw) {
-            Ok(s) if !s.is_empty() => Some(s),
-            _ => {
-                v.push(Violation::new(
-                    path,
-                    "schema must be a non-empty string (a URI)",
-                ));
-                None
-            }
-        },
-    };
-
-    let enqueue_ttl_secs = positive_seconds(&src, "enqueue_ttl", &mut v);
-    let total_timeout_secs = positive_seconds(&src, "total_timeout", &mut v);
-    if let Some(total) = total_timeout_secs
-        && i64::from(total) * 1_000 < timeout_ms
-    {
-        v.push(Violation::new(
-            "$.total_timeout",
-            "total_timeout must be >= the execution timeout",
-        ));
-    }
-
-    let unique = match (src.either("unique"), args) {
-        (Some((path, raw)), Some(args)) if !job_type.is_empty() && !queue.is_empty() => {
-            match UniquePolicy::parse(raw, &path) {
-                Ok(policy) => {
-                    let meta_raw = json::raw(meta.clone().unwrap_or_else(|| "{}".to_owned()));
-                    match policy.fingerprint(&job_type, &queue, args, &meta_raw, &path) {
-                        Ok(key) => Some(UniqueSpec {
-                            raw: raw.get().to_owned(),
-                            policy,
-                            key,
-                        }),
-                        Err(violation) => {
-                            v.push(violation);
-                            None
-                        }
-                    }
-                }
-                Err(mut violations) => {
-                    v.append(&mut violations);
-                    None
-                }
-            }
-        }
-        (Some((path, raw)), _) => {
-            // Still report policy errors when type/queue/args are broken too.
-            if let Err(mut violations) = UniquePolicy::parse(raw, &path) {
-                v.append(&mut violations);
-            }
+    let args = identity
+        .args
+        .filter(|_| !identity.job_type.is_empty() && !queue.is_empty())?;
+    let meta_raw = json::raw(meta.unwrap_or("{}").to_owned());
+    match policy.fingerprint(&identity.job_type, queue, args, &meta_raw, &path) {
+        Ok(key) => Some(UniqueSpec {
+            raw: raw.get().to_owned(),
+            policy,
+            key,
+        }),
+        Err(violation) => {
+            r.refuse_all([violation]);
             None
         }
-        (None, _) => None,
-    };
+    }
+}
 
-    if let Some((violation, value)) = priority_range {
-        if v.is_empty() {
+/// The refusal for what the field readers found: a priority out of range alone is answered
+/// as such (naming the bound), otherwise it leads the list of violations.
+fn refuse_what_was_found(
+    mut violations: Vec<Violation>,
+    out_of_range: Option<(Violation, i64)>,
+    limits: &Limits,
+) -> Result<(), Rejection> {
+    if let Some((violation, value)) = out_of_range {
+        if violations.is_empty() {
             return Err(Rejection::PriorityOutOfRange {
                 violation,
                 value,
                 max: limits.max_priority,
             });
         }
-        v.insert(0, violation);
+        violations.insert(0, violation);
     }
-    if !v.is_empty() {
-        return Err(Rejection::Invalid(v));
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(Rejection::Invalid(violations))
     }
+}
 
+/// The job's retry policy and rate limit, read once every other field is valid (each is
+/// refused on its own).
+struct Policies {
+    retry: RetryPolicy,
+    retry_input: Option<String>,
+    rate_limit: Option<RatePolicy>,
+}
+
+fn policies(src: &Sources<'_>) -> Result<Policies, Rejection> {
     let retry_raw = src.first(&[
         (At::Top, "retry"),
         (At::Top, "retry_policy"),
@@ -673,8 +725,6 @@ pub fn parse_for(
         None => RetryPolicy::default(),
         Some((path, raw)) => RetryPolicy::parse(raw, path).map_err(Rejection::InvalidRetry)?,
     };
-    let retry_input = retry_raw.map(|(_, raw)| raw.get().to_owned());
-
     let rate_limit = match src.either("rate_limit") {
         None => None,
         Some((path, raw)) => Some(rate_limit::parse(raw, &path).map_err(Rejection::Invalid)?),
@@ -688,54 +738,16 @@ pub fn parse_for(
             path,
         });
     }
-
-    // The job shows its rate limit as the server reads it, key resolved.
-    let rate_limit_json = rate_limit
-        .as_ref()
-        .map(|p| json::raw(p.to_json(&p.key_for(&queue)).to_string()));
-    let extra = json::object_text(
-        obj.iter()
-            .filter(|(key, _)| !INPUT_ATTRIBUTES.contains(key) && !SYSTEM_ATTRIBUTES.contains(key))
-            .chain(rate_limit_json.as_deref().map(|raw| ("rate_limit", raw))),
-    );
-
-    Ok(NewJob {
-        id,
-        id_supplied,
-        r#type: job_type,
-        queue,
-        // Validated above: present and an array.
-        args: args
-            .map(|a| a.get().to_owned())
-            .unwrap_or_else(|| "[]".to_owned()),
-        meta: meta.unwrap_or_else(|| "{}".to_owned()),
-        priority,
-        priority_aging_ms: limits.priority_aging_ms,
-        timeout_ms,
-        timeout_explicit,
-        visibility_timeout_ms,
-        scheduled_at,
-        expires_at,
-        pending,
+    Ok(Policies {
         retry,
-        retry_input,
-        unique,
-        tags,
-        schema_uri,
-        enqueue_ttl_secs,
-        total_timeout_secs,
-        extra,
+        retry_input: retry_raw.map(|(_, raw)| raw.get().to_owned()),
         rate_limit,
-        version: obj.get("version").map(|raw| raw.get().to_owned()),
-        config_generation: -1,
-        schema_warnings: Vec::new(),
-        tenant_limits: None,
     })
 }
 
 /// Merges `options.metadata`, `options.meta` and top-level `meta` (later wins on a key).
 /// Returns the compact object text, or `None` after recording a violation.
-fn merge_meta(src: &Sources<'_>, v: &mut Vec<Violation>) -> Option<String> {
+fn merge_meta(src: &Sources<'_>, r: &mut Reader<'_>) -> Option<String> {
     let mut layers: Vec<(String, Object<'_>)> = Vec::new();
     let candidates = [
         (src.options.as_ref(), "$.options.metadata", "metadata"),
@@ -747,22 +759,9 @@ fn merge_meta(src: &Sources<'_>, v: &mut Vec<Violation>) -> Option<String> {
         let Some(raw) = obj.and_then(|o| o.get(name)) else {
             continue;
         };
-        match Object::from_raw(raw) {
-            Ok(parsed) => {
-                only_raw = Some(raw);
-                layers.push((path.to_owned(), parsed));
-            }
-            Err(_) => {
-                v.push(Violation::new(
-                    path,
-                    format!(
-                        "meta must be an object, got {}",
-                        Kind::of(raw).article_name()
-                    ),
-                ));
-                return None;
-            }
-        }
+        let parsed = r.object(path, "meta", raw)?;
+        only_raw = Some(raw);
+        layers.push((path.to_owned(), parsed));
     }
     match layers.len() {
         0 => Some("{}".to_owned()),
@@ -782,7 +781,7 @@ fn merge_meta(src: &Sources<'_>, v: &mut Vec<Violation>) -> Option<String> {
 
 /// `meta` (an object's text) with `tenant_id` = `tenant`: appended when absent (the rest kept
 /// byte for byte), checked when present.
-pub(crate) fn with_tenant(meta: String, tenant: &str, v: &mut Vec<Violation>) -> String {
+pub(crate) fn with_tenant(meta: String, tenant: &str, r: &mut Reader<'_>) -> String {
     let raw = json::raw(meta);
     let Ok(obj) = Object::from_raw(&raw) else {
         return raw.get().to_owned();
@@ -790,22 +789,14 @@ pub(crate) fn with_tenant(meta: String, tenant: &str, v: &mut Vec<Violation>) ->
     let quoted = serde_json::Value::from(tenant).to_string();
     match obj.get("tenant_id") {
         Some(present) => {
-            match json::decode::<String>(present) {
-                Ok(own) if own == tenant => {}
-                Ok(own) => v.push(Violation::new(
-                    "$.meta.tenant_id",
+            let path = "$.meta.tenant_id";
+            if let Some(own) = r.decode::<String>(path, "meta.tenant_id", "a string", present) {
+                r.check(path, own, |own| own == tenant, |own| {
                     format!(
                         "meta.tenant_id {} is not the tenant of the request ({quoted}, from X-OJS-Tenant or the API key)",
-                        serde_json::Value::from(own)
-                    ),
-                )),
-                Err(_) => v.push(Violation::new(
-                    "$.meta.tenant_id",
-                    format!(
-                        "meta.tenant_id must be a string, got {}",
-                        Kind::of(present).article_name()
-                    ),
-                )),
+                        serde_json::Value::from(own.as_str())
+                    )
+                });
             }
             raw.get().to_owned()
         }
@@ -829,39 +820,35 @@ pub(crate) fn with_tenant(meta: String, tenant: &str, v: &mut Vec<Violation>) ->
 fn client_time(
     src: &Sources<'_>,
     candidates: &[(At, &str)],
-    v: &mut Vec<Violation>,
+    r: &mut Reader<'_>,
 ) -> Option<ClientTime> {
     let (path, raw) = src.first(candidates)?;
-    match json::decode::<String>(raw) {
-        Ok(s) => match timestamp::parse_client(&s) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                v.push(Violation::new(path, e));
-                None
-            }
-        },
-        Err(_) => {
-            v.push(Violation::new(
-                path,
-                "expected an RFC 3339 timestamp string with a time zone (or +<duration>)",
-            ));
+    let Ok(text) = json::decode::<String>(raw) else {
+        r.refuse(
+            path,
+            "expected an RFC 3339 timestamp string with a time zone (or +<duration>)",
+        );
+        return None;
+    };
+    match timestamp::parse_client(&text) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            r.refuse(path, e);
             None
         }
     }
 }
 
-fn positive_seconds(src: &Sources<'_>, name: &str, v: &mut Vec<Violation>) -> Option<i32> {
+fn positive_seconds(src: &Sources<'_>, name: &str, r: &mut Reader<'_>) -> Option<i32> {
     let (path, raw) = src.either(name)?;
-    match json::as_integer(raw).and_then(|n| i32::try_from(n).ok()) {
-        Some(n) if n > 0 => Some(n),
-        _ => {
-            v.push(Violation::new(
-                path,
-                format!("{name} must be a positive integer number of seconds"),
-            ));
-            None
-        }
-    }
+    let seconds = json::as_integer(raw)
+        .and_then(|n| i32::try_from(n).ok())
+        .filter(|n| *n > 0);
+    r.required(
+        path,
+        seconds,
+        format!("{name} must be a positive integer number of seconds"),
+    )
 }
 
 fn is_future(t: &ClientTime) -> bool {

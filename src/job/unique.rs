@@ -14,8 +14,9 @@ use sha2::{Digest, Sha256};
 use unicode_normalization::UnicodeNormalization;
 
 use super::JobState;
-use crate::wire::Violation;
-use crate::wire::json::{self, Kind, Object};
+use crate::wire::json::{self, Object};
+use crate::wire::reader::wrong_type;
+use crate::wire::{Reader, Violation};
 
 /// What to do when an enqueue finds a duplicate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,28 +71,11 @@ impl UniquePolicy {
         let Ok(obj) = Object::from_raw(raw) else {
             return Err(vec![Violation::new(
                 path,
-                format!(
-                    "'unique' must be an object, got {}",
-                    Kind::of(raw).article_name()
-                ),
+                wrong_type("'unique'", "an object", raw),
             )]);
         };
         let mut v = Vec::new();
-        let field = |name: &str| format!("{path}.{name}");
-        let string_list = |name: &str, v: &mut Vec<Violation>| -> Option<Vec<String>> {
-            let raw = obj.get(name)?;
-            match json::decode::<Vec<String>>(raw) {
-                Ok(list) => Some(list),
-                Err(_) => {
-                    v.push(Violation::new(
-                        field(name),
-                        format!("unique.{name} must be an array of strings"),
-                    ));
-                    None
-                }
-            }
-        };
-
+        let fields = Fields { obj, path };
         let mut policy = UniquePolicy {
             by_queue: false,
             by_args: false,
@@ -103,92 +87,12 @@ impl UniquePolicy {
             on_conflict: OnConflict::Reject,
             upgrade_priority: false,
         };
-        let dimensions =
-            |keys: &[String], policy: &mut UniquePolicy, v: &mut Vec<Violation>, name: &str| {
-                for key in keys {
-                    match key.as_str() {
-                    "type" => {}
-                    "queue" => policy.by_queue = true,
-                    "args" => policy.by_args = true,
-                    "meta" => policy.by_meta = true,
-                    other => v.push(Violation::new(
-                        field(name),
-                        format!(
-                            "unique.{name} may contain type, queue, args and meta, not {other:?}"
-                        ),
-                    )),
-                }
-                }
-            };
-        if let Some(keys) = string_list("keys", &mut v) {
-            dimensions(&keys, &mut policy, &mut v, "keys");
-        }
-        // `key`, the spelling of the OJS JSON format's unique policy object: names of fields
-        // inside args objects, as `args_keys` (so the Go and Java SDKs send it).
-        // https://github.com/openjobspec/spec/blob/main/spec/ojs-json-format.md#35-unique-policy-object
-        // The Python SDK sends its dimensions there instead (`["type", "queue", "args"]` by
-        // default): a `key` made only of dimension names is read as `keys`.
-        if let Some(key) = string_list("key", &mut v) {
-            if !key.is_empty() && key.iter().all(|k| DIMENSIONS.contains(&k.as_str())) {
-                dimensions(&key, &mut policy, &mut v, "key");
-            } else {
-                policy.by_args = true;
-                policy.args_keys = Some(key);
-            }
-        }
-        if let Some(args_keys) = string_list("args_keys", &mut v) {
-            policy.by_args = true;
-            policy.args_keys = Some(args_keys);
-        }
-        if policy.args_keys.as_ref().is_some_and(Vec::is_empty) {
-            v.push(Violation::new(
-                field("args_keys"),
-                "unique.args_keys must not be empty",
-            ));
-        }
-        policy.meta_keys = string_list("meta_keys", &mut v);
-        if policy.by_meta && policy.meta_keys.as_ref().is_none_or(Vec::is_empty) {
-            v.push(Violation::new(
-                field("meta_keys"),
-                "unique.meta_keys must list at least one key when meta is a unique dimension",
-            ));
-        }
+        fields.dimensions(&mut policy, &mut Reader::new(&mut v));
         // `period` as a duration string, or `period_ms` (Go and Java SDKs).
+        let field = |name: &str| fields.path_of(name);
         policy.period_ms =
-            crate::wire::violation::positive_interval(&obj, "period", &field, &mut v);
-        if let Some(states) = string_list("states", &mut v) {
-            let parsed: Option<Vec<JobState>> = states.iter().map(|s| JobState::parse(s)).collect();
-            match parsed {
-                Some(list) if !list.is_empty() => policy.states = list,
-                _ => v.push(Violation::new(
-                    field("states"),
-                    "unique.states must be a non-empty list of job state names",
-                )),
-            }
-        }
-        if let Some(raw) = obj.get("on_conflict") {
-            match json::decode::<String>(raw).as_deref() {
-                Ok("reject") => policy.on_conflict = OnConflict::Reject,
-                Ok("ignore" | "use_existing") => policy.on_conflict = OnConflict::Ignore,
-                Ok("replace") => policy.on_conflict = OnConflict::Replace,
-                Ok("replace_except_schedule") => {
-                    policy.on_conflict = OnConflict::ReplaceExceptSchedule;
-                }
-                _ => v.push(Violation::new(
-                    field("on_conflict"),
-                    "unique.on_conflict must be reject, ignore, replace or replace_except_schedule",
-                )),
-            }
-        }
-        if let Some(raw) = obj.get("upgrade_priority") {
-            match json::decode::<bool>(raw) {
-                Ok(b) => policy.upgrade_priority = b,
-                Err(_) => v.push(Violation::new(
-                    field("upgrade_priority"),
-                    "unique.upgrade_priority must be a boolean",
-                )),
-            }
-        }
+            crate::wire::violation::positive_interval(&fields.obj, "period", &field, &mut v);
+        fields.conflicts(&mut policy, &mut Reader::new(&mut v));
         if v.is_empty() { Ok(policy) } else { Err(v) }
     }
 
@@ -277,6 +181,130 @@ fn nfc(value: Value) -> Value {
                 .collect(),
         ),
         other => other,
+    }
+}
+
+/// The members of a `unique` object at `path`, read field by field.
+struct Fields<'a> {
+    obj: Object<'a>,
+    path: &'a str,
+}
+
+impl Fields<'_> {
+    fn path_of(&self, name: &str) -> String {
+        format!("{}.{name}", self.path)
+    }
+
+    /// The array of strings `name`, when given.
+    fn string_list(&self, name: &str, r: &mut Reader<'_>) -> Option<Vec<String>> {
+        let raw = self.obj.get(name)?;
+        let list = json::decode::<Vec<String>>(raw).ok();
+        r.required(
+            self.path_of(name),
+            list,
+            format!("unique.{name} must be an array of strings"),
+        )
+    }
+
+    /// What makes two jobs the same: `keys` (the dimensions), `key` (args keys, or the
+    /// dimensions when it names only those), `args_keys` and `meta_keys`.
+    fn dimensions(&self, policy: &mut UniquePolicy, r: &mut Reader<'_>) {
+        if let Some(keys) = self.string_list("keys", r) {
+            self.set_dimensions(&keys, policy, r, "keys");
+        }
+        // `key`, the spelling of the OJS JSON format's unique policy object: names of fields
+        // inside args objects, as `args_keys` (so the Go and Java SDKs send it).
+        // https://github.com/openjobspec/spec/blob/main/spec/ojs-json-format.md#35-unique-policy-object
+        // The Python SDK sends its dimensions there instead (`["type", "queue", "args"]` by
+        // default): a `key` made only of dimension names is read as `keys`.
+        if let Some(key) = self.string_list("key", r) {
+            if !key.is_empty() && key.iter().all(|k| DIMENSIONS.contains(&k.as_str())) {
+                self.set_dimensions(&key, policy, r, "key");
+            } else {
+                policy.by_args = true;
+                policy.args_keys = Some(key);
+            }
+        }
+        if let Some(args_keys) = self.string_list("args_keys", r) {
+            policy.by_args = true;
+            policy.args_keys = Some(args_keys);
+        }
+        if policy.args_keys.as_ref().is_some_and(Vec::is_empty) {
+            r.refuse(
+                self.path_of("args_keys"),
+                "unique.args_keys must not be empty",
+            );
+        }
+        policy.meta_keys = self.string_list("meta_keys", r);
+        if policy.by_meta && policy.meta_keys.as_ref().is_none_or(Vec::is_empty) {
+            r.refuse(
+                self.path_of("meta_keys"),
+                "unique.meta_keys must list at least one key when meta is a unique dimension",
+            );
+        }
+    }
+
+    /// The dimensions `keys` (of the member `name`) name.
+    fn set_dimensions(
+        &self,
+        keys: &[String],
+        policy: &mut UniquePolicy,
+        r: &mut Reader<'_>,
+        name: &str,
+    ) {
+        for key in keys {
+            match key.as_str() {
+                "type" => {}
+                "queue" => policy.by_queue = true,
+                "args" => policy.by_args = true,
+                "meta" => policy.by_meta = true,
+                other => r.refuse(
+                    self.path_of(name),
+                    format!("unique.{name} may contain type, queue, args and meta, not {other:?}"),
+                ),
+            }
+        }
+    }
+
+    /// Which jobs a new one conflicts with (`states`) and what it does then (`on_conflict`,
+    /// `upgrade_priority`).
+    fn conflicts(&self, policy: &mut UniquePolicy, r: &mut Reader<'_>) {
+        if let Some(states) = self.string_list("states", r) {
+            let parsed: Option<Vec<JobState>> = states.iter().map(|s| JobState::parse(s)).collect();
+            if let Some(list) = r.required(
+                self.path_of("states"),
+                parsed.filter(|list| !list.is_empty()),
+                "unique.states must be a non-empty list of job state names",
+            ) {
+                policy.states = list;
+            }
+        }
+        if let Some(raw) = self.obj.get("on_conflict") {
+            let on_conflict = match json::decode::<String>(raw).as_deref() {
+                Ok("reject") => Some(OnConflict::Reject),
+                Ok("ignore" | "use_existing") => Some(OnConflict::Ignore),
+                Ok("replace") => Some(OnConflict::Replace),
+                Ok("replace_except_schedule") => Some(OnConflict::ReplaceExceptSchedule),
+                _ => None,
+            };
+            if let Some(on_conflict) = r.required(
+                self.path_of("on_conflict"),
+                on_conflict,
+                "unique.on_conflict must be reject, ignore, replace or replace_except_schedule",
+            ) {
+                policy.on_conflict = on_conflict;
+            }
+        }
+        if let Some(raw) = self.obj.get("upgrade_priority") {
+            let upgrade = json::decode::<bool>(raw).ok();
+            if let Some(upgrade) = r.required(
+                self.path_of("upgrade_priority"),
+                upgrade,
+                "unique.upgrade_priority must be a boolean",
+            ) {
+                policy.upgrade_priority = upgrade;
+            }
+        }
     }
 }
 
