@@ -1,161 +1,20 @@
-//! Workflows ([OJS workflows]): a chain (steps one after another, each given the results of
-//! the ones before), a group (members at once, independent), a batch (a group whose
-//! callbacks `on_complete`, `on_success` and `on_failure` run once every member has finished),
-//! or a dag (steps named by an `id`, each run once the steps in its `depends_on` completed).
-//!
-//! This module validates a definition and turns it into the jobs to write: every node's job is
-//! made with the workflow, through the ordinary enqueue; the ones that wait on others are held
-//! `pending` until the database releases them (`ojs_workflow_job_finished`, migration V18), in
-//! the transaction that finishes the job they waited on.
-//!
-//! [OJS workflows]: https://github.com/openjobspec/spec/blob/main/spec/ojs-workflows.md
+//! Reading a workflow definition (`POST /ojs/v1/workflows`, in the typed or the dependency
+//! form) and the chain a PUSH may embed, into the jobs to write: every problem of the shape
+//! and of every item, with its path.
 
 use std::collections::HashMap;
-use std::fmt;
 
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
+use super::definition::{
+    CALLBACKS, Definition, Invalid, MAX_NODES, MAX_STEP_ID_LEN, NodeDef, NodeKind, WorkflowType,
+};
 use crate::job::envelope::{self, Limits, NewJob, Rejection};
 use crate::wire::Reader;
 use crate::wire::json::{self, Kind, Object};
 use crate::wire::reader::wrong_type;
 use crate::wire::violation::Violation;
-
-/// Most steps, members and callbacks of one workflow.
-pub const MAX_NODES: usize = 1000;
-
-/// What kind of workflow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkflowType {
-    Chain,
-    Group,
-    Batch,
-    /// The dependency form: no `type`, steps with `id` and `depends_on`.
-    Dag,
-}
-
-impl WorkflowType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkflowType::Chain => "chain",
-            WorkflowType::Group => "group",
-            WorkflowType::Batch => "batch",
-            WorkflowType::Dag => "dag",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<WorkflowType> {
-        match s {
-            "chain" => Some(WorkflowType::Chain),
-            "group" => Some(WorkflowType::Group),
-            "batch" => Some(WorkflowType::Batch),
-            "dag" => Some(WorkflowType::Dag),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for WorkflowType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What a node is in its workflow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeKind {
-    /// A chain's step.
-    Step,
-    /// A group's or batch's member.
-    Job,
-    OnComplete,
-    OnSuccess,
-    OnFailure,
-}
-
-impl NodeKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeKind::Step => "step",
-            NodeKind::Job => "job",
-            NodeKind::OnComplete => "on_complete",
-            NodeKind::OnSuccess => "on_success",
-            NodeKind::OnFailure => "on_failure",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<NodeKind> {
-        match s {
-            "step" => Some(NodeKind::Step),
-            "job" => Some(NodeKind::Job),
-            "on_complete" => Some(NodeKind::OnComplete),
-            "on_success" => Some(NodeKind::OnSuccess),
-            "on_failure" => Some(NodeKind::OnFailure),
-            _ => None,
-        }
-    }
-
-    /// Whether this is one of a batch's callbacks.
-    pub fn is_callback(self) -> bool {
-        matches!(
-            self,
-            NodeKind::OnComplete | NodeKind::OnSuccess | NodeKind::OnFailure
-        )
-    }
-}
-
-/// The batch callbacks, in the order their nodes follow the members.
-pub const CALLBACKS: [NodeKind; 3] = [
-    NodeKind::OnComplete,
-    NodeKind::OnSuccess,
-    NodeKind::OnFailure,
-];
-
-/// One node of a validated definition, with the job it will run.
-#[derive(Debug, Clone)]
-pub struct NodeDef {
-    pub kind: NodeKind,
-    /// Its job, held `pending` when it waits for others (or its client asked so).
-    pub job: NewJob,
-    /// Whether it waits for others: the workflow releases its job.
-    pub held: bool,
-    /// Dag only: the step's `id`.
-    pub name: Option<String>,
-    /// Dag only: the indexes of the nodes it depends on, in the definition's order.
-    pub depends_on: Vec<usize>,
-}
-
-/// A validated workflow definition: its nodes in index order (steps or members, then the
-/// callbacks), each job already carrying its workflow keys and held when it must wait.
-#[derive(Debug, Clone)]
-pub struct Definition {
-    pub id: Uuid,
-    pub r#type: WorkflowType,
-    pub name: Option<String>,
-    pub priority: Option<i32>,
-    pub nodes: Vec<NodeDef>,
-}
-
-impl Definition {
-    /// Steps or members: what the workflow's counts are out of.
-    pub fn total(&self) -> usize {
-        self.nodes.iter().filter(|n| !n.kind.is_callback()).count()
-    }
-}
-
-/// Why a definition was refused.
-#[derive(Debug, Clone)]
-pub enum Invalid {
-    /// The definition's own shape, or an item's fields (400, `invalid_workflow`).
-    Definition(Vec<Violation>),
-    /// An item refused otherwise (too large, retry policy, unsupported): the item's rejection,
-    /// its paths rooted at the item.
-    Item(Rejection),
-}
-
-/// Longest dag step `id`.
-pub const MAX_STEP_ID_LEN: usize = 255;
 
 /// Validates a whole definition (`POST /ojs/v1/workflows`: the typed form, or the dependency
 /// form when there is no `type`) before anything is written: every problem of the shape and
@@ -764,14 +623,6 @@ fn with_default_options(item: &Object<'_>, defaults: &Object<'_>, dropped: &[&st
             .filter(|(key, _)| *key != "options" && !dropped.contains(key))
             .chain(std::iter::once(("options", &*options))),
     )
-}
-
-/// The workflow a job belongs to, from its `extra`.
-pub fn held_by(extra: &RawValue) -> Option<Uuid> {
-    let obj = Object::from_raw(extra).ok()?;
-    json::decode::<String>(obj.get("workflow_id")?)
-        .ok()
-        .and_then(|s| Uuid::try_parse(&s).ok())
 }
 
 /// A job's `extra` (a JSON object's text) with the workflow's keys added. Clients cannot
