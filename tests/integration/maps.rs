@@ -94,7 +94,11 @@ fn the_inventory_names_the_migration_that_last_defines_each_function() {
         }
     }
     assert!(checked > 50, "read too few inventory rows: {checked}");
-    assert!(wrong.is_empty(), "migrations/README.md inventory:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "migrations/README.md inventory:\n{}",
+        wrong.join("\n")
+    );
 }
 
 #[test]
@@ -102,7 +106,10 @@ fn every_link_of_the_docs_leads_somewhere() {
     let book = root().join("docs/src");
     let summary = std::fs::read_to_string(book.join("SUMMARY.md")).unwrap();
     let mut pages: Vec<PathBuf> = markdown_files(&book);
-    pages.extend([root().join("README.md"), root().join("migrations/README.md")]);
+    pages.extend([
+        root().join("README.md"),
+        root().join("migrations/README.md"),
+    ]);
     let mut broken = Vec::new();
     for page in &pages {
         let text = std::fs::read_to_string(page).unwrap();
@@ -127,7 +134,11 @@ fn every_link_of_the_docs_leads_somewhere() {
         }
     }
     for page in markdown_files(&book) {
-        let name = page.strip_prefix(&book).unwrap().to_string_lossy().into_owned();
+        let name = page
+            .strip_prefix(&book)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         if name != "SUMMARY.md" && !summary.contains(&format!("({name})")) {
             broken.push(format!("docs/src/{name} is not in SUMMARY.md"));
         }
