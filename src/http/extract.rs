@@ -15,7 +15,8 @@ use super::error::ApiError;
 use crate::broker::{Completed, PushContext};
 use crate::job::{Job, JobId, is_valid_queue};
 use crate::telemetry::traces::{JobTracer, Operation, Traceparent};
-use crate::wire::json::{self, Kind, Object};
+use crate::wire::Reader;
+use crate::wire::json::{self, Object};
 
 /// Read limit of a route's body, in bytes (set per route with an `Extension`).
 #[derive(Debug, Clone, Copy)]
@@ -170,19 +171,23 @@ async fn read_json(req: Request, state: &AppState) -> Result<Option<JsonBody>, A
     }
 }
 
-/// Typed access to the members of a request object, with field-named 400 errors.
+/// Typed access to the members of a request object, with field-named 400 errors: the
+/// fail-first view of [`Reader`], which reads the same fields with the same messages but
+/// collects every problem.
 pub struct Fields<'a> {
     obj: Object<'a>,
 }
 
-fn field_error(key: &str, expected: &str, raw: &RawValue) -> ApiError {
-    ApiError::invalid_field(
-        &format!("$.{key}"),
-        format!(
-            "'{key}' must be {expected}, got {}",
-            Kind::of(raw).article_name()
-        ),
-    )
+/// What `read` gives, or the first problem it found as a 400.
+fn fail_first<T>(read: impl FnOnce(&mut Reader<'_>) -> Option<T>) -> Result<T, ApiError> {
+    let mut violations = Vec::new();
+    match read(&mut Reader::new(&mut violations)) {
+        Some(value) => Ok(value),
+        None => Err(violations.into_iter().next().map_or_else(
+            || ApiError::invalid_field("$", "the request is invalid"),
+            |v| ApiError::invalid_field(&v.path, v.message),
+        )),
+    }
 }
 
 impl<'a> Fields<'a> {
@@ -201,51 +206,52 @@ impl<'a> Fields<'a> {
         self.obj.get(key)
     }
 
+    /// The member `key`, when given, read as `T` (the subject of its message is `'key'`).
+    fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        expected: &str,
+    ) -> Result<Option<T>, ApiError> {
+        let Some(raw) = self.obj.get(key) else {
+            return Ok(None);
+        };
+        fail_first(|r| r.decode(format!("$.{key}"), &format!("'{key}'"), expected, raw)).map(Some)
+    }
+
     /// An optional string.
     pub fn string(&self, key: &str) -> Result<Option<String>, ApiError> {
-        match self.obj.get(key) {
-            None => Ok(None),
-            Some(raw) => json::decode::<String>(raw)
-                .map(Some)
-                .map_err(|_| field_error(key, "a string", raw)),
-        }
+        self.read(key, "a string")
     }
 
     /// A required string.
     pub fn required_string(&self, key: &str) -> Result<String, ApiError> {
-        self.string(key)?.ok_or_else(|| {
-            ApiError::invalid_field(&format!("$.{key}"), format!("'{key}' is required"))
-        })
+        let value = self.string(key)?;
+        fail_first(|r| r.required(format!("$.{key}"), value, format!("'{key}' is required")))
     }
 
     /// An optional integer.
     pub fn integer(&self, key: &str) -> Result<Option<i64>, ApiError> {
-        match self.obj.get(key) {
-            None => Ok(None),
-            Some(raw) => json::as_integer(raw)
-                .map(Some)
-                .ok_or_else(|| field_error(key, "an integer", raw)),
-        }
+        let Some(raw) = self.obj.get(key) else {
+            return Ok(None);
+        };
+        fail_first(|r| {
+            let n = json::as_integer(raw);
+            if n.is_none() {
+                r.wrong_type(format!("$.{key}"), &format!("'{key}'"), "an integer", raw);
+            }
+            n
+        })
+        .map(Some)
     }
 
     /// An optional boolean.
     pub fn boolean(&self, key: &str) -> Result<Option<bool>, ApiError> {
-        match self.obj.get(key) {
-            None => Ok(None),
-            Some(raw) => json::decode::<bool>(raw)
-                .map(Some)
-                .map_err(|_| field_error(key, "a boolean", raw)),
-        }
+        self.read(key, "a boolean")
     }
 
     /// An optional array of strings.
     pub fn strings(&self, key: &str) -> Result<Option<Vec<String>>, ApiError> {
-        match self.obj.get(key) {
-            None => Ok(None),
-            Some(raw) => json::decode::<Vec<String>>(raw)
-                .map(Some)
-                .map_err(|_| field_error(key, "an array of strings", raw)),
-        }
+        self.read(key, "an array of strings")
     }
 
     /// A required job id. A malformed id is a 400 (it is a field of the request).
