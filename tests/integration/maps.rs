@@ -146,6 +146,33 @@ fn every_link_of_the_docs_leads_somewhere() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
+#[test]
+fn every_source_path_the_docs_name_exists() {
+    let mut pages = markdown_files(&root().join("docs/src"));
+    pages.extend([
+        root().join("README.md"),
+        root().join("migrations/README.md"),
+    ]);
+    let mut missing = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for code in text.split('`').skip(1).step_by(2) {
+            let named = code.starts_with("src/")
+                && (code.ends_with(".rs") || code.ends_with('/'))
+                && !code.contains(['*', ' ', '{']);
+            if named && !root().join(code).exists() {
+                let page = page.strip_prefix(root()).unwrap().display();
+                missing.push(format!("{page}: {code}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the docs name files that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
 /// The targets of the inline links of a markdown text, outside code.
 fn links(text: &str) -> Vec<String> {
     let mut found = Vec::new();
