@@ -939,3 +939,69 @@ async fn the_default_layer_and_the_server_setting_choose_which_queues_keep_compl
     assert_eq!(app.ack_then_info_status("default").await, 404);
     assert_eq!(app.ack_then_info_status("kept").await, 200);
 }
+
+#[tokio::test]
+async fn the_bytes_a_job_counts_for_are_the_same_when_it_is_written_and_when_it_leaves() {
+    // The enqueue statement adds `octet_length(args) + octet_length(meta)` in Rust's text, the
+    // triggers subtract `ojs_job_size(args, meta)` in SQL: if they disagreed, a bounded queue's
+    // byte counter would drift with every job (the twins of docs/src/architecture/twins.md).
+    let app = TestApp::spawn().await;
+    app.put(
+        "/ojs/v1/queues/sized/config",
+        json!({"max_size_bytes": 1_000_000}),
+    )
+    .await
+    .expect(200);
+    let bodies = [
+        r#"{ "type" : "a.b" , "queue" : "sized", "args" : [ "é", 1 , { "k" : [ ] } ] }"#,
+        r#"{"type":"a.b","queue":"sized","args":["\u00e9\n\t"],"meta":{ "trace" : "ü" }}"#,
+        r#"{"type":"a.b","queue":"sized","args":[],"options":{"meta":{"a":1},"metadata":{"b":"ß"}}}"#,
+    ];
+    let mut ids = Vec::new();
+    for body in bodies {
+        let answer = app
+            .send(
+                Method::POST,
+                "/ojs/v1/jobs",
+                Some(body.as_bytes().to_vec()),
+                &[("content-type", "application/json")],
+            )
+            .await
+            .expect(201);
+        ids.push(answer.json["job"]["id"].as_str().unwrap().to_owned());
+    }
+    let batch = app
+        .post(
+            "/ojs/v1/jobs/batch",
+            json!({"jobs": [
+                {"type": "a.b", "queue": "sized", "args": ["∑", {"x": null}], "meta": {"n": "ö"}},
+                {"type": "a.b", "queue": "sized", "args": [1.50, "tab\there"]},
+            ]}),
+        )
+        .await
+        .expect(201);
+    for job in batch.json["jobs"].as_array().unwrap() {
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    let (counted, summed): (i64, i64) = sqlx::query_as(
+        "select c.bytes, (select sum(ojs_job_size(args, meta))::bigint from ojs_job where queue = 'sized')
+           from ojs_queue_capacity c where c.queue = 'sized'",
+    )
+    .fetch_one(app.pool())
+    .await
+    .unwrap();
+    assert!(counted > 0);
+    assert_eq!(
+        counted, summed,
+        "written as counted, summed as the triggers count"
+    );
+    for id in &ids {
+        app.delete(&format!("/ojs/v1/jobs/{id}")).await.expect(200);
+    }
+    let (jobs, bytes): (i64, i64) =
+        sqlx::query_as("select jobs, bytes from ojs_queue_capacity where queue = 'sized'")
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+    assert_eq!((jobs, bytes), (0, 0), "every job left as it came in");
+}
