@@ -14,10 +14,11 @@ use std::fmt::Write as _;
 use rand::Rng;
 use serde_json::value::RawValue;
 
+use crate::wire::Reader;
 use crate::wire::Violation;
 use crate::wire::duration;
-use crate::wire::json::{self, Kind, Object};
-use crate::wire::violation::positive_interval;
+use crate::wire::json::{self, Object};
+use crate::wire::reader::wrong_type;
 
 /// Default total attempts, including the first.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
@@ -135,111 +136,145 @@ impl RetryPolicy {
     /// Parses a client `retry` object at `path`, filling in defaults. Every problem found is
     /// returned (the caller answers 422 `validation_error`).
     pub fn parse(raw: &RawValue, path: &str) -> Result<RetryPolicy, Vec<Violation>> {
-        let mut violations = Vec::new();
         let Ok(obj) = Object::from_raw(raw) else {
             return Err(vec![Violation::new(
                 path,
-                format!(
-                    "'retry' must be an object, got {}",
-                    Kind::of(raw).article_name()
-                ),
+                wrong_type("'retry'", "an object", raw),
             )]);
         };
-        let mut policy = RetryPolicy::default();
+        let mut violations = Vec::new();
+        let mut r = Reader::new(&mut violations);
         let field = |name: &str| format!("{path}.{name}");
+        let mut policy = RetryPolicy::default();
+        policy.read_schedule(&obj, &field, &mut r);
+        policy.read_outcomes(&obj, &field, &mut r);
+        policy.read_strategy(&obj, &field, &mut r);
+        policy.extra = obj
+            .iter()
+            .filter(|(k, _)| !KNOWN_KEYS.contains(k))
+            .map(|(k, v)| (k.to_owned(), v.get().to_owned()))
+            .collect();
+        if violations.is_empty() {
+            Ok(policy)
+        } else {
+            Err(violations)
+        }
+    }
 
+    /// When the attempts are made: `max_attempts`, the intervals, the coefficient, jitter.
+    fn read_schedule(
+        &mut self,
+        obj: &Object<'_>,
+        field: &dyn Fn(&str) -> String,
+        r: &mut Reader<'_>,
+    ) {
         if let Some(v) = obj.get("max_attempts") {
-            match json::as_integer(v).and_then(|n| i32::try_from(n).ok()) {
-                Some(n) if n >= 0 => policy.max_attempts = n,
-                _ => violations.push(Violation::new(
-                    field("max_attempts"),
-                    "max_attempts must be an integer >= 0",
-                )),
+            let n = json::as_integer(v)
+                .and_then(|n| i32::try_from(n).ok())
+                .filter(|n| *n >= 0);
+            if let Some(n) = r.required(
+                field("max_attempts"),
+                n,
+                "max_attempts must be an integer >= 0",
+            ) {
+                self.max_attempts = n;
             }
         }
-        let initial = positive_interval(&obj, "initial_interval", &field, &mut violations);
+        let initial = r.positive_interval(obj, "initial_interval", field);
         if let Some(ms) = initial {
-            policy.initial_interval_ms = ms;
+            self.initial_interval_ms = ms;
         }
         if let Some(v) = obj.get("backoff_coefficient") {
-            match json::decode::<f64>(v) {
-                Ok(c) if c.is_finite() && c >= 1.0 => policy.backoff_coefficient = c,
-                _ => violations.push(Violation::new(
-                    field("backoff_coefficient"),
-                    "backoff_coefficient must be a number >= 1.0",
-                )),
+            let c = json::decode::<f64>(v)
+                .ok()
+                .filter(|c| c.is_finite() && *c >= 1.0);
+            if let Some(c) = r.required(
+                field("backoff_coefficient"),
+                c,
+                "backoff_coefficient must be a number >= 1.0",
+            ) {
+                self.backoff_coefficient = c;
             }
         }
-        let max = positive_interval(&obj, "max_interval", &field, &mut violations);
+        let max = r.positive_interval(obj, "max_interval", field);
         if let Some(ms) = max {
-            policy.max_interval_ms = ms;
+            self.max_interval_ms = ms;
         }
-        if initial.is_some() && max.is_some() && policy.max_interval_ms < policy.initial_interval_ms
-        {
-            violations.push(Violation::new(
+        if initial.is_some() && max.is_some() && self.max_interval_ms < self.initial_interval_ms {
+            r.refuse(
                 field("max_interval"),
                 "max_interval must be >= initial_interval",
-            ));
+            );
         } else if initial.is_some() && max.is_none() {
             // A long initial interval raises the default cap instead of being cut by it.
-            policy.max_interval_ms = policy.max_interval_ms.max(policy.initial_interval_ms);
+            self.max_interval_ms = self.max_interval_ms.max(self.initial_interval_ms);
         }
         if let Some(v) = obj.get("jitter") {
-            match json::decode::<bool>(v) {
-                Ok(b) => policy.jitter = b,
-                Err(_) => {
-                    violations.push(Violation::new(field("jitter"), "jitter must be a boolean"))
-                }
+            let jitter = json::decode::<bool>(v).ok();
+            if let Some(jitter) = r.required(field("jitter"), jitter, "jitter must be a boolean") {
+                self.jitter = jitter;
             }
         }
+    }
+
+    /// What ends the retries: errors that are not retried, and where an exhausted job goes.
+    fn read_outcomes(
+        &mut self,
+        obj: &Object<'_>,
+        field: &dyn Fn(&str) -> String,
+        r: &mut Reader<'_>,
+    ) {
         if let Some(v) = obj.get("non_retryable_errors") {
-            match json::decode::<Vec<String>>(v) {
-                Ok(list) => policy.non_retryable_errors = list,
-                Err(_) => violations.push(Violation::new(
-                    field("non_retryable_errors"),
-                    "non_retryable_errors must be an array of strings",
-                )),
+            let list = json::decode::<Vec<String>>(v).ok();
+            if let Some(list) = r.required(
+                field("non_retryable_errors"),
+                list,
+                "non_retryable_errors must be an array of strings",
+            ) {
+                self.non_retryable_errors = list;
             }
         }
         if let Some(v) = obj.get("on_exhaustion") {
-            match json::decode::<String>(v).as_deref() {
-                Ok("discard") => policy.on_exhaustion = OnExhaustion::Discard,
-                Ok("dead_letter") => policy.on_exhaustion = OnExhaustion::DeadLetter,
-                _ => violations.push(Violation::new(
-                    field("on_exhaustion"),
-                    "on_exhaustion must be \"discard\" or \"dead_letter\"",
-                )),
+            let on_exhaustion = match json::decode::<String>(v).as_deref() {
+                Ok("discard") => Some(OnExhaustion::Discard),
+                Ok("dead_letter") => Some(OnExhaustion::DeadLetter),
+                _ => None,
+            };
+            if let Some(on_exhaustion) = r.required(
+                field("on_exhaustion"),
+                on_exhaustion,
+                "on_exhaustion must be \"discard\" or \"dead_letter\"",
+            ) {
+                self.on_exhaustion = on_exhaustion;
             }
         }
+    }
+
+    /// How the intervals grow: `backoff_strategy` (or `backoff_type`).
+    fn read_strategy(
+        &mut self,
+        obj: &Object<'_>,
+        field: &dyn Fn(&str) -> String,
+        r: &mut Reader<'_>,
+    ) {
         let strategy_key = if obj.get("backoff_strategy").is_some() {
             "backoff_strategy"
         } else {
             "backoff_type"
         };
         if let Some(v) = obj.get(strategy_key) {
-            match json::decode::<String>(v)
+            let strategy = json::decode::<String>(v)
                 .ok()
-                .and_then(|s| BackoffStrategy::parse(&s))
-            {
-                Some(s) => policy.backoff_strategy = s,
-                None => violations.push(Violation::new(
-                    field(strategy_key),
-                    format!(
-                        "{strategy_key} must be one of exponential, linear, constant, none, polynomial"
-                    ),
-                )),
+                .and_then(|s| BackoffStrategy::parse(&s));
+            if let Some(strategy) = r.required(
+                field(strategy_key),
+                strategy,
+                format!(
+                    "{strategy_key} must be one of exponential, linear, constant, none, polynomial"
+                ),
+            ) {
+                self.backoff_strategy = strategy;
             }
-        }
-        policy.extra = obj
-            .iter()
-            .filter(|(k, _)| !KNOWN_KEYS.contains(k))
-            .map(|(k, v)| (k.to_owned(), v.get().to_owned()))
-            .collect();
-
-        if violations.is_empty() {
-            Ok(policy)
-        } else {
-            Err(violations)
         }
     }
 

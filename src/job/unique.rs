@@ -90,8 +90,7 @@ impl UniquePolicy {
         fields.dimensions(&mut policy, &mut Reader::new(&mut v));
         // `period` as a duration string, or `period_ms` (Go and Java SDKs).
         let field = |name: &str| fields.path_of(name);
-        policy.period_ms =
-            crate::wire::violation::positive_interval(&fields.obj, "period", &field, &mut v);
+        policy.period_ms = Reader::new(&mut v).positive_interval(&fields.obj, "period", &field);
         fields.conflicts(&mut policy, &mut Reader::new(&mut v));
         if v.is_empty() { Ok(policy) } else { Err(v) }
     }

@@ -7,6 +7,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
+use super::duration;
 use super::json::{self, Kind, Object};
 use super::violation::Violation;
 
@@ -119,9 +120,54 @@ impl<'v> Reader<'v> {
         value
     }
 
+    /// The positive duration `name` of `obj`, if given, as a duration string (`name`) or as whole
+    /// milliseconds (`name_ms`, the spelling of the OJS HTTP binding's examples and of the Go and
+    /// Java SDKs); both may be given only if they agree. A bad one is recorded in `violations`.
+    pub fn positive_interval(
+        &mut self,
+        obj: &Object<'_>,
+        name: &str,
+        field: &dyn Fn(&str) -> String,
+    ) -> Option<u64> {
+        let ms_name = format!("{name}_ms");
+        let text = obj.get(name).map(|v| (name, parse_interval(v)));
+        let millis = obj.get(&ms_name).map(|v| {
+            let ms = json::as_integer(v)
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| "expected a whole number of milliseconds".to_owned());
+            (ms_name.as_str(), ms)
+        });
+        let mut found = None;
+        for (key, parsed) in [text, millis].into_iter().flatten() {
+            match parsed {
+                Ok(ms) if ms > 0 && found.is_none_or(|(_, first)| first == ms) => {
+                    found = Some((key, ms));
+                }
+                Ok(ms) if ms > 0 => self.refuse(
+                    field(key),
+                    format!("{key} disagrees with {}", found.map_or("", |(k, _)| k)),
+                ),
+                Ok(_) => self.refuse(field(key), format!("{key} must be greater than zero")),
+                Err(e) => self.refuse(field(key), format!("{key} is not a valid duration: {e}")),
+            }
+        }
+        found.map(|(_, ms)| ms)
+    }
+
     /// Whether nothing was found wrong so far.
     pub fn is_clean(&self) -> bool {
         self.violations.is_empty()
+    }
+}
+
+/// A duration given as an ISO 8601 / short-form string.
+fn parse_interval(raw: &RawValue) -> Result<u64, String> {
+    match json::decode::<String>(raw) {
+        Ok(s) => duration::parse_ms(&s),
+        Err(_) => Err(format!(
+            "expected a duration string such as \"PT1S\", got {}",
+            Kind::of(raw).article_name()
+        )),
     }
 }
 
