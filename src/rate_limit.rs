@@ -11,8 +11,10 @@
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use crate::wire::Reader;
 use crate::wire::duration;
 use crate::wire::json::{self, Kind, Object};
+use crate::wire::reader::wrong_type;
 use crate::wire::violation::Violation;
 
 /// Longest key.
@@ -112,103 +114,114 @@ pub fn parse(raw: &RawValue, path: &str) -> Result<RatePolicy, Vec<Violation>> {
     let Ok(obj) = Object::from_raw(raw) else {
         return Err(vec![Violation::new(
             path,
-            format!(
-                "'rate_limit' must be an object, got {}",
-                Kind::of(raw).article_name()
-            ),
+            wrong_type("'rate_limit'", "an object", raw),
         )]);
     };
     let mut v = Vec::new();
+    let mut r = Reader::new(&mut v);
     let mut policy = RatePolicy::default();
-    let numeric_rate = obj.get("rate").is_some_and(|r| Kind::of(r) == Kind::Number);
     for (name, value) in obj.iter() {
-        let at = format!("{path}.{name}");
-        match name {
-            "key" => match json::decode::<String>(value) {
-                Ok(key) if valid_key(&key) => policy.key = Some(key),
-                _ => v.push(Violation::new(
-                    at,
-                    format!(
-                        "'key' must be 1 to {MAX_KEY_LEN} letters, digits and . _ : - (starting with a letter or digit)"
-                    ),
-                )),
-            },
-            "concurrency" => match json::as_integer(value) {
-                Some(n) if (0..=i64::from(i32::MAX)).contains(&n) => {
-                    policy.concurrency = Some(n as i32)
-                }
-                _ => v.push(Violation::new(
-                    at,
-                    "'concurrency' must be an integer >= 0 (0 pauses the key)",
-                )),
-            },
-            "rate" if numeric_rate => {
-                let period = obj.get("period");
-                match (limit_of(value), period.and_then(period_of)) {
-                    (Some(limit), Some(period_ms)) => {
-                        policy.rate = Some(Window { limit, period_ms })
-                    }
-                    (None, _) => v.push(Violation::new(at, "'rate' must be an integer >= 1")),
-                    (_, None) => v.push(Violation::new(
-                        format!("{path}.period"),
-                        "'period' must be second, minute, hour, day or a positive duration",
-                    )),
-                }
-            }
-            "period" if numeric_rate => {}
-            "rate" | "throttle" => match window(value, &at) {
-                Ok(w) => {
-                    if name == "rate" {
-                        policy.rate = Some(w);
-                    } else {
-                        policy.throttle = Some(w);
-                    }
-                }
-                Err(e) => v.extend(e),
-            },
-            "max_per_second" => match limit_of(value) {
-                Some(_) if obj.get("throttle").is_some() => v.push(Violation::new(
-                    at,
-                    "'max_per_second' is a throttle: give it or 'throttle', not both",
-                )),
-                Some(limit) => {
-                    policy.throttle = Some(Window {
-                        limit,
-                        period_ms: 1_000,
-                    })
-                }
-                None => v.push(Violation::new(at, "'max_per_second' must be an integer >= 1")),
-            },
-            "on_limit" => match json::decode::<String>(value)
-                .ok()
-                .and_then(|s| OnLimit::parse(&s))
-            {
-                Some(on_limit) => policy.on_limit = on_limit,
-                None => v.push(Violation::new(
-                    at,
-                    "'on_limit' must be one of wait, reschedule, drop",
-                )),
-            },
-            other => v.push(Violation::new(
-                at,
-                format!(
-                    "unknown rate_limit field '{other}' (key, concurrency, rate, throttle, max_per_second, on_limit)"
-                ),
-            )),
-        }
+        read_member(&mut policy, &obj, name, value, path, &mut r);
     }
-    if v.is_empty()
+    if r.is_clean()
         && policy.key.is_none()
         && policy.concurrency.is_none()
         && policy.rate.is_none()
         && policy.throttle.is_none()
     {
-        v.push(Violation::new(
+        r.refuse(
             path,
             "a rate_limit needs a key or a limit (concurrency, rate, throttle, max_per_second)",
-        ));
+        );
     }
     if v.is_empty() { Ok(policy) } else { Err(v) }
+}
+
+/// One member `name` of a `rate_limit` object at `path`, read into `policy`.
+fn read_member(
+    policy: &mut RatePolicy,
+    obj: &Object<'_>,
+    name: &str,
+    value: &RawValue,
+    path: &str,
+    r: &mut Reader<'_>,
+) {
+    // `{"rate": N, "period": …}`, the shorthand, against `{"rate": {"limit", "period"}}`.
+    let numeric_rate = obj.get("rate").is_some_and(|r| Kind::of(r) == Kind::Number);
+    let at = format!("{path}.{name}");
+    match name {
+        "key" => match json::decode::<String>(value) {
+            Ok(key) if valid_key(&key) => policy.key = Some(key),
+            _ => r.refuse(
+                at,
+                format!(
+                    "'key' must be 1 to {MAX_KEY_LEN} letters, digits and . _ : - (starting with a letter or digit)"
+                ),
+            ),
+        },
+        "concurrency" => match json::as_integer(value) {
+            Some(n) if (0..=i64::from(i32::MAX)).contains(&n) => {
+                policy.concurrency = Some(n as i32)
+            }
+            _ => r.refuse(
+                at,
+                "'concurrency' must be an integer >= 0 (0 pauses the key)",
+            ),
+        },
+        "rate" if numeric_rate => {
+            let period = obj.get("period");
+            match (limit_of(value), period.and_then(period_of)) {
+                (Some(limit), Some(period_ms)) => {
+                    policy.rate = Some(Window { limit, period_ms })
+                }
+                (None, _) => r.refuse(at, "'rate' must be an integer >= 1"),
+                (_, None) => r.refuse(
+                    format!("{path}.period"),
+                    "'period' must be second, minute, hour, day or a positive duration",
+                ),
+            }
+        }
+        "period" if numeric_rate => {}
+        "rate" | "throttle" => match window(value, &at) {
+            Ok(w) => {
+                if name == "rate" {
+                    policy.rate = Some(w);
+                } else {
+                    policy.throttle = Some(w);
+                }
+            }
+            Err(e) => r.refuse_all(e),
+        },
+        "max_per_second" => match limit_of(value) {
+            Some(_) if obj.get("throttle").is_some() => r.refuse(
+                at,
+                "'max_per_second' is a throttle: give it or 'throttle', not both",
+            ),
+            Some(limit) => {
+                policy.throttle = Some(Window {
+                    limit,
+                    period_ms: 1_000,
+                })
+            }
+            None => r.refuse(at, "'max_per_second' must be an integer >= 1"),
+        },
+        "on_limit" => match json::decode::<String>(value)
+            .ok()
+            .and_then(|s| OnLimit::parse(&s))
+        {
+            Some(on_limit) => policy.on_limit = on_limit,
+            None => r.refuse(
+                at,
+                "'on_limit' must be one of wait, reschedule, drop",
+            ),
+        },
+        other => r.refuse(
+            at,
+            format!(
+                "unknown rate_limit field '{other}' (key, concurrency, rate, throttle, max_per_second, on_limit)"
+            ),
+        ),
+    }
 }
 
 /// `{"limit": N >= 1, "period": duration}` at `path`.
