@@ -4,8 +4,9 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::retry::{OnExhaustion, RetryPolicy};
-use crate::wire::Violation;
 use crate::wire::json::{self, Kind, Object};
+use crate::wire::reader::wrong_type;
+use crate::wire::{Reader, Violation};
 
 /// Frames kept of a reported backtrace.
 pub const MAX_BACKTRACE_FRAMES: usize = 50;
@@ -63,88 +64,55 @@ impl JobError {
         let Ok(obj) = Object::from_raw(raw) else {
             return Err(vec![Violation::new(
                 path,
-                format!(
-                    "'error' must be an object, got {}",
-                    Kind::of(raw).article_name()
-                ),
+                wrong_type("'error'", "an object", raw),
             )]);
         };
         let mut violations = Vec::new();
-        let mut string_field = |name: &str| -> Option<String> {
-            let v = obj.get(name)?;
-            match json::decode::<String>(v) {
-                Ok(s) => Some(s),
-                Err(_) => {
-                    violations.push(Violation::new(
-                        format!("{path}.{name}"),
-                        format!("error.{name} must be a string"),
-                    ));
-                    None
-                }
-            }
+        let mut r = Reader::new(&mut violations);
+        let field = |name: &str| format!("{path}.{name}");
+        let string = |r: &mut Reader<'_>, name: &str| -> Option<String> {
+            let raw = obj.get(name)?;
+            let text = json::decode::<String>(raw).ok();
+            r.required(field(name), text, format!("error.{name} must be a string"))
         };
-        let message = string_field("message");
-        let code = string_field("code").filter(|c| !c.is_empty());
-        let r#type = string_field("type").filter(|t| !t.is_empty());
+        let message = string(&mut r, "message");
+        let code = string(&mut r, "code").filter(|c| !c.is_empty());
+        let r#type = string(&mut r, "type").filter(|t| !t.is_empty());
         if obj.get("message").is_none() {
-            violations.push(Violation::new(
-                format!("{path}.message"),
-                "error.message is required",
-            ));
+            r.refuse(field("message"), "error.message is required");
         }
-        let retryable = match obj.get("retryable") {
-            None => None,
-            Some(v) => match json::decode::<bool>(v) {
-                Ok(b) => Some(b),
-                Err(_) => {
-                    violations.push(Violation::new(
-                        format!("{path}.retryable"),
-                        "error.retryable must be a boolean",
-                    ));
-                    None
-                }
-            },
-        };
-        let details = match obj.get("details") {
-            None => None,
-            Some(v) if Kind::of(v) == Kind::Object => Some(v.to_owned()),
-            Some(_) => {
-                violations.push(Violation::new(
-                    format!("{path}.details"),
-                    "error.details must be an object",
-                ));
-                None
-            }
-        };
-        let backtrace = match obj.get("backtrace") {
-            None => None,
-            Some(v) => match json::decode::<BacktraceInput>(v) {
-                Ok(b) => Some(truncate_backtrace(b.into_frames())),
-                Err(_) => {
-                    violations.push(Violation::new(
-                        format!("{path}.backtrace"),
-                        "error.backtrace must be an array of strings",
-                    ));
-                    None
-                }
-            },
-        };
-        let rate_limit_until = match obj.get("rate_limit_until") {
-            None => None,
-            Some(v) => match json::decode::<String>(v)
+        let retryable = obj.get("retryable").and_then(|v| {
+            let retryable = json::decode::<bool>(v).ok();
+            r.required(
+                field("retryable"),
+                retryable,
+                "error.retryable must be a boolean",
+            )
+        });
+        let details = obj.get("details").and_then(|v| {
+            let details = (Kind::of(v) == Kind::Object).then(|| v.to_owned());
+            r.required(field("details"), details, "error.details must be an object")
+        });
+        let backtrace = obj.get("backtrace").and_then(|v| {
+            let frames = json::decode::<BacktraceInput>(v)
                 .ok()
-                .filter(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok())
-            {
-                Some(t) => Some(t),
-                None => {
-                    violations.push(Violation::new(
-                        format!("{path}.rate_limit_until"),
-                        "error.rate_limit_until must be an RFC 3339 timestamp",
-                    ));
-                    None
-                }
-            },
-        };
+                .map(|b| truncate_backtrace(b.into_frames()));
+            r.required(
+                field("backtrace"),
+                frames,
+                "error.backtrace must be an array of strings",
+            )
+        });
+        let rate_limit_until = obj.get("rate_limit_until").and_then(|v| {
+            let until = json::decode::<String>(v)
+                .ok()
+                .filter(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok());
+            r.required(
+                field("rate_limit_until"),
+                until,
+                "error.rate_limit_until must be an RFC 3339 timestamp",
+            )
+        });
         if !violations.is_empty() {
             return Err(violations);
         }
