@@ -513,8 +513,9 @@ pub fn broker_settings(config: &Config) -> Settings {
     let (jobs, dispatch) = (&config.jobs, &config.dispatch);
     Settings {
         limits: jobs.limits(config.hyphenated_types()),
-        default_visibility_timeout_ms: i64::try_from(jobs.default_visibility_timeout.as_millis())
-            .unwrap_or(i64::MAX),
+        default_visibility_timeout_ms: crate::wire::duration::millis(
+            jobs.default_visibility_timeout,
+        ),
         fetch_poll_interval: dispatch.fetch_poll_interval,
         heartbeat_timeout: dispatch.heartbeat_timeout(),
         test_hooks: config.server.test_hooks,

@@ -120,8 +120,10 @@ pub fn parse(raw: &RawValue, path: &str) -> Result<RatePolicy, Vec<Violation>> {
     let mut v = Vec::new();
     let mut r = Reader::new(&mut v);
     let mut policy = RatePolicy::default();
+    // `{"rate": N, "period": …}`, the shorthand, against `{"rate": {"limit", "period"}}`.
+    let numeric_rate = obj.get("rate").is_some_and(|r| Kind::of(r) == Kind::Number);
     for (name, value) in obj.iter() {
-        read_member(&mut policy, &obj, name, value, path, &mut r);
+        read_member(&mut policy, &obj, (name, value), numeric_rate, path, &mut r);
     }
     if r.is_clean()
         && policy.key.is_none()
@@ -137,17 +139,15 @@ pub fn parse(raw: &RawValue, path: &str) -> Result<RatePolicy, Vec<Violation>> {
     if v.is_empty() { Ok(policy) } else { Err(v) }
 }
 
-/// One member `name` of a `rate_limit` object at `path`, read into `policy`.
+/// One member `(name, value)` of a `rate_limit` object at `path`, read into `policy`.
 fn read_member(
     policy: &mut RatePolicy,
     obj: &Object<'_>,
-    name: &str,
-    value: &RawValue,
+    (name, value): (&str, &RawValue),
+    numeric_rate: bool,
     path: &str,
     r: &mut Reader<'_>,
 ) {
-    // `{"rate": N, "period": …}`, the shorthand, against `{"rate": {"limit", "period"}}`.
-    let numeric_rate = obj.get("rate").is_some_and(|r| Kind::of(r) == Kind::Number);
     let at = format!("{path}.{name}");
     match name {
         "key" => match json::decode::<String>(value) {

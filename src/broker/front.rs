@@ -128,7 +128,7 @@ impl Broker {
         reason: Option<&str>,
         duration: Option<Duration>,
     ) -> Result<HoldRow> {
-        let ms = duration.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let ms = duration.map(crate::wire::duration::millis);
         let row = store::hold::set(&self.db, enabled, reason, ms).await?;
         self.hold.learned(row.clone());
         Ok(row)

@@ -138,8 +138,7 @@ impl Broker {
     }
 
     async fn all_pool_usage(&self) -> Result<BTreeMap<String, PoolUsage>> {
-        let timeout =
-            i64::try_from(self.settings.heartbeat_timeout.as_millis()).unwrap_or(i64::MAX);
+        let timeout = crate::wire::duration::millis(self.settings.heartbeat_timeout);
         Ok(store::pool::usage(&self.db, timeout).await?)
     }
 

@@ -8,6 +8,7 @@ use anyhow::bail;
 use super::values::{seconds, seconds_default, span};
 use crate::job::envelope::Limits;
 use crate::job::schema::ValidationMode;
+use crate::wire::duration::millis;
 
 pub const DEFAULT_MAX_PRIORITY: i32 = 255;
 pub const DEFAULT_TIMEOUT_SECS: &str = "1800";
@@ -142,16 +143,11 @@ impl Jobs {
     pub fn limits(&self, hyphenated_types: bool) -> Limits {
         Limits {
             max_priority: self.max_priority,
-            default_timeout_ms: millis_i64(self.default_timeout),
+            default_timeout_ms: millis(self.default_timeout),
             hyphenated_types,
-            priority_aging_ms: self.priority_aging_interval.map(millis_i64),
+            priority_aging_ms: self.priority_aging_interval.map(millis),
         }
     }
-}
-
-/// A duration in whole milliseconds, as the database stores them.
-pub(super) fn millis_i64(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn parse_validation_mode(s: &str) -> Result<ValidationMode, String> {

@@ -16,10 +16,7 @@ use uuid::Uuid;
 
 use crate::job::{JobId, JobState};
 use crate::store::queue::QueueCounts;
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
+use crate::wire::duration::millis;
 
 fn seconds(d: Duration) -> f64 {
     d.as_secs_f64()

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::wire::duration::millis;
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
@@ -24,10 +25,6 @@ pub enum Election {
         leader_id: String,
         remaining: Duration,
     },
-}
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Elect: takes the lease for `leader_id` for `ttl`, starting a new term, if nobody holds it

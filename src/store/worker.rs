@@ -13,11 +13,8 @@ use uuid::Uuid;
 
 use crate::job::RawJson;
 use crate::scheduling::Strategy;
+use crate::wire::duration::millis;
 use crate::worker::{EffectiveState, WorkerDirective, WorkerState};
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
 
 /// A stored name as its type; the table's checks keep them valid, so a name that does not
 /// parse (a row edited by hand) is logged and read as the type's default.

@@ -17,6 +17,11 @@ use std::fmt::Write as _;
 /// enough that adding it to a timestamp never overflows.
 pub const MAX_MS: u64 = 100 * 365 * 86_400_000;
 
+/// `d` in whole milliseconds, as the database stores durations (saturating at `i64::MAX`).
+pub fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Parses an OJS duration into milliseconds.
 pub fn parse_ms(input: &str) -> Result<u64, String> {
     let s = input.trim();
