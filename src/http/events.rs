@@ -4,7 +4,7 @@
 //! [OJS event polling]: https://github.com/openjobspec/spec/blob/main/spec/ojs-events.md#64-http-polling-optional
 //! [OJS SSE binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-realtime.md#2-server-sent-events-sse-binding
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
@@ -15,10 +15,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::JobIdPath;
+use super::extract::{JobIdPath, QueuePath};
 use super::query::{ADMIN, Page, Pagination, QueryParams};
-use super::shapes::JobIdParam;
-use super::shapes::QueueNameParam;
+
 use super::sse::{self, Channel};
 use super::tenancy::Tenant;
 use super::{AppState, ok};
@@ -305,7 +304,7 @@ async fn newest_first(
     operation_id = "stream_job_events",
     tag = "events",
     summary = "Stream a job's events (SSE)",
-    params(JobIdParam, StreamQuery, StreamHeaders),
+    params(JobIdPath, StreamQuery, StreamHeaders),
     responses(
         (status = 200, content_type = "text/event-stream", body = String,
             description = "Server-sent events, after a first `retry: 3000`; `: heartbeat` \
@@ -354,7 +353,7 @@ async fn job_stream(
     operation_id = "stream_queue_events",
     tag = "events",
     summary = "Stream a queue's events (SSE)",
-    params(QueueNameParam, StreamQuery, StreamHeaders),
+    params(QueuePath, StreamQuery, StreamHeaders),
     responses(
         (status = 200, content_type = "text/event-stream", body = String,
             description = "Server-sent events of the queue's jobs, after a first \
@@ -369,12 +368,11 @@ async fn job_stream(
 )]
 async fn queue_stream(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
     tenant: Tenant,
     headers: HeaderMap,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
-    super::extract::queue_path(&name)?;
     let known = state.broker().queue_known(&name).await?;
     if !known {
         return Err(ApiError::not_found("queue", &name));

@@ -9,10 +9,12 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use http_body_util::BodyExt;
 use serde_json::value::RawValue;
+use utoipa::IntoParams;
 
 use super::AppState;
 use super::error::ApiError;
 use crate::broker::{Completed, PushContext};
+use crate::job::id_schema::{QueueName, WorkerId};
 use crate::job::{Job, JobId, is_valid_queue};
 use crate::telemetry::traces::{JobTracer, Operation, Traceparent};
 use crate::wire::Reader;
@@ -279,8 +281,13 @@ impl<'a> Fields<'a> {
 
 /// A worker id taken from the path. A segment that is not a valid worker id (1-255 characters,
 /// no control characters) names no worker: 404.
-#[derive(Debug, Clone)]
-pub struct WorkerIdPath(pub String);
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(names("worker_id"), parameter_in = Path)]
+pub struct WorkerIdPath(
+    /// The worker's id (any other string names no worker).
+    #[param(value_type = WorkerId)]
+    pub String,
+);
 
 impl<S: Send + Sync> FromRequestParts<S> for WorkerIdPath {
     type Rejection = ApiError;
@@ -302,8 +309,12 @@ impl<S: Send + Sync> FromRequestParts<S> for WorkerIdPath {
 }
 
 /// A job id taken from the path. A segment that is not a valid UUIDv7 names no job: 404.
-#[derive(Debug, Clone, Copy)]
-pub struct JobIdPath(pub JobId);
+#[derive(Debug, Clone, Copy, IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+pub struct JobIdPath(
+    /// The job's id.
+    pub JobId,
+);
 
 impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
     type Rejection = ApiError;
@@ -333,9 +344,25 @@ pub fn check_queue_name(field: &str, name: &str) -> Result<(), ApiError> {
     }
 }
 
-/// The queue name of a path, validated.
-pub fn queue_path(name: &str) -> Result<(), ApiError> {
-    check_queue_name("path.name", name)
+/// A queue name taken from the path, validated: any other name is refused with 400.
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(names("name"), parameter_in = Path)]
+pub struct QueuePath(
+    /// The queue (any other name is refused with 400).
+    #[param(value_type = QueueName)]
+    pub String,
+);
+
+impl<S: Send + Sync> FromRequestParts<S> for QueuePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::route_not_found(parts.uri.path()))?;
+        check_queue_name("path.name", &name)?;
+        Ok(QueuePath(name))
+    }
 }
 
 /// The W3C `traceparent` (with its `tracestate`) a request carries, when valid.

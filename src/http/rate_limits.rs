@@ -42,14 +42,13 @@ struct RateLimitList {
 }
 
 /// The rate-limit key of a path.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)]
-struct RateKeyParam {
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(names("key"), parameter_in = Path)]
+struct RateKeyPath(
     /// The key, as jobs name it in `rate_limit.key` (`queue:<name>` for a policy without one).
     #[param(pattern = "^[a-zA-Z0-9][a-zA-Z0-9._:-]{0,254}$")]
-    key: String,
-}
+    String,
+);
 
 /// `GET /ojs/v1/rate-limits`.
 #[utoipa::path(
@@ -117,7 +116,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
                    next_allowed_at} (each only when set; with an override, the stricter of the \
                    two), `waiting_count` (jobs held for the key), `blocked_until`, `on_limit`, \
                    and the key's own `policy` and `override`.",
-    params(RateKeyParam),
+    params(RateKeyPath),
     responses(
         (status = 200, body = Object),
         (status = 404, description = "No job or override has named the key."),
@@ -125,7 +124,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 )]
 async fn show(
     State(state): State<AppState>,
-    Path(key): Path<String>,
+    Path(RateKeyPath(key)): Path<RateKeyPath>,
 ) -> Result<Response, ApiError> {
     let usage = state.broker().rate_key(known_key(&key)?).await?;
     Ok(ok(render(&usage)).into_response())
@@ -185,7 +184,7 @@ impl ToSchema for OverrideRequest {}
     summary = "Override a rate-limit key's limits for a while",
     description = "`concurrency`, `rate` {limit, period} and `throttle` {limit, period} (or the                    admin UI's `limit` + `period`, a rate) apply besides the key's own limits —                    the stricter wins — until `expires_at` (absent: until removed). Jobs the key                    had released and not started are held again and released as the override                    allows. A key no job has named yet is created. An override without limits \
                    overrides nothing.",
-    params(RateKeyParam),
+    params(RateKeyPath),
     request_body = OverrideRequest,
     responses(
         (status = 200, description = "The key as it stands.", body = Object),
@@ -194,7 +193,7 @@ impl ToSchema for OverrideRequest {}
 )]
 async fn put_override(
     State(state): State<AppState>,
-    Path(key): Path<String>,
+    Path(RateKeyPath(key)): Path<RateKeyPath>,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     if !rate_limit::valid_key(&key) {
@@ -217,7 +216,7 @@ async fn put_override(
     tag = "admin",
     operation_id = "admin_delete_rate_limit_override",
     summary = "Remove a rate-limit key's override",
-    params(RateKeyParam),
+    params(RateKeyPath),
     responses(
         (status = 204, description = "Removed (or there was none); the key's own limits apply."),
         (status = 404, description = "No job or override has named the key."),
@@ -225,7 +224,7 @@ async fn put_override(
 )]
 async fn delete_override(
     State(state): State<AppState>,
-    Path(key): Path<String>,
+    Path(RateKeyPath(key)): Path<RateKeyPath>,
 ) -> Result<Response, ApiError> {
     state.broker().clear_rate_override(known_key(&key)?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())

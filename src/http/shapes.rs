@@ -4,42 +4,10 @@
 //! defined here.
 
 use serde::Serialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 use super::openapi;
 use crate::broker::RECENT_WINDOW;
-use crate::job::JobId;
-use crate::job::id_schema::{QueueName, WorkerId};
-
-/// The job id of a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `JobIdPath`
-pub(crate) struct JobIdParam {
-    /// The job's id.
-    #[param(value_type = JobId)]
-    id: String,
-}
-
-/// The queue name of a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `queue_path`
-pub(crate) struct QueueNameParam {
-    /// The queue (any other name is refused with 400).
-    #[param(value_type = QueueName)]
-    name: String,
-}
-
-/// The worker id of a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `WorkerIdPath`
-pub(crate) struct WorkerIdParam {
-    /// The worker's id (any other string names no worker).
-    #[param(value_type = WorkerId)]
-    worker_id: String,
-}
 
 /// A job wrapped as `{"job": ...}` with the same attributes also beside `job`.
 #[derive(ToSchema, serde::Deserialize)]

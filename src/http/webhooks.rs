@@ -33,17 +33,16 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(test))
 }
 
-/// The subscription id of a path (documentation).
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)]
-struct IdParam {
+/// The subscription of a path.
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+struct SubscriptionPath(
     /// The subscription id (anything but a UUID is 400).
     #[param(
         pattern = "^([0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
     )]
-    id: String,
-}
+    String,
+);
 
 /// A subscription.
 #[derive(Serialize, ToSchema, Clone)]
@@ -285,14 +284,17 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     path = "/ojs/v1/webhooks/subscriptions/{id}",
     tag = "webhooks",
     summary = "Read a webhook subscription",
-    params(IdParam),
+    params(SubscriptionPath),
     responses(
         (status = 200, body = Both),
         (status = 400, description = "The id is not a UUID."),
         (status = 404, description = "No such subscription."),
     )
 )]
-async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn show(
+    State(state): State<AppState>,
+    Path(SubscriptionPath(id)): Path<SubscriptionPath>,
+) -> Result<Response, ApiError> {
     let row = state.broker().webhook(subscription_id(&id)?).await?;
     Ok(ok(both(row, None)).into_response())
 }
@@ -346,7 +348,7 @@ struct ChangeRequest {
     path = "/ojs/v1/webhooks/subscriptions/{id}",
     tag = "webhooks",
     summary = "Change a webhook subscription",
-    params(IdParam),
+    params(SubscriptionPath),
     request_body = ChangeRequest,
     responses(
         (status = 200, body = Both),
@@ -356,7 +358,7 @@ struct ChangeRequest {
 )]
 async fn patch(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SubscriptionPath(id)): Path<SubscriptionPath>,
     body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     change(&state, &id, body).await
@@ -368,7 +370,7 @@ async fn patch(
     path = "/ojs/v1/webhooks/subscriptions/{id}",
     tag = "webhooks",
     summary = "Change a webhook subscription (as PATCH)",
-    params(IdParam),
+    params(SubscriptionPath),
     request_body = ChangeRequest,
     responses(
         (status = 200, body = Both),
@@ -378,7 +380,7 @@ async fn patch(
 )]
 async fn put(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SubscriptionPath(id)): Path<SubscriptionPath>,
     body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     change(&state, &id, body).await
@@ -390,7 +392,7 @@ async fn put(
     path = "/ojs/v1/webhooks/subscriptions/{id}",
     tag = "webhooks",
     summary = "Delete a webhook subscription",
-    params(IdParam),
+    params(SubscriptionPath),
     responses(
         (status = 204, description = "Deleted."),
         (status = 400, description = "The id is not a UUID."),
@@ -399,7 +401,7 @@ async fn put(
 )]
 async fn remove(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SubscriptionPath(id)): Path<SubscriptionPath>,
 ) -> Result<Response, ApiError> {
     state.broker().delete_webhook(subscription_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -433,13 +435,16 @@ struct Tested {
     summary = "Send a test event",
     description = "Signed as any delivery; the subscription's state and cursor do not change. \
                    An address that deliveries may not reach fails the same way here.",
-    params(IdParam),
+    params(SubscriptionPath),
     responses(
         (status = 200, body = Tested),
         (status = 404, description = "No such subscription."),
     )
 )]
-async fn test(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn test(
+    State(state): State<AppState>,
+    Path(SubscriptionPath(id)): Path<SubscriptionPath>,
+) -> Result<Response, ApiError> {
     let Attempt {
         status,
         elapsed,

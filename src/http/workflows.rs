@@ -75,14 +75,13 @@ struct WorkflowBody {
     workflow: Value,
 }
 
-/// The workflow's id of a path. A segment that is not a UUID names no workflow: 404.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)]
-struct WorkflowIdParam {
+/// The workflow of a path.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+struct WorkflowPath(
     /// The workflow's id.
-    id: String,
-}
+    String,
+);
 
 fn workflow_id(segment: &str) -> Result<Uuid, ApiError> {
     Uuid::try_parse(segment).map_err(|_| ApiError::not_found("workflow", segment))
@@ -175,7 +174,7 @@ async fn list(
     path = "/ojs/v1/workflows/{id}",
     tag = "workflows",
     summary = "Read a workflow with every step's state",
-    params(WorkflowIdParam),
+    params(WorkflowPath),
     responses(
         (status = 200, body = WorkflowBody),
         (status = 404, description = "No such workflow."),
@@ -184,7 +183,7 @@ async fn list(
 async fn show(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(WorkflowPath(id)): Path<WorkflowPath>,
 ) -> Result<Response, ApiError> {
     let view = state.broker().workflow(workflow_id(&id)?).await?;
     check_queues(&caller, &view)?;
@@ -200,7 +199,7 @@ async fn show(
     description = "Steps not started never run: held ones are dropped, enqueued ones are \
                    cancelled. Jobs already running finish, but no longer advance the workflow; \
                    no callback fires.",
-    params(WorkflowIdParam),
+    params(WorkflowPath),
     responses(
         (status = 200, body = WorkflowBody),
         (status = 404, description = "No such workflow."),
@@ -210,7 +209,7 @@ async fn show(
 async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(WorkflowPath(id)): Path<WorkflowPath>,
 ) -> Result<Response, ApiError> {
     cancelled(&state, &caller, &id).await
 }
@@ -221,7 +220,7 @@ async fn cancel(
     path = "/ojs/v1/workflows/{id}/cancel",
     tag = "workflows",
     summary = "Cancel a workflow (as DELETE)",
-    params(WorkflowIdParam),
+    params(WorkflowPath),
     responses(
         (status = 200, body = WorkflowBody),
         (status = 404, description = "No such workflow."),
@@ -231,7 +230,7 @@ async fn cancel(
 async fn cancel_action(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(WorkflowPath(id)): Path<WorkflowPath>,
 ) -> Result<Response, ApiError> {
     cancelled(&state, &caller, &id).await
 }
@@ -257,7 +256,7 @@ async fn cancelled(state: &AppState, caller: &Caller, id: &str) -> Result<Respon
     path = "/ojs/v1/workflows/{id}/progress",
     tag = "workflows",
     summary = "A workflow's progress, in percent",
-    params(WorkflowIdParam),
+    params(WorkflowPath),
     responses(
         (status = 200, description = "`{workflow_id, state, progress, steps: [{id, progress, state}], updated_at}`", body = Object),
         (status = 404, description = "No such workflow."),
@@ -266,7 +265,7 @@ async fn cancelled(state: &AppState, caller: &Caller, id: &str) -> Result<Respon
 async fn progress(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    Path(WorkflowPath(id)): Path<WorkflowPath>,
 ) -> Result<Response, ApiError> {
     let view = state.broker().workflow(workflow_id(&id)?).await?;
     check_queues(&caller, &view)?;

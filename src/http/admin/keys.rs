@@ -178,13 +178,12 @@ async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Respons
 }
 
 /// The key id of a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `revoke`
-struct KeyIdParam {
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+struct KeyIdPath(
     /// The key's id (not the key).
-    id: String,
-}
+    String,
+);
 
 /// `DELETE /ojs/v1/admin/keys/{id}`: revokes the key on every replica within a second.
 #[utoipa::path(
@@ -193,7 +192,7 @@ struct KeyIdParam {
     tag = "admin",
     operation_id = "admin_revoke_key",
     summary = "Revoke an API key",
-    params(KeyIdParam),
+    params(KeyIdPath),
     responses(
         (status = 200, description = "Revoked (or already revoked).", body = WireKey),
         (status = 404, description = "No such key."),
@@ -201,7 +200,7 @@ struct KeyIdParam {
 )]
 async fn revoke(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(KeyIdPath(id)): Path<KeyIdPath>,
 ) -> Result<Response, ApiError> {
     let row = match id.parse::<Uuid>() {
         Ok(uuid) => state.broker().revoke_key(uuid).await?,

@@ -32,15 +32,14 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(stats))
 }
 
-/// The pool name of a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `pool_path`
-struct PoolNameParam {
+/// The pool of a path.
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("name"), parameter_in = Path)]
+struct PoolPath(
     /// The pool: a name with the rules of a queue name (any other name is refused with 400).
     #[param(value_type = QueueName)]
-    name: String,
-}
+    String,
+);
 
 /// A worker pool with its usage. `id` repeats the name and `workers` the count of active
 /// members, the fields the OJS admin UI reads.
@@ -306,7 +305,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     tag = "admin",
     operation_id = "admin_get_pool",
     summary = "Read a worker pool",
-    params(PoolNameParam),
+    params(PoolPath),
     responses(
         (status = 200, body = PoolBody<'_>),
         (status = 400, description = "The pool name is invalid."),
@@ -315,7 +314,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 )]
 async fn show(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    Path(PoolPath(name)): Path<PoolPath>,
 ) -> Result<Response, ApiError> {
     pool_path(&name)?;
     let view = state.broker().pool_view(&name).await?;
@@ -332,7 +331,7 @@ async fn show(
     tag = "admin",
     operation_id = "admin_put_pool",
     summary = "Create or replace a worker pool",
-    params(PoolNameParam),
+    params(PoolPath),
     request_body = PoolRequest,
     responses(
         (status = 200, description = "Replaced.", body = PoolBody<'_>),
@@ -342,7 +341,7 @@ async fn show(
 )]
 async fn put(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    Path(PoolPath(name)): Path<PoolPath>,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     pool_path(&name)?;
@@ -380,7 +379,7 @@ struct Deleted {
     tag = "admin",
     operation_id = "admin_delete_pool",
     summary = "Delete a worker pool",
-    params(PoolNameParam),
+    params(PoolPath),
     responses(
         (status = 200, body = Deleted),
         (status = 400, description = "The pool name is invalid."),
@@ -389,7 +388,7 @@ struct Deleted {
 )]
 async fn remove(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    Path(PoolPath(name)): Path<PoolPath>,
 ) -> Result<Response, ApiError> {
     pool_path(&name)?;
     state.broker().delete_pool(&name).await?;

@@ -37,26 +37,24 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(spec_remove))
 }
 
-/// The job type of a path (documentation).
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)]
-struct TypeParam {
+/// The job type of a path.
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("type"), parameter_in = Path)]
+struct TypePath(
     /// The job type.
-    r#type: String,
-}
+    String,
+);
 
-/// The job type and version of a path (documentation).
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)]
-struct TypeVersionParams {
+/// The job type and schema version of a path.
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("type", "version"), parameter_in = Path)]
+struct TypeVersionPath(
     /// The job type.
-    r#type: String,
+    String,
     /// `N`, `N.N` or `N.N.N`; anything else is 400.
     #[param(pattern = r"^(0|[1-9][0-9]{0,8})(\.(0|[1-9][0-9]{0,8})){0,2}$")]
-    version: String,
-}
+    String,
+);
 
 /// A registered schema version.
 #[derive(Serialize, ToSchema)]
@@ -222,7 +220,7 @@ async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
     path = "/ojs/v1/admin/schemas/{type}",
     tag = "schemas",
     summary = "A job type's latest schema",
-    params(TypeParam),
+    params(TypePath),
     responses(
         (status = 200, body = View),
         (status = 404, description = "The type has no schema."),
@@ -230,7 +228,7 @@ async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
 )]
 async fn latest(
     State(state): State<AppState>,
-    Path(job_type): Path<String>,
+    Path(TypePath(job_type)): Path<TypePath>,
 ) -> Result<Response, ApiError> {
     let row = state.broker().schema(&job_type, None).await?;
     Ok(ok(view(&state, row)).into_response())
@@ -243,12 +241,12 @@ async fn latest(
     tag = "schemas",
     summary = "A job type's schema versions",
     description = "The latest first; an empty list when the type has none.",
-    params(TypeParam),
+    params(TypePath),
     responses((status = 200, body = Versions))
 )]
 async fn versions(
     State(state): State<AppState>,
-    Path(job_type): Path<String>,
+    Path(TypePath(job_type)): Path<TypePath>,
 ) -> Result<Response, ApiError> {
     let rows = state.broker().schemas(Some(&job_type)).await?;
     Ok(ok(versions_of(&state, job_type, rows)).into_response())
@@ -260,7 +258,7 @@ async fn versions(
     path = "/ojs/v1/admin/schemas/{type}/{version}",
     tag = "schemas",
     summary = "One schema version",
-    params(TypeVersionParams),
+    params(TypeVersionPath),
     responses(
         (status = 200, body = View),
         (status = 400, description = "The version is not `N`, `N.N` or `N.N.N`."),
@@ -269,7 +267,7 @@ async fn versions(
 )]
 async fn show(
     State(state): State<AppState>,
-    Path((job_type, version)): Path<(String, String)>,
+    Path(TypeVersionPath(job_type, version)): Path<TypeVersionPath>,
 ) -> Result<Response, ApiError> {
     let row = state.broker().schema(&job_type, Some(&version)).await?;
     Ok(ok(view(&state, row)).into_response())
@@ -285,7 +283,7 @@ async fn show(
                    schema is read as the draft its `$schema` names, else 2020-12 (or 2019-09 \
                    for the tuple form of `items`). In force for PUSHes on every replica as soon \
                    as this answers.",
-    params(TypeVersionParams),
+    params(TypeVersionPath),
     request_body = RegisterRequest,
     responses(
         (status = 201, body = View),
@@ -295,7 +293,7 @@ async fn show(
 )]
 async fn register(
     State(state): State<AppState>,
-    Path((job_type, version)): Path<(String, String)>,
+    Path(TypeVersionPath(job_type, version)): Path<TypeVersionPath>,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
@@ -325,7 +323,7 @@ struct RegisterRequest {
     summary = "Delete a schema version",
     description = "Jobs of the type are then checked against the latest version left (none: \
                    not checked). Answers the deleted version.",
-    params(TypeVersionParams),
+    params(TypeVersionPath),
     responses(
         (status = 200, body = View),
         (status = 404, description = "No such version."),
@@ -333,7 +331,7 @@ struct RegisterRequest {
 )]
 async fn remove(
     State(state): State<AppState>,
-    Path((job_type, version)): Path<(String, String)>,
+    Path(TypeVersionPath(job_type, version)): Path<TypeVersionPath>,
 ) -> Result<Response, ApiError> {
     let row = state.broker().delete_schema(&job_type, &version).await?;
     Ok(ok(view(&state, row)).into_response())
@@ -407,7 +405,7 @@ struct SpecRegisterRequest {
     path = "/ojs/v1/schemas/{type}",
     tag = "schemas",
     summary = "A job type's latest schema (the extension's binding)",
-    params(TypeParam),
+    params(TypePath),
     responses(
         (status = 200, body = Wrapped),
         (status = 404, description = "The type has no schema."),
@@ -415,7 +413,7 @@ struct SpecRegisterRequest {
 )]
 async fn spec_latest(
     State(state): State<AppState>,
-    Path(job_type): Path<String>,
+    Path(TypePath(job_type)): Path<TypePath>,
 ) -> Result<Response, ApiError> {
     let row = state.broker().schema(&job_type, None).await?;
     Ok(ok(Wrapped {
@@ -430,14 +428,14 @@ async fn spec_latest(
     path = "/ojs/v1/schemas/{type}/versions",
     tag = "schemas",
     summary = "A job type's schema versions (the extension's binding)",
-    params(TypeParam),
+    params(TypePath),
     responses((status = 200, body = Versions))
 )]
 async fn spec_versions(
     State(state): State<AppState>,
-    Path(job_type): Path<String>,
+    Path(TypePath(job_type)): Path<TypePath>,
 ) -> Result<Response, ApiError> {
-    versions(State(state), Path(job_type)).await
+    versions(State(state), Path(TypePath(job_type))).await
 }
 
 /// `DELETE /ojs/v1/schemas/{type}/{version}`.
@@ -446,7 +444,7 @@ async fn spec_versions(
     path = "/ojs/v1/schemas/{type}/{version}",
     tag = "schemas",
     summary = "Delete a schema version (the extension's binding)",
-    params(TypeVersionParams),
+    params(TypeVersionPath),
     responses(
         (status = 200, body = Wrapped),
         (status = 404, description = "No such version."),
@@ -454,7 +452,7 @@ async fn spec_versions(
 )]
 async fn spec_remove(
     State(state): State<AppState>,
-    Path((job_type, version)): Path<(String, String)>,
+    Path(TypeVersionPath(job_type, version)): Path<TypeVersionPath>,
 ) -> Result<Response, ApiError> {
     let row = state.broker().delete_schema(&job_type, &version).await?;
     Ok(ok(Wrapped {

@@ -51,16 +51,15 @@ fn tenant_path(id: &str) -> Result<(), ApiError> {
     }
 }
 
-/// The tenant id of a path (documentation).
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)]
-struct IdParam {
+/// The tenant of a path.
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+struct TenantPath(
     /// The tenant id: a letter or digit, then letters, digits, `.`, `_`, `:` or `-` (anything
     /// else is 400).
     #[param(pattern = "^[a-zA-Z0-9][a-zA-Z0-9._:-]*$", max_length = 255)]
-    id: String,
-}
+    String,
+);
 
 /// Its jobs by state.
 #[derive(Serialize, ToSchema)]
@@ -272,14 +271,17 @@ async fn list(
     tag = "admin",
     operation_id = "admin_get_tenant",
     summary = "Read a tenant",
-    params(IdParam),
+    params(TenantPath),
     responses(
         (status = 200, body = WireTenant),
         (status = 400, description = "The id is not a tenant id."),
         (status = 404, description = "No retained job names this tenant."),
     )
 )]
-async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn show(
+    State(state): State<AppState>,
+    Path(TenantPath(id)): Path<TenantPath>,
+) -> Result<Response, ApiError> {
     tenant_path(&id)?;
     let row = state.broker().tenant(&id).await?;
     let config = state.broker().tenant_config(&id).await?;
@@ -445,7 +447,7 @@ fn limits_of(obj: &Object<'_>, path: &str) -> Result<crate::tenant::LimitsChange
     tag = "admin",
     operation_id = "admin_configure_tenant",
     summary = "Configure a tenant's limits",
-    params(IdParam),
+    params(TenantPath),
     request_body = ConfigureRequest,
     responses(
         (status = 200, description = "Changed.", body = WireTenant),
@@ -455,7 +457,7 @@ fn limits_of(obj: &Object<'_>, path: &str) -> Result<crate::tenant::LimitsChange
 )]
 async fn configure(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(TenantPath(id)): Path<TenantPath>,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     tenant_path(&id)?;
@@ -507,7 +509,7 @@ async fn configure(
     tag = "admin",
     operation_id = "admin_set_tenant_limits",
     summary = "Change a tenant's limits",
-    params(IdParam),
+    params(TenantPath),
     request_body = LimitsChangeRequest,
     responses(
         (status = 200, description = "Changed.", body = WireTenant),
@@ -517,7 +519,7 @@ async fn configure(
 )]
 async fn set_limits(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(TenantPath(id)): Path<TenantPath>,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     tenant_path(&id)?;
@@ -538,7 +540,7 @@ async fn set_limits(
     tag = "admin",
     operation_id = "admin_deconfigure_tenant",
     summary = "Remove a tenant's configuration and limits",
-    params(IdParam),
+    params(TenantPath),
     responses(
         (status = 200, description = "Removed; the tenant as it was configured.", body = WireTenant),
         (status = 404, description = "The tenant is not configured."),
@@ -546,7 +548,7 @@ async fn set_limits(
 )]
 async fn deconfigure(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(TenantPath(id)): Path<TenantPath>,
 ) -> Result<Response, ApiError> {
     tenant_path(&id)?;
     let removed = state.broker().delete_tenant(&id).await?;
@@ -612,7 +614,7 @@ struct StatsJobs {
     tag = "admin",
     operation_id = "admin_tenant_stats",
     summary = "A tenant's statistics",
-    params(IdParam),
+    params(TenantPath),
     responses(
         (status = 200, body = Stats),
         (status = 400, description = "The id is not a tenant id."),
@@ -620,7 +622,7 @@ struct StatsJobs {
 )]
 async fn stats(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(TenantPath(id)): Path<TenantPath>,
 ) -> Result<Response, ApiError> {
     tenant_path(&id)?;
     let row = state.broker().tenant(&id).await?;
@@ -656,7 +658,7 @@ async fn stats(
     tag = "admin",
     operation_id = "admin_tenant_jobs",
     summary = "A tenant's jobs",
-    params(IdParam, PageParams),
+    params(TenantPath, PageParams),
     responses(
         (status = 200, description = "As `GET /ojs/v1/admin/jobs`.", body = crate::http::job_listing::ListBody<'_>),
         (status = 400, description = "A parameter is invalid."),
@@ -664,7 +666,7 @@ async fn stats(
 )]
 async fn jobs(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(TenantPath(id)): Path<TenantPath>,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     tenant_path(&id)?;

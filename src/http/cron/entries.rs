@@ -51,15 +51,14 @@ impl utoipa::PartialSchema for CronName {
 
 impl utoipa::ToSchema for CronName {}
 
-/// The entry named in a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `name_of`
-struct CronNameParam {
+/// The entry name of a path.
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("name"), parameter_in = Path)]
+struct CronNamePath(
     /// The entry's name (any other name is refused with 400).
     #[param(value_type = CronName)]
-    name: String,
-}
+    String,
+);
 
 /// 400 unless `name` can name an entry.
 pub(super) fn name_of(field: &str, name: &str) -> Result<(), ApiError> {
@@ -372,7 +371,7 @@ async fn list(
     tag = "cron",
     operation_id = "get_cron",
     summary = "Read a cron entry",
-    params(CronNameParam),
+    params(CronNamePath),
     responses(
         (status = 200, body = CronBody<'_>),
         (status = 400, description = "The name is invalid."),
@@ -381,7 +380,7 @@ async fn list(
 )]
 async fn show(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    Path(CronNamePath(name)): Path<CronNamePath>,
 ) -> Result<Response, ApiError> {
     name_of("path.name", &name)?;
     let entry = state.broker().cron_entry(&name).await?;
@@ -400,7 +399,7 @@ async fn show(
                    template. The result is checked as a whole registration. Disabling sets \
                    `next_run_at` to null; enabling, or changing the schedule, counts the next \
                    occurrence from now.",
-    params(CronNameParam),
+    params(CronNamePath),
     request_body = CronPatch,
     responses(
         (status = 200, body = CronBody<'_>),
@@ -412,7 +411,7 @@ async fn show(
 )]
 async fn change(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    Path(CronNamePath(name)): Path<CronNamePath>,
     tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
@@ -449,7 +448,7 @@ struct Deleted<'a> {
     description = "Jobs the entry enqueued are untouched; its run ledger stays until retention \
                    removes it (so an entry registered again under the name never repeats an \
                    occurrence).",
-    params(CronNameParam),
+    params(CronNamePath),
     responses(
         (status = 200, body = Deleted<'_>),
         (status = 400, description = "The name is invalid."),
@@ -458,7 +457,7 @@ struct Deleted<'a> {
 )]
 async fn remove(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    Path(CronNamePath(name)): Path<CronNamePath>,
 ) -> Result<Response, ApiError> {
     name_of("path.name", &name)?;
     let entry = state.broker().delete_cron(&name).await?;
@@ -536,7 +535,7 @@ struct RunsParams {
     description = "One row per occurrence that came due: the job enqueued, or why none was. \
                    Occurrences skipped by a daylight-saving change have no row (they are \
                    `cron.skipped` events).",
-    params(CronNameParam, RunsParams),
+    params(CronNamePath, RunsParams),
     responses(
         (status = 200, body = Runs),
         (status = 400, description = "The name or limit is invalid."),
@@ -545,7 +544,7 @@ struct RunsParams {
 )]
 async fn runs(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    Path(CronNamePath(name)): Path<CronNamePath>,
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     name_of("path.name", &name)?;

@@ -22,15 +22,14 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(show, change, remove))
 }
 
-/// The entry named in a path (its `id`, which is its name).
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `name_of`
-struct CronIdParam {
+/// The entry name of a `/crons/{id}` path.
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+struct CronIdPath(
     /// The entry's name.
     #[param(value_type = super::entries::CronName)]
-    id: String,
-}
+    String,
+);
 
 /// A page of entries, as the admin UI reads it.
 #[derive(Serialize, ToSchema)]
@@ -75,14 +74,17 @@ async fn list(
     tag = "cron",
     operation_id = "ui_get_cron",
     summary = "Read a cron entry (admin UI shape)",
-    params(CronIdParam),
+    params(CronIdPath),
     responses(
         (status = 200, body = WireCron<'_>),
         (status = 400, description = "The name is invalid."),
         (status = 404, description = "No such entry."),
     )
 )]
-async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn show(
+    State(state): State<AppState>,
+    Path(CronIdPath(id)): Path<CronIdPath>,
+) -> Result<Response, ApiError> {
     name_of("path.id", &id)?;
     let entry = state.broker().cron_entry(&id).await?;
     Ok(ok(WireCron::of(&entry)).into_response())
@@ -95,7 +97,7 @@ async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
     tag = "cron",
     operation_id = "ui_change_cron",
     summary = "Change, enable or disable a cron entry (admin UI shape)",
-    params(CronIdParam),
+    params(CronIdPath),
     request_body = super::entries::CronPatch,
     responses(
         (status = 200, body = WireCron<'_>),
@@ -107,7 +109,7 @@ async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
 )]
 async fn change(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(CronIdPath(id)): Path<CronIdPath>,
     tenant: Tenant,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
@@ -128,7 +130,7 @@ async fn change(
     tag = "cron",
     operation_id = "ui_delete_cron",
     summary = "Delete a cron entry (admin UI shape)",
-    params(CronIdParam),
+    params(CronIdPath),
     responses(
         (status = 204, description = "Deleted; jobs it enqueued are untouched."),
         (status = 400, description = "The name is invalid."),
@@ -137,7 +139,7 @@ async fn change(
 )]
 async fn remove(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(CronIdPath(id)): Path<CronIdPath>,
 ) -> Result<Response, ApiError> {
     name_of("path.id", &id)?;
     state.broker().delete_cron(&id).await?;

@@ -21,7 +21,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, OptionalJsonBody};
 use crate::http::openapi;
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
-use crate::http::shapes::{JobIdParam, WrappedJob};
+use crate::http::shapes::WrappedJob;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::job::wire::WireJob;
@@ -80,7 +80,7 @@ async fn list(
     path = "/ojs/v1/admin/dead-letter/{id}",
     tag = "admin",
     summary = "Delete a dead-lettered job",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 204, description = "Deleted for good; no body."),
         (status = 400, description = "The id is not a job id."),
@@ -162,7 +162,7 @@ async fn retry_all(
     tag = "admin",
     summary = "Retry a dead-lettered job",
     description = "The same as `POST /ojs/v1/dead-letter/{id}/retry`.",
-    params(JobIdParam),
+    params(JobIdPath),
     request_body(
         content = Option<DeadLetterRetryRequest>,
         description = "An optional override; the body may be omitted."

@@ -19,7 +19,7 @@ use crate::http::extract::{Fields, JobIdPath, OptionalJsonBody};
 use crate::http::openapi;
 use crate::http::openapi::values::Confirm;
 use crate::http::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
-use crate::http::shapes::{JobIdParam, WrappedJob};
+use crate::http::shapes::WrappedJob;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::job::id_schema::QueueName;
@@ -305,7 +305,7 @@ struct JobBody<'a> {
     path = "/ojs/v1/dead-letter/{id}",
     tag = "dead-letter",
     summary = "Read a dead-lettered job",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, body = openapi::JobBody),
         (status = 400, description = "The id is not a job id."),
@@ -328,7 +328,7 @@ async fn show(
     path = "/ojs/v1/dead-letter/{id}/retry",
     tag = "dead-letter",
     summary = "Retry a dead-lettered job",
-    params(JobIdParam),
+    params(JobIdPath),
     request_body(
         content = Option<DeadLetterRetryRequest>,
         description = "An optional override; the body may be omitted."
@@ -411,7 +411,7 @@ pub(super) async fn retry_all(
     path = "/ojs/v1/dead-letter/{id}",
     tag = "dead-letter",
     summary = "Delete a dead-lettered job",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, description = "Deleted for good.", body = Removed),
         (status = 400, description = "The id is not a job id."),

@@ -21,7 +21,7 @@ use crate::http::job_listing::{ListBody, ListParams, listing, parse_states, set_
 use crate::http::jobs::lifecycle::{self, PriorityResponse};
 use crate::http::openapi::values::Confirm;
 use crate::http::query::{PageParams, QueryParams};
-use crate::http::shapes::{JobIdParam, WrappedJob};
+use crate::http::shapes::WrappedJob;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok, openapi};
 use crate::job::JobState;
@@ -75,7 +75,7 @@ async fn list(
     summary = "Read a job in full",
     description = "The job object itself (not wrapped in `{\"job\": ...}`), with `metadata` and \
                    `retry_policy`.",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, body = openapi::Job),
         (status = 404, description = "No such job."),
@@ -104,7 +104,7 @@ async fn show(
     summary = "Retry a discarded job",
     description = "A discarded job (dead-lettered or not) back to `available` with a fresh \
                    history, with the values of `override`, if any.",
-    params(JobIdParam),
+    params(JobIdPath),
     request_body(content = Option<RetryRequest>, description = "May be omitted."),
     responses(
         (status = 200, body = openapi::JobBody),
@@ -170,7 +170,7 @@ struct RetryOverrideSchema {
     operation_id = "admin_change_job_priority",
     summary = "Change a waiting job's priority",
     description = "As `PATCH /ojs/v1/jobs/{id}`.",
-    params(JobIdParam),
+    params(JobIdPath),
     request_body = lifecycle::PriorityRequest,
     responses(
         (status = 200, body = PriorityResponse),
@@ -197,7 +197,7 @@ async fn change_priority(
     operation_id = "admin_cancel_job",
     summary = "Cancel a job",
     description = "As `DELETE /ojs/v1/jobs/{id}`. A body, if any, is ignored.",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, description = "Cancelled (or already cancelled); `previous_state` says from what.", body = WrappedJob),
         (status = 404, description = "No such job."),
@@ -272,7 +272,7 @@ fn bulk_filter(fields: &Fields<'_>) -> Result<JobFilter, ApiError> {
     description = "`retry` retries discarded jobs, `cancel` cancels unfinished ones, `delete` \
                    deletes finished ones, among those `filter` matches. The answer has the count \
                    of the action's own name (`retried`, `cancelled` or `deleted`).",
-    params(BulkParams),
+    params(BulkPath),
     request_body = BulkRequest,
     responses(
         (status = 200, body = BulkResult<'_>),
@@ -283,7 +283,7 @@ fn bulk_filter(fields: &Fields<'_>) -> Result<JobFilter, ApiError> {
 async fn bulk(
     State(state): State<AppState>,
     tenant: Tenant,
-    Path(action): Path<String>,
+    Path(BulkPath(action)): Path<BulkPath>,
     uri: axum::http::Uri,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
@@ -325,14 +325,13 @@ async fn bulk(
 }
 
 /// The action of a bulk request.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `bulk`
-struct BulkParams {
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("action"), parameter_in = Path)]
+struct BulkPath(
     /// `retry`, `cancel` or `delete` (any other is not a route: 404).
     #[param(pattern = "^(retry|cancel|delete)$")]
-    action: String,
-}
+    String,
+);
 
 /// `{"confirm": true, "filter": {...}}`.
 #[derive(ToSchema)]

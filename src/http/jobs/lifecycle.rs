@@ -5,7 +5,7 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, JsonBody};
 use crate::http::openapi;
-use crate::http::shapes::{JobIdParam, WrappedJob};
+use crate::http::shapes::WrappedJob;
 use crate::http::{AppState, ok};
 use crate::job::envelope::{self};
 use crate::job::wire::WireJob;
@@ -56,7 +56,7 @@ fn wrapped_and_bare(job: WireJob<'_>) -> Response {
     path = "/ojs/v1/jobs/{id}",
     tag = "jobs",
     summary = "Read a job",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, body = WrappedJob),
         (status = 404, description = "No such job."),
@@ -79,7 +79,7 @@ async fn info(
     path = "/ojs/v1/jobs/{id}",
     tag = "jobs",
     summary = "Cancel a job",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, description = "Cancelled (or already cancelled); `previous_state` says from what.", body = WrappedJob),
         (status = 404, description = "No such job."),
@@ -111,7 +111,7 @@ pub(super) async fn cancel(
     path = "/ojs/v1/jobs/{id}",
     tag = "jobs",
     summary = "Change a waiting job's priority",
-    params(JobIdParam),
+    params(JobIdPath),
     request_body = PriorityRequest,
     responses(
         (status = 200, body = PriorityResponse),
@@ -160,7 +160,7 @@ pub(super) async fn change_priority(
     path = "/ojs/v1/jobs/{id}/activate",
     tag = "jobs",
     summary = "Activate a pending job",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, body = openapi::JobBody),
         (status = 404, description = "No such job."),

@@ -21,7 +21,7 @@ use crate::broker::{Progress, ProgressReport};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JobIdPath, JsonBody};
-use crate::http::shapes::JobIdParam;
+
 use crate::http::sse;
 use crate::http::{AppState, ok};
 use crate::job::id_schema::WorkerId;
@@ -163,7 +163,7 @@ async fn record(state: &AppState, id: JobId, fields: &Fields<'_>) -> Result<Resp
     operation_id = "report_job_progress",
     tag = "jobs",
     summary = "Report an active job's progress",
-    params(JobIdParam),
+    params(JobIdPath),
     request_body = ProgressReportRequest,
     responses(
         (status = 200, description = "The recorded progress.", body = Body<'static>),
@@ -217,7 +217,7 @@ async fn report_for_body(
     operation_id = "get_job_progress",
     tag = "jobs",
     summary = "Read a job's progress",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, body = Body<'static>),
         (status = 404, description = "No such job."),
@@ -242,7 +242,7 @@ async fn show(
     operation_id = "stream_job_progress",
     tag = "jobs",
     summary = "Follow a job's progress (SSE)",
-    params(JobIdParam),
+    params(JobIdPath),
     responses(
         (status = 200, content_type = "text/event-stream", body = String,
             description = "Server-sent events, after a first `retry: 3000`: unnamed events \

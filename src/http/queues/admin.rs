@@ -4,7 +4,7 @@
 //!
 //! [OJS admin queue management]: https://github.com/openjobspec/spec/blob/main/spec/ojs-admin-api.md#6-queue-management
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
@@ -16,10 +16,9 @@ use crate::broker::{QueueState, StateCounts};
 use crate::http::bulk::body_timestamp;
 use crate::http::error::ApiError;
 use crate::http::extract::OptionalJsonBody;
-use crate::http::extract::queue_path;
+use crate::http::extract::QueuePath;
 use crate::http::openapi::values::{Confirm, Timestamp};
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
-use crate::http::shapes::QueueNameParam;
 use crate::http::shapes::{JobCountsSchema, Throughput};
 use crate::http::{AppState, ok};
 use crate::job::JobState;
@@ -125,7 +124,7 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     tag = "admin",
     operation_id = "admin_get_queue",
     summary = "Read a queue",
-    params(QueueNameParam),
+    params(QueuePath),
     responses(
         (status = 200, description = "The queue as listed, with its configuration.", body = Shown<'_>),
         (status = 400, description = "The queue name is invalid."),
@@ -134,9 +133,8 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
 )]
 async fn show(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
 ) -> Result<Response, ApiError> {
-    queue_path(&name)?;
     let detail = state.broker().admin_queue(&name).await?;
     let mut configuration = detail.config.wire();
     configuration
@@ -283,7 +281,7 @@ struct Purged {
     description = "Deletes, for good, the queue's jobs in `states` (never `active`; every other \
                    state when absent) created before `older_than`. The options come in the body \
                    or the query string, the body winning; `confirm: true` is required.",
-    params(QueueNameParam, PurgeParams),
+    params(QueuePath, PurgeParams),
     request_body(content = Option<PurgeRequest>, description = "The options; may be omitted (then the query string gives them)."),
     responses(
         (status = 200, body = Purged),
@@ -293,11 +291,10 @@ struct Purged {
 )]
 async fn purge(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
     query: QueryParams,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    queue_path(&name)?;
     let fields = body.as_ref().map(|b| b.object()).transpose()?;
     let confirmed = match &fields {
         Some(f) if f.raw("confirm").is_some() => f.boolean("confirm")? == Some(true),
@@ -339,13 +336,13 @@ async fn purge(
     tag = "admin",
     summary = "Pause a queue",
     description = "The same as `POST /ojs/v1/queues/{name}/pause`.",
-    params(QueueNameParam),
+    params(QueuePath),
     responses(
         (status = 200, description = "Paused.", body = PauseResult<'_>),
         (status = 400, description = "The queue name is invalid."),
     )
 )]
-async fn admin_pause(state: State<AppState>, name: Path<String>) -> Result<Response, ApiError> {
+async fn admin_pause(state: State<AppState>, name: QueuePath) -> Result<Response, ApiError> {
     pause(state, name).await
 }
 
@@ -356,12 +353,12 @@ async fn admin_pause(state: State<AppState>, name: Path<String>) -> Result<Respo
     tag = "admin",
     summary = "Resume a queue",
     description = "The same as `POST /ojs/v1/queues/{name}/resume`.",
-    params(QueueNameParam),
+    params(QueuePath),
     responses(
         (status = 200, description = "Resumed.", body = PauseResult<'_>),
         (status = 400, description = "The queue name is invalid."),
     )
 )]
-async fn admin_resume(state: State<AppState>, name: Path<String>) -> Result<Response, ApiError> {
+async fn admin_resume(state: State<AppState>, name: QueuePath) -> Result<Response, ApiError> {
     resume(state, name).await
 }

@@ -6,7 +6,8 @@
 
 use std::borrow::Cow;
 
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::openapi::schema::{AnyOfBuilder, Schema};
@@ -17,7 +18,7 @@ use utoipa_axum::routes;
 
 use super::body::QueueBody;
 use crate::http::error::ApiError;
-use crate::http::extract::{JsonBody, queue_path};
+use crate::http::extract::{JsonBody, check_queue_name};
 use crate::http::openapi::values::{Duration, NonEmpty, Seconds};
 use crate::http::{AppState, ok};
 use crate::job::id_schema::QueueName;
@@ -86,14 +87,28 @@ fn rate_limit_schema() -> utoipa::openapi::schema::Schema {
     )
 }
 
-/// The queue name of a configuration path.
+/// The queue name of a configuration path: a queue, or `_default` for the configuration every
+/// queue inherits; any other name is refused with 400.
 #[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `config_path`
-struct ConfigQueueNameParam {
+#[into_params(names("name"), parameter_in = Path)]
+struct ConfigPath(
     /// A queue name, or `_default` for the configuration every queue inherits.
     #[param(pattern = r"^(_default|[a-z0-9][a-z0-9.-]{0,127})$", max_length = 128)]
-    name: String,
+    String,
+);
+
+impl<S: Send + Sync> FromRequestParts<S> for ConfigPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::route_not_found(parts.uri.path()))?;
+        if name != DEFAULT_LAYER {
+            check_queue_name("path.name", &name)?;
+        }
+        Ok(ConfigPath(name))
+    }
 }
 
 /// A configuration `PUT` (or the `config` of a new queue): the fields to set; `null` resets a
@@ -192,15 +207,6 @@ struct ConfigBody<'a> {
     name: &'a str,
 }
 
-/// A queue name of a configuration path: a queue, or `_default`.
-fn config_path(name: &str) -> Result<(), ApiError> {
-    if name == DEFAULT_LAYER {
-        Ok(())
-    } else {
-        queue_path(name)
-    }
-}
-
 /// `GET /ojs/v1/queues/{name}/config` (and `_default`, and the admin alias): the resolved
 /// configuration.
 #[utoipa::path(
@@ -208,7 +214,7 @@ fn config_path(name: &str) -> Result<(), ApiError> {
     path = "/ojs/v1/queues/{name}/config",
     tag = "queues",
     summary = "Read a queue's configuration",
-    params(ConfigQueueNameParam),
+    params(ConfigPath),
     responses(
         (status = 200, description = "The resolved configuration.", body = ConfigBody<'_>),
         (status = 400, description = "The queue name is invalid."),
@@ -217,9 +223,8 @@ fn config_path(name: &str) -> Result<(), ApiError> {
 )]
 async fn show_config(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ConfigPath(name): ConfigPath,
 ) -> Result<Response, ApiError> {
-    config_path(&name)?;
     let config = state.broker().queue_config(&name).await?;
     Ok(ok(ConfigBody {
         config: config.wire(),
@@ -265,7 +270,7 @@ impl ToSchema for PutConfigResult {
     path = "/ojs/v1/queues/{name}/config",
     tag = "queues",
     summary = "Change a queue's configuration",
-    params(ConfigQueueNameParam),
+    params(ConfigPath),
     request_body = QueueConfigUpdate,
     responses(
         (status = 200, description = "The queue object (for `_default`, its configuration).", body = PutConfigResult),
@@ -275,10 +280,9 @@ impl ToSchema for PutConfigResult {
 )]
 async fn put_config(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ConfigPath(name): ConfigPath,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
-    config_path(&name)?;
     body.object()?;
     let value: serde_json::Value = serde_json::from_str(body.text())
         .map_err(|_| ApiError::invalid_field("$", "the body must be a JSON object"))?;
@@ -303,17 +307,14 @@ async fn put_config(
     tag = "admin",
     summary = "Read a queue's configuration",
     description = "The same as `GET /ojs/v1/queues/{name}/config`.",
-    params(ConfigQueueNameParam),
+    params(ConfigPath),
     responses(
         (status = 200, description = "The resolved configuration.", body = ConfigBody<'_>),
         (status = 400, description = "The queue name is invalid."),
         (status = 404, description = "No such queue."),
     )
 )]
-async fn admin_show_config(
-    state: State<AppState>,
-    name: Path<String>,
-) -> Result<Response, ApiError> {
+async fn admin_show_config(state: State<AppState>, name: ConfigPath) -> Result<Response, ApiError> {
     show_config(state, name).await
 }
 
@@ -324,7 +325,7 @@ async fn admin_show_config(
     tag = "admin",
     summary = "Change a queue's configuration",
     description = "The same as `PUT /ojs/v1/queues/{name}/config`.",
-    params(ConfigQueueNameParam),
+    params(ConfigPath),
     request_body = QueueConfigUpdate,
     responses(
         (status = 200, description = "The queue object (for `_default`, its configuration).", body = PutConfigResult),
@@ -334,7 +335,7 @@ async fn admin_show_config(
 )]
 async fn admin_put_config(
     state: State<AppState>,
-    name: Path<String>,
+    name: ConfigPath,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     put_config(state, name, body).await

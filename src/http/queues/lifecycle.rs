@@ -1,6 +1,6 @@
 //! Queues by name: listed, created, read, deleted, paused and resumed.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -14,9 +14,8 @@ use super::config::QueueConfigUpdate;
 use crate::broker::QueueState;
 use crate::broker::{DeleteStrategy, QueueStats};
 use crate::http::error::ApiError;
-use crate::http::extract::{JsonBody, OptionalJsonBody, check_queue_name, queue_path};
+use crate::http::extract::{JsonBody, OptionalJsonBody, QueuePath, check_queue_name};
 use crate::http::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
-use crate::http::shapes::QueueNameParam;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, Ojs, ok};
 use crate::job::id_schema::QueueName;
@@ -215,7 +214,7 @@ struct Shown<'a> {
     path = "/ojs/v1/queues/{name}",
     tag = "queues",
     summary = "Read a queue",
-    params(QueueNameParam),
+    params(QueuePath),
     responses(
         (status = 200, body = Shown<'_>),
         (status = 400, description = "The queue name is invalid."),
@@ -224,10 +223,9 @@ struct Shown<'a> {
 )]
 async fn show(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
     tenant: Tenant,
 ) -> Result<Response, ApiError> {
-    queue_path(&name)?;
     let QueueStats { queue, counts } = state.broker().queue_stats(&name, tenant.id()).await?;
     let configs = state.broker().queue_configs().await?;
     Ok(ok(Shown {
@@ -297,7 +295,7 @@ struct QueueDeleteRequest {
     path = "/ojs/v1/queues/{name}",
     tag = "queues",
     summary = "Delete a queue",
-    params(QueueNameParam, QueueDeleteQuery),
+    params(QueuePath, QueueDeleteQuery),
     request_body(
         content = Option<QueueDeleteRequest>,
         description = "The options; may be omitted when the query string gives them."
@@ -311,11 +309,10 @@ struct QueueDeleteRequest {
 )]
 async fn delete_queue(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
     query: QueryParams,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
-    queue_path(&name)?;
     let fields = body.as_ref().map(|b| b.object()).transpose()?;
     let option = |key: &str| -> Result<Option<String>, ApiError> {
         match fields.as_ref().map(|f| f.string(key)).transpose()? {
@@ -407,7 +404,7 @@ struct PauseSummary<'a> {
     summary = "Pause a queue",
     description = "Workers fetch nothing from a paused queue; enqueues still succeed. Creates \
                    an unknown queue; idempotent. A body, if any, is ignored.",
-    params(QueueNameParam),
+    params(QueuePath),
     responses(
         (status = 200, description = "Paused.", body = PauseResult<'_>),
         (status = 400, description = "The queue name is invalid."),
@@ -415,7 +412,7 @@ struct PauseSummary<'a> {
 )]
 pub(super) async fn pause(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
 ) -> Result<Response, ApiError> {
     set_paused(&state, &name, true).await
 }
@@ -427,7 +424,7 @@ pub(super) async fn pause(
     tag = "queues",
     summary = "Resume a queue",
     description = "Creates an unknown queue; idempotent. A body, if any, is ignored.",
-    params(QueueNameParam),
+    params(QueuePath),
     responses(
         (status = 200, description = "Resumed.", body = PauseResult<'_>),
         (status = 400, description = "The queue name is invalid."),
@@ -435,7 +432,7 @@ pub(super) async fn pause(
 )]
 pub(super) async fn resume(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
 ) -> Result<Response, ApiError> {
     set_paused(&state, &name, false).await
 }
@@ -445,7 +442,6 @@ pub(super) async fn resume(
 /// [OJS pause queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#113-pause-queue
 /// [resume queue]: https://github.com/openjobspec/spec/blob/main/spec/ojs-http-binding.md#114-resume-queue
 async fn set_paused(state: &AppState, name: &str, paused: bool) -> Result<Response, ApiError> {
-    queue_path(name)?;
     let queue = state.broker().set_queue_paused(name, paused).await?;
     let at = |t: Option<DateTime<Utc>>, now: bool| t.filter(|_| now).map(timestamp::format);
     Ok(ok(PauseResult {

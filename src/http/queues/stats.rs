@@ -1,6 +1,6 @@
 //! A queue's statistics: its counts by state and last hour, and its available jobs by priority.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::ser::SerializeMap;
@@ -12,8 +12,7 @@ use utoipa_axum::routes;
 use crate::broker::QueueState;
 use crate::broker::QueueStats;
 use crate::http::error::ApiError;
-use crate::http::extract::queue_path;
-use crate::http::shapes::QueueNameParam;
+use crate::http::extract::QueuePath;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::wire::timestamp;
@@ -33,7 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     path = "/ojs/v1/queues/{name}/stats",
     tag = "queues",
     summary = "Queue statistics",
-    params(QueueNameParam),
+    params(QueuePath),
     responses(
         (status = 200, body = QueueStatistics<'_>),
         (status = 400, description = "The queue name is invalid."),
@@ -42,10 +41,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 )]
 async fn stats(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
     tenant: Tenant,
 ) -> Result<Response, ApiError> {
-    queue_path(&name)?;
     let QueueStats { queue, counts: c } = state.broker().queue_stats(&name, tenant.id()).await?;
     let max_size = state.broker().queue_configs().await?.of(&name).max_size;
     let paused = queue.state == QueueState::Paused;
@@ -161,7 +159,7 @@ struct StatisticsDetail<'a> {
     path = "/ojs/v1/queues/{name}/priority-stats",
     tag = "queues",
     summary = "Available jobs by priority",
-    params(QueueNameParam),
+    params(QueuePath),
     responses(
         (status = 200, body = PriorityStats),
         (status = 400, description = "The queue name is invalid."),
@@ -169,10 +167,9 @@ struct StatisticsDetail<'a> {
 )]
 async fn priority_stats(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    QueuePath(name): QueuePath,
     tenant: Tenant,
 ) -> Result<Response, ApiError> {
-    queue_path(&name)?;
     let counts = state.broker().priority_stats(&name, tenant.id()).await?;
     Ok(ok(PriorityStats {
         total: counts.iter().map(|(_, n)| n).sum(),

@@ -13,7 +13,7 @@ use super::registry::WireWorker;
 use crate::http::error::ApiError;
 use crate::http::extract::{OptionalJsonBody, WorkerIdPath};
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
-use crate::http::shapes::WorkerIdParam;
+
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::job::id_schema::WorkerId;
@@ -27,17 +27,16 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// The worker id and directive of a path.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // documentation: read by `direct`
-struct DirectiveParams {
+#[derive(serde::Deserialize, IntoParams)]
+#[into_params(names("worker_id", "directive"), parameter_in = Path)]
+struct DirectivePath(
     /// The worker's id.
     #[param(value_type = WorkerId)]
-    worker_id: String,
+    String,
     /// `quiet` or `terminate` (any other segment is not a route: 404).
     #[param(pattern = "^(quiet|terminate)$")]
-    directive: String,
-}
+    String,
+);
 
 /// Workers by state.
 #[derive(Serialize, ToSchema)]
@@ -103,7 +102,7 @@ async fn list_workers(
     tag = "admin",
     operation_id = "admin_get_worker",
     summary = "Read a worker",
-    params(WorkerIdParam),
+    params(WorkerIdPath),
     responses(
         (status = 200, description = "The worker, with `active_job_ids`.", body = WireWorker<'_>),
         (status = 404, description = "No such worker."),
@@ -140,7 +139,7 @@ struct Directed {
     description = "`quiet`: stop fetching, finish what you hold. `terminate`: stop fetching, \
                    finish or return what you hold, exit (cannot be undone). The worker learns it \
                    from its next heartbeat. A body, if any, is ignored.",
-    params(DirectiveParams),
+    params(DirectivePath),
     responses(
         (status = 200, body = Directed),
         (status = 404, description = "No such worker, or a directive other than `quiet` or `terminate`."),
@@ -148,7 +147,7 @@ struct Directed {
 )]
 async fn direct(
     State(state): State<AppState>,
-    Path((worker_id, directive)): Path<(String, String)>,
+    Path(DirectivePath(worker_id, directive)): Path<DirectivePath>,
     uri: axum::http::Uri,
     _body: OptionalJsonBody,
 ) -> Result<Response, ApiError> {
@@ -192,7 +191,7 @@ struct Deleted {
     tag = "admin",
     operation_id = "admin_delete_worker",
     summary = "Remove a stale worker",
-    params(WorkerIdParam),
+    params(WorkerIdPath),
     responses(
         (status = 200, description = "Removed; the jobs it held are available again.", body = Deleted),
         (status = 404, description = "No such worker."),

@@ -15,7 +15,7 @@ use crate::broker::{Strategy, WorkerRecord, WorkerReport};
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JsonBody, WorkerIdPath};
-use crate::http::shapes::WorkerIdParam;
+
 use crate::http::{AppState, Ojs, ok};
 use crate::job::id_schema::{QueueName, WorkerId};
 use crate::job::{JobId, is_valid_queue};
@@ -115,7 +115,7 @@ fn labels_schema() -> utoipa::openapi::schema::Schema {
     path = "/ojs/v1/workers/{worker_id}/health",
     tag = "workers",
     summary = "A worker's liveness",
-    params(WorkerIdParam),
+    params(WorkerIdPath),
     responses(
         (status = 200, description = "Running.", body = WorkerHealth),
         (status = 503, description = "Not running; the body says why.", body = WorkerHealth),
@@ -472,7 +472,7 @@ struct Registered<'a> {
     path = "/ojs/v1/workers/{worker_id}",
     tag = "workers",
     summary = "Deregister a worker",
-    params(WorkerIdParam),
+    params(WorkerIdPath),
     responses(
         (status = 200, body = Deregistered),
         (status = 404, description = "No such worker."),
