@@ -2,12 +2,15 @@
 //! change requires, timestamps inside bodies, and a retry's override of the job's queue, priority or
 //! retry policy.
 
+use utoipa::ToSchema;
+
 use crate::broker::RetryOverride;
 use crate::error::Error;
 use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::http::extract::Fields;
 use crate::job::envelope::{self, Rejection};
+use crate::job::id_schema::QueueName;
 use crate::wire::Violation;
 use crate::wire::json::{self, Object};
 use crate::wire::timestamp;
@@ -31,6 +34,35 @@ pub(crate) fn body_timestamp(
                 )
             }),
     }
+}
+
+/// The body of a retry (of a discarded job, or of a dead letter): an optional override.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a schema: read by `parse_override`
+pub(crate) struct RetryRequest {
+    /// Fields of the retried job to replace, validated as on enqueue.
+    #[schema(nullable = false)]
+    r#override: Option<RetryOverrideSchema>,
+}
+
+/// What a retry may replace instead of the job's own values (nothing else may be given); each
+/// is checked as on enqueue.
+#[derive(ToSchema)]
+#[schema(as = RetryOverride)]
+#[allow(dead_code)] // a schema: read by `parse_override`
+struct RetryOverrideSchema {
+    #[schema(value_type = Option<QueueName>)]
+    queue: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    meta: Option<serde_json::Value>,
+    #[schema(value_type = Option<crate::http::openapi::RetryPolicy>)]
+    retry: Option<serde_json::Value>,
+    /// As `priority` of a priority change.
+    #[schema(value_type = Option<crate::http::openapi::values::Priority>)]
+    priority: Option<serde_json::Value>,
+    /// The job's arguments.
+    #[schema(value_type = Option<Vec<serde_json::Value>>)]
+    args: Option<Vec<serde_json::Value>>,
 }
 
 /// Validates `override` like an enqueue envelope and keeps the fields it sets.

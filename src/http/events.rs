@@ -5,7 +5,6 @@
 //! [OJS SSE binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-realtime.md#2-server-sent-events-sse-binding
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -136,34 +135,12 @@ struct PagedBody<'a> {
 }
 
 /// The body of `GET /ojs/v1/events`: the cursor form or the paged form.
-#[derive(ToSchema)]
+#[derive(Serialize, ToSchema)]
 #[schema(as = EventList)]
 #[serde(untagged)]
-#[allow(dead_code)] // documentation: the two bodies `poll` writes
 enum EventList<'a> {
     Poll(PollBody<'a>),
     Page(PagedBody<'a>),
-}
-
-/// The query of an event stream.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation: read by `stream`
-struct StreamQuery {
-    /// SSE event types to send, comma-separated (`job.state_changed`, `job.heartbeat`,
-    /// `system.gap`, `server.shutdown`); all when absent.
-    event_types: Option<String>,
-}
-
-/// The headers of an event stream.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Header)]
-#[allow(dead_code)] // documentation: read by `stream` and `job_stream`
-struct StreamHeaders {
-    /// Resume after this event id (`evt_...`); an id no longer retained (or not one this
-    /// server issued) starts with a `system.gap` event. Without it, only new events.
-    #[param(rename = "Last-Event-ID")]
-    last_event_id: Option<String>,
 }
 
 /// `types` as exact names and `prefix.*` prefixes.
@@ -261,11 +238,11 @@ async fn poll(
     if let Some(tenant) = tenant.id() {
         events = state.broker().tenant_events(tenant, events).await?;
     }
-    Ok(ok(PollBody {
+    Ok(ok(EventList::Poll(PollBody {
         cursor,
         events: events.iter().map(WireEvent::of).collect(),
         has_more,
-    })
+    }))
     .into_response())
 }
 
@@ -289,10 +266,10 @@ async fn newest_first(
         .broker()
         .events_page(filter, page.offset, page.limit)
         .await?;
-    Ok(ok(PagedBody {
+    Ok(ok(EventList::Page(PagedBody {
         items: events.iter().map(WireEvent::with_timestamp).collect(),
         pagination: page.describe(total),
-    })
+    }))
     .into_response())
 }
 
@@ -304,7 +281,7 @@ async fn newest_first(
     operation_id = "stream_job_events",
     tag = "events",
     summary = "Stream a job's events (SSE)",
-    params(JobIdPath, StreamQuery, StreamHeaders),
+    params(JobIdPath, sse::EventTypes, sse::Resume),
     responses(
         (status = 200, content_type = "text/event-stream", body = String,
             description = "Server-sent events, after a first `retry: 3000`; `: heartbeat` \
@@ -320,13 +297,13 @@ async fn newest_first(
 async fn job_stream(
     State(state): State<AppState>,
     JobIdPath(id): JobIdPath,
-    headers: HeaderMap,
+    resume: sse::Resume,
     caller: Caller,
-    query: QueryParams,
+    types: sse::EventTypes,
 ) -> Result<Response, ApiError> {
     let job = state.broker().info(id).await?;
     caller.check_queue(&job.queue)?;
-    if job.state.is_terminal() && headers.get("last-event-id").is_none() {
+    if job.state.is_terminal() && resume.0.is_none() {
         let data = json!({
             "job_id": job.id.to_string(),
             "queue": job.queue,
@@ -343,7 +320,7 @@ async fn job_stream(
                 .data(data.to_string()),
         ));
     }
-    Ok(sse::events(&state, Channel::Job(id.0), &headers, &query))
+    Ok(sse::events(&state, Channel::Job(id.0), resume, types))
 }
 
 /// `GET /ojs/v1/queues/{name}/events`: state changes and heartbeats of the queue's jobs.
@@ -353,7 +330,7 @@ async fn job_stream(
     operation_id = "stream_queue_events",
     tag = "events",
     summary = "Stream a queue's events (SSE)",
-    params(QueuePath, StreamQuery, StreamHeaders),
+    params(QueuePath, sse::EventTypes, sse::Resume),
     responses(
         (status = 200, content_type = "text/event-stream", body = String,
             description = "Server-sent events of the queue's jobs, after a first \
@@ -370,8 +347,8 @@ async fn queue_stream(
     State(state): State<AppState>,
     QueuePath(name): QueuePath,
     tenant: Tenant,
-    headers: HeaderMap,
-    query: QueryParams,
+    resume: sse::Resume,
+    types: sse::EventTypes,
 ) -> Result<Response, ApiError> {
     let known = state.broker().queue_known(&name).await?;
     if !known {
@@ -380,7 +357,7 @@ async fn queue_stream(
     Ok(sse::events(
         &state,
         Channel::Queue(name, tenant.0),
-        &headers,
-        &query,
+        resume,
+        types,
     ))
 }

@@ -8,6 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -15,7 +16,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::broker::RateOverride;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::query::{ADMIN, Page, PageParams, QueryParams};
+use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
 use crate::http::rate_key::render;
 use crate::http::{AppState, ok};
 use crate::rate_limit::{self, Window};
@@ -31,14 +32,12 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// A page of rate limits.
-#[derive(ToSchema)]
-#[allow(dead_code)] // documentation: the handler writes JSON
+#[derive(Serialize, ToSchema)]
 struct RateLimitList {
     /// Queue limits first (by name), then keys (by key).
     #[schema(value_type = Vec<Object>)]
     items: Vec<Value>,
-    #[schema(value_type = Object)]
-    pagination: Value,
+    pagination: Pagination,
 }
 
 /// The rate-limit key of a path.
@@ -97,10 +96,10 @@ async fn list(State(state): State<AppState>, query: QueryParams) -> Result<Respo
     if left > 0 {
         items.extend(keys.iter().map(render));
     }
-    Ok(ok(json!({
-        "items": items,
-        "pagination": page.describe(queue_total + key_total),
-    }))
+    Ok(ok(RateLimitList {
+        items,
+        pagination: page.describe(queue_total + key_total),
+    })
     .into_response())
 }
 

@@ -8,6 +8,14 @@ use utoipa::ToSchema;
 
 use super::openapi;
 use crate::broker::RECENT_WINDOW;
+use crate::job::wire::WireJob;
+
+/// `{"job": {...}}`.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct JobBody<'a> {
+    #[schema(value_type = openapi::Job)]
+    pub(crate) job: WireJob<'a>,
+}
 
 /// A job wrapped as `{"job": ...}` with the same attributes also beside `job`.
 #[derive(ToSchema, serde::Deserialize)]

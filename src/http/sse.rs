@@ -9,7 +9,8 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::http::HeaderMap;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -17,7 +18,10 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
+use utoipa::IntoParams;
+
 use super::AppState;
+use super::error::ApiError;
 use super::query::QueryParams;
 use crate::broker::{EventFilter, EventRow, Position, Progress};
 use crate::events::EventKey;
@@ -293,24 +297,59 @@ async fn run_stream(state: AppState, channel: Channel, resume: Option<String>, s
     }
 }
 
+/// The `Last-Event-ID` a stream resumes after; without one, a stream sends only new events.
+#[derive(IntoParams)]
+#[into_params(names("Last-Event-ID"), parameter_in = Header)]
+pub(super) struct Resume(
+    /// Resume after this event id (`evt_...`); an id no longer retained (or not one this
+    /// server issued) starts with a `system.gap` event. Without it, only new events.
+    pub(super) Option<String>,
+);
+
+impl<S: Send + Sync> FromRequestParts<S> for Resume {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(Resume(
+            parts
+                .headers
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned),
+        ))
+    }
+}
+
+/// The event types a stream sends (`event_types`); all when absent.
+#[derive(IntoParams)]
+#[into_params(names("event_types"), parameter_in = Query)]
+pub(super) struct EventTypes(
+    /// SSE event types to send, comma-separated (`job.state_changed`, `job.heartbeat`,
+    /// `system.gap`, `server.shutdown`); all when absent.
+    #[param(value_type = Option<String>)]
+    Option<Vec<String>>,
+);
+
+impl<S: Send + Sync> FromRequestParts<S> for EventTypes {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let query = QueryParams::from_request_parts(parts, state).await?;
+        Ok(EventTypes(query.list("event_types")))
+    }
+}
+
 /// The event stream of `channel`: replay from `Last-Event-ID` (or only new events without
 /// one), then live events.
 pub(super) fn events(
     state: &AppState,
     channel: Channel,
-    headers: &HeaderMap,
-    query: &QueryParams,
+    Resume(resume): Resume,
+    EventTypes(types): EventTypes,
 ) -> Response {
-    let resume = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .filter(|v| !v.is_empty());
     let (tx, rx) = mpsc::channel::<Event>(256);
-    let sink = Sink {
-        tx,
-        types: query.list("event_types"),
-    };
+    let sink = Sink { tx, types };
     tokio::spawn(run_stream(state.clone(), channel, resume, sink));
     respond(rx, KeepAlive::new().interval(KEEP_ALIVE).text("heartbeat"))
 }

@@ -6,7 +6,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::broker::StateCounts;
@@ -43,7 +43,14 @@ const DEFAULT_HISTORY_BUCKETS: i64 = 12;
     description = "Jobs enqueued, `processed` (completed) and `failed` (discarded) per `period`, \
                    from `since` to now, oldest first, every period present. Counted from the \
                    retained lifecycle events.",
-    params(HistoryParams),
+    params(
+        ("period" = Option<String>, Query,
+         pattern = "^([1-9][0-9]{0,3}s|[1-9][0-9]{0,2}m|([1-9]|1[0-9]|2[0-4])h|1d|PT[1-9][0-9]{0,3}S|PT[1-9][0-9]{0,2}M|PT([1-9]|1[0-9]|2[0-4])H|P1D)$",
+         description = "The bucket size: a duration from 1s to 1d (`5m`, `1h`, `PT30S`...); default `5m`."),
+        ("since" = Option<crate::http::openapi::values::Timestamp>, Query,
+         description = "RFC 3339 timestamp with a zone: the first bucket (at most 1,440 periods back); default\nthe last 12 periods."),
+        ("queue" = Option<QueueName>, Query, description = "Only this queue's jobs."),
+    ),
     responses(
         (status = 200, body = History),
         (status = 400, description = "A parameter is invalid."),
@@ -108,25 +115,6 @@ async fn history(State(state): State<AppState>, query: QueryParams) -> Result<Re
         data,
     })
     .into_response())
-}
-
-/// The query of a stats history.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation: read by `history`
-struct HistoryParams {
-    /// The bucket size: a duration from 1s to 1d (`5m`, `1h`, `PT30S`...); default `5m`.
-    #[param(
-        pattern = "^([1-9][0-9]{0,3}s|[1-9][0-9]{0,2}m|([1-9]|1[0-9]|2[0-4])h|1d|PT[1-9][0-9]{0,3}S|PT[1-9][0-9]{0,2}M|PT([1-9]|1[0-9]|2[0-4])H|P1D)$"
-    )]
-    period: Option<String>,
-    /// RFC 3339 timestamp with a zone: the first bucket (at most 1,440 periods back); default
-    /// the last 12 periods.
-    #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
-    since: Option<String>,
-    /// Only this queue's jobs.
-    #[param(value_type = Option<QueueName>)]
-    queue: Option<String>,
 }
 
 /// One bucket of a history.

@@ -289,21 +289,25 @@ async fn register(
 /// The `enabled` filter of a list.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation: read by `enabled_filter`
 pub(super) struct EnabledParam {
     /// Only enabled (`true`) or disabled (`false`) entries.
     enabled: Option<bool>,
 }
 
-fn enabled_filter(query: &QueryParams) -> Result<Option<bool>, ApiError> {
-    match query.get("enabled") {
-        None | Some("") => Ok(None),
-        Some("true") => Ok(Some(true)),
-        Some("false") => Ok(Some(false)),
-        Some(other) => Err(ApiError::invalid_field(
-            "query.enabled",
-            format!("'enabled' must be true or false, not {other:?}"),
-        )),
+impl EnabledParam {
+    fn from_query(query: &QueryParams) -> Result<EnabledParam, ApiError> {
+        let enabled = match query.get("enabled") {
+            None | Some("") => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(other) => {
+                return Err(ApiError::invalid_field(
+                    "query.enabled",
+                    format!("'enabled' must be true or false, not {other:?}"),
+                ));
+            }
+        };
+        Ok(EnabledParam { enabled })
     }
 }
 
@@ -313,7 +317,7 @@ pub(super) async fn page_of(
     tenant: &Tenant,
     query: &QueryParams,
 ) -> Result<(Vec<CronEntry>, Pagination), ApiError> {
-    let enabled = enabled_filter(query)?;
+    let EnabledParam { enabled } = EnabledParam::from_query(query)?;
     let page = Page::from_query(query, DATA_PLANE)?;
     let (entries, total) = state
         .broker()
@@ -515,16 +519,6 @@ struct Runs {
     runs: Vec<WireRun>,
 }
 
-/// How many runs to list.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation: read by `runs`
-struct RunsParams {
-    /// At most this many (default 50, at most 200; larger values are lowered to 200).
-    #[param(minimum = 0)]
-    limit: Option<i64>,
-}
-
 /// `GET /ojs/v1/cron/{name}/runs`: the entry's latest occurrences from the run ledger.
 #[utoipa::path(
     get,
@@ -535,7 +529,11 @@ struct RunsParams {
     description = "One row per occurrence that came due: the job enqueued, or why none was. \
                    Occurrences skipped by a daylight-saving change have no row (they are \
                    `cron.skipped` events).",
-    params(CronNamePath, RunsParams),
+    params(
+        CronNamePath,
+        ("limit" = Option<i64>, Query, minimum = 0,
+         description = "At most this many (default 50, at most 200; larger values are lowered to 200)."),
+    ),
     responses(
         (status = 200, body = Runs),
         (status = 400, description = "The name or limit is invalid."),

@@ -14,9 +14,9 @@ use utoipa_axum::routes;
 
 use super::binding::{
     self, DeadLetterBulkRetry, DeadLetterBulkRetryRequest, DeadLetterFilterQuery,
-    DeadLetterPurgeRequest, DeadLetterPurged, DeadLetterRetryRequest, DeadLetterStats, PurgeQuery,
-    filter_from_query,
+    DeadLetterPurgeRequest, DeadLetterPurged, DeadLetterStats, PurgeQuery, filter_from_query,
 };
+use crate::http::bulk::RetryRequest;
 use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, OptionalJsonBody};
 use crate::http::openapi;
@@ -164,7 +164,7 @@ async fn retry_all(
     description = "The same as `POST /ojs/v1/dead-letter/{id}/retry`.",
     params(JobIdPath),
     request_body(
-        content = Option<DeadLetterRetryRequest>,
+        content = Option<RetryRequest>,
         description = "An optional override; the body may be omitted."
     ),
     responses(

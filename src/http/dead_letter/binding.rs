@@ -13,13 +13,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::broker::{DeadLetterFilter, RetryOverride};
-use crate::http::bulk::{body_timestamp, parse_override, require_confirm};
+use crate::http::bulk::{RetryRequest, body_timestamp, parse_override, require_confirm};
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JobIdPath, OptionalJsonBody};
 use crate::http::openapi;
 use crate::http::openapi::values::Confirm;
 use crate::http::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
-use crate::http::shapes::WrappedJob;
+use crate::http::shapes::{JobBody, WrappedJob};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 use crate::job::id_schema::QueueName;
@@ -91,32 +91,6 @@ struct DeadLetterRetention {
     /// Always `null`: no bound on the count.
     #[schema(required = true)]
     max_count: Option<i64>,
-}
-
-/// `POST /ojs/v1/dead-letter/{id}/retry`: an optional override of the retried job.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: read by `retry_one`
-pub(crate) struct DeadLetterRetryRequest {
-    /// Fields of the retried job to replace, validated as on enqueue.
-    #[serde(rename = "override")]
-    #[schema(nullable = false)]
-    override_: Option<DeadLetterOverride>,
-}
-
-/// What a retry may replace (nothing else may be given).
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: read by `parse_override`
-struct DeadLetterOverride {
-    #[schema(value_type = Option<QueueName>)]
-    queue: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    meta: Option<serde_json::Value>,
-    #[schema(value_type = Option<crate::http::openapi::RetryPolicy>)]
-    retry: Option<serde_json::Value>,
-    #[schema(value_type = Option<crate::http::openapi::values::Priority>)]
-    priority: Option<serde_json::Value>,
-    /// The job's arguments.
-    args: Option<Vec<serde_json::Value>>,
 }
 
 /// `POST /ojs/v1/dead-letter/retry`.
@@ -294,11 +268,6 @@ pub(super) async fn stats(
     .into_response())
 }
 
-#[derive(Serialize)]
-struct JobBody<'a> {
-    job: WireJob<'a>,
-}
-
 /// `GET /ojs/v1/dead-letter/{id}`.
 #[utoipa::path(
     get,
@@ -307,7 +276,7 @@ struct JobBody<'a> {
     summary = "Read a dead-lettered job",
     params(JobIdPath),
     responses(
-        (status = 200, body = openapi::JobBody),
+        (status = 200, body = JobBody<'_>),
         (status = 400, description = "The id is not a job id."),
         (status = 404, description = "No such job in the dead-letter queue."),
     )
@@ -330,7 +299,7 @@ async fn show(
     summary = "Retry a dead-lettered job",
     params(JobIdPath),
     request_body(
-        content = Option<DeadLetterRetryRequest>,
+        content = Option<RetryRequest>,
         description = "An optional override; the body may be omitted."
     ),
     responses(

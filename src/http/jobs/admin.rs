@@ -13,20 +13,19 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::broker::BulkAction;
 use crate::broker::{JobFilter, RetryOverride};
 use crate::http::auth::Caller;
-use crate::http::bulk::{body_timestamp, parse_override, require_confirm};
+use crate::http::bulk::{RetryRequest, body_timestamp, parse_override, require_confirm};
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::extract::{Fields, JobIdPath, JsonBody, OptionalJsonBody};
 use crate::http::job_listing::{ListBody, ListParams, listing, parse_states, set_type};
-use crate::http::jobs::lifecycle::{self, PriorityResponse};
+use crate::http::jobs::lifecycle::{self, PriorityChanged};
 use crate::http::openapi::values::Confirm;
 use crate::http::query::{PageParams, QueryParams};
-use crate::http::shapes::WrappedJob;
+use crate::http::shapes::{JobBody, WrappedJob};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok, openapi};
 use crate::job::JobState;
 use crate::job::id_schema::QueueName;
-use crate::job::wire::WireJob;
 use crate::wire::json::Object;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -107,7 +106,7 @@ async fn show(
     params(JobIdPath),
     request_body(content = Option<RetryRequest>, description = "May be omitted."),
     responses(
-        (status = 200, body = openapi::JobBody),
+        (status = 200, body = JobBody<'_>),
         (status = 400, description = "The override is invalid."),
         (status = 404, description = "No such job."),
         (status = 409, description = "The job is not discarded."),
@@ -126,39 +125,7 @@ async fn retry(
         },
     };
     let job = state.broker().retry_discarded(id, &with).await?;
-
-    #[derive(Serialize)]
-    struct JobBody<'a> {
-        job: WireJob<'a>,
-    }
     Ok(ok(JobBody { job: job.wire() }).into_response())
-}
-
-/// The body of a manual retry.
-#[derive(ToSchema)]
-#[schema(as = AdminRetryRequest)]
-#[allow(dead_code)] // a schema: read by `retry`
-struct RetryRequest {
-    /// New values for the retried job.
-    r#override: Option<RetryOverrideSchema>,
-}
-
-/// Values a retried job takes instead of its own; each is checked as on enqueue.
-#[derive(ToSchema)]
-#[schema(as = AdminRetryOverride)]
-#[allow(dead_code)] // a schema: read by `parse_override`
-struct RetryOverrideSchema {
-    #[schema(value_type = Option<QueueName>)]
-    queue: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    meta: Option<serde_json::Value>,
-    #[schema(value_type = Option<crate::http::openapi::RetryPolicy>)]
-    retry: Option<serde_json::Value>,
-    /// As `priority` of a priority change.
-    #[schema(value_type = Option<crate::http::openapi::values::Priority>)]
-    priority: Option<serde_json::Value>,
-    #[schema(value_type = Option<Vec<serde_json::Value>>)]
-    args: Option<Vec<serde_json::Value>>,
 }
 
 /// `PATCH /ojs/v1/admin/jobs/{id}`: the data plane's priority change
@@ -173,7 +140,7 @@ struct RetryOverrideSchema {
     params(JobIdPath),
     request_body = lifecycle::PriorityRequest,
     responses(
-        (status = 200, body = PriorityResponse),
+        (status = 200, body = PriorityChanged<'_>),
         (status = 400, description = "The priority is missing or out of range."),
         (status = 404, description = "No such job."),
         (status = 409, description = "The job is no longer waiting."),

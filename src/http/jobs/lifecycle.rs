@@ -5,7 +5,7 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, JsonBody};
 use crate::http::openapi;
-use crate::http::shapes::WrappedJob;
+use crate::http::shapes::{JobBody, WrappedJob};
 use crate::http::{AppState, ok};
 use crate::job::envelope::{self};
 use crate::job::wire::WireJob;
@@ -30,18 +30,14 @@ pub(super) struct PriorityRequest {
     priority: serde_json::Value,
 }
 
-/// The changed job, with its old and new priority.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)]
-pub(super) struct PriorityResponse {
+/// The answer to a priority change.
+#[derive(Serialize, ToSchema)]
+#[schema(as = PriorityResponse)]
+pub(super) struct PriorityChanged<'a> {
     id: String,
     priority: i32,
     previous_priority: i32,
-    job: openapi::Job,
-}
-
-#[derive(Serialize)]
-struct JobBody<'a> {
+    #[schema(value_type = openapi::Job)]
     job: WireJob<'a>,
 }
 
@@ -114,7 +110,7 @@ pub(super) async fn cancel(
     params(JobIdPath),
     request_body = PriorityRequest,
     responses(
-        (status = 200, body = PriorityResponse),
+        (status = 200, body = PriorityChanged<'_>),
         (status = 400, description = "The priority is missing or out of range."),
         (status = 404, description = "No such job."),
         (status = 409, description = "The job is no longer waiting."),
@@ -137,15 +133,7 @@ pub(super) async fn change_priority(
     let max = state.broker().settings().limits.max_priority;
     let priority = envelope::parse_priority("$.priority", raw, max).map_err(Error::from)?;
     let (job, previous_priority) = state.broker().set_priority(id, priority).await?;
-
-    #[derive(Serialize)]
-    struct Changed<'a> {
-        id: String,
-        priority: i32,
-        previous_priority: i32,
-        job: WireJob<'a>,
-    }
-    Ok(ok(Changed {
+    Ok(ok(PriorityChanged {
         id: job.id.to_string(),
         priority: job.priority,
         previous_priority,
@@ -162,7 +150,7 @@ pub(super) async fn change_priority(
     summary = "Activate a pending job",
     params(JobIdPath),
     responses(
-        (status = 200, body = openapi::JobBody),
+        (status = 200, body = JobBody<'_>),
         (status = 404, description = "No such job."),
         (status = 409, description = "The job is not pending."),
     )

@@ -8,6 +8,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::push_context;
 use crate::http::extract::{BodyLimit, JsonBody, caller_trace};
 use crate::http::openapi;
+use crate::http::shapes::JobBody;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, HttpSettings, Ojs, ok};
 use crate::job::JobId;
@@ -62,12 +63,15 @@ struct BatchRequest {
     jobs: Vec<openapi::Enqueue>,
 }
 
-/// `{"jobs": [...], "count": n}`.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)]
-struct BatchResponse {
-    jobs: Vec<openapi::Job>,
+/// `{"jobs": [...], "count": n}`, with the warnings of schemas the jobs' `args` failed.
+#[derive(Serialize, ToSchema)]
+#[schema(as = BatchResponse)]
+struct BatchBody<'a> {
+    #[schema(value_type = Vec<openapi::Job>)]
+    jobs: Vec<WireJob<'a>>,
     count: usize,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }
 
 /// Validates one envelope; `index` is its position in a batch.
@@ -102,8 +106,8 @@ fn parse_envelope(
     params(PushHeaders),
     request_body = openapi::Enqueue,
     responses(
-        (status = 201, description = "Created; `Location` names the job. With an embedded chain, also `workflow`: `{id, type, state, steps_total}`.", body = openapi::JobBody),
-        (status = 200, description = "A unique policy returned the existing job (`deduplicated: true`).", body = openapi::JobBody),
+        (status = 201, description = "Created; `Location` names the job. With an embedded chain, also `workflow`: `{id, type, state, steps_total}`.", body = JobBody<'_>),
+        (status = 200, description = "A unique policy returned the existing job (`deduplicated: true`).", body = JobBody<'_>),
         (status = 400, description = "The envelope is invalid."),
         (status = 409, description = "A unique policy refused a duplicate (with an embedded chain: a duplicate of any of its jobs)."),
         (status = 413, description = "The envelope is too large."),
@@ -296,7 +300,7 @@ fn created(id: &str, body: impl Serialize) -> Response {
     params(PushHeaders),
     request_body = BatchRequest,
     responses(
-        (status = 201, description = "Every job, in request order.", body = BatchResponse),
+        (status = 201, description = "Every job, in request order.", body = BatchBody<'_>),
         (status = 400, description = "An envelope is invalid (`details.index` says which)."),
         (status = 409, description = "A unique policy refused a duplicate."),
         (status = 413, description = "The batch is too large."),
@@ -358,13 +362,6 @@ async fn push_batch(
         warnings,
     } = push_traced(&state, &headers, jobs, &ctx).await?;
 
-    #[derive(Serialize)]
-    struct BatchBody<'a> {
-        jobs: Vec<WireJob<'a>>,
-        count: usize,
-        #[serde(skip_serializing_if = "Vec::is_empty")]
-        warnings: Vec<String>,
-    }
     let body = BatchBody {
         warnings,
         count: pushed.len(),

@@ -27,7 +27,7 @@ mod shapes;
 pub mod values;
 
 pub use shapes::{
-    DurationSchema, Enqueue, EnqueueOptions, Job, JobBody, JobError, RetryPolicy, UniquePolicy,
+    DurationSchema, Enqueue, EnqueueOptions, Job, JobError, RetryPolicy, UniquePolicy,
 };
 
 /// Media types a JSON request body may be sent as.

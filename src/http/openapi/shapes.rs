@@ -124,13 +124,6 @@ pub struct UniquePolicy {
     on_conflict: Option<String>,
 }
 
-/// `{"job": {...}}`.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)]
-pub struct JobBody {
-    job: Job,
-}
-
 /// A number of seconds, or an ISO 8601 duration (`PT30S`); `*_ms` spellings take milliseconds.
 #[derive(ToSchema, serde::Deserialize)]
 #[schema(as = Duration)]

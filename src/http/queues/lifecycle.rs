@@ -34,24 +34,28 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 /// The filter of `GET /ojs/v1/queues`.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation: read by `list`
 struct QueueListQuery {
     /// Only queues in this state.
     #[param(inline)]
     state: Option<QueueState>,
 }
 
-/// The query of `DELETE /ojs/v1/queues/{name}` (the body's members win).
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation: read by `delete_queue`
-struct QueueDeleteQuery {
-    /// What to do with the queue's waiting jobs; required here or in the body.
-    #[param(inline)]
-    strategy: Option<QueueDeleteStrategy>,
-    /// With `move`: the queue that receives the jobs.
-    #[param(value_type = Option<QueueName>)]
-    target_queue: Option<String>,
+impl QueueListQuery {
+    fn from_query(query: &QueryParams) -> Result<QueueListQuery, ApiError> {
+        let state = match query.get("state") {
+            None => None,
+            Some("active") => Some(QueueState::Active),
+            Some("paused") => Some(QueueState::Paused),
+            Some("draining") => Some(QueueState::Draining),
+            Some(other) => {
+                return Err(ApiError::invalid_field(
+                    "query.state",
+                    format!("'state' must be active, paused or draining, not {other:?}"),
+                ));
+            }
+        };
+        Ok(QueueListQuery { state })
+    }
 }
 
 /// What a queue deletion does with the queue's waiting jobs: `reject` refuses when jobs
@@ -115,18 +119,7 @@ async fn list(
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, DATA_PLANE)?;
-    let filter = match query.get("state") {
-        None => None,
-        Some("active") => Some(QueueState::Active),
-        Some("paused") => Some(QueueState::Paused),
-        Some("draining") => Some(QueueState::Draining),
-        Some(other) => {
-            return Err(ApiError::invalid_field(
-                "query.state",
-                format!("'state' must be active, paused or draining, not {other:?}"),
-            ));
-        }
-    };
+    let QueueListQuery { state: filter } = QueueListQuery::from_query(&query)?;
     let (queues, total) = state
         .broker()
         .queues(filter, tenant.id(), page.limit, page.offset)
@@ -295,7 +288,13 @@ struct QueueDeleteRequest {
     path = "/ojs/v1/queues/{name}",
     tag = "queues",
     summary = "Delete a queue",
-    params(QueuePath, QueueDeleteQuery),
+    params(
+        QueuePath,
+        ("strategy" = inline(Option<QueueDeleteStrategy>), Query,
+         description = "What to do with the queue's waiting jobs; required here or in the body."),
+        ("target_queue" = Option<QueueName>, Query,
+         description = "With `move`: the queue that receives the jobs."),
+    ),
     request_body(
         content = Option<QueueDeleteRequest>,
         description = "The options; may be omitted when the query string gives them."
