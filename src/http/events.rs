@@ -80,7 +80,7 @@ struct PollQuery {
 }
 
 /// An OJS event envelope (CloudEvents-style).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // a schema: the server writes this with `WireEvent`
 struct EventEnvelope {
     /// Always `1.0`.
@@ -103,7 +103,7 @@ struct EventEnvelope {
 }
 
 /// An event envelope of the paged form: the envelope plus `timestamp` (its `time` again).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // a schema: the server writes this with `WireEvent::with_timestamp`
 struct TimestampedEventEnvelope {
     #[serde(flatten)]

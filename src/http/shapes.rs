@@ -18,28 +18,12 @@ pub(crate) struct JobBody<'a> {
 }
 
 /// A job wrapped as `{"job": ...}` with the same attributes also beside `job`.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 pub(crate) struct WrappedJob {
     job: openapi::Job,
     #[serde(flatten)]
     bare: openapi::Job,
-}
-
-/// Jobs by state (the schema of `StateCounts`, which the admin API serializes as `jobs` and
-/// `counts`).
-#[derive(ToSchema, serde::Deserialize)]
-#[schema(as = JobCounts)]
-#[allow(dead_code)] // a schema: the server writes `StateCounts`
-pub(crate) struct JobCountsSchema {
-    available: i64,
-    active: i64,
-    scheduled: i64,
-    pending: i64,
-    retryable: i64,
-    completed: i64,
-    discarded: i64,
-    cancelled: i64,
 }
 
 /// Jobs finished per minute over the recent window.

@@ -197,7 +197,7 @@ fn given(fields: &Fields<'_>) -> Result<Given, ApiError> {
 }
 
 /// A subscription to create (documentation).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = WebhookSubscriptionRequest)]
 #[allow(dead_code)]
 struct CreateRequest {
@@ -328,7 +328,7 @@ async fn change(state: &AppState, id: &str, body: OptionalJsonBody) -> Result<Re
 }
 
 /// What a change may name (documentation): any of these; the others keep their values.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = WebhookSubscriptionChange)]
 #[allow(dead_code)]
 struct ChangeRequest {

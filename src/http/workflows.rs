@@ -35,7 +35,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// A workflow definition. Items are job bodies, validated as a PUSH is.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 struct WorkflowRequest {
     /// `chain`, `group` or `batch`. Absent (or `dag`) for the dependency form: `steps` whose
@@ -57,14 +57,37 @@ struct WorkflowRequest {
 }
 
 /// A workflow's state, as a filter.
-#[derive(ToSchema)]
+#[derive(Clone, Copy, ToSchema)]
 #[schema(rename_all = "lowercase")]
-#[allow(dead_code)] // documentation: `list` reads the parameter as text
 enum WorkflowStateName {
     Running,
     Completed,
     Failed,
     Cancelled,
+}
+
+impl WorkflowStateName {
+    const ALL: [WorkflowStateName; 4] = [
+        WorkflowStateName::Running,
+        WorkflowStateName::Completed,
+        WorkflowStateName::Failed,
+        WorkflowStateName::Cancelled,
+    ];
+
+    /// The name the API and the database use.
+    fn as_str(self) -> &'static str {
+        match self {
+            WorkflowStateName::Running => "running",
+            WorkflowStateName::Completed => "completed",
+            WorkflowStateName::Failed => "failed",
+            WorkflowStateName::Cancelled => "cancelled",
+        }
+    }
+
+    /// The state a filter names (`None` for any other text).
+    fn parse(text: &str) -> Option<WorkflowStateName> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
 }
 
 /// `{"workflow": {...}}`, its members also at the top level.
@@ -146,18 +169,23 @@ async fn list(
     query: QueryParams,
 ) -> Result<Response, ApiError> {
     let page = Page::from_query(&query, ADMIN)?;
-    let filter = query.get("state").filter(|s| !s.is_empty());
-    if let Some(s) = filter
-        && !["running", "completed", "failed", "cancelled"].contains(&s)
-    {
-        return Err(ApiError::invalid_field(
-            "state",
-            "'state' is one of running, completed, failed, cancelled",
-        ));
-    }
+    let filter = match query.get("state") {
+        None => None,
+        Some(text) => Some(WorkflowStateName::parse(text).ok_or_else(|| {
+            ApiError::invalid_field(
+                "state",
+                "'state' is one of running, completed, failed, cancelled",
+            )
+        })?),
+    };
     let (rows, total) = state
         .broker()
-        .workflows(filter, tenant.id(), page.limit, page.offset)
+        .workflows(
+            filter.map(WorkflowStateName::as_str),
+            tenant.id(),
+            page.limit,
+            page.offset,
+        )
         .await?;
     let items: Vec<Value> = rows.iter().map(summary).collect();
     Ok(ok(json!({

@@ -23,7 +23,8 @@ fn seconds(d: Duration) -> f64 {
 }
 
 /// Jobs by state (serialized as the admin API's `counts`/`jobs` object).
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = JobCounts)]
 pub struct StateCounts {
     pub available: i64,
     pub active: i64,

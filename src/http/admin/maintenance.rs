@@ -86,7 +86,7 @@ async fn status(State(state): State<AppState>) -> Result<Response, ApiError> {
 }
 
 /// The request body (documentation).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = MaintenanceRequest)]
 #[allow(dead_code)]
 struct SetRequest {
@@ -103,7 +103,7 @@ struct SetRequest {
 }
 
 /// A duration (`15m`, `1h`, `PT30M`) or whole seconds (documentation).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
 #[schema(as = MaintenanceDuration)]

@@ -112,7 +112,7 @@ struct PoolBody<'a> {
 /// as answered may be sent back: its `id` must name the pool of the path, like `name`, and its
 /// read-only members (`active_workers`, `workers`, `active_jobs`, `created_at`, `updated_at`)
 /// are accepted and ignored; any other member is refused.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = WorkerPoolRequest)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // a schema: read by `WorkerPool::parse`
@@ -189,7 +189,7 @@ fn pool_queues_schema() -> utoipa::openapi::schema::Schema {
 }
 
 /// Starvation prevention settings to set; omitted members keep their defaults.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = PoolStarvationPreventionRequest)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // a schema
@@ -217,7 +217,7 @@ fn rotation_interval_schema() -> utoipa::openapi::schema::Object {
 }
 
 /// Per-tenant fairness settings to set.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = PoolTenantFairnessRequest)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // a schema

@@ -79,7 +79,7 @@ struct View {
 }
 
 /// A schema version: a number (`2`) or a string (`"2.1.0"`) (documentation).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[serde(untagged)]
 #[schema(as = JobSchemaVersionName)]
 #[allow(dead_code)]

@@ -14,7 +14,7 @@ use crate::broker::WorkflowCounts;
 use crate::http::error::ApiError;
 use crate::http::extract::check_queue_name;
 use crate::http::query::QueryParams;
-use crate::http::shapes::{JobCountsSchema, Throughput};
+use crate::http::shapes::Throughput;
 use crate::http::{AppState, ok};
 use crate::job::id_schema::QueueName;
 
@@ -148,7 +148,6 @@ struct Stats {
     queues: i64,
     /// Workers that are not stale.
     workers: i64,
-    #[schema(value_type = JobCountsSchema)]
     jobs: StateCounts,
     /// The last five minutes.
     throughput: Throughput,

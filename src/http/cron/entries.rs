@@ -194,7 +194,7 @@ fn entry_body(entry: &CronEntry, status: StatusCode) -> Response {
 /// A registration: the entry's fields, and its job as `job_template` or as enqueue attributes
 /// at the top level (`type`, `args`, `meta`, `options`, ...). The expression is `expression`,
 /// `cron` or `schedule` (one is required, and any two must agree).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: `cron::parse` reads the body
 struct CronRequest {
     #[schema(value_type = CronName)]
@@ -209,7 +209,7 @@ struct CronRequest {
 /// The fields of an entry to change: any of a registration's, the name excepted (it may be
 /// sent if unchanged). `job_template`, and enqueue attributes at the top level, are merged key
 /// by key over the stored template.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: `cron::patched` reads the body
 pub(super) struct CronPatch {
     #[schema(value_type = Option<CronName>)]

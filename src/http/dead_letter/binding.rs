@@ -94,7 +94,7 @@ struct DeadLetterRetention {
 }
 
 /// `POST /ojs/v1/dead-letter/retry`.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `retry_all`
 pub(crate) struct DeadLetterBulkRetryRequest {
     #[schema(value_type = Confirm)]
@@ -105,7 +105,7 @@ pub(crate) struct DeadLetterBulkRetryRequest {
 }
 
 /// The filter of a bulk dead-letter retry.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `retry_all`
 struct DeadLetterBodyFilter {
     #[schema(nullable = false, value_type = Option<QueueName>)]
@@ -164,7 +164,7 @@ pub(crate) struct PurgeQuery {
 }
 
 /// The options of a purge, in the body or the query string (the body winning).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `purge`
 pub(crate) struct DeadLetterPurgeRequest {
     /// Here, or in the query string when the body is left out.

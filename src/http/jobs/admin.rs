@@ -313,7 +313,7 @@ struct BulkRequest {
 
 /// The jobs a bulk action applies to (among those in a state it applies to). No other
 /// member is accepted.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = BulkFilter)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // a schema: read by `bulk_filter`
@@ -335,7 +335,7 @@ struct BulkFilterSchema {
 }
 
 /// One job state or several.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = BulkFilterStates)]
 #[serde(untagged)]
 #[allow(dead_code)] // a schema

@@ -3,7 +3,7 @@
 use crate::error::Error;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
-use crate::http::extract::{JobIdPath, JsonBody};
+use crate::http::extract::{Fields, JobIdPath, JsonBody};
 use crate::http::openapi;
 use crate::http::shapes::{JobBody, WrappedJob};
 use crate::http::{AppState, ok};
@@ -23,11 +23,24 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 }
 
 /// `{"priority": n}`; other members are ignored.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)]
+#[derive(ToSchema)]
 pub(super) struct PriorityRequest {
     #[schema(value_type = openapi::values::Priority)]
-    priority: serde_json::Value,
+    priority: i32,
+}
+
+impl PriorityRequest {
+    /// The request of `fields`, its priority at most `max`.
+    fn read(fields: &Fields<'_>, max: i32) -> Result<PriorityRequest, ApiError> {
+        let Some(raw) = fields.raw("priority") else {
+            return Err(ApiError::invalid_field(
+                "$.priority",
+                "'priority' is required: the job's new priority (0 is the most urgent)",
+            ));
+        };
+        let priority = envelope::parse_priority("$.priority", raw, max).map_err(Error::from)?;
+        Ok(PriorityRequest { priority })
+    }
 }
 
 /// The answer to a priority change.
@@ -123,15 +136,8 @@ pub(super) async fn change_priority(
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
-    let fields = body.object()?;
-    let Some(raw) = fields.raw("priority") else {
-        return Err(ApiError::invalid_field(
-            "$.priority",
-            "'priority' is required: the job's new priority (0 is the most urgent)",
-        ));
-    };
     let max = state.broker().settings().limits.max_priority;
-    let priority = envelope::parse_priority("$.priority", raw, max).map_err(Error::from)?;
+    let PriorityRequest { priority } = PriorityRequest::read(&body.object()?, max)?;
     let (job, previous_priority) = state.broker().set_priority(id, priority).await?;
     Ok(ok(PriorityChanged {
         id: job.id.to_string(),

@@ -41,7 +41,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// A progress report. Give `progress` (a fraction) or `percentage`; when both are given,
 /// `progress` wins. Out-of-range values are clamped, not refused. Other members are ignored.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `parse_report`
 struct ProgressReportRequest {
     /// 0 to 1 (clamped). Give this or `percentage`.
@@ -64,7 +64,7 @@ struct ProgressReportRequest {
 /// A progress report naming its job. Give `progress` (a fraction) or `percentage`; when both
 /// are given, `progress` wins. Out-of-range values are clamped, not refused. Other members are
 /// ignored.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `report_for_body`
 struct WorkerProgressRequest {
     #[schema(value_type = JobId)]

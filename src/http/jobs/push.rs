@@ -56,7 +56,7 @@ struct PushHeaders {
 }
 
 /// `{"jobs": [...]}`.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 struct BatchRequest {
     #[schema(min_items = 1)]

@@ -10,7 +10,7 @@ use super::values;
 
 /// A job in its OJS JSON form, as every endpoint returns it. Attributes the client sent that
 /// the server does not interpret come back unchanged beside these.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct Job {
     /// Always `1.0.0-rc.1`.
@@ -79,7 +79,7 @@ pub struct Job {
 }
 
 /// A failed attempt's error, as the worker reported it.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct JobError {
     code: Option<String>,
@@ -93,7 +93,7 @@ pub struct JobError {
 
 /// How a failed job is retried. Durations are ISO 8601 (`PT1S`); `*_ms` spellings are accepted
 /// on enqueue.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct RetryPolicy {
     max_attempts: Option<i32>,
@@ -110,7 +110,7 @@ pub struct RetryPolicy {
 }
 
 /// At most one job per key: how the key is made and what a duplicate does.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct UniquePolicy {
     /// Which of `type`, `queue`, `args` and `meta` make the key.
@@ -125,7 +125,7 @@ pub struct UniquePolicy {
 }
 
 /// A number of seconds, or an ISO 8601 duration (`PT30S`); `*_ms` spellings take milliseconds.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[schema(as = Duration)]
 #[serde(untagged)]
 #[allow(dead_code)]
@@ -136,7 +136,7 @@ pub enum DurationSchema {
 
 /// A job to enqueue (the OJS job envelope). The options may also be given inside `options`;
 /// attributes the server does not interpret are kept and returned with the job.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct Enqueue {
     /// Dot-separated lowercase segments, e.g. `email.send`.
@@ -162,7 +162,7 @@ pub struct Enqueue {
 }
 
 /// Options of an enqueued job.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct EnqueueOptions {
     /// Default `default`.

@@ -19,7 +19,7 @@ use crate::http::extract::OptionalJsonBody;
 use crate::http::extract::QueuePath;
 use crate::http::openapi::values::{Confirm, Timestamp};
 use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
-use crate::http::shapes::{JobCountsSchema, Throughput};
+use crate::http::shapes::Throughput;
 use crate::http::{AppState, ok};
 use crate::job::JobState;
 use crate::queue_config::WireConfig;
@@ -55,7 +55,6 @@ struct Item<'a> {
     state: QueueState,
     paused: bool,
     /// Jobs by state.
-    #[schema(value_type = JobCountsSchema)]
     counts: StateCounts,
     /// The last five minutes.
     throughput: Throughput,

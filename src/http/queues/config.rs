@@ -114,7 +114,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ConfigPath {
 /// A configuration `PUT` (or the `config` of a new queue): the fields to set; `null` resets a
 /// field to the inherited value, and the members of `retention`, `default_retry` and
 /// `rate_limit` merge one by one with those already set.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // documentation: read by `queue_config::apply_patch`
 pub(super) struct QueueConfigUpdate {
@@ -170,7 +170,7 @@ pub(super) struct QueueConfigUpdate {
 }
 
 /// Retention of terminal jobs: ISO 8601 durations, `null` to reset one.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // documentation
 struct QueueRetentionUpdate {
@@ -183,7 +183,7 @@ struct QueueRetentionUpdate {
 }
 
 /// The backpressure alias of a configuration update.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[serde(deny_unknown_fields)]
 #[allow(dead_code)] // documentation
 struct QueueBackpressureUpdate {

@@ -74,7 +74,7 @@ names!(QueueDeleteStrategy {
 });
 
 /// `POST /ojs/v1/queues`.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `create`
 struct QueueCreateRequest {
     #[schema(value_type = QueueName)]
@@ -267,7 +267,7 @@ names!(QueueDeletionState {
 });
 
 /// The options of a queue deletion, in the body or the query string (the body winning).
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `delete_queue`
 struct QueueDeleteRequest {
     /// What to do with the queue's waiting jobs (in the query string when the body is left

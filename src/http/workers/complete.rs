@@ -35,20 +35,29 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// An ACK.
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: read by `ack`
-struct AckRequest {
-    #[schema(value_type = JobId)]
-    job_id: String,
+#[derive(ToSchema)]
+struct AckRequest<'a> {
+    job_id: JobId,
     /// When given, must be the worker holding the job.
     #[schema(value_type = Option<WorkerId>)]
     worker_id: Option<String>,
     /// What the job produced (at most 1 MiB).
-    result: Option<serde_json::Value>,
+    #[schema(value_type = Option<serde_json::Value>)]
+    result: Option<&'a str>,
+}
+
+impl<'a> AckRequest<'a> {
+    fn read(fields: &Fields<'a>) -> Result<AckRequest<'a>, ApiError> {
+        Ok(AckRequest {
+            job_id: fields.job_id("job_id")?,
+            worker_id: fields.worker_id("worker_id")?,
+            result: ack_result(fields, "result")?,
+        })
+    }
 }
 
 /// A NACK.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `nack_request`
 struct NackRequestSchema {
     #[schema(value_type = JobId)]
@@ -63,7 +72,7 @@ struct NackRequestSchema {
 }
 
 /// A failed attempt's error as a worker reports it.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `JobError::parse_report`
 struct ErrorReport {
     message: String,
@@ -79,7 +88,7 @@ struct ErrorReport {
 }
 
 /// A batch ACK.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `ack_batch`
 struct AckBatchRequest {
     #[schema(value_type = Option<WorkerId>)]
@@ -89,7 +98,7 @@ struct AckBatchRequest {
     acks: Vec<AckBatchItem>,
 }
 
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 struct AckBatchItem {
     #[schema(value_type = JobId)]
@@ -98,7 +107,7 @@ struct AckBatchItem {
 }
 
 /// A batch NACK.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `nack_batch`
 struct NackBatchRequest {
     #[schema(value_type = Option<WorkerId>)]
@@ -108,7 +117,7 @@ struct NackBatchRequest {
     nacks: Vec<NackBatchItem>,
 }
 
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)]
 struct NackBatchItem {
     #[schema(value_type = JobId)]
@@ -126,7 +135,7 @@ struct NackBatchItem {
     path = "/ojs/v1/workers/ack",
     tag = "workers",
     summary = "Complete a job",
-    request_body = AckRequest,
+    request_body = AckRequest<'_>,
     params(
         ("Prefer" = Option<String>, Header,
          description = "`return=representation`: the answer also carries `job`, the job as the ACK left it (answered with `Preference-Applied`)."),
@@ -146,10 +155,12 @@ async fn ack(
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
-    let job_id = fields.job_id("job_id")?;
+    let AckRequest {
+        job_id,
+        worker_id,
+        result,
+    } = AckRequest::read(&fields)?;
     caller.check_job(&state, job_id).await?;
-    let worker_id = fields.worker_id("worker_id")?;
-    let result = ack_result(&fields, "result")?;
     let broker = state.broker();
     if wants_representation(&headers) {
         let job = match broker.ack_whole(job_id, worker_id.as_deref(), result).await {

@@ -31,7 +31,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// A FETCH.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `parse_fetch`
 struct FetchRequestSchema {
     /// Queues to take from (1–100, a repeated name counts once). A member of a configured

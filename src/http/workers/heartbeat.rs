@@ -8,7 +8,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::registry::{ReportFields, WorkerReportSchema};
+use super::registry::ReportFields;
 use crate::broker::HeartbeatParams;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
@@ -52,7 +52,7 @@ fn active_jobs_schema() -> utoipa::openapi::schema::Schema {
 }
 
 /// A heartbeat.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `heartbeat`
 struct HeartbeatRequest {
     #[schema(value_type = WorkerId)]
@@ -73,7 +73,7 @@ struct HeartbeatRequest {
     #[schema(value_type = Option<Milliseconds>)]
     visibility_timeout_ms: Option<i64>,
     #[serde(flatten)]
-    report: WorkerReportSchema,
+    report: ReportFields,
 }
 
 /// Job ids from `active_jobs` (array of ids; an integer count is accepted and carries none),

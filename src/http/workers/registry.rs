@@ -32,28 +32,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(worker_health))
 }
 
-/// What a worker may say about itself (registration and heartbeat).
-#[derive(ToSchema, serde::Deserialize)]
-#[allow(dead_code)] // documentation: read by `ReportFields::parse`
-pub(super) struct WorkerReportSchema {
-    hostname: Option<String>,
-    pid: Option<i32>,
-    #[schema(value_type = Option<Vec<QueueName>>)]
-    queues: Option<Vec<String>>,
-    #[schema(minimum = 0)]
-    concurrency: Option<i32>,
-    #[schema(schema_with = labels_schema)]
-    labels: Option<serde_json::Value>,
-    /// The pool the worker belongs to (a pool name follows the rules of a queue name).
-    #[schema(value_type = Option<QueueName>)]
-    pool: Option<String>,
-    /// RFC 3339.
-    #[schema(value_type = Option<crate::http::openapi::values::Timestamp>)]
-    started_at: Option<String>,
-}
-
 /// A registration: the fields, or the same fields wrapped as `{"worker": {...}}`.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `register`
 struct RegisterRequest {
     worker: Option<RegisterFields>,
@@ -62,7 +42,7 @@ struct RegisterRequest {
 }
 
 /// What a worker registers.
-#[derive(ToSchema, serde::Deserialize)]
+#[derive(ToSchema)]
 #[allow(dead_code)] // documentation: read by `register`
 struct RegisterFields {
     /// The worker's id (`id` is accepted instead).
@@ -77,7 +57,7 @@ struct RegisterFields {
     #[schema(value_type = Option<Weights>)]
     weights: Option<serde_json::Value>,
     #[serde(flatten)]
-    report: WorkerReportSchema,
+    report: ReportFields,
 }
 
 /// A worker's labels: strings, or names to strings (at most 100, of at most 255 characters).
@@ -238,13 +218,22 @@ impl<'a> WireWorker<'a> {
 }
 
 /// What a worker may say about itself in a heartbeat or registration.
+#[derive(ToSchema)]
+#[schema(as = WorkerReportSchema)]
 pub(super) struct ReportFields {
     hostname: Option<String>,
     pid: Option<i32>,
+    #[schema(value_type = Option<Vec<QueueName>>)]
     queues: Option<Vec<String>>,
+    #[schema(minimum = 0)]
     concurrency: Option<i32>,
+    #[schema(schema_with = labels_schema)]
     labels: Option<String>,
+    /// The pool the worker belongs to (a pool name follows the rules of a queue name).
+    #[schema(value_type = Option<QueueName>)]
     pool: Option<String>,
+    /// RFC 3339.
+    #[schema(value_type = Option<crate::http::openapi::values::Timestamp>)]
     started_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
