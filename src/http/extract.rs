@@ -308,6 +308,18 @@ impl<S: Send + Sync> FromRequestParts<S> for WorkerIdPath {
     }
 }
 
+/// The one parameter of a route's path, as text; one that cannot be read (not UTF-8) names no
+/// route: 404.
+pub(crate) async fn path_segment<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+) -> Result<String, ApiError> {
+    Path::<String>::from_request_parts(parts, state)
+        .await
+        .map(|Path(segment)| segment)
+        .map_err(|_| ApiError::route_not_found(parts.uri.path()))
+}
+
 /// A job id taken from the path. A segment that is not a valid UUIDv7 names no job: 404.
 #[derive(Debug, Clone, Copy, IntoParams)]
 #[into_params(names("id"), parameter_in = Path)]
@@ -320,9 +332,7 @@ impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(segment) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|_| ApiError::route_not_found(parts.uri.path()))?;
+        let segment = path_segment(parts, state).await?;
         segment
             .parse()
             .map(JobIdPath)
@@ -357,9 +367,7 @@ impl<S: Send + Sync> FromRequestParts<S> for QueuePath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(name) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|_| ApiError::route_not_found(parts.uri.path()))?;
+        let name = path_segment(parts, state).await?;
         check_queue_name("path.name", &name)?;
         Ok(QueuePath(name))
     }

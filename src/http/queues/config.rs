@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 
 use super::body::QueueBody;
 use crate::http::error::ApiError;
-use crate::http::extract::{JsonBody, check_queue_name};
+use crate::http::extract::{JsonBody, check_queue_name, path_segment};
 use crate::http::openapi::values::{Duration, NonEmpty, Seconds};
 use crate::http::{AppState, ok};
 use crate::job::id_schema::QueueName;
@@ -101,9 +101,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ConfigPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(name) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|_| ApiError::route_not_found(parts.uri.path()))?;
+        let name = path_segment(parts, state).await?;
         if name != DEFAULT_LAYER {
             check_queue_name("path.name", &name)?;
         }
