@@ -192,27 +192,56 @@ impl Page {
     }
 }
 
-/// The page of a listing (documentation; [`Page::from_query`] reads it): `cursor` wins over
-/// `page`/`per_page`, which win over `offset`/`limit`. An empty value counts as absent.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct PageParams {
-    /// Items per page: by default 50 (at most 200) on `/ojs/v1` lists, 20 (at most 100) on
-    /// `/ojs/v1/admin` lists; larger values are lowered to the maximum, 0 is raised to 1.
-    #[param(minimum = 0)]
-    limit: Option<i64>,
-    /// The same as `limit`, which it overrides.
-    #[param(minimum = 0)]
-    per_page: Option<i64>,
-    /// Items to skip (default 0).
-    #[param(minimum = 0)]
-    offset: Option<i64>,
-    /// The page, from 1, of `per_page` items; overrides `offset`.
-    #[param(minimum = 1)]
-    page: Option<i64>,
-    /// The `pagination.next_cursor` of an earlier answer; overrides `page` and `offset`.
-    cursor: Option<String>,
+/// The page parameters [`Page::from_query`] reads, documented on the type they make: `cursor`
+/// wins over `page`/`per_page`, which win over `offset`/`limit`. An empty value counts as absent.
+impl utoipa::IntoParams for Page {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::KnownFormat::Int64;
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::schema::{ObjectBuilder, SchemaFormat, Type};
+        let param = |name: &str, description: &str, schema: ObjectBuilder| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Query)
+                .required(utoipa::openapi::Required::False)
+                .description(Some(description))
+                .schema(Some(schema))
+                .build()
+        };
+        let count = |minimum: i64| {
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .format(Some(SchemaFormat::KnownFormat(Int64)))
+                .minimum(Some(minimum))
+        };
+        vec![
+            param(
+                "limit",
+                "Items per page: by default 50 (at most 200) on `/ojs/v1` lists, 20 (at most 100) \
+                 on `/ojs/v1/admin` lists; larger values are lowered to the maximum, 0 is raised \
+                 to 1.",
+                count(0),
+            ),
+            param(
+                "per_page",
+                "The same as `limit`, which it overrides.",
+                count(0),
+            ),
+            param("offset", "Items to skip (default 0).", count(0)),
+            param(
+                "page",
+                "The page, from 1, of `per_page` items; overrides `offset`.",
+                count(1),
+            ),
+            param(
+                "cursor",
+                "The `pagination.next_cursor` of an earlier answer; overrides `page` and `offset`.",
+                ObjectBuilder::new().schema_type(Type::String),
+            ),
+        ]
+    }
 }
 
 /// `pagination` of every list response.

@@ -16,7 +16,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::broker::RateOverride;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{ADMIN, Page, Pagination, QueryParams};
 use crate::http::rate_key::render;
 use crate::http::{AppState, ok};
 use crate::rate_limit::{self, Window};
@@ -61,7 +61,7 @@ struct RateKeyPath(
                    started within the last period, `waiting` its available jobs), then the \
                    rate-limit keys of jobs (`kind: \"key\"`, as `GET /ojs/v1/rate-limits/{key}` \
                    shows each), by key.",
-    params(PageParams),
+    params(Page),
     responses(
         (status = 200, body = RateLimitList),
         (status = 400, description = "A page parameter is invalid."),

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Fields, JsonBody, OptionalJsonBody};
-use super::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use super::query::{ADMIN, Page, Pagination, QueryParams};
 use super::{AppState, Ojs, ok};
 use crate::broker::webhooks::{Attempt, WebhookInput};
 use crate::broker::{WebhookChange, WebhookRow};
@@ -153,12 +153,18 @@ fn subscription_id(id: &str) -> Result<Uuid, ApiError> {
     })
 }
 
-/// `events`, `url`, `secret` and `metadata` of a body, each checked when present.
+/// What a change may name: any of these, each checked when present; the others keep their
+/// values.
+#[derive(ToSchema)]
+#[schema(as = WebhookSubscriptionChange)]
 struct Given {
     url: Option<String>,
     events: Option<Vec<String>>,
     secret: Option<String>,
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
+    /// `false` pauses it; `true` resumes it from where it stopped, trying the next event at
+    /// once.
     active: Option<bool>,
 }
 
@@ -260,7 +266,7 @@ async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Respons
     path = "/ojs/v1/webhooks/subscriptions",
     tag = "webhooks",
     summary = "List webhook subscriptions",
-    params(PageParams),
+    params(Page),
     responses(
         (status = 200, body = List),
         (status = 400, description = "A page parameter is invalid."),
@@ -327,21 +333,6 @@ async fn change(state: &AppState, id: &str, body: OptionalJsonBody) -> Result<Re
     Ok(ok(both(row, None)).into_response())
 }
 
-/// What a change may name (documentation): any of these; the others keep their values.
-#[derive(ToSchema)]
-#[schema(as = WebhookSubscriptionChange)]
-#[allow(dead_code)]
-struct ChangeRequest {
-    url: Option<String>,
-    events: Option<Vec<String>>,
-    secret: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    metadata: Option<Value>,
-    /// `false` pauses it; `true` resumes it from where it stopped, trying the next event at
-    /// once.
-    active: Option<bool>,
-}
-
 /// `PATCH /ojs/v1/webhooks/subscriptions/{id}`.
 #[utoipa::path(
     patch,
@@ -349,7 +340,7 @@ struct ChangeRequest {
     tag = "webhooks",
     summary = "Change a webhook subscription",
     params(SubscriptionPath),
-    request_body = ChangeRequest,
+    request_body = Given,
     responses(
         (status = 200, body = Both),
         (status = 400, description = "A field is invalid."),
@@ -371,7 +362,7 @@ async fn patch(
     tag = "webhooks",
     summary = "Change a webhook subscription (as PATCH)",
     params(SubscriptionPath),
-    request_body = ChangeRequest,
+    request_body = Given,
     responses(
         (status = 200, body = Both),
         (status = 400, description = "A field is invalid."),

@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::extract::JsonBody;
 use super::extract::push_context;
 use super::openapi;
-use super::query::{ADMIN, Page, PageParams, QueryParams};
+use super::query::{ADMIN, Page, QueryParams};
 use super::tenancy::Tenant;
 use super::{AppState, Ojs, ok};
 use crate::broker::{WorkflowCancelled, WorkflowNode as NodeRow, WorkflowRow, WorkflowView};
@@ -91,9 +91,12 @@ impl WorkflowStateName {
 }
 
 /// `{"workflow": {...}}`, its members also at the top level.
-#[derive(ToSchema)]
-#[allow(dead_code)]
+#[derive(serde::Serialize, ToSchema)]
 struct WorkflowBody {
+    /// The workflow's members, again beside `workflow`.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    members: Map<String, Value>,
     #[schema(value_type = Object)]
     workflow: Value,
 }
@@ -157,7 +160,7 @@ async fn create(
     path = "/ojs/v1/workflows",
     tag = "workflows",
     summary = "List workflows",
-    params(PageParams, ("state" = inline(Option<WorkflowStateName>), Query, description = "Only workflows in this state")),
+    params(Page, ("state" = inline(Option<WorkflowStateName>), Query, description = "Only workflows in this state")),
     responses(
         (status = 200, description = "`{items, workflows, pagination}`", body = Object),
         (status = 400, description = "A query parameter is invalid."),
@@ -337,17 +340,16 @@ fn check_queues(caller: &Caller, view: &WorkflowView) -> Result<(), ApiError> {
 }
 
 /// `{"workflow": w, ...w}` with `extra` members added to `w`.
-fn body_of(view: &WorkflowView, extra: Option<Value>) -> Value {
-    let mut w = render(view);
-    if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut w) {
+fn body_of(view: &WorkflowView, extra: Option<Value>) -> WorkflowBody {
+    let mut workflow = render(view);
+    if let (Some(Value::Object(extra)), Value::Object(map)) = (extra, &mut workflow) {
         map.extend(extra);
     }
-    let mut body = match &w {
+    let members = match &workflow {
         Value::Object(map) => map.clone(),
         _ => Map::new(),
     };
-    body.insert("workflow".to_owned(), w);
-    Value::Object(body)
+    WorkflowBody { members, workflow }
 }
 
 fn ts(at: Option<chrono::DateTime<chrono::Utc>>) -> Value {

@@ -19,21 +19,27 @@ const DIRECTIVE_FAIL: &str = "FAIL";
 const DIRECTIVE_DEAD_LETTER: &str = "DEAD_LETTER";
 const DIRECTIVE_RETRY: &str = "RETRY";
 
-/// The error of a failed attempt, as stored in `error` and `errors[]`.
-#[derive(Debug, Clone, Serialize)]
+/// The error of a failed attempt: as a worker reports it (only `message` is required; read by
+/// `parse_report`), and as stored in `error` and `errors[]`.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorReport)]
 pub struct JobError {
+    #[schema(value_type = Option<String>)]
     pub code: String,
+    #[schema(value_type = Option<String>)]
     pub r#type: String,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retryable: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub details: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backtrace: Option<Vec<String>>,
     /// A worker's report that the job's rate-limit key must not start jobs before this
     /// (RFC 3339, as sent).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub rate_limit_until: Option<String>,
 }
 

@@ -11,7 +11,6 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -85,10 +84,9 @@ async fn status(State(state): State<AppState>) -> Result<Response, ApiError> {
     Ok(ok(Status::of(row)).into_response())
 }
 
-/// The request body (documentation).
+/// The request body.
 #[derive(ToSchema)]
 #[schema(as = MaintenanceRequest)]
-#[allow(dead_code)]
 struct SetRequest {
     /// Turn maintenance mode on or off.
     enabled: bool,
@@ -96,10 +94,39 @@ struct SetRequest {
     reason: Option<String>,
     /// How long it lasts before it ends by itself. Absent (or `""`): until turned off.
     #[schema(value_type = Option<Lasting>)]
-    duration: Option<Box<RawValue>>,
+    duration: Option<Duration>,
     /// The same (the contract's name).
     #[schema(value_type = Option<Lasting>)]
-    estimated_duration: Option<Box<RawValue>>,
+    estimated_duration: Option<Duration>,
+}
+
+impl SetRequest {
+    fn read(fields: &Fields<'_>) -> Result<SetRequest, ApiError> {
+        let enabled = fields.boolean("enabled")?.ok_or_else(|| {
+            ApiError::invalid_field(
+                "$.enabled",
+                "'enabled' is required: true to turn maintenance mode on, false to turn it off",
+            )
+        })?;
+        let reason = fields.string("reason")?;
+        if let Some(reason) = &reason
+            && reason.len() > MAX_REASON_BYTES
+        {
+            return Err(ApiError::invalid_field(
+                "$.reason",
+                format!(
+                    "'reason' may hold up to {MAX_REASON_BYTES} bytes, got {}",
+                    reason.len()
+                ),
+            ));
+        }
+        Ok(SetRequest {
+            enabled,
+            reason,
+            duration: lasting(fields, "duration")?,
+            estimated_duration: lasting(fields, "estimated_duration")?,
+        })
+    }
 }
 
 /// A duration (`15m`, `1h`, `PT30M`) or whole seconds (documentation).
@@ -130,29 +157,13 @@ enum Lasting {
     )
 )]
 async fn set(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
-    let fields = body.object()?;
-    let enabled = fields.boolean("enabled")?.ok_or_else(|| {
-        ApiError::invalid_field(
-            "$.enabled",
-            "'enabled' is required: true to turn maintenance mode on, false to turn it off",
-        )
-    })?;
-    let reason = fields.string("reason")?;
-    if let Some(reason) = &reason
-        && reason.len() > MAX_REASON_BYTES
-    {
-        return Err(ApiError::invalid_field(
-            "$.reason",
-            format!(
-                "'reason' may hold up to {MAX_REASON_BYTES} bytes, got {}",
-                reason.len()
-            ),
-        ));
-    }
-    let lasts = match (
-        lasting(&fields, "duration")?,
-        lasting(&fields, "estimated_duration")?,
-    ) {
+    let SetRequest {
+        enabled,
+        reason,
+        duration,
+        estimated_duration,
+    } = SetRequest::read(&body.object()?)?;
+    let lasts = match (duration, estimated_duration) {
         (Some(a), Some(b)) if a != b => {
             return Err(ApiError::invalid_field(
                 "$.estimated_duration",

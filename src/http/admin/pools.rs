@@ -17,7 +17,7 @@ use crate::broker::pools::{PoolView, STATS_WINDOW_SECS};
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
 use crate::http::extract::check_queue_name;
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{ADMIN, Page, Pagination, QueryParams};
 use crate::http::{AppState, Ojs, ok};
 use crate::job::id_schema::QueueName;
 use crate::scheduling::Strategy;
@@ -274,7 +274,7 @@ fn pool_path(name: &str) -> Result<(), ApiError> {
     tag = "admin",
     operation_id = "admin_list_pools",
     summary = "List worker pools",
-    params(PageParams),
+    params(Page),
     responses(
         (status = 200, description = "Pools by name, as `items` and again as `pools`.", body = PoolList<'_>),
         (status = 400, description = "A page parameter is invalid."),

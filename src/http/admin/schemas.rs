@@ -65,8 +65,7 @@ struct View {
     /// The same (the extension's name).
     job_type: String,
     /// As registered: a number when registered as one (`2`), else a string (`"2.1.0"`).
-    #[schema(value_type = VersionDoc)]
-    version: Value,
+    version: VersionName,
     /// The JSON Schema of the type's `args`.
     #[schema(value_type = Object)]
     schema: Value,
@@ -78,22 +77,30 @@ struct View {
     created_at: String,
 }
 
-/// A schema version: a number (`2`) or a string (`"2.1.0"`) (documentation).
-#[derive(ToSchema)]
+/// A schema version: a number (`2`) or a string (`"2.1.0"`).
+#[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 #[schema(as = JobSchemaVersionName)]
-#[allow(dead_code)]
-enum VersionDoc {
+enum VersionName {
     Number(u64),
     Text(String),
+}
+
+impl VersionName {
+    /// The version as registered: a number when it is one.
+    fn of(version: &str) -> VersionName {
+        match version.parse::<u64>() {
+            Ok(n) if !version.contains('.') => VersionName::Number(n),
+            _ => VersionName::Text(version.to_owned()),
+        }
+    }
 }
 
 /// One version in a list of versions.
 #[derive(Serialize, ToSchema)]
 #[schema(as = JobSchemaVersion)]
 struct VersionView {
-    #[schema(value_type = VersionDoc)]
-    version: Value,
+    version: VersionName,
     created_at: String,
     /// Whether it is the type's latest (highest) version.
     is_latest: bool,
@@ -122,21 +129,13 @@ struct Wrapped {
     schema: View,
 }
 
-/// The version as registered: a number when it is one.
-fn version_value(version: &str) -> Value {
-    match version.parse::<u64>() {
-        Ok(n) if !version.contains('.') => Value::from(n),
-        _ => Value::String(version.to_owned()),
-    }
-}
-
 fn view(state: &AppState, row: SchemaRow) -> View {
     let explicit = row
         .validation
         .as_deref()
         .and_then(ValidationMode::from_name);
     View {
-        version: version_value(&row.version),
+        version: VersionName::of(&row.version),
         job_type: row.job_type.clone(),
         r#type: row.job_type,
         schema: row.schema,
@@ -154,7 +153,7 @@ fn versions_of(state: &AppState, job_type: String, rows: Vec<SchemaRow>) -> Vers
             .into_iter()
             .enumerate()
             .map(|(i, r)| VersionView {
-                version: version_value(&r.version),
+                version: VersionName::of(&r.version),
                 created_at: timestamp::format(r.created_at),
                 is_latest: i == 0,
                 validation: r
@@ -392,7 +391,7 @@ async fn spec_register(
 struct SpecRegisterRequest {
     job_type: String,
     /// `N`, `N.N` or `N.N.N` (or a non-negative integer).
-    #[schema(value_type = VersionDoc)]
+    #[schema(value_type = VersionName)]
     version: Value,
     #[schema(value_type = Object)]
     schema: Value,

@@ -23,7 +23,7 @@ use axum::http::StatusCode;
 use crate::broker::{LimitUsage, TenantConfig, TenantRow};
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JsonBody};
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{ADMIN, Page, Pagination, QueryParams};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, Ojs, ok};
 use crate::tenant::Limits;
@@ -225,7 +225,7 @@ struct List {
     operation_id = "admin_list_tenants",
     summary = "List tenants",
     description = "Every tenant some retained job names, by id, with its jobs by state.",
-    params(PageParams),
+    params(Page),
     responses(
         (status = 200, body = List),
         (status = 400, description = "A page parameter is invalid."),
@@ -658,7 +658,7 @@ async fn stats(
     tag = "admin",
     operation_id = "admin_tenant_jobs",
     summary = "A tenant's jobs",
-    params(TenantPath, PageParams),
+    params(TenantPath, Page),
     responses(
         (status = 200, description = "As `GET /ojs/v1/admin/jobs`.", body = crate::http::job_listing::ListBody<'_>),
         (status = 400, description = "A parameter is invalid."),

@@ -15,7 +15,7 @@ use crate::broker::cron::{CronEntry, CronRun};
 use crate::cron;
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{DATA_PLANE, Page, Pagination, QueryParams};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, Ojs, ok};
 use crate::job::JobId;
@@ -346,7 +346,7 @@ struct CronList<'a> {
     tag = "cron",
     operation_id = "list_cron",
     summary = "List cron entries",
-    params(EnabledParam, PageParams),
+    params(EnabledParam, Page),
     responses(
         (status = 200, body = CronList<'_>),
         (status = 400, description = "A query parameter is invalid."),

@@ -12,7 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::entries::{EnabledParam, WireCron, name_of, page_of};
 use crate::http::error::ApiError;
 use crate::http::extract::JsonBody;
-use crate::http::query::{PageParams, Pagination, QueryParams};
+use crate::http::query::{Page, Pagination, QueryParams};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
 
@@ -47,7 +47,7 @@ struct CronPage<'a> {
     tag = "cron",
     operation_id = "ui_list_crons",
     summary = "List cron entries (admin UI shape)",
-    params(EnabledParam, PageParams),
+    params(EnabledParam, Page),
     responses(
         (status = 200, body = CronPage<'_>),
         (status = 400, description = "A query parameter is invalid."),

@@ -13,14 +13,14 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::binding::{
-    self, DeadLetterBulkRetry, DeadLetterBulkRetryRequest, DeadLetterFilterQuery,
-    DeadLetterPurgeRequest, DeadLetterPurged, DeadLetterStats, PurgeQuery, filter_from_query,
+    self, DeadLetterBulkRetry, DeadLetterBulkRetryRequest, DeadLetterFilterQuery, DeadLetterPurge,
+    DeadLetterPurged, DeadLetterStats, filter_from_query,
 };
 use crate::http::bulk::RetryRequest;
 use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, OptionalJsonBody};
 use crate::http::openapi;
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{ADMIN, Page, Pagination, QueryParams};
 use crate::http::shapes::WrappedJob;
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
@@ -50,7 +50,7 @@ struct ListBody<'a> {
     path = "/ojs/v1/admin/dead-letter",
     tag = "admin",
     summary = "List dead-lettered jobs",
-    params(DeadLetterFilterQuery, PageParams),
+    params(DeadLetterFilterQuery, Page),
     responses(
         (status = 200, description = "Newest first.", body = ListBody<'_>),
         (status = 400, description = "A query parameter is invalid."),
@@ -102,9 +102,9 @@ async fn remove(
     tag = "admin",
     summary = "Purge dead-lettered jobs",
     description = "The same as `DELETE /ojs/v1/dead-letter`.",
-    params(PurgeQuery),
+    params(DeadLetterPurge),
     request_body(
-        content = Option<DeadLetterPurgeRequest>,
+        content = Option<DeadLetterPurge>,
         description = "The options; may be omitted when the query string gives them."
     ),
     responses(

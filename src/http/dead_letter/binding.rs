@@ -18,7 +18,7 @@ use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JobIdPath, OptionalJsonBody};
 use crate::http::openapi;
 use crate::http::openapi::values::Confirm;
-use crate::http::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{DATA_PLANE, Page, Pagination, QueryParams};
 use crate::http::shapes::{JobBody, WrappedJob};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
@@ -147,35 +147,49 @@ struct Removed {
     job_id: String,
 }
 
-/// The query of a purge (the body's members win).
-#[derive(IntoParams)]
+/// The options of a purge, in the body or the query string (each of the body's members wins).
+#[derive(IntoParams, ToSchema)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation: read by `purge`
-pub(crate) struct PurgeQuery {
-    /// Required unless the body gives `confirm`.
+#[schema(as = DeadLetterPurgeRequest)]
+pub(crate) struct DeadLetterPurge {
+    /// `true`: here, or in the query string when the body does not give it.
     #[param(value_type = Option<Confirm>)]
-    confirm: Option<bool>,
+    #[schema(value_type = Confirm)]
+    confirm: bool,
     /// RFC 3339: only jobs dead-lettered before this.
     #[param(value_type = Option<crate::http::openapi::values::Timestamp>)]
-    older_than: Option<String>,
+    #[schema(nullable = false, value_type = Option<crate::http::openapi::values::Timestamp>)]
+    older_than: Option<chrono::DateTime<chrono::Utc>>,
     /// Only jobs of this queue.
     #[param(value_type = Option<QueueName>)]
+    #[schema(nullable = false, value_type = Option<QueueName>)]
     queue: Option<String>,
 }
 
-/// The options of a purge, in the body or the query string (the body winning).
-#[derive(ToSchema)]
-#[allow(dead_code)] // documentation: read by `purge`
-pub(crate) struct DeadLetterPurgeRequest {
-    /// Here, or in the query string when the body is left out.
-    #[schema(value_type = Confirm)]
-    confirm: Option<bool>,
-    /// RFC 3339: only jobs dead-lettered before this.
-    #[schema(nullable = false, value_type = Option<crate::http::openapi::values::Timestamp>)]
-    older_than: Option<String>,
-    /// Only jobs of this queue.
-    #[schema(nullable = false, value_type = Option<QueueName>)]
-    queue: Option<String>,
+impl DeadLetterPurge {
+    /// The options of `body` and `query`.
+    fn read(body: Option<&Fields<'_>>, query: &QueryParams) -> Result<DeadLetterPurge, ApiError> {
+        let confirm = match body {
+            Some(f) if f.raw("confirm").is_some() => f.boolean("confirm")? == Some(true),
+            _ => query.get("confirm") == Some("true"),
+        };
+        let older_than = match body
+            .map(|f| body_timestamp(f, "older_than", "$"))
+            .transpose()?
+        {
+            Some(Some(t)) => Some(t),
+            _ => query.timestamp("older_than")?,
+        };
+        let queue = match body.map(|f| f.string("queue")).transpose()? {
+            Some(Some(q)) => Some(q),
+            _ => query.get("queue").map(str::to_owned),
+        };
+        Ok(DeadLetterPurge {
+            confirm,
+            older_than,
+            queue,
+        })
+    }
 }
 
 /// What a purge did.
@@ -216,7 +230,7 @@ pub(super) fn filter_from_query(
     path = "/ojs/v1/dead-letter",
     tag = "dead-letter",
     summary = "List dead-lettered jobs",
-    params(DeadLetterFilterQuery, PageParams),
+    params(DeadLetterFilterQuery, Page),
     responses(
         (status = 200, description = "Newest first.", body = ListBody<'_>),
         (status = 400, description = "A query parameter is invalid."),
@@ -406,9 +420,9 @@ async fn remove(
     path = "/ojs/v1/dead-letter",
     tag = "dead-letter",
     summary = "Purge dead-lettered jobs",
-    params(PurgeQuery),
+    params(DeadLetterPurge),
     request_body(
-        content = Option<DeadLetterPurgeRequest>,
+        content = Option<DeadLetterPurge>,
         description = "The options; may be omitted when the query string gives them."
     ),
     responses(
@@ -423,28 +437,17 @@ pub(super) async fn purge(
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.as_ref().map(|b| b.object()).transpose()?;
-    let confirmed = match &fields {
-        Some(f) if f.raw("confirm").is_some() => f.boolean("confirm")? == Some(true),
-        _ => query.get("confirm") == Some("true"),
-    };
-    if !confirmed {
+    let DeadLetterPurge {
+        confirm,
+        older_than,
+        queue,
+    } = DeadLetterPurge::read(fields.as_ref(), &query)?;
+    if !confirm {
         return Err(ApiError::invalid_field(
             "$.confirm",
             "purging deletes jobs for good: send \"confirm\": true",
         ));
     }
-    let older_than = match fields
-        .as_ref()
-        .map(|f| body_timestamp(f, "older_than", "$"))
-        .transpose()?
-    {
-        Some(Some(t)) => Some(t),
-        _ => query.timestamp("older_than")?,
-    };
-    let queue = match fields.as_ref().map(|f| f.string("queue")).transpose()? {
-        Some(Some(q)) => Some(q),
-        _ => query.get("queue").map(str::to_owned),
-    };
     let purged = state
         .broker()
         .purge_dead_letters(older_than, queue.as_deref(), tenant.id())

@@ -20,7 +20,7 @@ use crate::http::extract::{Fields, JobIdPath, JsonBody, OptionalJsonBody};
 use crate::http::job_listing::{ListBody, ListParams, listing, parse_states, set_type};
 use crate::http::jobs::lifecycle::{self, PriorityChanged};
 use crate::http::openapi::values::Confirm;
-use crate::http::query::{PageParams, QueryParams};
+use crate::http::query::{Page, QueryParams};
 use crate::http::shapes::{JobBody, WrappedJob};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok, openapi};
@@ -47,7 +47,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     tag = "admin",
     operation_id = "admin_list_jobs",
     summary = "List jobs",
-    params(PageParams, ListParams),
+    params(Page, ListParams),
     responses(
         (status = 200, description = "Matching jobs, a page at a time.", body = ListBody<'_>),
         (status = 400, description = "A parameter is invalid."),

@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::http::error::ApiError;
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{ADMIN, Page, Pagination, QueryParams};
 use crate::http::{AppState, ok};
 use crate::job::JobState;
 use crate::job::unique::UniquePolicy;
@@ -52,7 +52,7 @@ struct HolderList<'a> {
     description = "The jobs holding unique keys (a key, in a state their policy counts), by key. \
                    `locked_until` is when the policy's `period` ends (absent without one); past \
                    it, the key no longer blocks.",
-    params(PageParams),
+    params(Page),
     responses(
         (status = 200, body = HolderList<'_>),
         (status = 400, description = "A page parameter is invalid."),

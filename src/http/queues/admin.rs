@@ -15,10 +15,10 @@ use crate::broker::AdminQueue;
 use crate::broker::{QueueState, StateCounts};
 use crate::http::bulk::body_timestamp;
 use crate::http::error::ApiError;
-use crate::http::extract::OptionalJsonBody;
 use crate::http::extract::QueuePath;
+use crate::http::extract::{Fields, OptionalJsonBody};
 use crate::http::openapi::values::{Confirm, Timestamp};
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{ADMIN, Page, Pagination, QueryParams};
 use crate::http::shapes::Throughput;
 use crate::http::{AppState, ok};
 use crate::job::JobState;
@@ -96,7 +96,7 @@ struct ListBody<'a> {
     tag = "admin",
     operation_id = "admin_list_queues",
     summary = "List queues",
-    params(PageParams),
+    params(Page),
     responses(
         (status = 200, description = "Queues by name, a page at a time.", body = ListBody<'_>),
         (status = 400, description = "A page parameter is invalid."),
@@ -204,36 +204,50 @@ fn purge_states(names: Option<Vec<String>>, field: &str) -> Result<Vec<JobState>
     Ok(states)
 }
 
-/// The options of a purge in the query string.
-#[derive(IntoParams)]
+/// The options of a purge, in the body or the query string (each of the body's members wins).
+#[derive(IntoParams, ToSchema)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation: read by `purge`
-struct PurgeParams {
-    /// Required unless the body says `"confirm": true`.
-    #[param(value_type = Option<Confirm>)]
-    confirm: Option<bool>,
-    /// Comma-separated job states, not `active` (default: every other state).
-    #[param(schema_with = purgeable_states)]
-    states: Option<String>,
-    /// Only jobs created before it.
-    #[param(value_type = Option<Timestamp>)]
-    older_than: Option<String>,
-}
-
-/// The options of a purge in the body (each wins over the query string's).
-#[derive(ToSchema)]
 #[schema(as = QueuePurgeRequest)]
-#[allow(dead_code)] // a schema
-struct PurgeRequest {
-    /// Here, or in the query string when the body is left out.
+struct QueuePurge {
+    /// `true`: here, or in the query string when the body does not give it.
+    #[param(value_type = Option<Confirm>)]
     #[schema(value_type = Confirm)]
     confirm: bool,
-    /// Job states, not `active` (default: every other state).
+    /// Job states, not `active` (default: every other state); comma-separated in the query
+    /// string.
+    #[param(schema_with = purgeable_states)]
     #[schema(min_items = 1, value_type = Option<Vec<PurgeableState>>)]
-    states: Option<Vec<String>>,
+    states: Vec<JobState>,
     /// Only jobs created before it.
+    #[param(value_type = Option<Timestamp>)]
     #[schema(value_type = Option<Timestamp>)]
-    older_than: Option<String>,
+    older_than: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl QueuePurge {
+    /// The options of `body` and `query`.
+    fn read(body: Option<&Fields<'_>>, query: &QueryParams) -> Result<QueuePurge, ApiError> {
+        let confirm = match body {
+            Some(f) if f.raw("confirm").is_some() => f.boolean("confirm")? == Some(true),
+            _ => query.get("confirm") == Some("true"),
+        };
+        let states = match body.map(|f| f.strings("states")).transpose()? {
+            Some(Some(names)) => purge_states(Some(names), "$.states")?,
+            _ => purge_states(query.list("states"), "query.states")?,
+        };
+        let older_than = match body
+            .map(|f| body_timestamp(f, "older_than", "$"))
+            .transpose()?
+        {
+            Some(Some(t)) => Some(t),
+            _ => query.timestamp("older_than")?,
+        };
+        Ok(QueuePurge {
+            confirm,
+            states,
+            older_than,
+        })
+    }
 }
 
 /// A comma-separated list of the states a purge may name.
@@ -280,8 +294,8 @@ struct Purged {
     description = "Deletes, for good, the queue's jobs in `states` (never `active`; every other \
                    state when absent) created before `older_than`. The options come in the body \
                    or the query string, the body winning; `confirm: true` is required.",
-    params(QueuePath, PurgeParams),
-    request_body(content = Option<PurgeRequest>, description = "The options; may be omitted (then the query string gives them)."),
+    params(QueuePath, QueuePurge),
+    request_body(content = Option<QueuePurge>, description = "The options; may be omitted (then the query string gives them)."),
     responses(
         (status = 200, body = Purged),
         (status = 400, description = "Not confirmed, or an option is invalid."),
@@ -295,28 +309,17 @@ async fn purge(
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.as_ref().map(|b| b.object()).transpose()?;
-    let confirmed = match &fields {
-        Some(f) if f.raw("confirm").is_some() => f.boolean("confirm")? == Some(true),
-        _ => query.get("confirm") == Some("true"),
-    };
-    if !confirmed {
+    let QueuePurge {
+        confirm,
+        states,
+        older_than,
+    } = QueuePurge::read(fields.as_ref(), &query)?;
+    if !confirm {
         return Err(ApiError::invalid_field(
             "$.confirm",
             "purging deletes jobs for good: send \"confirm\": true",
         ));
     }
-    let states = match fields.as_ref().map(|f| f.strings("states")).transpose()? {
-        Some(Some(names)) => purge_states(Some(names), "$.states")?,
-        _ => purge_states(query.list("states"), "query.states")?,
-    };
-    let older_than = match fields
-        .as_ref()
-        .map(|f| body_timestamp(f, "older_than", "$"))
-        .transpose()?
-    {
-        Some(Some(t)) => Some(t),
-        _ => query.timestamp("older_than")?,
-    };
     let purged = state
         .broker()
         .purge_queue(&name, &states, older_than)

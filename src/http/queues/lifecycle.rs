@@ -14,8 +14,8 @@ use super::config::QueueConfigUpdate;
 use crate::broker::QueueState;
 use crate::broker::{DeleteStrategy, QueueStats};
 use crate::http::error::ApiError;
-use crate::http::extract::{JsonBody, OptionalJsonBody, QueuePath, check_queue_name};
-use crate::http::query::{DATA_PLANE, Page, PageParams, Pagination, QueryParams};
+use crate::http::extract::{Fields, JsonBody, OptionalJsonBody, QueuePath, check_queue_name};
+use crate::http::query::{DATA_PLANE, Page, Pagination, QueryParams};
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, Ojs, ok};
 use crate::job::id_schema::QueueName;
@@ -75,13 +75,28 @@ names!(QueueDeleteStrategy {
 
 /// `POST /ojs/v1/queues`.
 #[derive(ToSchema)]
-#[allow(dead_code)] // documentation: read by `create`
 struct QueueCreateRequest {
     #[schema(value_type = QueueName)]
     name: String,
     /// The queue's own configuration, as for `PUT /ojs/v1/queues/{name}/config`.
-    #[schema(nullable = false)]
-    config: Option<QueueConfigUpdate>,
+    #[schema(nullable = false, value_type = Option<QueueConfigUpdate>)]
+    config: Option<serde_json::Value>,
+}
+
+impl QueueCreateRequest {
+    fn read(fields: &Fields<'_>) -> Result<QueueCreateRequest, ApiError> {
+        let name = fields.required_string("name")?;
+        check_queue_name("$.name", &name)?;
+        let config = match fields.raw("config") {
+            None => None,
+            Some(raw) => Some(
+                serde_json::from_str::<serde_json::Value>(raw.get()).map_err(|_| {
+                    ApiError::invalid_field("$.config", "'config' must be an object")
+                })?,
+            ),
+        };
+        Ok(QueueCreateRequest { name, config })
+    }
 }
 
 /// A listed queue: the queue object with its current counts.
@@ -107,7 +122,7 @@ struct ListBody<'a> {
     path = "/ojs/v1/queues",
     tag = "queues",
     summary = "List queues",
-    params(QueueListQuery, PageParams),
+    params(QueueListQuery, Page),
     responses(
         (status = 200, description = "Queues by name.", body = ListBody<'_>),
         (status = 400, description = "A query parameter is invalid."),
@@ -154,16 +169,7 @@ async fn list(
     )
 )]
 async fn create(State(state): State<AppState>, body: JsonBody) -> Result<Response, ApiError> {
-    let fields = body.object()?;
-    let name = fields.required_string("name")?;
-    check_queue_name("$.name", &name)?;
-    let config = match fields.raw("config") {
-        None => None,
-        Some(raw) => Some(
-            serde_json::from_str::<serde_json::Value>(raw.get())
-                .map_err(|_| ApiError::invalid_field("$.config", "'config' must be an object"))?,
-        ),
-    };
+    let QueueCreateRequest { name, config } = QueueCreateRequest::read(&body.object()?)?;
     let broker = state.broker();
     let queue = broker.create_queue(&name, config.as_ref()).await?;
     let configs = broker.queue_configs().await?;
@@ -266,17 +272,41 @@ names!(QueueDeletionState {
     Deleted => "deleted",
 });
 
-/// The options of a queue deletion, in the body or the query string (the body winning).
-#[derive(ToSchema)]
-#[allow(dead_code)] // documentation: read by `delete_queue`
-struct QueueDeleteRequest {
-    /// What to do with the queue's waiting jobs (in the query string when the body is left
-    /// out).
+/// The options of a queue deletion, in the body or the query string (each of the body's members
+/// wins).
+#[derive(IntoParams, ToSchema)]
+#[into_params(parameter_in = Query)]
+#[schema(as = QueueDeleteRequest)]
+struct QueueDelete {
+    /// What to do with the queue's waiting jobs; required, here or in the query string.
+    #[param(inline, value_type = Option<QueueDeleteStrategy>)]
     #[schema(inline, value_type = QueueDeleteStrategy)]
     strategy: Option<String>,
     /// With `move`: the queue that receives the jobs (not the deleted one).
+    #[param(value_type = Option<QueueName>)]
     #[schema(nullable = false, value_type = Option<QueueName>)]
     target_queue: Option<String>,
+}
+
+impl QueueDelete {
+    /// The options of `body` and `query` (`target_queue` is read only with `move`).
+    fn read(body: Option<&Fields<'_>>, query: &QueryParams) -> Result<QueueDelete, ApiError> {
+        let option = |key: &str| -> Result<Option<String>, ApiError> {
+            match body.map(|f| f.string(key)).transpose()? {
+                Some(Some(v)) => Ok(Some(v)),
+                _ => Ok(query.get(key).map(str::to_owned)),
+            }
+        };
+        let strategy = option("strategy")?;
+        let target_queue = match strategy.as_deref() {
+            Some("move") => option("target_queue")?,
+            _ => None,
+        };
+        Ok(QueueDelete {
+            strategy,
+            target_queue,
+        })
+    }
 }
 
 /// `DELETE /ojs/v1/queues/{name}` with `strategy` (`reject`, `discard`, `move`) and, for
@@ -288,15 +318,9 @@ struct QueueDeleteRequest {
     path = "/ojs/v1/queues/{name}",
     tag = "queues",
     summary = "Delete a queue",
-    params(
-        QueuePath,
-        ("strategy" = inline(Option<QueueDeleteStrategy>), Query,
-         description = "What to do with the queue's waiting jobs; required here or in the body."),
-        ("target_queue" = Option<QueueName>, Query,
-         description = "With `move`: the queue that receives the jobs."),
-    ),
+    params(QueuePath, QueueDelete),
     request_body(
-        content = Option<QueueDeleteRequest>,
+        content = Option<QueueDelete>,
         description = "The options; may be omitted when the query string gives them."
     ),
     responses(
@@ -313,18 +337,15 @@ async fn delete_queue(
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.as_ref().map(|b| b.object()).transpose()?;
-    let option = |key: &str| -> Result<Option<String>, ApiError> {
-        match fields.as_ref().map(|f| f.string(key)).transpose()? {
-            Some(Some(v)) => Ok(Some(v)),
-            _ => Ok(query.get(key).map(str::to_owned)),
-        }
-    };
-    let given = option("strategy")?;
+    let QueueDelete {
+        strategy: given,
+        target_queue,
+    } = QueueDelete::read(fields.as_ref(), &query)?;
     let strategy = match given.as_deref().and_then(QueueDeleteStrategy::from_name) {
         Some(QueueDeleteStrategy::Reject) => DeleteStrategy::Reject,
         Some(QueueDeleteStrategy::Discard) => DeleteStrategy::Discard,
         Some(QueueDeleteStrategy::Move) => {
-            let target = option("target_queue")?.ok_or_else(|| {
+            let target = target_queue.ok_or_else(|| {
                 ApiError::invalid_field(
                     "$.target_queue",
                     "'target_queue' is required with strategy move",

@@ -12,7 +12,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::registry::WireWorker;
 use crate::http::error::ApiError;
 use crate::http::extract::{OptionalJsonBody, WorkerIdPath};
-use crate::http::query::{ADMIN, Page, PageParams, Pagination, QueryParams};
+use crate::http::query::{ADMIN, Page, Pagination, QueryParams};
 
 use crate::http::tenancy::Tenant;
 use crate::http::{AppState, ok};
@@ -65,7 +65,7 @@ struct WorkerList<'a> {
     tag = "admin",
     operation_id = "admin_list_workers",
     summary = "List workers",
-    params(PageParams),
+    params(Page),
     responses(
         (status = 200, description = "Workers by id, a page at a time.", body = WorkerList<'_>),
         (status = 400, description = "A page parameter is invalid."),

@@ -66,36 +66,34 @@ struct NackRequestSchema {
     worker_id: Option<String>,
     /// May be left out only when `requeue` is true.
     #[schema(nullable = false)]
-    error: Option<ErrorReport>,
+    error: Option<JobError>,
     /// Put the job back without spending an attempt.
     requeue: Option<bool>,
 }
 
-/// A failed attempt's error as a worker reports it.
-#[derive(ToSchema)]
-#[allow(dead_code)] // documentation: read by `JobError::parse_report`
-struct ErrorReport {
-    message: String,
-    code: Option<String>,
-    r#type: Option<String>,
-    retryable: Option<bool>,
-    #[schema(value_type = Option<Object>)]
-    details: Option<serde_json::Value>,
-    backtrace: Option<Vec<String>>,
-    /// The job's rate-limit key starts no job before this (RFC 3339).
-    #[schema(value_type = Option<String>, format = DateTime)]
-    rate_limit_until: Option<String>,
-}
-
 /// A batch ACK.
 #[derive(ToSchema)]
-#[allow(dead_code)] // documentation: read by `ack_batch`
-struct AckBatchRequest {
+struct AckBatchRequest<'a> {
     #[schema(value_type = Option<WorkerId>)]
     worker_id: Option<String>,
     /// 1 to the server's `limits.max_batch_size` items.
-    #[schema(min_items = 1)]
-    acks: Vec<AckBatchItem>,
+    #[schema(min_items = 1, value_type = Vec<AckBatchItem>)]
+    acks: Vec<(JobId, Option<&'a str>)>,
+}
+
+impl<'a> AckBatchRequest<'a> {
+    fn read(fields: &Fields<'a>, max: usize) -> Result<AckBatchRequest<'a>, ApiError> {
+        let worker_id = fields.worker_id("worker_id")?;
+        let items = batch_items(fields, "acks", max)?;
+        let mut acks = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let prefix = format!("$.acks[{i}]");
+            let id = item.job_id("job_id").map_err(|e| at(e, &prefix))?;
+            let result = ack_result(item, &format!("acks[{i}].result"))?;
+            acks.push((id, result));
+        }
+        Ok(AckBatchRequest { worker_id, acks })
+    }
 }
 
 #[derive(ToSchema)]
@@ -124,7 +122,7 @@ struct NackBatchItem {
     job_id: String,
     /// May be left out only when `requeue` is true.
     #[schema(nullable = false)]
-    error: Option<ErrorReport>,
+    error: Option<JobError>,
     requeue: Option<bool>,
 }
 
@@ -482,7 +480,7 @@ impl ItemError {
     path = "/ojs/v1/workers/ack/batch",
     tag = "workers",
     summary = "Complete many jobs",
-    request_body = AckBatchRequest,
+    request_body = AckBatchRequest<'_>,
     responses(
         (status = 200, description = "Each item's outcome, in request order.", body = AckedBatch),
         (status = 400, description = "The request is invalid (no item was applied)."),
@@ -495,15 +493,8 @@ async fn ack_batch(
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let fields = body.object()?;
-    let worker_id = fields.worker_id("worker_id")?;
-    let items = batch_items(&fields, "acks", state.settings().max_batch_jobs)?;
-    let mut acks = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let prefix = format!("$.acks[{i}]");
-        let id = item.job_id("job_id").map_err(|e| at(e, &prefix))?;
-        let result = ack_result(item, &format!("acks[{i}].result"))?;
-        acks.push((id, result));
-    }
+    let AckBatchRequest { worker_id, acks } =
+        AckBatchRequest::read(&fields, state.settings().max_batch_jobs)?;
     let ids: Vec<JobId> = acks.iter().map(|(id, _)| *id).collect();
     caller.check_jobs(&state, &ids).await?;
     let outcomes = state.broker().ack_many(worker_id.as_deref(), &acks).await?;
