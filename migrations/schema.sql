@@ -6189,6 +6189,70 @@ COMMENT ON COLUMN public.ojs_job_all.phase IS 'As ojs_job.phase (taken, for the 
 COMMENT ON COLUMN public.ojs_job_all.in_flight IS 'As ojs_job.in_flight.';
 
 --
+-- Name: ojs_job_checkpoint; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job_checkpoint (
+    job_id uuid NOT NULL,
+    state jsonb NOT NULL,
+    sequence integer NOT NULL,
+    size_bytes integer NOT NULL,
+    attempt integer NOT NULL,
+    worker_id text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_job_checkpoint_sequence_positive CHECK ((sequence > 0)),
+    CONSTRAINT ojs_job_checkpoint_size_not_negative CHECK ((size_bytes >= 0))
+);
+
+--
+-- Name: TABLE ojs_job_checkpoint; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job_checkpoint IS 'The latest checkpoint of each job (OJS durable execution: PUT or POST /ojs/v1/jobs/{id}/checkpoint), handed to the job''s next attempt by FETCH and kept, read-only, until the job itself is pruned. Rows of jobs that no longer exist are pruned.';
+
+--
+-- Name: COLUMN ojs_job_checkpoint.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_checkpoint.job_id IS 'The job (ojs_job.id; no foreign key, see the table comment).';
+
+--
+-- Name: COLUMN ojs_job_checkpoint.state; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_checkpoint.state IS 'The state the job saved: any JSON value.';
+
+--
+-- Name: COLUMN ojs_job_checkpoint.sequence; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_checkpoint.sequence IS 'Saves since this row was made: 1 for the first, one more for each later save (a delete starts again at 1).';
+
+--
+-- Name: COLUMN ojs_job_checkpoint.size_bytes; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_checkpoint.size_bytes IS 'The size of the saved state as the client sent it, in bytes.';
+
+--
+-- Name: COLUMN ojs_job_checkpoint.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_checkpoint.attempt IS 'The job''s attempt when the state was saved.';
+
+--
+-- Name: COLUMN ojs_job_checkpoint.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_checkpoint.worker_id IS 'The worker that saved it, when it said (or the worker holding the job).';
+
+--
+-- Name: COLUMN ojs_job_checkpoint.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_checkpoint.created_at IS 'When this checkpoint was saved.';
+
+--
 -- Name: ojs_job_counts; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -8253,6 +8317,13 @@ ALTER TABLE ONLY public.ojs_event
 
 ALTER TABLE ONLY public.ojs_fair_queue
     ADD CONSTRAINT ojs_fair_queue_pkey PRIMARY KEY (queue);
+
+--
+-- Name: ojs_job_checkpoint ojs_job_checkpoint_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job_checkpoint
+    ADD CONSTRAINT ojs_job_checkpoint_pkey PRIMARY KEY (job_id);
 
 --
 -- Name: ojs_job ojs_job_pkey; Type: CONSTRAINT; Schema: public; Owner: -

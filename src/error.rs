@@ -23,6 +23,9 @@ pub enum Error {
     /// The job does not exist (or no longer exists).
     #[error("job {0} not found")]
     JobNotFound(JobId),
+    /// The job has no checkpoint.
+    #[error("job {0} has no checkpoint")]
+    CheckpointNotFound(JobId),
     /// The job is not in the dead-letter queue (or does not exist).
     #[error("job {0} is not in the dead-letter queue")]
     NotInDeadLetter(JobId),

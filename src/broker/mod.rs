@@ -18,6 +18,7 @@
 //! | `admin.rs`, `dead_letter.rs`, `events.rs`, `gauges.rs`, `pools.rs`, `queues.rs`, `workers.rs` | the rest of the API, one concern each |
 
 mod admin;
+mod checkpoint;
 mod claim;
 mod claim_group;
 mod complete;
@@ -51,6 +52,7 @@ pub use crate::store::webhook::{WebhookChange, WebhookRow};
 pub use admin::{
     AdminQueue, AdminQueueDetail, BulkAction, BulkOutcome, RECENT_WINDOW, RateLimitUsage,
 };
+pub use checkpoint::Checkpoint;
 pub use complete::{NackRequest, Nacked};
 pub use configs::Snapshot as QueueConfigs;
 pub use enqueue::{Pressure, PushContext, PushOutcome, PushResult, Pushed};

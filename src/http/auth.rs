@@ -48,6 +48,7 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
                 "/ojs/v1/jobs/{id}/progress"
                     | "/ojs/v1/jobs/{id}/progress/stream"
                     | "/ojs/v1/jobs/{id}/events"
+                    | "/ojs/v1/jobs/{id}/checkpoint"
             )
     );
     if producer {
@@ -55,6 +56,7 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
     }
     if path.starts_with("/ojs/v1/workers/")
         || (method == Method::PUT && path == "/ojs/v1/jobs/{id}/progress")
+        || path == "/ojs/v1/jobs/{id}/checkpoint"
     {
         return Some(Role::Worker);
     }

@@ -297,7 +297,7 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             language: "rust",
             homepage: "https://openjobspec.org",
         },
-        conformance_level: 2,
+        conformance_level: 3,
         conformance_tier: "runtime",
         protocols: &["http"],
         backend: "postgres",

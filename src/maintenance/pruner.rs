@@ -135,6 +135,7 @@ impl Pruner {
                         }
                         Target::Workers(cutoff) => store::worker::prune(conn, cutoff, size).await?,
                         Target::Progress => store::progress::prune(conn, size).await?,
+                        Target::Checkpoints => store::checkpoint::prune(conn, size).await?,
                         Target::CronRuns(cutoff) => {
                             store::cron::prune_runs(conn, cutoff, size).await?
                         }
@@ -206,6 +207,8 @@ enum Target {
     Workers(DateTime<Utc>),
     /// Progress reports of jobs that no longer exist.
     Progress,
+    /// Checkpoints of jobs that no longer exist.
+    Checkpoints,
     /// Cron run-ledger rows handled before the cutoff.
     CronRuns(DateTime<Utc>),
     /// Workflows that ended completed, failed or cancelled before the cutoff of jobs that end
@@ -362,6 +365,7 @@ impl Service for Pruner {
         targets.push(Target::Events(since(now, c.events), c.max_events));
         targets.push(Target::Workers(since(now, c.stale_workers)));
         targets.push(Target::Progress);
+        targets.push(Target::Checkpoints);
         targets.push(Target::CronRuns(since(now, c.cron_runs)));
         targets.push(Target::Workflows {
             completed: since(now, c.completed),

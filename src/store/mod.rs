@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod api_key;
+pub mod checkpoint;
 pub mod counting;
 pub mod cron;
 pub mod dead_letter;

@@ -4,6 +4,7 @@ mod admin_api;
 mod architecture;
 mod auth;
 mod batching;
+mod checkpoints;
 mod claim_floor;
 mod client_shapes;
 mod concurrency;

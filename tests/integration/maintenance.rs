@@ -739,3 +739,32 @@ async fn the_pruner_removes_progress_reports_of_jobs_that_are_gone() {
     run_later(&app, &pruner, Duration::ZERO).await;
     assert_eq!(count().await, 0);
 }
+
+#[tokio::test]
+async fn the_pruner_removes_checkpoints_of_jobs_that_are_gone() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": "cp-gone"}))
+        .await;
+    app.send(
+        reqwest::Method::PUT,
+        &format!("/ojs/v1/jobs/{id}/checkpoint"),
+        Some(br#"{"state": {"n": 1}}"#.to_vec()),
+        &[("content-type", "application/json")],
+    )
+    .await
+    .expect(200);
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from ojs_job_checkpoint")
+            .fetch_one(app.pool())
+            .await
+            .unwrap()
+    };
+    let pruner = Pruner::new(app.maintenance(), pruner_config());
+    run_later(&app, &pruner, Duration::ZERO).await;
+    assert_eq!(count().await, 1, "the job still waits");
+    app.sql(&format!("delete from ojs_job where id = '{id}'"))
+        .await;
+    run_later(&app, &pruner, Duration::ZERO).await;
+    assert_eq!(count().await, 0);
+}

@@ -131,6 +131,12 @@ impl From<Error> for ApiError {
                 }
             },
             Error::JobNotFound(id) => ApiError::not_found("job", &id.to_string()),
+            Error::CheckpointNotFound(id) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("Job '{id}' has no checkpoint."),
+            )
+            .with_details(json!({"resource_type": "checkpoint", "resource_id": id.to_string()})),
             Error::NotInDeadLetter(id) => ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",

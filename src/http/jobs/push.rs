@@ -106,8 +106,8 @@ fn parse_envelope(
     params(PushHeaders),
     request_body = openapi::Enqueue,
     responses(
-        (status = 201, description = "Created; `Location` names the job. With an embedded chain, also `workflow`: `{id, type, state, steps_total}`.", body = JobBody<'_>),
-        (status = 200, description = "A unique policy returned the existing job (`deduplicated: true`).", body = JobBody<'_>),
+        (status = 201, description = "Created; `Location` names the job, and `id` (first) repeats its id beside `job`. With an embedded chain, also `workflow`: `{id, type, state, steps_total}`.", body = JobBody<'_>),
+        (status = 200, description = "A unique policy returned the existing job (`deduplicated: true`); `id` beside `job`.", body = JobBody<'_>),
         (status = 400, description = "The envelope is invalid."),
         (status = 409, description = "A unique policy refused a duplicate (with an embedded chain: a duplicate of any of its jobs)."),
         (status = 413, description = "The envelope is too large."),
@@ -153,6 +153,8 @@ async fn push(
     /// it in place), and the schema check's warnings.
     #[derive(Serialize)]
     struct Pushed1<'a> {
+        /// The job's id, also at the top (where the durable-execution suite reads it).
+        id: &'a str,
         job: WireJob<'a>,
         #[serde(skip_serializing_if = "Option::is_none")]
         deduplicated: Option<bool>,
@@ -161,14 +163,16 @@ async fn push(
         #[serde(skip_serializing_if = "Vec::is_empty")]
         warnings: Vec<String>,
     }
+    let id = job.id.to_string();
     let body = Pushed1 {
+        id: &id,
         job: job.wire(),
         deduplicated: (outcome != PushOutcome::Created).then_some(true),
         replaced: (outcome == PushOutcome::ReplacedInPlace).then_some(true),
         warnings,
     };
     let response = match outcome {
-        PushOutcome::Created => created(&job.id.to_string(), body),
+        PushOutcome::Created => created(&id, body),
         PushOutcome::Deduplicated | PushOutcome::ReplacedInPlace => ok(body).into_response(),
     };
     let mut response = with_pressure(response, pressure.as_ref());
@@ -219,13 +223,16 @@ async fn push_chain(
     let job = state.broker().info(JobId(root.job_id)).await?;
     #[derive(Serialize)]
     struct Chained<'a> {
+        id: &'a str,
         job: WireJob<'a>,
         workflow: serde_json::Value,
     }
     let w = &view.workflow;
+    let id = job.id.to_string();
     Ok(created(
-        &job.id.to_string(),
+        &id,
         Chained {
+            id: &id,
             job: job.wire(),
             workflow: serde_json::json!({
                 "id": w.id.to_string(),

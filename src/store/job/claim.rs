@@ -2,9 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
+use sqlx::types::Json;
 
-use crate::job::Job;
 use crate::job::dispatch::DispatchPlace;
+use crate::job::{Job, RawJson};
 
 /// Waits until no other transaction holds a due `scheduled` or `retryable` job of `queues`
 /// locked, and returns how many such jobs are left unpromoted. [`promote_due`] skips the rows
@@ -290,7 +291,16 @@ macro_rules! claim_statement {
              where m.rate_key is not null
              group by m.rate_key
         )
-        select m.j as "job!: Job", m.share as "share!" from moved m
+        -- The latest checkpoint of each job (migration V31), looked up only when some job has
+        -- one: the exists is evaluated once per statement, so jobs that never checkpoint pay
+        -- one probe of an empty table per claim, not one per job.
+        select m.j as "job!: Job", m.share as "share!",
+               case when (select exists (select 1 from ojs_job_checkpoint)) then
+                   (select jsonb_build_object('state', c.state, 'sequence', c.sequence)
+                      from ojs_job_checkpoint c
+                     where c.job_id = m.id)
+               end as "checkpoint?: RawJson"
+          from moved m
         "#,
             $queue,
             &limits,
@@ -307,9 +317,34 @@ macro_rules! claim_statement {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|r| (usize::try_from(r.share - 1).unwrap_or(usize::MAX), r.job))
+            .map(|r| {
+                (
+                    usize::try_from(r.share - 1).unwrap_or(usize::MAX),
+                    with_checkpoint(r.job, r.checkpoint),
+                )
+            })
             .collect::<Vec<(usize, Job)>>())
     }};
+}
+
+/// A claimed job with its latest checkpoint (`{"state", "sequence"}`), if it has one, among the
+/// attributes FETCH writes for it (`extra`, which [`crate::job::wire`] writes after the job's
+/// own): the attempt resumes from it (OJS durable execution). Only this copy changes; a client
+/// attribute named `checkpoint` stays as stored.
+fn with_checkpoint(mut job: Job, checkpoint: Option<RawJson>) -> Job {
+    let Some(checkpoint) = checkpoint else {
+        return job;
+    };
+    let mut extra: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(job.extra.0.get()).unwrap_or_default();
+    let Ok(checkpoint) = serde_json::from_str(checkpoint.0.get()) else {
+        return job;
+    };
+    extra.insert("checkpoint".to_owned(), checkpoint);
+    if let Ok(raw) = serde_json::value::to_raw_value(&extra) {
+        job.extra = Json(raw);
+    }
+    job
 }
 
 /// One FETCH's share of [`claim_shared`].
