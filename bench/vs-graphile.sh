@@ -6,7 +6,10 @@
 #   bench/vs-graphile.sh [rounds] [ojsd binary] [ojsd-bench binary]
 #
 # OJSD_BINS="name:path name2:path2" measures several ojsd builds in each round instead (e.g. the
-# commit before a change and after it), each against the same round's graphile-worker.
+# commit before a change and after it), each against the same round's graphile-worker, in
+# reversed order every other round (so neither build always runs first), and prints each
+# build's ratios to the first one's. ONLY=w2-batched keeps the ojsd workloads whose arguments
+# name it; GRAPHILE=0 leaves graphile-worker out (a before/after comparison only).
 #
 # Each round, on fresh databases:
 #   ojsd             w1-bulk (100k in batches of 1,000), w2-batched (4 x FETCH 500, batch ACK),
@@ -35,8 +38,18 @@ psql_() { psql "$pg/postgres" -qAtc "$1" >/dev/null; }
 workloads=("--workloads w2-batched" "--workloads w1-bulk"
            "--workloads w2-sdk --sdk-workers 16 --sdk-fetch 100 --sdk-jobs 100000"
            "--workloads w3-latency --pollers 4")
+if [ -n "${ONLY:-}" ]; then
+    kept=()
+    for spec in "${workloads[@]}"; do [[ $spec == *"$ONLY"* ]] && kept+=("$spec"); done
+    workloads=("${kept[@]}")
+fi
+read -r -a bins <<< "${OJSD_BINS:-ojsd:$ojsd}"
 for round in $(seq 1 "$rounds"); do
-  for named in ${OJSD_BINS:-ojsd:$ojsd}; do
+  order=("${bins[@]}")
+  if (( round % 2 == 0 )); then
+      order=(); for ((i = ${#bins[@]} - 1; i >= 0; i--)); do order+=("${bins[i]}"); done
+  fi
+  for named in "${order[@]}"; do
     side=${named%%:*}; ojsd=${named#*:}
     for spec in "${workloads[@]}"; do
         db="ojsd_vs_$round"
@@ -56,6 +69,7 @@ for round in $(seq 1 "$rounds"); do
     done
   done
 
+    [ "${GRAPHILE:-1}" = 0 ] && continue
     gdb="graphile_vs_$round"
     psql_ "drop database if exists $gdb" && psql_ "create database $gdb"
     "$bench" --url "http://127.0.0.1:1" --database-url "$pg/$gdb" --workloads graphile-drain,graphile-latency \
@@ -63,9 +77,10 @@ for round in $(seq 1 "$rounds"); do
     psql_ "drop database $gdb"
 done
 
-python3 - "$out" <<'EOF'
+python3 - "$out" "${bins[0]%%:*}" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+first = sys.argv[2]
 by = {}
 for r in rows:
     by.setdefault((r["round"], r["side"]), {})[r["workload"]] = r
@@ -86,4 +101,13 @@ for (n, side), w in sorted(by.items()):
           f" | {f(s,'jobs_per_s')} ({ratio(f(s,'jobs_per_s'), f(gd,'jobs_per_s'))})"
           f" | {f(o,'wal_bytes_per_job')} vs {f(gd,'wal_bytes_per_job')} ({ratio(f(o,'wal_bytes_per_job'), f(gd,'wal_bytes_per_job'))})"
           f" | {f(l,'p50_ms')}/{f(l,'p99_ms')} vs {f(gl,'p50_ms')}/{f(gl,'p99_ms')} ({ratio(f(l,'p50_ms'), f(gl,'p50_ms'))}/{ratio(f(l,'p99_ms'), f(gl,'p99_ms'))})")
+sides = sorted({r["side"] for r in rows} - {"graphile", first})
+for side in sides:
+    print(f"{side} / {first}, per round: jobs/s and Postgres us/job ratios of each workload")
+    for n in sorted({r["round"] for r in rows}):
+        a, b = by.get((n, side), {}), by.get((n, first), {})
+        cells = [f"{w} {ratio(f(a.get(w), 'jobs_per_s'), f(b.get(w), 'jobs_per_s'))}/"
+                 f"{ratio(f(a.get(w), 'postgres_cpu_us_per_job'), f(b.get(w), 'postgres_cpu_us_per_job'))}"
+                 for w in sorted(set(a) & set(b))]
+        print(f"  {n}: " + ", ".join(cells))
 EOF
