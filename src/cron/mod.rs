@@ -507,12 +507,7 @@ mod tests {
     use super::*;
 
     fn limits() -> Limits {
-        Limits {
-            max_priority: 255,
-            default_timeout_ms: 1_800_000,
-            hyphenated_types: false,
-            priority_aging_ms: None,
-        }
+        crate::job::envelope::TEST_LIMITS
     }
 
     fn parse_text(text: &str) -> Result<Definition, Rejection> {

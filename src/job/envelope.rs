@@ -111,6 +111,16 @@ pub struct Limits {
     pub priority_aging_ms: Option<i64>,
 }
 
+/// The server's default limits, for the validators' unit tests (the envelope's, a cron
+/// template's, a workflow's).
+#[cfg(test)]
+pub(crate) const TEST_LIMITS: Limits = Limits {
+    max_priority: 255,
+    priority_aging_ms: None,
+    default_timeout_ms: 1_800_000,
+    hyphenated_types: false,
+};
+
 /// A validated job, ready to be written.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -874,12 +884,7 @@ pub(crate) fn parse_for_test(text: &str) -> NewJob {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits {
-        max_priority: 255,
-        priority_aging_ms: None,
-        default_timeout_ms: 1_800_000,
-        hyphenated_types: false,
-    };
+    const LIMITS: Limits = TEST_LIMITS;
 
     fn parse_text(text: &str) -> Result<NewJob, Rejection> {
         let obj = Object::parse(text).unwrap();
