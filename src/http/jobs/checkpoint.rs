@@ -27,7 +27,6 @@ use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, JsonBody};
 use crate::http::{AppState, ok};
 use crate::job::id_schema::WorkerId;
-use crate::wire::json::Object;
 use crate::wire::timestamp;
 
 /// Largest saved state, in bytes (its JSON text as sent).
@@ -52,19 +51,15 @@ struct SaveRequest<'a> {
 impl<'a> SaveRequest<'a> {
     fn read(body: &'a JsonBody) -> Result<SaveRequest<'a>, ApiError> {
         let text = body.text();
-        let wrapped = Object::parse(text)
+        let wrapped = body
+            .object()
             .ok()
-            .filter(|object| object.get("state").is_some());
+            .and_then(|fields| fields.raw("state").map(|state| (fields, state)));
         let request = match wrapped {
-            Some(object) => {
-                let fields = crate::http::extract::Fields::from_object(object);
-                SaveRequest {
-                    worker_id: fields.worker_id("worker_id")?,
-                    state: fields
-                        .raw("state")
-                        .ok_or_else(|| ApiError::invalid_field("$.state", "'state' is required"))?,
-                }
-            }
+            Some((fields, state)) => SaveRequest {
+                worker_id: fields.worker_id("worker_id")?,
+                state,
+            },
             None => SaveRequest {
                 state: serde_json::from_str(text).map_err(|e| {
                     ApiError::invalid_payload(format!("The request body is not valid JSON: {e}."))
