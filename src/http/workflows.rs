@@ -23,6 +23,7 @@ use super::{AppState, Ojs, ok};
 use crate::broker::{WorkflowCancelled, WorkflowNode as NodeRow, WorkflowRow, WorkflowView};
 use crate::error::Error;
 use crate::job::JobState;
+use crate::wire::names;
 use crate::wire::timestamp;
 use crate::workflow::{self, NodeKind, WorkflowType};
 
@@ -57,8 +58,7 @@ struct WorkflowRequest {
 }
 
 /// A workflow's state, as a filter.
-#[derive(Clone, Copy, ToSchema)]
-#[schema(rename_all = "lowercase")]
+#[derive(Clone, Copy)]
 enum WorkflowStateName {
     Running,
     Completed,
@@ -66,29 +66,12 @@ enum WorkflowStateName {
     Cancelled,
 }
 
-impl WorkflowStateName {
-    const ALL: [WorkflowStateName; 4] = [
-        WorkflowStateName::Running,
-        WorkflowStateName::Completed,
-        WorkflowStateName::Failed,
-        WorkflowStateName::Cancelled,
-    ];
-
-    /// The name the API and the database use.
-    fn as_str(self) -> &'static str {
-        match self {
-            WorkflowStateName::Running => "running",
-            WorkflowStateName::Completed => "completed",
-            WorkflowStateName::Failed => "failed",
-            WorkflowStateName::Cancelled => "cancelled",
-        }
-    }
-
-    /// The state a filter names (`None` for any other text).
-    fn parse(text: &str) -> Option<WorkflowStateName> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-}
+names!(WorkflowStateName {
+    Running => "running",
+    Completed => "completed",
+    Failed => "failed",
+    Cancelled => "cancelled",
+});
 
 /// `{"workflow": {...}}`, its members also at the top level.
 #[derive(serde::Serialize, ToSchema)]
@@ -174,7 +157,7 @@ async fn list(
     let page = Page::from_query(&query, ADMIN)?;
     let filter = match query.get("state") {
         None => None,
-        Some(text) => Some(WorkflowStateName::parse(text).ok_or_else(|| {
+        Some(text) => Some(WorkflowStateName::from_name(text).ok_or_else(|| {
             ApiError::invalid_field(
                 "state",
                 "'state' is one of running, completed, failed, cancelled",
