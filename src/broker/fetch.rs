@@ -238,7 +238,7 @@ impl Fetcher {
     /// names, spread by the effective strategy, waiting up to `wait` for work when none is
     /// available. Returns early (empty) on `shutdown`.
     ///
-    /// A FETCH that waits parks on its queues ([`crate::waiters`]): it claims again when
+    /// A FETCH that waits parks on its queues ([`crate::wakeup::waiters`]): it claims again when
     /// woken, on its poll timer, or when a scheduled job comes due; or an enqueue hands it the
     /// job it creates, written active for it, and it answers with that.
     pub(super) async fn fetch(

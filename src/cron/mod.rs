@@ -1,6 +1,6 @@
 //! Cron entries ([OJS cron]): named, persistent registrations that enqueue a job from a
 //! template on a schedule. What an entry is and how a registration body is validated into a
-//! [`Definition`]; when it fires is [`schedule`]; the time zones it accepts, [`zone`].
+//! [`Definition`]; when it fires is [`mod@schedule`]; the time zones it accepts, [`zone`].
 //!
 //! Firing (exactly once per occurrence, across replicas) is the broker's `cron` component; the
 //! tables are `ojs_cron` (the entries) and `ojs_cron_run` (one row per occurrence that came

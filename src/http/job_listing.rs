@@ -119,7 +119,7 @@ pub(crate) struct ListBody<'a> {
     pagination: Pagination,
 }
 
-/// A page of jobs as [`list`] answers it; only `tenant`'s when given (the tenant pages, and a
+/// A page of jobs as [`listing`] answers it; only `tenant`'s when given (the tenant pages, and a
 /// request acting as a tenant).
 pub(crate) async fn listing(
     state: &AppState,

@@ -44,7 +44,7 @@ pub(in crate::broker) struct Enqueuer {
     pub(in crate::broker) strict_queues: bool,
     /// Wakes long polls here at once and tells other replicas (after commit).
     pub(in crate::broker) announcer: Announcer,
-    /// Single-job PUSH requests, written together (see [`super::group`]).
+    /// Single-job PUSH requests, written together (see [`crate::broker::group`]).
     pub(super) pushes: GroupCommit<NewJob, Result<Job>>,
     /// When this process last recorded `queue.full` per queue (and `tenant.limit_exceeded`
     /// per tenant, as `tenant:<id>`).

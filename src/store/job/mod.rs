@@ -3,7 +3,7 @@
 //! | file | statements |
 //! |---|---|
 //! | `enqueue.rs` | [`insert_many`] (PUSH), and what unique jobs need: [`unique_candidates`], [`cancel_replaced`], [`replace_scheduled`] |
-//! | `claim.rs` | [`promote_due`] (due scheduled and retryable jobs) and [`await_due_locks`], [`claim`], [`claim_fair`] and [`claim_tenant`] (FETCH) |
+//! | `claim.rs` | [`promote_due`] (due scheduled and retryable jobs) and [`await_due_locks`], [`claim()`], [`claim_fair`] and [`claim_tenant`] (FETCH) |
 //! | `transition.rs` | [`complete_many`] (ACK), [`fail_many`] (NACK) and [`release_many`] (reclaims), [`cancel`], [`activate`], [`set_priority`] |
 //! | `deadline.rs` | [`expire_due`] (waiting jobs past a deadline), [`lock_overdue`] and [`lock_held_by`] (active jobs to reclaim) |
 //! | `retention.rs` | [`prune_finished`] |
