@@ -267,6 +267,7 @@ CASE
     WHEN ((rate_key IS NOT NULL) OR (tenant <> ''::text)) THEN (state = ANY (ARRAY['available'::public.ojs_job_state, 'active'::public.ojs_job_state]))
     ELSE NULL::boolean
 END) STORED,
+    result_awaited boolean,
     CONSTRAINT ojs_job_active_has_reservation CHECK (((state <> 'active'::public.ojs_job_state) OR ((attempt >= 1) AND (started_at IS NOT NULL) AND (visible_until IS NOT NULL) AND (reservation_ms IS NOT NULL)))),
     CONSTRAINT ojs_job_active_has_timeout CHECK (((state <> 'active'::public.ojs_job_state) OR (timeout_at IS NOT NULL))),
     CONSTRAINT ojs_job_attempt_non_negative CHECK ((attempt >= 0)),
@@ -625,6 +626,12 @@ COMMENT ON COLUMN public.ojs_job.phase IS 'Generated from state: the waiting sta
 --
 
 COMMENT ON COLUMN public.ojs_job.in_flight IS 'Generated from state, for a job with a rate-limit key or a tenant: whether it is available or active (what their concurrency limits count). Null for other jobs, so that their changes of state touch no index.';
+
+--
+-- Name: COLUMN ojs_job.result_awaited; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.result_awaited IS 'True once a client waits for the job''s result: its end is then announced on the ojs_job_ended channel (migration V32).';
 
 --
 -- Name: ojs_dead_letter_matches(public.ojs_job, text, text, text, text, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
@@ -2351,6 +2358,30 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ojs_job_done_partition(day date) IS 'Makes and attaches the ojs_job_done partition of a UTC day, unless it exists (returns its name) or rows of that day sit in the default partition (returns null).';
+
+--
+-- Name: ojs_job_ended_notify(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_ended_notify() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path TO '$user', 'public'
+    AS $$
+begin
+    if tg_op = 'DELETE' then
+        perform pg_notify('ojs_job_ended', old.id::text);
+    else
+        perform pg_notify('ojs_job_ended', new.id::text);
+    end if;
+    return null;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_ended_notify(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_ended_notify() IS 'Trigger function: sends an awaited job''s id on ojs_job_ended when it ends (migration V32).';
 
 --
 -- Name: ojs_job_event_base(uuid, text, text, public.ojs_job_state, json); Type: FUNCTION; Schema: public; Owner: -
@@ -5387,6 +5418,7 @@ CREATE TABLE public.ojs_job_done (
     rate_key text,
     rate_held boolean,
     lease_id bigint,
+    result_awaited boolean,
     CONSTRAINT ojs_job_done_completed_at_set CHECK ((completed_at IS NOT NULL)),
     CONSTRAINT ojs_job_done_is_completed CHECK ((state = 'completed'::public.ojs_job_state))
 )
@@ -5723,6 +5755,12 @@ COMMENT ON COLUMN public.ojs_job_done.rate_held IS 'As ojs_job.rate_held (always
 COMMENT ON COLUMN public.ojs_job_done.lease_id IS 'As ojs_job.lease_id (null once completed).';
 
 --
+-- Name: COLUMN ojs_job_done.result_awaited; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_done.result_awaited IS 'As ojs_job.result_awaited.';
+
+--
 -- Name: ojs_job_all; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -5782,7 +5820,8 @@ CREATE VIEW public.ojs_job_all AS
     ojs_job.rate_held,
     ojs_job.lease_id,
     ojs_job.phase,
-    ojs_job.in_flight
+    ojs_job.in_flight,
+    ojs_job.result_awaited
    FROM public.ojs_job
 UNION ALL
  SELECT d.id,
@@ -5843,7 +5882,8 @@ UNION ALL
         CASE
             WHEN ((d.rate_key IS NOT NULL) OR (d.tenant <> ''::text)) THEN false
             ELSE NULL::boolean
-        END AS in_flight
+        END AS in_flight,
+    d.result_awaited
    FROM public.ojs_job_done d;
 
 --
@@ -6189,6 +6229,12 @@ COMMENT ON COLUMN public.ojs_job_all.phase IS 'As ojs_job.phase (taken, for the 
 COMMENT ON COLUMN public.ojs_job_all.in_flight IS 'As ojs_job.in_flight.';
 
 --
+-- Name: COLUMN ojs_job_all.result_awaited; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.result_awaited IS 'As ojs_job.result_awaited.';
+
+--
 -- Name: ojs_job_checkpoint; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -6360,6 +6406,7 @@ CREATE TABLE public.ojs_job_done_default (
     rate_key text,
     rate_held boolean,
     lease_id bigint,
+    result_awaited boolean,
     CONSTRAINT ojs_job_done_completed_at_set CHECK ((completed_at IS NOT NULL)),
     CONSTRAINT ojs_job_done_is_completed CHECK ((state = 'completed'::public.ojs_job_state))
 );
@@ -8796,6 +8843,30 @@ CREATE TRIGGER ojs_job_capacity_move BEFORE UPDATE OF state, queue ON public.ojs
 --
 
 COMMENT ON TRIGGER ojs_job_capacity_move ON public.ojs_job IS 'Runs ojs_job_capacity_move() for an update of state or queue of a counted job, a finished job or a job changing queue (the function checks the exact condition), so ojs_queue_capacity stays exact.';
+
+--
+-- Name: ojs_job ojs_job_ended_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_ended_delete AFTER DELETE ON public.ojs_job FOR EACH ROW WHEN ((old.result_awaited AND (old.state <> ALL (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])))) EXECUTE FUNCTION public.ojs_job_ended_notify();
+
+--
+-- Name: TRIGGER ojs_job_ended_delete ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_ended_delete ON public.ojs_job IS 'Announces an awaited job''s end by its removal from ojs_job (an ACK moving it to ojs_job_done, or a delete) on ojs_job_ended.';
+
+--
+-- Name: ojs_job ojs_job_ended_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER ojs_job_ended_update AFTER UPDATE OF state ON public.ojs_job FOR EACH ROW WHEN ((new.result_awaited AND (new.state = ANY (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])) AND (old.state <> ALL (ARRAY['completed'::public.ojs_job_state, 'cancelled'::public.ojs_job_state, 'discarded'::public.ojs_job_state])))) EXECUTE FUNCTION public.ojs_job_ended_notify();
+
+--
+-- Name: TRIGGER ojs_job_ended_update ON ojs_job; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER ojs_job_ended_update ON public.ojs_job IS 'Announces an awaited job''s end by a change of state (discarded, cancelled; a completion not moved by an ACK) on ojs_job_ended.';
 
 --
 -- Name: ojs_job ojs_job_fair_tag_insert; Type: TRIGGER; Schema: public; Owner: -

@@ -335,6 +335,7 @@ mod tests {
             lease_id: None,
             phase: crate::job::JobPhase::of(state),
             in_flight: None,
+            result_awaited: None,
         }
     }
 

@@ -34,7 +34,10 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
         (method, path),
         (
             &Method::POST,
-            "/ojs/v1/jobs" | "/ojs/v1/jobs/batch" | "/ojs/v1/jobs/{id}/activate"
+            "/ojs/v1/jobs"
+                | "/ojs/v1/jobs/batch"
+                | "/ojs/v1/jobs/{id}/activate"
+                | "/ojs/v1/jobs/results"
         ) | (
             &Method::GET | &Method::DELETE | &Method::PATCH,
             "/ojs/v1/jobs/{id}"
@@ -49,6 +52,7 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
                     | "/ojs/v1/jobs/{id}/progress/stream"
                     | "/ojs/v1/jobs/{id}/events"
                     | "/ojs/v1/jobs/{id}/checkpoint"
+                    | "/ojs/v1/jobs/{id}/result"
             )
     );
     if producer {

@@ -92,7 +92,8 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | "/ojs/v1/workers/ack/batch"
         | "/ojs/v1/workers/nack"
         | "/ojs/v1/workers/nack/batch"
-        | "/ojs/v1/workers/progress" => BodyJobs,
+        | "/ojs/v1/workers/progress"
+        | "/ojs/v1/jobs/results" => BodyJobs,
 
         "/ojs/v1/jobs/{id}"
         | "/ojs/v1/jobs/{id}/activate"
@@ -100,6 +101,7 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | "/ojs/v1/jobs/{id}/progress"
         | "/ojs/v1/jobs/{id}/progress/stream"
         | "/ojs/v1/jobs/{id}/checkpoint"
+        | "/ojs/v1/jobs/{id}/result"
         | "/ojs/v1/admin/jobs/{id}"
         | "/ojs/v1/admin/jobs/{id}/cancel"
         | "/ojs/v1/admin/jobs/{id}/retry"

@@ -345,6 +345,7 @@ pub fn parse_for(
     let timing = timing(&src, limits, &mut r);
     let labels = labels(&src, &mut r);
     let (enqueue_ttl_secs, total_timeout_secs) = lifetime(&src, timing.timeout_ms, &mut r);
+    result_ttl(obj, &mut r);
     let unique = unique(&src, &identity, &queue, meta.as_deref(), &mut r);
     refuse_what_was_found(violations, out_of_range, limits)?;
     let policies = policies(&src)?;
@@ -577,6 +578,21 @@ fn lifetime(src: &Sources<'_>, timeout_ms: i64, r: &mut Reader<'_>) -> (Option<i
         );
     }
     (enqueue_ttl_secs, total_timeout_secs)
+}
+
+/// Checks `result_ttl` (the results extension): seconds the result is served after the job
+/// ends, 0 for a result that is not stored, -1 for as long as the job is kept. It stays a
+/// top-level attribute of the job, as sent: the ACK and the result reads read it there.
+fn result_ttl(obj: &Object<'_>, r: &mut Reader<'_>) {
+    if let Some(raw) = obj.get("result_ttl") {
+        let valid = json::as_integer(raw).is_some_and(|n| (-1..=i64::from(i32::MAX)).contains(&n));
+        if !valid {
+            r.refuse(
+                "$.result_ttl",
+                "result_ttl must be an integer number of seconds: 0 (not stored), -1 (as long as the job is kept) or more",
+            );
+        }
+    }
 }
 
 /// The execution timeout in milliseconds (the default when not given or 0), and whether the

@@ -303,6 +303,8 @@ pub struct Job {
     /// Generated from `state` for a keyed or tenant job (migration V30): available or active.
     /// Null for other jobs.
     pub in_flight: Option<bool>,
+    /// `Some(true)` once a client waits for the job's result (its end is then announced).
+    pub result_awaited: Option<bool>,
 }
 
 impl Job {
@@ -376,6 +378,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "lease_id",
     "phase",
     "in_flight",
+    "result_awaited",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

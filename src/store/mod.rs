@@ -33,6 +33,7 @@ pub mod progress;
 pub mod queue;
 pub mod rate_limit;
 pub mod refusal;
+pub mod result;
 pub mod schema;
 pub mod setting;
 pub mod tenant;

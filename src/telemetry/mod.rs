@@ -374,6 +374,12 @@ pub fn jobs_enqueued_by_sql(queue: &str, job_type: &str, jobs: u64) {
         .increment(jobs);
 }
 
+/// A read of a job's result (`ojs_result_retrievals_total`, by `method`: `poll`, `wait`,
+/// `bulk`, `stream`; and `outcome`: `ready`, `pending`, `pruned`).
+pub fn result_retrieved(method: &'static str, outcome: &'static str) {
+    counter!("ojs_result_retrievals_total", "method" => method, "outcome" => outcome).increment(1);
+}
+
 /// Workflows by state (`ojs_workflows`).
 pub fn workflows(counts: &crate::store::workflow::WorkflowCounts) {
     for (state, n) in [

@@ -15,11 +15,15 @@
 //! which keeps claims fast while the MVCC horizon is pinned. Every wake-up that carries a
 //! place lowers the floor to it; every other wake-up resets it.
 //!
+//! A client waiting for a job's result is woken the same way, by the job's id on
+//! `ojs_job_ended` ([`results`]).
+//!
 //! What a notification's payload looks like is written in [`notifier`], next to the code that
 //! parses it.
 
 pub mod floors;
 pub mod notifier;
+pub mod results;
 pub mod waiters;
 
 pub use floors::ClaimFloors;

@@ -2,7 +2,9 @@
 //!
 //! One connection per process LISTENs on every channel ojsd uses:
 //! [`store::JOB_AVAILABLE_CHANNEL`], [`store::leader::RESIGNED_CHANNEL`],
-//! [`store::SQL_ENQUEUED_CHANNEL`], [`store::RATE_KEY_CHANNEL`] and [`store::TENANT_CHANNEL`].
+//! [`store::SQL_ENQUEUED_CHANNEL`], [`store::RATE_KEY_CHANNEL`], [`store::TENANT_CHANNEL`] and
+//! [`store::result::JOB_ENDED_CHANNEL`] (an awaited job ended: its result waiters,
+//! [`super::results`], are woken).
 //! A queue's notification wakes as many of the long polls parked on it ([`super::waiters`]) as
 //! it has new jobs, or all of them when it does not say; a resignation is broadcast to the
 //! followers, and a key or tenant that may have room to the rate-limit releaser. When the listening connection drops,
@@ -26,6 +28,7 @@ use crate::db::DbHealth;
 use crate::job::dispatch::DispatchPlace;
 use crate::store;
 use crate::wakeup::ClaimFloors;
+use crate::wakeup::results::ResultWaits;
 use crate::wakeup::waiters::Waiters;
 
 /// What a waiter is woken for.
@@ -83,6 +86,8 @@ pub struct Notifier {
     floors: Arc<ClaimFloors>,
     /// The long polls parked on their queues, which queue wakeups wake.
     waiters: Arc<Waiters>,
+    /// The clients waiting for a job's result, which `ojs_job_ended` wakes.
+    results: Arc<ResultWaits>,
     /// Whether this replica leads maintenance (set by its elector): the leader alone counts
     /// the jobs enqueued from SQL.
     leads: Arc<AtomicBool>,
@@ -105,6 +110,7 @@ impl Notifier {
             listener_pid: Arc::default(),
             floors: Arc::default(),
             waiters: Arc::default(),
+            results: Arc::default(),
             leads: Arc::default(),
         }
     }
@@ -122,6 +128,11 @@ impl Notifier {
     /// The long polls parked on their queues.
     pub fn waiters(&self) -> &Arc<Waiters> {
         &self.waiters
+    }
+
+    /// The clients waiting for a job's result.
+    pub fn results(&self) -> &Arc<ResultWaits> {
+        &self.results
     }
 
     /// A receiver of the leader's resignations, of the keys and tenants that may have room,
@@ -142,6 +153,7 @@ impl Notifier {
             Wakeup::All => {
                 self.floors.reset_all();
                 self.waiters.wake_all();
+                self.results.wake_all();
             }
             Wakeup::LeaderResigned | Wakeup::RateKey(_) | Wakeup::Tenant(_) => {}
         }
@@ -202,6 +214,7 @@ impl Notifier {
                 store::SQL_ENQUEUED_CHANNEL,
                 store::RATE_KEY_CHANNEL,
                 store::TENANT_CHANNEL,
+                store::result::JOB_ENDED_CHANNEL,
             ])
             .await?;
         tracing::debug!("listening for notifications");
@@ -255,6 +268,11 @@ impl Notifier {
                 }
                 Some(n) if n.channel() == store::TENANT_CHANNEL => {
                     self.wake(Wakeup::Tenant(n.payload().into()));
+                }
+                Some(n) if n.channel() == store::result::JOB_ENDED_CHANNEL => {
+                    if let Ok(id) = n.payload().parse() {
+                        self.results.ended(id);
+                    }
                 }
                 Some(n) => match parse_available(n.payload()) {
                     Available {

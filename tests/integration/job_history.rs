@@ -265,9 +265,10 @@ async fn a_populated_database_of_the_previous_release_migrates_with_every_job_in
     let after: Vec<(uuid::Uuid, Value)> =
         // Less the columns later migrations add (V20's rate-limit key, V29's lease: null for
         // these jobs, or the lease V29 gives an active one; V30's phase, checked below, and
-        // in_flight).
+        // in_flight; V32's result_awaited).
         sqlx::query_as(
             "select id, to_jsonb(j) - 'rate_key' - 'rate_held' - 'lease_id' - 'phase' - 'in_flight'
+                      - 'result_awaited'
                from ojs_job_all j order by id",
         )
             .fetch_all(&mut conn)

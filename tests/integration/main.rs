@@ -33,6 +33,7 @@ mod queue_config;
 mod queues;
 mod rate_limits;
 mod replicas;
+mod results;
 mod schema;
 mod schema_registry;
 mod sql_enqueue;

@@ -28,6 +28,11 @@
 //!   completion rate before, during (worst 5 s window) and after the pin, and how long after the
 //!   pin ends the backlog is back to its level before.
 //!
+//! - `result-waits` (not run by default): `--waiters` clients each await one job's result
+//!   (`GET /ojs/v1/jobs/{id}/result?wait=true`), spread over `--url` and `--second-url`;
+//!   reports the Postgres CPU and commits per second over `--idle-secs` with no waiter and
+//!   with all of them waiting, then each waiter's latency from its job's ACK to its answer.
+//!
 //! With `--database-url` every line also reports the ojsd process's peak resident memory, the
 //! dead tuples of `ojs_job` and `ojs_event` after the workload, and WAL bytes written per job.
 //! When the server and Postgres run on this host, it also reports the CPU time the postgres
@@ -165,6 +170,16 @@ struct Args {
     /// `graphile-latency`; `--database-url` then names graphile-worker's database.
     #[arg(long, default_value = "bench/graphile-worker")]
     graphile_dir: String,
+    /// Waiting clients of `result-waits` (one per job).
+    #[arg(long, default_value_t = 1_000)]
+    waiters: usize,
+    /// A second replica's base URL: `result-waits` spreads its waiters over both servers.
+    #[arg(long)]
+    second_url: Option<String>,
+    /// Seconds over which `result-waits` measures Postgres with no waiter, then with all
+    /// waiting.
+    #[arg(long, default_value_t = 5)]
+    idle_secs: u64,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +194,7 @@ enum Workload {
     PinnedHorizon,
     GraphileDrain,
     GraphileLatency,
+    ResultWaits,
 }
 
 /// The load tool's connections and helpers.
@@ -228,6 +244,7 @@ impl Bench {
             Workload::PinnedHorizon => self.pinned_horizon(&queue).await,
             Workload::GraphileDrain => self.graphile_drain().await,
             Workload::GraphileLatency => self.graphile_latency().await,
+            Workload::ResultWaits => self.result_waits(&queue).await,
         };
         let cpu_after = self.cpu();
         let cpu_before = self.timed_from.lock().expect("cpu mark").take();

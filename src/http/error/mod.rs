@@ -182,6 +182,26 @@ impl ApiError {
         e
     }
 
+    /// 408 `result_not_ready`: the job had not ended when a result read's wait ran out (the
+    /// connection stays open: ask again).
+    pub fn result_not_ready(job_id: &str, state: &str) -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "result_not_ready",
+            format!("Job '{job_id}' has not ended: it is {state}."),
+        )
+        .with_details(json!({"job_id": job_id, "state": state}));
+        e.retryable = true;
+        e
+    }
+
+    /// 410 `RESULT_PRUNED` (the results extension's code): the job ended, but its result is
+    /// no longer served.
+    pub fn result_pruned(job_id: &str, message: String, expired_at: Option<&str>) -> ApiError {
+        ApiError::new(StatusCode::GONE, "RESULT_PRUNED", message)
+            .with_details(json!({"job_id": job_id, "expired_at": expired_at}))
+    }
+
     /// 415 `unsupported_media_type`: a body without a JSON `Content-Type`.
     pub fn unsupported_media_type(message: impl Into<String>) -> ApiError {
         ApiError::new(
@@ -237,6 +257,12 @@ impl ApiError {
             "forbidden" => "Use a key whose role and queues cover this request.",
             "unsupported_media_type" => "Set the header Content-Type: application/json.",
             "request_timeout" => "Send the whole body promptly, on a new connection.",
+            "result_not_ready" => {
+                "Ask again (GET /ojs/v1/jobs/{id}/result?wait=true&timeout=30): the job is still running or waiting."
+            }
+            "RESULT_PRUNED" => {
+                "Results live for the job's result_ttl, at most as long as the job is kept; set a longer result_ttl when enqueueing."
+            }
             "conflict" => "Read the job's current state (GET /ojs/v1/jobs/{id}) before retrying.",
             "duplicate" => {
                 "The job already exists; use the existing job (details.existing_job_id)."
@@ -304,7 +330,7 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
-        if self.status == StatusCode::REQUEST_TIMEOUT {
+        if self.code == "request_timeout" {
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -1,5 +1,6 @@
 //! `/ojs/v1/jobs`: PUSH, single and batch ([`push`]); INFO, CANCEL, ACTIVATE and priority
-//! changes ([`lifecycle`]); a running job's progress ([`progress`]) and checkpoint ([`checkpoint`]); the holders of unique
+//! changes ([`lifecycle`]); a running job's progress ([`progress`]) and checkpoint ([`checkpoint`]); a finished job's result,
+//! read or awaited ([`result`]); the holders of unique
 //! keys ([`unique`]); and the operator's job routes under `/ojs/v1/admin/jobs` ([`admin`]).
 
 pub(crate) mod admin;
@@ -7,6 +8,7 @@ mod checkpoint;
 pub(super) mod lifecycle;
 mod progress;
 mod push;
+mod result;
 mod unique;
 
 use utoipa_axum::router::OpenApiRouter;
@@ -19,6 +21,7 @@ pub fn router(settings: &HttpSettings) -> OpenApiRouter<AppState> {
         .merge(lifecycle::router())
         .merge(progress::router())
         .merge(checkpoint::router())
+        .merge(result::router())
         .merge(unique::router())
         .merge(admin::router())
 }

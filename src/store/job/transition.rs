@@ -67,9 +67,9 @@ macro_rules! complete_statement {
         -- Plain columns, not whole rows: reading fields out of a row value costs more per job
         -- than the rest of the event below.
         finished as (
-            select * from gone
-            union all
-            select * from forgotten
+            select *, case when extra ->> 'result_ttl' = '0' and extra -> 'workflow_id' is null then null
+                        else ack_result end as stored_result
+              from (select * from gone union all select * from forgotten) f
         ),
 "#,
             $answer
@@ -84,8 +84,12 @@ macro_rules! complete_statement {
             $delete_on_ack,
             r#"        -- Every queue keeps its completed jobs: no second delete to set up (an ACK group of a
         -- few jobs spends more on setting up its plan than on its rows).
+        -- A job whose `result_ttl` is 0 keeps no result (the OJS results extension), unless a
+        -- workflow's next steps need it.
         finished as (
-            select * from gone
+            select *, case when extra ->> 'result_ttl' = '0' and extra -> 'workflow_id' is null then null
+                        else ack_result end as stored_result
+              from gone
         ),
 "#,
             $answer
@@ -167,7 +171,7 @@ macro_rules! complete_statement {
                    total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
                    created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
                    worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
-                   dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
+                   dead_lettered_at, stored_result::json, null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
                    capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, null
               from finished
@@ -188,7 +192,7 @@ macro_rules! complete_statement {
                            coalesce(nullif(f.meta ->> 'trace_id', ''), nullif(split_part(f.meta ->> 'traceparent', '-', 2), '')) as trace_id,
                            round(extract(epoch from now() - f.started_at) * 1000)::int8
                                as duration_ms,
-                           case when octet_length(f.ack_result) <= 65536 then f.ack_result::json end
+                           case when octet_length(f.stored_result) <= 65536 then f.stored_result::json end
                                as result,
                            (f.n - 1) / 16384 as block
                       from finished f
@@ -226,11 +230,12 @@ macro_rules! complete_jobs {
                    total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
                    created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
                    worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
-                   dead_lettered_at, ack_result::json, null, errors, null, claim_deadline_at,
+                   dead_lettered_at, stored_result::json, null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
                    capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held, null::int8,
                    'taken'::ojs_job_phase,
-                   case when rate_key is not null or tenant <> '' then false end)::ojs_job as "job!: Job"
+                   case when rate_key is not null or tenant <> '' then false end,
+                   result_awaited)::ojs_job as "job!: Job"
           from finished
         "#
         )
@@ -355,11 +360,14 @@ async fn complete_one(
                    total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
                    created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
                    worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
-                   dead_lettered_at, $3::text::json, null, errors, null, claim_deadline_at,
+                   dead_lettered_at, case when extra ->> 'result_ttl' = '0' and extra -> 'workflow_id' is null then null
+                        else $3::text::json end,
+                   null, errors, null, claim_deadline_at,
                    total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
                    capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, null
               from gone
-            returning d.id, d.queue, d.type, d.started_at, d.completed_at, d.attempt, d.meta
+            returning d.id, d.queue, d.type, d.started_at, d.completed_at, d.attempt, d.meta,
+                      d.result is not null as result_kept
         ),
         events as (
             insert into ojs_event (type, queue, job_type, from_state, to_state, job_ids,
@@ -369,7 +377,8 @@ async fn complete_one(
                    array[coalesce(nullif(m.meta ->> 'trace_id', ''), nullif(split_part(m.meta ->> 'traceparent', '-', 2), ''))],
                    array[m.attempt],
                    array[round(extract(epoch from now() - m.started_at) * 1000)::int8],
-                   array[case when octet_length($3::text) <= 65536 then $3::text::json end]
+                   array[case when m.result_kept and octet_length($3::text) <= 65536
+                              then $3::text::json end]
               from moved m
         )
         select m.id as "id!: JobId", m.queue as "queue!", m.type as "type!", m.started_at,

@@ -16,6 +16,7 @@ mod graphile;
 mod latency;
 mod pinned;
 mod retention;
+mod waits;
 
 pub(crate) use fair::{FAIR_SAMPLE, FairOrder, Tenants};
 

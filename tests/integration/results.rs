@@ -1,0 +1,415 @@
+//! Job results (the OJS results extension): read once the job ended, awaited without polling
+//! (woken by the job's end on any replica), read many at once, kept for the job's
+//! `result_ttl`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{Client, Resp, TestApp};
+
+fn result_path(id: &str) -> String {
+    format!("/ojs/v1/jobs/{id}/result")
+}
+
+async fn wait_for(api: &Client, id: &str, timeout_secs: u64) -> Resp {
+    api.get(&format!(
+        "{}?wait=true&timeout={timeout_secs}",
+        result_path(id)
+    ))
+    .await
+}
+
+/// Starts a waiting read of `id`'s result in the background (not contract-checked: the test
+/// reads the answer it resolves to).
+fn spawn_wait(
+    http: &reqwest::Client,
+    base: &str,
+    id: &str,
+    timeout_secs: u64,
+) -> tokio::task::JoinHandle<(u16, Value, Instant)> {
+    let request = http.get(format!(
+        "{base}/ojs/v1/jobs/{id}/result?wait=true&timeout={timeout_secs}"
+    ));
+    tokio::spawn(async move {
+        let resp = request.send().await.expect("request reaches the server");
+        let status = resp.status().as_u16();
+        let body = resp.json::<Value>().await.expect("a JSON body");
+        (status, body, Instant::now())
+    })
+}
+
+/// Whether `id` is flagged as awaited (`ojs_job_all.result_awaited`).
+async fn awaited(app: &TestApp, id: &str) -> Option<bool> {
+    sqlx::query_scalar("select result_awaited from ojs_job_all where id = $1::uuid")
+        .bind(id)
+        .fetch_one(app.pool())
+        .await
+        .unwrap()
+}
+
+/// Waits (up to 5 s) until `id` is flagged as awaited: a waiter has started waiting.
+async fn until_awaited(app: &TestApp, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while awaited(app, id).await != Some(true) {
+        assert!(Instant::now() < deadline, "{id} awaited within 5 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_result_is_read_once_the_job_ended_with_its_metadata() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "res"}))
+        .await;
+    // Not ended: 408 at once, with the state.
+    let pending = app
+        .get(&result_path(&id))
+        .await
+        .expect_error(408, "result_not_ready");
+    assert_eq!(pending.json["error"]["details"]["state"], "available");
+    assert_eq!(pending.json["error"]["retryable"], true);
+    assert_ne!(pending.header("connection"), Some("close"));
+
+    let job = app.fetch_one("res", "w1").await;
+    app.ack(json!({"job_id": job["id"], "worker_id": "w1", "result": {"url": "s3://x", "n": 2}}))
+        .await
+        .expect(200);
+    let got = app.get(&result_path(&id)).await.expect(200).json;
+    assert_eq!(got["job_id"], id.as_str());
+    assert_eq!(got["state"], "completed");
+    assert_eq!(got["result"], json!({"url": "s3://x", "n": 2}));
+    assert_eq!(
+        got["result_stored_at"],
+        app.job(&id).await["completed_at"],
+        "stored when the job completed"
+    );
+    assert_eq!(got["result_size_bytes"], r#"{"url":"s3://x","n":2}"#.len());
+    assert!(got.get("result_expires_at").is_none(), "kept with the job");
+    assert!(got.get("error").is_none());
+
+    // A JSON type is kept as sent; no result reads as null.
+    let bare = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "res"}))
+        .await;
+    let job = app.fetch_one("res", "w1").await;
+    app.ack(json!({"job_id": job["id"], "result": 42}))
+        .await
+        .expect(200);
+    assert_eq!(
+        app.get(&result_path(&bare)).await.expect(200).json["result"],
+        42
+    );
+
+    app.get(&result_path("01a22755-c990-7268-94f2-3e9b007407a3"))
+        .await
+        .expect_error(404, "not_found");
+    app.get(&result_path("not-a-job"))
+        .await
+        .expect_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn a_discarded_job_answers_its_error_and_a_cancelled_one_no_result() {
+    let app = TestApp::spawn().await;
+    let failing = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "res", "retry": {"max_attempts": 1}}))
+        .await;
+    let job = app.fetch_one("res", "w1").await;
+    app.nack(json!({"job_id": job["id"], "error": {"code": "boom", "message": "it broke"}}))
+        .await
+        .expect(200);
+    let got = app.get(&result_path(&failing)).await.expect(200).json;
+    assert_eq!(got["state"], "discarded");
+    assert_eq!(got["result"], Value::Null);
+    assert_eq!(got["error"]["message"], "it broke");
+
+    let cancelled = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "res"}))
+        .await;
+    app.delete(&format!("/ojs/v1/jobs/{cancelled}"))
+        .await
+        .expect(200);
+    let got = app.get(&result_path(&cancelled)).await.expect(200).json;
+    assert_eq!(got["state"], "cancelled");
+    assert_eq!(got["result"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_wait_is_answered_when_the_job_ends_on_another_replica_and_times_out_otherwise() {
+    let app = TestApp::spawn().await;
+    let replica = app.spawn_replica(|_| {}).await;
+    app.wait_for_listeners(2).await;
+    let other = Client::new(replica.base.clone());
+    let id = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "res"}))
+        .await;
+
+    // No end: the wait runs out with 408 and the job's state.
+    let started = Instant::now();
+    let timed_out = wait_for(&other, &id, 1)
+        .await
+        .expect_error(408, "result_not_ready");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(timed_out.json["error"]["details"]["state"], "available");
+    assert_eq!(
+        awaited(&app, &id).await,
+        Some(true),
+        "the wait flagged the job"
+    );
+
+    // Two clients wait on the replica; the job ends on the first server.
+    let http = reqwest::Client::new();
+    let waiters = [
+        spawn_wait(&http, &replica.base, &id, 20),
+        spawn_wait(&http, &replica.base, &id, 20),
+    ];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let job = app.fetch_one("res", "w1").await;
+    let acked = Instant::now();
+    app.ack(json!({"job_id": job["id"], "result": {"ok": true}}))
+        .await
+        .expect(200);
+    for waiter in waiters {
+        let (status, body, answered) = waiter.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["result"], json!({"ok": true}));
+        assert!(
+            answered.duration_since(acked) < Duration::from_secs(5),
+            "woken by the end, not by the timeout"
+        );
+    }
+    // A wait on an ended job answers at once.
+    wait_for(&other, &id, 20).await.expect(200);
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn a_failure_that_discards_the_job_and_a_removal_end_the_wait() {
+    let app = TestApp::spawn().await;
+    let http = reqwest::Client::new();
+    let base = app.api.base.clone();
+
+    let failing = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "res", "retry": {"max_attempts": 1}}))
+        .await;
+    let waiter = spawn_wait(&http, &base, &failing, 20);
+    until_awaited(&app, &failing).await;
+    let job = app.fetch_one("res", "w1").await;
+    app.nack(json!({"job_id": job["id"], "error": {"message": "no"}}))
+        .await
+        .expect(200);
+    let (status, body, _) = waiter.await.unwrap();
+    assert_eq!((status, body["state"].as_str()), (200, Some("discarded")));
+
+    // A job removed while awaited (here by SQL) ends the wait with 410.
+    let removed = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "res"}))
+        .await;
+    let waiter = spawn_wait(&http, &base, &removed, 20);
+    until_awaited(&app, &removed).await;
+    app.sql(&format!("delete from ojs_job where id = '{removed}'"))
+        .await;
+    let (status, body, _) = waiter.await.unwrap();
+    assert_eq!(status, 410, "{body}");
+    assert_eq!(body["error"]["code"], "RESULT_PRUNED");
+}
+
+#[tokio::test]
+async fn a_thousand_waiters_on_two_replicas_are_all_answered_with_their_jobs_results() {
+    const JOBS: usize = 1_000;
+    let app = TestApp::spawn().await;
+    let replica = app.spawn_replica(|_| {}).await;
+    app.wait_for_listeners(2).await;
+    let jobs: Vec<Value> = (0..JOBS)
+        .map(|i| json!({"type": "r.t", "args": [i], "queue": "many"}))
+        .collect();
+    let mut ids = Vec::with_capacity(JOBS);
+    for chunk in jobs.chunks(500) {
+        let pushed = app
+            .post("/ojs/v1/jobs/batch", json!({"jobs": chunk}))
+            .await
+            .expect(201);
+        ids.extend(
+            pushed.json["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["id"].as_str().unwrap().to_owned()),
+        );
+    }
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let bases = [app.api.base.clone(), replica.base.clone()];
+    let waiters: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| spawn_wait(&http, &bases[i % 2], id, 30))
+        .collect();
+    // Every job flagged: every waiter is waiting.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let flagged: i64 = sqlx::query_scalar("select count(*) from ojs_job where result_awaited")
+            .fetch_one(app.pool())
+            .await
+            .unwrap();
+        if flagged as usize == JOBS {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{flagged} of {JOBS} waiting");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A worker takes them all and ACKs them in batches, each with its own result.
+    let mut taken = 0;
+    while taken < JOBS {
+        let batch = app
+            .fetch(json!({"queues": ["many"], "worker_id": "w", "count": 100}))
+            .await;
+        let acks: Vec<Value> = batch
+            .iter()
+            .map(|j| json!({"job_id": j["id"], "result": {"arg": j["args"][0]}}))
+            .collect();
+        taken += acks.len();
+        app.post("/ojs/v1/workers/ack/batch", json!({"acks": acks}))
+            .await
+            .expect(200);
+    }
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        let (status, body, _) = waiter.await.unwrap();
+        assert_eq!(status, 200, "waiter {i}: {body}");
+        assert_eq!(body["job_id"], ids[i].as_str());
+        assert_eq!(body["result"], json!({"arg": i}), "waiter {i}");
+    }
+    replica.stop().await;
+}
+
+#[tokio::test]
+async fn result_ttl_zero_keeps_no_result_and_a_short_one_expires() {
+    let app = TestApp::spawn().await;
+    let ephemeral = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "ttl", "result_ttl": 0}))
+        .await;
+    let short = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "ttl", "result_ttl": 1}))
+        .await;
+    let long = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "ttl", "result_ttl": 3600}))
+        .await;
+    for _ in 0..3 {
+        let job = app.fetch_one("ttl", "w").await;
+        app.ack(json!({"job_id": job["id"], "result": {"secret": 1}}))
+            .await
+            .expect(200);
+    }
+    // The ACK kept no result: not in the job, nor in its event.
+    let gone = app
+        .get(&result_path(&ephemeral))
+        .await
+        .expect_error(410, "RESULT_PRUNED");
+    assert_eq!(gone.json["error"]["details"]["job_id"], ephemeral.as_str());
+    assert!(
+        app.job(&ephemeral)
+            .await
+            .get("result")
+            .is_none_or(Value::is_null)
+    );
+    assert_eq!(app.job(&ephemeral).await["result_ttl"], 0, "kept as sent");
+
+    let kept = app.get(&result_path(&long)).await.expect(200).json;
+    let stored =
+        chrono::DateTime::parse_from_rfc3339(kept["result_stored_at"].as_str().unwrap()).unwrap();
+    let expires =
+        chrono::DateTime::parse_from_rfc3339(kept["result_expires_at"].as_str().unwrap()).unwrap();
+    assert_eq!(expires - stored, chrono::TimeDelta::seconds(3600));
+
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let expired = app
+        .get(&result_path(&short))
+        .await
+        .expect_error(410, "RESULT_PRUNED");
+    assert!(expired.json["error"]["details"]["expired_at"].is_string());
+    // The job itself is still there.
+    assert_eq!(app.job(&short).await["state"], "completed");
+}
+
+#[tokio::test]
+async fn bad_result_ttls_and_waits_are_refused_with_the_field() {
+    let app = TestApp::spawn().await;
+    for bad in [json!(-2), json!("60"), json!(1.5), json!(4_294_967_296_i64)] {
+        let resp = app
+            .post(
+                "/ojs/v1/jobs",
+                json!({"type": "r.t", "args": [], "result_ttl": bad}),
+            )
+            .await
+            .expect_error(400, "invalid_request");
+        assert_eq!(
+            resp.json["error"]["details"]["field"], "$.result_ttl",
+            "{bad}"
+        );
+    }
+    let id = app
+        .push_id(json!({"type": "r.t", "args": [], "result_ttl": -1}))
+        .await;
+    for query in ["wait=yes", "wait=true&timeout=-1", "wait=true&timeout=soon"] {
+        let resp = app
+            .get(&format!("{}?{query}", result_path(&id)))
+            .await
+            .expect_error(400, "invalid_request");
+        assert!(
+            resp.json["error"]["details"]["field"]
+                .as_str()
+                .unwrap()
+                .starts_with("query."),
+            "{query}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn many_results_are_read_at_once() {
+    let app = TestApp::spawn().await;
+    let done = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "bulk"}))
+        .await;
+    let job = app.fetch_one("bulk", "w").await;
+    app.ack(json!({"job_id": job["id"], "result": [1, 2]}))
+        .await
+        .expect(200);
+    let waiting = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "bulk"}))
+        .await;
+    let unknown = "01a22755-c990-7268-94f2-3e9b007407a3";
+    let got = app
+        .post(
+            "/ojs/v1/jobs/results",
+            json!({"ids": [done, waiting, unknown]}),
+        )
+        .await
+        .expect(200)
+        .json;
+    assert_eq!(
+        got,
+        json!({"results": {
+            done.as_str(): {"state": "completed", "result": [1, 2]},
+            waiting.as_str(): {"state": "available", "result": null},
+            unknown: null,
+        }})
+    );
+
+    for (body, field) in [
+        (json!({}), "$.ids"),
+        (json!({"ids": "x"}), "$.ids"),
+        (json!({"ids": [done, "nope"]}), "$.ids[1]"),
+        (json!({"ids": vec![unknown; 1001]}), "$.ids"),
+    ] {
+        let resp = app
+            .post("/ojs/v1/jobs/results", body)
+            .await
+            .expect_error(400, "invalid_request");
+        assert_eq!(resp.json["error"]["details"]["field"], field);
+    }
+}
