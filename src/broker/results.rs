@@ -56,6 +56,7 @@ pub enum Retrieval {
     Poll,
     Wait,
     Bulk,
+    Stream,
 }
 
 impl Retrieval {
@@ -64,6 +65,7 @@ impl Retrieval {
             Retrieval::Poll => "poll",
             Retrieval::Wait => "wait",
             Retrieval::Bulk => "bulk",
+            Retrieval::Stream => "stream",
         }
     }
 }
@@ -124,6 +126,16 @@ impl Broker {
             self.await_result(id, Instant::now() + wait).await
         }?;
         crate::telemetry::result_retrieved(method.as_str(), outcome.label());
+        Ok(outcome)
+    }
+
+    /// [`Broker::job_result`] with a wait, for a stream of the job's progress and outcome
+    /// (counted as a `stream` retrieval).
+    pub async fn job_result_streamed(&self, id: JobId, wait: Duration) -> Result<Outcome> {
+        let outcome = self.await_result(id, Instant::now() + wait).await?;
+        if !matches!(outcome, Outcome::Pending(_)) {
+            crate::telemetry::result_retrieved(Retrieval::Stream.as_str(), outcome.label());
+        }
         Ok(outcome)
     }
 

@@ -1,6 +1,7 @@
 //! Server-sent event streams ([OJS SSE binding]): the event stream of a job or a queue
 //! ([`events`]: replay from `Last-Event-ID`, then live events from the process's shared
-//! [`EventTail`](crate::events::EventTail)), and a job's progress stream ([`progress`]). Every
+//! [`EventTail`](crate::events::EventTail)), a job's progress stream ([`progress`]), and its
+//! progress-then-outcome stream ([`outcome`], the OJS results extension). Every
 //! stream starts with `retry:` and is kept alive by comments; each runs on a task of its own
 //! that ends when the client leaves, the stream's subject is finished, or the server shuts down.
 //!
@@ -23,7 +24,7 @@ use utoipa::IntoParams;
 use super::AppState;
 use super::error::ApiError;
 use super::query::QueryParams;
-use crate::broker::{EventFilter, EventRow, Position, Progress};
+use crate::broker::{EventFilter, EventRow, Position, Progress, ResultOutcome};
 use crate::events::EventKey;
 use crate::job::JobState;
 use crate::wire::timestamp;
@@ -60,6 +61,81 @@ pub(super) fn progress(
     let (tx, rx) = mpsc::channel::<Event>(16);
     tokio::spawn(follow(state, first, render, tx));
     respond(rx, KeepAlive::new().interval(KEEP_ALIVE))
+}
+
+/// A job's progress then its outcome: `first` and each change of progress (unnamed events
+/// rendered by `render`), then, as soon as the job ends (woken like a result wait, not by the
+/// progress poll), the one event `end` makes of the outcome.
+pub(super) fn outcome(
+    state: AppState,
+    first: Progress,
+    render: fn(&Progress) -> String,
+    end: fn(&ResultOutcome) -> Event,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Event>(16);
+    tokio::spawn(follow_to_the_end(state, first, render, end, tx));
+    respond(rx, KeepAlive::new().interval(KEEP_ALIVE))
+}
+
+/// The longest single wait of an outcome stream for its job's end (it waits again after).
+const OUTCOME_WAIT: Duration = Duration::from_secs(3_600);
+
+async fn follow_to_the_end(
+    state: AppState,
+    mut last: Progress,
+    render: fn(&Progress) -> String,
+    end: fn(&ResultOutcome) -> Event,
+    tx: mpsc::Sender<Event>,
+) {
+    let id = last.job_id;
+    if tx
+        .send(Event::default().event("progress").data(render(&last)))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let shutdown = state.shutdown().clone();
+    let broker = state.broker();
+    let mut tick = tokio::time::interval(PROGRESS_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        let outcome = broker.job_result_streamed(id, OUTCOME_WAIT);
+        tokio::pin!(outcome);
+        let done = loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tx.closed() => return,
+                done = &mut outcome => break done,
+                _ = tick.tick() => {}
+            }
+            let Ok(now) = broker.progress(id).await else {
+                continue;
+            };
+            if now.updated_at != last.updated_at && !now.state.is_terminal() {
+                let event = Event::default().event("progress").data(render(&now));
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+                last = now;
+            }
+        };
+        match done {
+            Ok(ResultOutcome::Pending(_)) => continue,
+            Ok(outcome) => {
+                let _ = tx.send(end(&outcome)).await;
+                return;
+            }
+            Err(e) => {
+                let event = Event::default()
+                    .event("error")
+                    .data(json!({"job_id": id.to_string(), "message": e.to_string()}).to_string());
+                let _ = tx.send(event).await;
+                return;
+            }
+        }
+    }
 }
 
 /// What one stream follows.

@@ -413,3 +413,92 @@ async fn many_results_are_read_at_once() {
         assert_eq!(resp.json["error"]["details"]["field"], field);
     }
 }
+
+/// Reads the stream to its end (10 s at most); the text read.
+async fn read_to_end(resp: &mut reqwest::Response) -> String {
+    let mut text = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    text
+}
+
+/// Reads the stream until `n` events named `event` arrived (10 s at most).
+async fn read_until(resp: &mut reqwest::Response, text: &mut String, event: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while crate::support::sse_data(text, Some(event)).len() < n {
+        assert!(Instant::now() < deadline, "{n} {event} event(s): {text}");
+        if let Ok(Ok(Some(chunk))) =
+            tokio::time::timeout(Duration::from_millis(500), resp.chunk()).await
+        {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_stream_shows_progress_then_the_result_and_ends() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "stream"}))
+        .await;
+    app.fetch_one("stream", "w").await;
+    ojsd::app::install_tls();
+    let http = reqwest::Client::new();
+    let open = |id: &str| {
+        http.get(format!("{}/ojs/v1/jobs/{id}/result/stream", app.api.base))
+            .send()
+    };
+    let mut resp = open(&id).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    read_until(&mut resp, &mut text, "progress", 1).await;
+    app.put(
+        &format!("/ojs/v1/jobs/{id}/progress"),
+        json!({"progress": 0.5, "data": {"rows": 500}}),
+    )
+    .await
+    .expect(200);
+    read_until(&mut resp, &mut text, "progress", 2).await;
+    assert_eq!(
+        crate::support::sse_data(&text, Some("progress"))[1]["data"],
+        json!({"rows": 500})
+    );
+    let acked = Instant::now();
+    app.ack(json!({"job_id": id, "result": {"total": 1000}}))
+        .await
+        .expect(200);
+    text.push_str(&read_to_end(&mut resp).await);
+    assert!(
+        acked.elapsed() < Duration::from_secs(5),
+        "the stream ends with the job"
+    );
+    let results = crate::support::sse_data(&text, Some("result"));
+    assert_eq!(results.len(), 1, "{text}");
+    assert_eq!(results[0]["value"], json!({"total": 1000}));
+    assert_eq!(results[0]["state"], "completed");
+
+    // A discarded job's stream ends with its error; an ended job's stream at once.
+    let failing = app
+        .push_id(
+            json!({"type": "r.t", "args": [], "queue": "stream", "retry": {"max_attempts": 1}}),
+        )
+        .await;
+    let job = app.fetch_one("stream", "w").await;
+    app.nack(json!({"job_id": job["id"], "error": {"message": "nope"}}))
+        .await
+        .expect(200);
+    let mut resp = open(&failing).await.unwrap();
+    let text = read_to_end(&mut resp).await;
+    let errors = crate::support::sse_data(&text, Some("error"));
+    assert_eq!(errors[0]["error"]["message"], "nope", "{text}");
+    assert_eq!(errors[0]["state"], "discarded");
+
+    app.get("/ojs/v1/jobs/01a22755-c990-7268-94f2-3e9b007407a3/result/stream")
+        .await
+        .expect_error(404, "not_found");
+}

@@ -1,6 +1,7 @@
 //! Job results ([OJS results]): `GET /ojs/v1/jobs/{id}/result` reads a job's outcome once it
 //! ended, and with `wait=true` holds the request until the job ends (or `timeout` seconds
-//! pass); `POST /ojs/v1/jobs/results` reads many at once.
+//! pass); `GET /ojs/v1/jobs/{id}/result/stream` follows its progress, then its outcome (SSE);
+//! `POST /ojs/v1/jobs/results` reads many at once.
 //!
 //! A wait costs the database nothing while it lasts: the job's end, on whichever replica,
 //! wakes it (see [`crate::broker::ResultOutcome`] and [`crate::wakeup::results`]).
@@ -11,8 +12,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use serde_json::json;
 use serde_json::value::RawValue;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
 use utoipa::{IntoParams, PartialSchema, ToSchema};
@@ -23,7 +26,7 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, JsonBody};
 use crate::http::query::QueryParams;
-use crate::http::{AppState, ok};
+use crate::http::{AppState, ok, sse};
 use crate::job::{JobId, JobState};
 use crate::wire::timestamp;
 
@@ -33,6 +36,7 @@ const DEFAULT_WAIT_SECS: u64 = 30;
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(show))
+        .routes(routes!(stream))
         .routes(routes!(bulk))
 }
 
@@ -116,6 +120,91 @@ fn pruned(id: &str, at: Option<chrono::DateTime<chrono::Utc>>) -> ApiError {
         None => format!("Job '{id}' ended and is no longer kept."),
     };
     ApiError::result_pruned(id, message, at.as_deref())
+}
+
+/// `GET /ojs/v1/jobs/{id}/result/stream`: the job's progress, then its outcome, as server-sent
+/// events.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}/result/stream",
+    operation_id = "stream_job_result",
+    tag = "jobs",
+    summary = "Follow a job's progress, then its result (SSE)",
+    params(JobIdPath),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String,
+            description = "Server-sent events, after a first `retry: 3000`: `progress` events \
+            (data: the `JobProgress` object), the current one first, then each new report; then \
+            one last event once the job ended: `result` (data `{\"job_id\", \"state\", \
+            \"value\"}`, the ACK's result) when it completed, `error` (data `{\"job_id\", \
+            \"state\", \"error\"}`) when it was discarded or cancelled or its result is no \
+            longer served. Empty comments keep the connection alive."),
+        (status = 404, description = "No such job."),
+    )
+)]
+async fn stream(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    caller.check_job(&state, id).await?;
+    let first = state.broker().progress(id).await?;
+    Ok(sse::outcome(state, first, render_progress, last_event))
+}
+
+fn render_progress(p: &crate::broker::Progress) -> String {
+    serde_json::to_string(&ProgressView::of(p)).unwrap_or_default()
+}
+
+/// The progress a stream shows.
+#[derive(Serialize)]
+struct ProgressView<'a> {
+    job_id: String,
+    state: JobState,
+    progress: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    updated_at: Option<String>,
+}
+
+impl<'a> ProgressView<'a> {
+    fn of(p: &'a crate::broker::Progress) -> ProgressView<'a> {
+        ProgressView {
+            job_id: p.job_id.to_string(),
+            state: p.state,
+            progress: p.progress,
+            message: p.message.as_deref(),
+            data: p.data.as_ref().map(|d| &*d.0),
+            updated_at: p.updated_at.map(timestamp::format),
+        }
+    }
+}
+
+/// The stream's last event: `result` for a completed job, `error` otherwise.
+fn last_event(outcome: &ResultOutcome) -> Event {
+    let (name, data) = match outcome {
+        ResultOutcome::Ready(r) if r.state == JobState::Completed => (
+            "result",
+            json!({"job_id": r.job_id.to_string(), "state": r.state,
+                   "value": r.result.as_ref().map(|v| &*v.0)}),
+        ),
+        ResultOutcome::Ready(r) => (
+            "error",
+            json!({"job_id": r.job_id.to_string(), "state": r.state,
+                   "error": r.error.as_ref().map(|v| &*v.0)}),
+        ),
+        ResultOutcome::Pruned { state, at } => (
+            "error",
+            json!({"state": state, "error": {"code": "RESULT_PRUNED",
+                   "message": "the result is no longer served",
+                   "expired_at": at.map(timestamp::format)}}),
+        ),
+        ResultOutcome::Pending(state) => ("progress", json!({"state": state})),
+    };
+    Event::default().event(name).data(data.to_string())
 }
 
 /// A finished job's outcome.
