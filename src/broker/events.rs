@@ -4,6 +4,7 @@
 use super::Broker;
 use crate::error::Result;
 use crate::events::{self, EventKey};
+use crate::job::JobId;
 use crate::store;
 use crate::store::event::{EventFilter, EventRow, Position};
 
@@ -17,6 +18,19 @@ impl Broker {
         limit: i64,
     ) -> Result<Vec<EventRow>> {
         Ok(store::event::list(&self.db, filter, after, limit).await?)
+    }
+
+    /// Job `id`'s events after `after`, oldest first (up to `limit`), and how many it has in
+    /// all: its execution history.
+    pub async fn job_history(
+        &self,
+        id: JobId,
+        after: Option<Position>,
+        limit: i64,
+    ) -> Result<(Vec<EventRow>, i64)> {
+        let events = store::event::job_history(&self.db, id.0, after, limit).await?;
+        let total = store::event::count_for_job(&self.db, id.0).await?;
+        Ok((events, total))
     }
 
     /// A page of events newest first, and how many match in all

@@ -1,6 +1,8 @@
-//! Events over HTTP: `GET /ojs/v1/events` (polling with a cursor, see [OJS event polling]) and
-//! the SSE streams of one job or one queue (see [OJS SSE binding]).
+//! Events over HTTP: `GET /ojs/v1/events` (polling with a cursor, see [OJS event polling]), the
+//! SSE streams of one job or one queue (see [OJS SSE binding]), and a job's execution history
+//! (`GET /ojs/v1/jobs/{id}/history`, see [OJS execution history]), read from the same log.
 //!
+//! [OJS execution history]: https://github.com/openjobspec/spec/blob/main/spec/ojs-execution-history.md
 //! [OJS event polling]: https://github.com/openjobspec/spec/blob/main/spec/ojs-events.md#64-http-polling-optional
 //! [OJS SSE binding]: https://github.com/openjobspec/spec/blob/main/spec/ojs-realtime.md#2-server-sent-events-sse-binding
 
@@ -22,7 +24,7 @@ use super::tenancy::Tenant;
 use super::{AppState, ok};
 use crate::broker::EventFilter;
 use crate::events::{EventKey, WireEvent};
-use crate::job::JobId;
+use crate::job::{JobId, JobState};
 use crate::wire::timestamp;
 
 /// Default and largest `limit` of a poll.
@@ -34,6 +36,30 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(poll))
         .routes(routes!(job_stream))
         .routes(routes!(queue_stream))
+        .routes(routes!(history))
+}
+
+/// The position of the event whose id (`evt_...`) is `text`, the value of query parameter
+/// `name`: a 400 for a malformed id or one no longer retained.
+async fn position_of(
+    state: &AppState,
+    name: &str,
+    text: &str,
+) -> Result<crate::broker::Position, ApiError> {
+    let field = format!("query.{name}");
+    let key = EventKey::parse(text).ok_or_else(|| {
+        ApiError::invalid_field(
+            &field,
+            format!("'{name}' must be an event id (evt_...), got {text:?}"),
+        )
+    })?;
+    state.broker().locate_event(key).await?.ok_or_else(|| {
+        ApiError::invalid_field(
+            &field,
+            format!("event {text} is no longer retained; read again without '{name}' to start from the oldest retained event"),
+        )
+        .with_details(json!({"field": field, "reason": "cursor_expired"}))
+    })
 }
 
 /// The query of `GET /ojs/v1/events`. Without `page`/`per_page` (or with `after`) it is the
@@ -209,22 +235,7 @@ async fn poll(
         .clamp(1, MAX_POLL_LIMIT);
     let after = match query.get("after") {
         None => None,
-        Some(text) => {
-            let key = EventKey::parse(text).ok_or_else(|| {
-                ApiError::invalid_field(
-                    "query.after",
-                    format!("'after' must be an event id (evt_...), got {text:?}"),
-                )
-            })?;
-            let position = state.broker().locate_event(key).await?.ok_or_else(|| {
-                    ApiError::invalid_field(
-                        "query.after",
-                        format!("event {text} is no longer retained; poll again without 'after' to start from the oldest retained event"),
-                    )
-                    .with_details(json!({"field": "query.after", "reason": "cursor_expired"}))
-                })?;
-            Some(position)
-        }
+        Some(text) => Some(position_of(&state, "after", text).await?),
     };
     let mut events = state
         .broker()
@@ -360,4 +371,167 @@ async fn queue_stream(
         resume,
         types,
     ))
+}
+
+/// Default and largest `limit` of a history page.
+const DEFAULT_HISTORY_LIMIT: i64 = 50;
+const MAX_HISTORY_LIMIT: i64 = 1_000;
+
+/// A page of a job's history.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // documentation: read by `history`
+struct HistoryQuery {
+    /// Events per page (default 50; more than 1000 is cut to 1000).
+    #[param(minimum = 0)]
+    limit: Option<i64>,
+    /// `next_cursor` of the previous page: the events after it.
+    cursor: Option<String>,
+}
+
+/// `GET /ojs/v1/jobs/{id}/history`: the job's events, oldest first, from the event log.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}/history",
+    operation_id = "get_job_history",
+    tag = "events",
+    summary = "A job's execution history",
+    params(JobIdPath, HistoryQuery),
+    responses(
+        (status = 200, body = HistoryBody<'static>, description = "The job's events, oldest \
+            first: its creation, each attempt started, completed or failed, each change of \
+            state, its end, checkpoints and heartbeats."),
+        (status = 400, description = "A malformed `limit` or `cursor`, or a `cursor` no longer \
+            retained."),
+        (status = 404, description = "No such job."),
+    )
+)]
+async fn history(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    caller: Caller,
+    query: QueryParams,
+) -> Result<Response, ApiError> {
+    let limit = query
+        .count("limit")?
+        .unwrap_or(DEFAULT_HISTORY_LIMIT)
+        .clamp(1, MAX_HISTORY_LIMIT);
+    let after = match query.get("cursor") {
+        None => None,
+        Some(text) => Some(position_of(&state, "cursor", text).await?),
+    };
+    let job = state.broker().info(id).await?;
+    caller.check_queue(&job.queue)?;
+    caller.check_job(&state, id).await?;
+    let (mut events, total) = state.broker().job_history(id, after, limit + 1).await?;
+    let has_more = events.len() as i64 > limit;
+    events.truncate(limit as usize);
+    let next_cursor = has_more
+        .then(|| events.last().map(|e| EventKey::of(e).to_id()))
+        .flatten();
+    Ok(ok(HistoryBody {
+        job_id: id.to_string(),
+        events: events.iter().map(HistoryEvent::of).collect(),
+        next_cursor,
+        total,
+    })
+    .into_response())
+}
+
+/// A page of a job's history.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobHistory)]
+struct HistoryBody<'a> {
+    #[schema(value_type = JobId)]
+    job_id: String,
+    events: Vec<HistoryEvent<'a>>,
+    /// The `cursor` of the next page (`null`: this is the last one).
+    next_cursor: Option<String>,
+    /// How many events the job has in all.
+    total: i64,
+}
+
+/// One event of a job's history.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobHistoryEvent)]
+struct HistoryEvent<'a> {
+    /// The event's id (`evt_...`), as the event log and its streams give it.
+    id: String,
+    #[schema(value_type = JobId)]
+    job_id: String,
+    /// The history's name for it: `job.created`, `job.attempt_started`,
+    /// `job.attempt_completed`, `job.attempt_failed`, `job.cancelled`, `job.discarded`,
+    /// `job.checkpoint_saved`, `job.state_changed` for another change of state, else the
+    /// event log's own type.
+    event_type: &'a str,
+    /// The event log's type (`job.enqueued`, `job.started`, ...).
+    r#type: &'a str,
+    #[schema(value_type = crate::http::openapi::values::Timestamp)]
+    timestamp: String,
+    /// The state the job left, for a change of state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    from: Option<JobState>,
+    /// The state the job entered, for a change of state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to: Option<JobState>,
+    /// Who did it: the `worker` named in the event, a `client` of the API, or the `system`
+    /// (the server's own maintenance).
+    actor: Actor,
+    /// The event's payload, as the event log has it.
+    #[schema(value_type = Object)]
+    data: &'a serde_json::value::RawValue,
+}
+
+/// Who caused a history event.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobHistoryActor)]
+struct Actor {
+    /// `worker`, `client` or `system`.
+    r#type: &'static str,
+    /// The worker's id, or the event's source (the server instance).
+    id: String,
+}
+
+impl<'a> HistoryEvent<'a> {
+    fn of(e: &'a crate::broker::EventRow) -> HistoryEvent<'a> {
+        let event_type = match (e.r#type.as_str(), e.from_state, e.to_state) {
+            ("job.enqueued" | "job.scheduled", None, _) => "job.created",
+            ("job.started", ..) => "job.attempt_started",
+            ("job.completed", ..) => "job.attempt_completed",
+            ("job.failed", ..) => "job.attempt_failed",
+            ("job.cancelled", ..) => "job.cancelled",
+            ("job.discarded", ..) => "job.discarded",
+            ("job.checkpointed", ..) => "job.checkpoint_saved",
+            (_, _, Some(_)) => "job.state_changed",
+            (other, ..) => other,
+        };
+        let worker = serde_json::from_str::<serde_json::Value>(e.data.0.get())
+            .ok()
+            .and_then(|d| d.get("worker_id")?.as_str().map(str::to_owned));
+        let actor = match worker {
+            Some(id) => Actor {
+                r#type: "worker",
+                id,
+            },
+            None if e.source.contains("/api/") => Actor {
+                r#type: "client",
+                id: e.source.clone(),
+            },
+            None => Actor {
+                r#type: "system",
+                id: e.source.clone(),
+            },
+        };
+        HistoryEvent {
+            id: EventKey::of(e).to_id(),
+            job_id: e.job_id.map(|id| id.to_string()).unwrap_or_default(),
+            event_type,
+            r#type: &e.r#type,
+            timestamp: timestamp::format(e.time),
+            from: e.from_state,
+            to: e.to_state,
+            actor,
+            data: &e.data.0,
+        }
+    }
 }

@@ -95,6 +95,10 @@ struct Capabilities {
     queue_config: bool,
     events: bool,
     long_poll_fetch: bool,
+    /// Checkpoints a retried job resumes from (OJS durable execution).
+    durable_execution: bool,
+    /// Results read, awaited (`?wait=true`) and streamed; `result_ttl` (OJS results).
+    results: bool,
 }
 
 /// The extensions served: OJS's own (`official`) and ojsd's (`experimental`).
@@ -321,6 +325,8 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             queue_config: true,
             events: true,
             long_poll_fetch: true,
+            durable_execution: true,
+            results: true,
         },
         extensions: EXTENSIONS
             .official
@@ -386,6 +392,8 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         official!("schema-registry"),
         official!("multi-tenancy"),
         official!("webhooks"),
+        official!("durable-execution"),
+        official!("results"),
     ],
     // ojsd's own extensions (not part of OJS).
     experimental: &[Extension {

@@ -103,6 +103,7 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | "/ojs/v1/jobs/{id}/checkpoint"
         | "/ojs/v1/jobs/{id}/result"
         | "/ojs/v1/jobs/{id}/result/stream"
+        | "/ojs/v1/jobs/{id}/history"
         | "/ojs/v1/admin/jobs/{id}"
         | "/ojs/v1/admin/jobs/{id}/cancel"
         | "/ojs/v1/admin/jobs/{id}/retry"

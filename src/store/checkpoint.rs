@@ -48,8 +48,9 @@ pub async fn save(
              event as (
                  insert into ojs_event (type, subject, job_id, queue, job_type, worker_id, data)
                  select 'job.checkpointed', j.id::text, j.id, j.queue, j.type, $2,
-                        jsonb_build_object('sequence', s.sequence, 'size_bytes', s.size_bytes,
-                                           'attempt', j.attempt)
+                        jsonb_strip_nulls(jsonb_build_object(
+                            'sequence', s.sequence, 'size_bytes', s.size_bytes,
+                            'attempt', j.attempt, 'worker_id', $2::text))
                    from j, saved s
              )
         select j.state as "state!: JobState", j.worker_id,

@@ -296,6 +296,42 @@ pub async fn head(db: impl PgExecutor<'_>) -> Result<Option<Position>, sqlx::Err
     }))
 }
 
+/// From when batch rows may hold job `job_id`'s events: its creation (less a margin). Batch rows
+/// hold a job's events only from its creation on: the statements that write them see the job,
+/// and run in transactions far shorter than the margin. `None` for a job that is gone
+/// (pruned): it is looked for in every batch row.
+async fn batch_rows_since(
+    db: &sqlx::PgPool,
+    job_id: Uuid,
+) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    Ok(sqlx::query_scalar!(
+        "select created_at - interval '10 minutes' from ojs_job_all where id = $1",
+        job_id
+    )
+    .fetch_optional(db)
+    .await?
+    .flatten())
+}
+
+/// How many committed events job `job_id` has (each row, batch or not, holds at most one of a
+/// job's events).
+pub async fn count_for_job(db: &sqlx::PgPool, job_id: Uuid) -> Result<i64, sqlx::Error> {
+    let since = batch_rows_since(db, job_id).await?;
+    sqlx::query_scalar!(
+        r#"
+        select count(*) as "n!"
+          from ojs_event
+         where (job_id = $1
+                or (job_ids is not null and time >= coalesce($2::timestamptz, '-infinity')
+                    and job_ids @> array[$1::uuid]))
+        "#,
+        job_id,
+        since,
+    )
+    .fetch_one(db)
+    .await
+}
+
 /// Up to `limit` deliverable events after `after` (from the oldest retained one when `None`)
 /// that match `filter`, in delivery order.
 pub async fn list(
@@ -304,22 +340,41 @@ pub async fn list(
     after: Option<Position>,
     limit: i64,
 ) -> Result<Vec<EventRow>, sqlx::Error> {
+    read(db, filter, after, limit, true).await
+}
+
+/// Up to `limit` of job `job_id`'s events after `after`, in log order: every committed one,
+/// deliverable or not yet (a history is read at once, not followed: an event written by a
+/// transaction that committed while an older one still runs is shown too).
+pub async fn job_history(
+    db: &sqlx::PgPool,
+    job_id: Uuid,
+    after: Option<Position>,
+    limit: i64,
+) -> Result<Vec<EventRow>, sqlx::Error> {
+    let filter = EventFilter {
+        job_id: Some(job_id),
+        ..EventFilter::default()
+    };
+    read(db, &filter, after, limit, false).await
+}
+
+/// [`list`], and with `deliverable` false also the committed events not yet deliverable (only
+/// for one job's events).
+async fn read(
+    db: &sqlx::PgPool,
+    filter: &EventFilter,
+    after: Option<Position>,
+    limit: i64,
+    deliverable: bool,
+) -> Result<Vec<EventRow>, sqlx::Error> {
     let (types, prefixes) = filter.type_arrays();
     let after_xid = after.map(|p| p.xid.to_string());
     let after_seq = after.map_or(0, |p| p.seq);
     // One statement per access path, so each is planned as an index range scan in delivery
     // order: by job, by queue, or over everything.
     let rows = if let Some(job_id) = filter.job_id {
-        // Batch rows hold the job's events only from its creation on: the statements that
-        // write them see the job, and run in transactions far shorter than the margin. A job
-        // that is gone (pruned) is looked for in every batch row.
-        let since = sqlx::query_scalar!(
-            "select created_at - interval '10 minutes' from ojs_job_all where id = $1",
-            job_id
-        )
-        .fetch_optional(db)
-        .await?
-        .flatten();
+        let since = batch_rows_since(db, job_id).await?;
         sqlx::query_as!(
             Raw,
             r#"
@@ -337,7 +392,7 @@ pub async fn list(
              where (job_id = $1
                     or (job_ids is not null and time >= coalesce($9::timestamptz, '-infinity')
                         and job_ids @> array[$1::uuid]))
-               and xid < pg_snapshot_xmin(pg_current_snapshot())
+               and (not $10::bool or xid < pg_snapshot_xmin(pg_current_snapshot()))
                -- Rows with an event after the cursor: the index bound, then the exact test.
                and ($2::text is null or ((xid, seq) > ($2::text::xid8, $3::int8 - 16384)
                                           and (xid, seq + coalesce(cardinality(job_ids), 1) - 1)
@@ -357,6 +412,7 @@ pub async fn list(
             filter.job_types.as_deref(),
             limit,
             since,
+            deliverable,
         )
         .fetch_all(db)
         .await?

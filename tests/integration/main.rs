@@ -15,6 +15,7 @@ mod embedded;
 mod enqueue_statements;
 mod event_batches;
 mod events_api;
+mod execution_history;
 mod failover;
 mod fair_scheduling;
 mod handoff;
