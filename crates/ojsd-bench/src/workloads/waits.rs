@@ -74,6 +74,9 @@ impl Bench {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // Backends publish their transaction counts when they go idle, up to 10 s later
+        // (PGSTAT_IDLE_INTERVAL): the waiters' own reads and flags must land before the window.
+        tokio::time::sleep(Duration::from_secs(11)).await;
         let waiting = self.idle_cost(idle).await?;
 
         // The jobs end: fetched, then ACKed in batches.
