@@ -1,14 +1,17 @@
 //! Shapes several resources share: the path parameters of a job, a queue and a worker, the
-//! wrapped job body, and the figures the admin overviews show (job counts by state, recent
+//! wrapped job body, a job's progress, and the figures the admin overviews show (job counts by state, recent
 //! throughput). A resource module never imports another; what two of them answer alike is
 //! defined here.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::openapi;
 use crate::broker::RECENT_WINDOW;
+use crate::job::JobState;
 use crate::job::wire::WireJob;
+use crate::wire::timestamp;
 
 /// `{"job": {...}}`.
 #[derive(Serialize, ToSchema)]
@@ -43,6 +46,44 @@ impl Throughput {
         Throughput {
             processed_per_minute: completed as f64 / minutes,
             failed_per_minute: discarded as f64 / minutes,
+        }
+    }
+}
+
+/// A job's progress: the current attempt's latest report.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobProgress)]
+pub(crate) struct ProgressBody<'a> {
+    job_id: String,
+    state: JobState,
+    /// 0 to 1: 0 before any report, 1 once the job completed.
+    progress: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    data: Option<&'a RawValue>,
+    /// RFC 3339: when the report was made; absent before any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    updated_at: Option<String>,
+}
+
+impl ProgressBody<'_> {
+    /// The progress as an SSE event's data.
+    pub(crate) fn render(p: &crate::broker::Progress) -> String {
+        serde_json::to_string(&ProgressBody::of(p)).unwrap_or_default()
+    }
+}
+
+impl<'a> ProgressBody<'a> {
+    pub(crate) fn of(p: &'a crate::broker::Progress) -> ProgressBody<'a> {
+        ProgressBody {
+            job_id: p.job_id.to_string(),
+            state: p.state,
+            progress: p.progress,
+            message: p.message.as_deref(),
+            data: p.data.as_ref().map(|d| &*d.0),
+            updated_at: p.updated_at.map(timestamp::format),
         }
     }
 }

@@ -12,22 +12,21 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
-use crate::broker::{Progress, ProgressReport};
+use crate::broker::ProgressReport;
 use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{Fields, JobIdPath, JsonBody};
 
+use crate::http::shapes::ProgressBody;
 use crate::http::sse;
 use crate::http::{AppState, ok};
+use crate::job::JobId;
 use crate::job::id_schema::WorkerId;
-use crate::job::{JobId, JobState};
 use crate::wire::json::{self, Kind};
-use crate::wire::timestamp;
 
 /// Longest `message`, in characters.
 const MAX_MESSAGE_CHARS: usize = 1_000;
@@ -153,7 +152,7 @@ async fn record(state: &AppState, id: JobId, fields: &Fields<'_>) -> Result<Resp
         data: parsed.data,
     };
     let saved = state.broker().report_progress(id, &report).await?;
-    Ok(ok(Body::of(&saved)).into_response())
+    Ok(ok(ProgressBody::of(&saved)).into_response())
 }
 
 /// `PUT /ojs/v1/jobs/{id}/progress`.
@@ -166,7 +165,7 @@ async fn record(state: &AppState, id: JobId, fields: &Fields<'_>) -> Result<Resp
     params(JobIdPath),
     request_body = ProgressReportRequest,
     responses(
-        (status = 200, description = "The recorded progress.", body = Body<'static>),
+        (status = 200, description = "The recorded progress.", body = ProgressBody<'static>),
         (status = 400, description = "The report is invalid."),
         (status = 404, description = "No such job."),
         (status = 409, description = "The job is not active, or another worker holds it."),
@@ -192,7 +191,7 @@ async fn report_for_path(
     summary = "Report an active job's progress (job in the body)",
     request_body = WorkerProgressRequest,
     responses(
-        (status = 200, description = "The recorded progress.", body = Body<'static>),
+        (status = 200, description = "The recorded progress.", body = ProgressBody<'static>),
         (status = 400, description = "The report is invalid or `job_id` is missing or malformed."),
         (status = 404, description = "No such job."),
         (status = 409, description = "The job is not active, or another worker holds it."),
@@ -219,7 +218,7 @@ async fn report_for_body(
     summary = "Read a job's progress",
     params(JobIdPath),
     responses(
-        (status = 200, body = Body<'static>),
+        (status = 200, body = ProgressBody<'static>),
         (status = 404, description = "No such job."),
     )
 )]
@@ -230,7 +229,7 @@ async fn show(
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
     let progress = state.broker().progress(id).await?;
-    Ok(ok(Body::of(&progress)).into_response())
+    Ok(ok(ProgressBody::of(&progress)).into_response())
 }
 
 /// `GET /ojs/v1/jobs/{id}/progress/stream`: the progress now, then each new report, until the
@@ -259,38 +258,5 @@ async fn stream(
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
     let first = state.broker().progress(id).await?;
-    Ok(sse::progress(state, first, |p| {
-        serde_json::to_string(&Body::of(p)).unwrap_or_default()
-    }))
-}
-
-/// A job's progress: the current attempt's latest report.
-#[derive(Serialize, ToSchema)]
-#[schema(as = JobProgress)]
-struct Body<'a> {
-    job_id: String,
-    state: JobState,
-    /// 0 to 1: 0 before any report, 1 once the job completed.
-    progress: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    data: Option<&'a RawValue>,
-    /// RFC 3339: when the report was made; absent before any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    updated_at: Option<String>,
-}
-
-impl<'a> Body<'a> {
-    fn of(p: &'a Progress) -> Body<'a> {
-        Body {
-            job_id: p.job_id.to_string(),
-            state: p.state,
-            progress: p.progress,
-            message: p.message.as_deref(),
-            data: p.data.as_ref().map(|d| &*d.0),
-            updated_at: p.updated_at.map(timestamp::format),
-        }
-    }
+    Ok(sse::progress(state, first, ProgressBody::render))
 }

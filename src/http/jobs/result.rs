@@ -26,6 +26,7 @@ use crate::http::auth::Caller;
 use crate::http::error::ApiError;
 use crate::http::extract::{JobIdPath, JsonBody};
 use crate::http::query::QueryParams;
+use crate::http::shapes::ProgressBody;
 use crate::http::{AppState, ok, sse};
 use crate::job::{JobId, JobState};
 use crate::wire::timestamp;
@@ -149,38 +150,7 @@ async fn stream(
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, id).await?;
     let first = state.broker().progress(id).await?;
-    Ok(sse::outcome(state, first, render_progress, last_event))
-}
-
-fn render_progress(p: &crate::broker::Progress) -> String {
-    serde_json::to_string(&ProgressView::of(p)).unwrap_or_default()
-}
-
-/// The progress a stream shows.
-#[derive(Serialize)]
-struct ProgressView<'a> {
-    job_id: String,
-    state: JobState,
-    progress: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    data: Option<&'a RawValue>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    updated_at: Option<String>,
-}
-
-impl<'a> ProgressView<'a> {
-    fn of(p: &'a crate::broker::Progress) -> ProgressView<'a> {
-        ProgressView {
-            job_id: p.job_id.to_string(),
-            state: p.state,
-            progress: p.progress,
-            message: p.message.as_deref(),
-            data: p.data.as_ref().map(|d| &*d.0),
-            updated_at: p.updated_at.map(timestamp::format),
-        }
-    }
+    Ok(sse::outcome(state, first, ProgressBody::render, last_event))
 }
 
 /// The stream's last event: `result` for a completed job, `error` otherwise.
