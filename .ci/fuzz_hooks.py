@@ -215,13 +215,19 @@ def _issued(case) -> None:
     design), the paged event list takes no `job_id`, a pool body's `id` and `name` name the
     pool of its path and its weights its own queues, a bulk action picks its own states, a purge
     is confirmed and a queue deletion has a strategy, in the body or the query, a queue is neither moved into itself nor its own
-    dead-letter queue, tenant-fair pools agree on their tenant weights, a FETCH by a worker of no pool names its queues, and maintenance mode is only ever turned off. Long polls are kept short."""
+    dead-letter queue, tenant-fair pools agree on their tenant weights, a FETCH by a worker of no pool names its queues, and maintenance mode is only ever turned off. Long polls and result waits are kept short."""
     if isinstance(case.body, (dict, list)):
         case.body = _storable(case.body)
     if isinstance(case.query, dict):
         case.query = _storable(case.query)
     query = case.query if isinstance(case.query, dict) else {}
-    if "cursor" in query:
+    if "cursor" in query and case.path.endswith("/history"):
+        # A history page's cursor is an event id, as `after` is.
+        if _event:
+            query["cursor"] = _event
+        else:
+            del query["cursor"]
+    elif "cursor" in query:
         offset = _rng.randrange(0, 100)
         cursor = json.dumps({"o": offset}, separators=(",", ":")).encode()
         query["cursor"] = base64.urlsafe_b64encode(cursor).decode().rstrip("=")
@@ -253,6 +259,9 @@ def _issued(case) -> None:
         # Only a member of a configured pool may leave `queues` out.
         if not case.body.get("queues"):
             case.body["queues"] = [QUEUES[0]]
+    if case.path == "/ojs/v1/jobs/{id}/result" and "wait" in query:
+        # A result wait holds the request until the job ends, as documented.
+        query["timeout"] = 1
     if isinstance(case.body, dict) and isinstance(case.body.get("wait_ms"), int):
         # A long poll is served as documented; the fuzz need not wait for it.
         case.body["wait_ms"] = min(case.body["wait_ms"], 50)
