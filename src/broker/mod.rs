@@ -79,4 +79,6 @@ pub use crate::store::job_list::{JobFilter, JobPage, JobSort, JobSummary};
 pub use crate::store::queue::{QueueCounts, QueueState};
 pub use crate::store::rate_limit::{KeyUsage as RateKeyUsage, Override as RateOverride};
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
-pub use crate::store::workflow::{NodeRow as WorkflowNode, WorkflowCounts, WorkflowRow};
+pub use crate::store::workflow::{
+    LineageRow, NodeRow as WorkflowNode, WorkflowCounts, WorkflowRow,
+};

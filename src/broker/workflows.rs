@@ -27,6 +27,14 @@ pub struct WorkflowCancelled {
 }
 
 impl Broker {
+    /// Job `id`'s lineage: where it came from and what it leads to
+    /// ([`store::workflow::lineage`]).
+    pub async fn job_lineage(&self, id: crate::job::JobId) -> Result<store::workflow::LineageRow> {
+        store::workflow::lineage(&self.db, id.0)
+            .await?
+            .ok_or(Error::JobNotFound(id))
+    }
+
     /// Makes a workflow and every job of it in one transaction: all or nothing. A job a unique
     /// policy resolves to an existing job refuses the workflow (409), since that job is not
     /// the workflow's.

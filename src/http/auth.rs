@@ -55,6 +55,7 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
                     | "/ojs/v1/jobs/{id}/result"
                     | "/ojs/v1/jobs/{id}/result/stream"
                     | "/ojs/v1/jobs/{id}/history"
+                    | "/ojs/v1/jobs/{id}/lineage"
             )
     );
     if producer {

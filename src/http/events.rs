@@ -37,6 +37,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(job_stream))
         .routes(routes!(queue_stream))
         .routes(routes!(history))
+        .routes(routes!(lineage))
 }
 
 /// The position of the event whose id (`evt_...`) is `text`, the value of query parameter
@@ -532,6 +533,109 @@ impl<'a> HistoryEvent<'a> {
             to: e.to_state,
             actor,
             data: &e.data.0,
+        }
+    }
+}
+
+/// `GET /ojs/v1/jobs/{id}/lineage`: where the job came from and what it leads to.
+#[utoipa::path(
+    get,
+    path = "/ojs/v1/jobs/{id}/lineage",
+    operation_id = "get_job_lineage",
+    tag = "events",
+    summary = "A job's lineage",
+    params(JobIdPath),
+    responses(
+        (status = 200, body = LineageBody, description = "The job's parents and children in \
+            its workflow, its root, the cron entry that enqueued it, and its attempts."),
+        (status = 404, description = "No such job."),
+    )
+)]
+async fn lineage(
+    State(state): State<AppState>,
+    JobIdPath(id): JobIdPath,
+    caller: Caller,
+) -> Result<Response, ApiError> {
+    caller.check_job(&state, id).await?;
+    let row = state.broker().job_lineage(id).await?;
+    Ok(ok(LineageBody::of(id, row)).into_response())
+}
+
+/// A job's lineage.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobLineage)]
+struct LineageBody {
+    #[schema(value_type = JobId)]
+    job_id: String,
+    /// The job it came from: its own `parent_id` attribute, else the first workflow job it
+    /// waited for.
+    parent_id: Option<String>,
+    /// Every workflow job it waited for (a chain's previous step, a dag's dependencies, a
+    /// batch's members for a callback), in step order.
+    parent_ids: Vec<String>,
+    /// Its workflow.
+    workflow_id: Option<String>,
+    /// The workflow's type (`chain`, `group`, `batch`, `dag`) and the job's step in it.
+    workflow_type: Option<String>,
+    workflow_step: Option<i32>,
+    /// The first job of its line: its own `root_id` attribute, else its chain's first step,
+    /// else the job itself when it has no parent.
+    root_id: Option<String>,
+    /// The workflow jobs that wait for it (direct children only), in step order.
+    children: Vec<LineageChild>,
+    /// The cron entry whose run enqueued it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cron: Option<CronOrigin>,
+    /// Attempts made so far (its retries are attempts of the same job).
+    attempts: i32,
+}
+
+/// A direct child in a lineage.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobLineageChild)]
+struct LineageChild {
+    #[schema(value_type = JobId)]
+    job_id: String,
+}
+
+/// The cron run that enqueued a job.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobLineageCron)]
+struct CronOrigin {
+    name: String,
+    /// The slot of the run.
+    #[schema(value_type = Option<crate::http::openapi::values::Timestamp>)]
+    scheduled_time: Option<String>,
+}
+
+impl LineageBody {
+    fn of(id: JobId, row: crate::broker::LineageRow) -> LineageBody {
+        let parent_ids: Vec<String> = row.parents.iter().map(ToString::to_string).collect();
+        let parent_id = row.parent_attr.or_else(|| parent_ids.first().cloned());
+        let root_id = row
+            .root_attr
+            .or_else(|| row.chain_root.map(|r| r.to_string()))
+            .or_else(|| parent_id.is_none().then(|| id.to_string()));
+        LineageBody {
+            job_id: id.to_string(),
+            parent_id,
+            parent_ids,
+            workflow_id: row.workflow_id.map(|w| w.to_string()),
+            workflow_type: row.workflow_type,
+            workflow_step: row.step,
+            root_id,
+            children: row
+                .children
+                .iter()
+                .map(|c| LineageChild {
+                    job_id: c.to_string(),
+                })
+                .collect(),
+            cron: row.cron_name.map(|name| CronOrigin {
+                name,
+                scheduled_time: row.cron_scheduled_time,
+            }),
+            attempts: row.attempt,
         }
     }
 }

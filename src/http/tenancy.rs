@@ -104,6 +104,7 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | "/ojs/v1/jobs/{id}/result"
         | "/ojs/v1/jobs/{id}/result/stream"
         | "/ojs/v1/jobs/{id}/history"
+        | "/ojs/v1/jobs/{id}/lineage"
         | "/ojs/v1/admin/jobs/{id}"
         | "/ojs/v1/admin/jobs/{id}/cancel"
         | "/ojs/v1/admin/jobs/{id}/retry"

@@ -353,3 +353,77 @@ pub async fn delete_all(db: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
     sqlx::query!("delete from ojs_workflow").execute(db).await?;
     Ok(())
 }
+
+/// Where a job came from and what it leads to, as a job's lineage shows it.
+#[derive(Debug, Clone)]
+pub struct LineageRow {
+    /// The job's own `parent_id` and `root_id` attributes, as sent.
+    pub parent_attr: Option<String>,
+    pub root_attr: Option<String>,
+    /// Its workflow, that workflow's type and the job's place in it.
+    pub workflow_id: Option<Uuid>,
+    pub workflow_type: Option<String>,
+    pub step: Option<i32>,
+    /// The workflow jobs it waited for, and those that wait for it, in step order.
+    pub parents: Vec<Uuid>,
+    pub children: Vec<Uuid>,
+    /// The first step of its chain.
+    pub chain_root: Option<Uuid>,
+    /// The cron entry whose run enqueued it, and the run's slot.
+    pub cron_name: Option<String>,
+    pub cron_scheduled_time: Option<String>,
+    pub attempt: i32,
+}
+
+/// Job `id`'s lineage (`None`: no such job): its client-given `parent_id`/`root_id`, its
+/// workflow and neighbours there (a chain's previous and next step, a dag's dependencies and
+/// dependents, a batch's members and callbacks), and the cron run that enqueued it (from the
+/// job's `cron.triggered` event).
+pub async fn lineage(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<LineageRow>, sqlx::Error> {
+    sqlx::query_as!(
+        LineageRow,
+        r#"
+        with j as (select id, extra, attempt from ojs_job_all where id = $1),
+             me as (select n.workflow_id, n.idx, n.kind, n.depends_on, w.type
+                      from ojs_workflow_node n
+                      join ojs_workflow w on w.id = n.workflow_id
+                     where n.job_id = $1
+                     limit 1),
+             parents as (
+                 select p.job_id, p.idx
+                   from ojs_workflow_node p, me
+                  where p.workflow_id = me.workflow_id
+                    and ((me.type = 'chain' and p.idx = me.idx - 1)
+                         or (me.depends_on is not null and p.idx = any(me.depends_on))
+                         or (me.kind in ('on_complete', 'on_success', 'on_failure') and p.kind = 'job'))
+             ),
+             children as (
+                 select c.job_id, c.idx
+                   from ojs_workflow_node c, me
+                  where c.workflow_id = me.workflow_id
+                    and ((me.type = 'chain' and c.idx = me.idx + 1)
+                         or (c.depends_on is not null and me.idx = any(c.depends_on))
+                         or (me.kind = 'job' and c.kind in ('on_complete', 'on_success', 'on_failure')))
+             ),
+             cron as (
+                 select e.data ->> 'cron_name' as name, e.data ->> 'scheduled_time' as slot
+                   from ojs_event e
+                  where e.job_id = $1 and e.type = 'cron.triggered'
+                  limit 1
+             )
+        select j.extra ->> 'parent_id' as parent_attr, j.extra ->> 'root_id' as root_attr,
+               me.workflow_id as "workflow_id?", me.type as "workflow_type?", me.idx as "step?",
+               coalesce((select array_agg(job_id order by idx) from parents), '{}') as "parents!",
+               coalesce((select array_agg(job_id order by idx) from children), '{}') as "children!",
+               (select r.job_id from ojs_workflow_node r
+                 where me.type = 'chain' and r.workflow_id = me.workflow_id and r.idx = 0) as chain_root,
+               (select name from cron) as cron_name,
+               (select slot from cron) as cron_scheduled_time,
+               j.attempt as "attempt!"
+          from j left join me on true
+        "#,
+        id,
+    )
+    .fetch_optional(db)
+    .await
+}
