@@ -82,13 +82,24 @@ def _fingerprint_statement(db: psycopg.Connection) -> str:
         )
         if name not in ASYNC_BOOKKEEPING
     ]
-    def row(name: str) -> str:
+    def rows(name: str) -> str:
+        """The table, or its columns but the bookkeeping one (as cheap to hash as the table)."""
         column = WAIT_BOOKKEEPING.get(name)
-        return f"(to_jsonb(t) - '{column}')::text" if column else "t::text"
+        if column is None:
+            return name
+        (columns,) = db.execute(
+            """
+            select string_agg(quote_ident(attname), ', ' order by attnum)
+              from pg_attribute
+             where attrelid = %s::regclass and attnum > 0 and not attisdropped and attname <> %s
+            """,
+            (name, column),
+        ).fetchone()
+        return f"(select {columns} from {name})"
 
     parts = [
-        f"select '{name}', count(*) || ':' || coalesce(sum(hashtextextended({row(name)}, 0)), 0)"
-        f" from {name} t"
+        f"select '{name}', count(*) || ':' || coalesce(sum(hashtextextended(t::text, 0)), 0)"
+        f" from {rows(name)} t"
         for name in tables
     ]
     return " union all ".join(parts)
