@@ -115,16 +115,13 @@ impl Outcome {
 impl Broker {
     /// Job `id`'s result, waiting up to `wait` for the job to end (no wait: read it once).
     pub async fn job_result(&self, id: JobId, wait: Duration) -> Result<Outcome> {
-        let method = if wait.is_zero() {
-            Retrieval::Poll
+        let (method, outcome) = if wait.is_zero() {
+            let read = self.read_result(id).await?;
+            (Retrieval::Poll, read.ok_or(Error::JobNotFound(id))?)
         } else {
-            Retrieval::Wait
+            let awaited = self.await_result(id, Instant::now() + wait).await?;
+            (Retrieval::Wait, awaited)
         };
-        let outcome = if wait.is_zero() {
-            self.read_result(id).await?.ok_or(Error::JobNotFound(id))
-        } else {
-            self.await_result(id, Instant::now() + wait).await
-        }?;
         crate::telemetry::result_retrieved(method.as_str(), outcome.label());
         Ok(outcome)
     }
@@ -150,7 +147,7 @@ impl Broker {
     async fn await_result(&self, id: JobId, deadline: Instant) -> Result<Outcome> {
         let watch = self.announcer.notifier().results().watch(id.0);
         let mut flagged = false;
-        let mut seen = None;
+        let mut seen = false;
         loop {
             let changed = watch.changed();
             if !flagged {
@@ -163,7 +160,7 @@ impl Broker {
                 Some(outcome) => outcome,
                 // Gone while awaited: deleted, or completed in a queue that keeps no
                 // completed jobs.
-                None if seen.is_some() => {
+                None if seen => {
                     return Ok(Outcome::Pruned {
                         state: None,
                         at: None,
@@ -174,7 +171,7 @@ impl Broker {
             let Outcome::Pending(state) = outcome else {
                 return Ok(outcome);
             };
-            seen = Some(state);
+            seen = true;
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
                 return Ok(Outcome::Pending(state));
             }
