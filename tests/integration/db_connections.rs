@@ -245,6 +245,14 @@ async fn a_server_that_takes_no_writes_is_an_outage_until_a_primary_answers() {
          select pg_terminate_backend(pid) from pg_stat_activity where datname = '{name}'"
     ))
     .await;
+    // A connection the pool was opening at that moment may have read the database's settings
+    // before the change and not yet be listed under the database: a second sweep, once such a
+    // start-up is over, ends it too (connections started since are read-only anyway).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.admin_sql(&format!(
+        "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{name}'"
+    ))
+    .await;
 
     // Every answer from now on is a 503 with Retry-After: the first statement fails on a cut
     // connection, and no read-only server is taken for the database coming back.

@@ -149,7 +149,13 @@ fn a_cluster_left_running_by_a_killed_ojsd_is_taken_over_by_the_next() {
     assert!(status.success());
     let mut second = second;
     let exit = second.wait().unwrap();
-    let rest: Vec<String> = rx.try_iter().collect();
+    // The reader thread may still hold the last lines when the process is reaped: read until it
+    // sees the end of the pipe (bounded, in case a child process kept the pipe open).
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        rest.push(line);
+    }
     assert!(exit.success(), "{exit}: {rest:#?}");
     assert!(
         rest.iter()
