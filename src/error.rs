@@ -26,6 +26,16 @@ pub enum Error {
     /// The job has no checkpoint.
     #[error("job {0} has no checkpoint")]
     CheckpointNotFound(JobId),
+    /// The step has been recorded before: the first record stands (it is here).
+    #[error("step {} of job {} is already recorded", .0.name, .0.job_id)]
+    StepRecorded(Box<crate::job::durable::Step>),
+    /// The caller holds an attempt of the job that is no longer its current one.
+    #[error("job {job_id} is at attempt {current}, not {attempt}")]
+    StaleAttempt {
+        job_id: JobId,
+        attempt: i32,
+        current: i32,
+    },
     /// The job is not in the dead-letter queue (or does not exist).
     #[error("job {0} is not in the dead-letter queue")]
     NotInDeadLetter(JobId),

@@ -217,6 +217,14 @@ impl Broker {
             .ok_or(Error::JobNotFound(id))
     }
 
+    /// INFO as served: the job with its recorded steps, latest wait and delivered signals
+    /// among its attributes (durable execution).
+    pub async fn show(&self, id: JobId) -> Result<Job> {
+        store::job::get_shown(&self.db, id)
+            .await?
+            .ok_or(Error::JobNotFound(id))
+    }
+
     /// CANCEL: any non-terminal job (an active one included) becomes `cancelled`; cancelling a
     /// cancelled job again succeeds and changes nothing.
     pub async fn cancel(&self, id: JobId) -> Result<Cancelled> {

@@ -26,6 +26,7 @@ pub mod configs;
 pub mod cron;
 mod dead_letter;
 mod dispatch_stats;
+mod durable;
 mod enqueue;
 mod events;
 mod fetch;
@@ -56,6 +57,7 @@ pub use admin::{
 pub use checkpoint::Checkpoint;
 pub use complete::{NackRequest, Nacked};
 pub use configs::Snapshot as QueueConfigs;
+pub use durable::{SignalOutcome, Signalled, WaitRequest, Waited};
 pub use enqueue::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 pub use fetch::FetchRequest;
 pub use front::{Broker, Cancelled};
@@ -78,6 +80,7 @@ pub use crate::store::job::Completed;
 pub use crate::store::job_list::{JobFilter, JobPage, JobSort, JobSummary};
 pub use crate::store::queue::{QueueCounts, QueueState};
 pub use crate::store::rate_limit::{KeyUsage as RateKeyUsage, Override as RateOverride};
+pub use crate::store::step::{Durable, SignalRow, WaitRow};
 pub use crate::store::worker::{HeartbeatOutcome, HeartbeatParams, WorkerRecord, WorkerReport};
 pub use crate::store::workflow::{
     LineageRow, NodeRow as WorkflowNode, WorkflowCounts, WorkflowRow,

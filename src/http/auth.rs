@@ -38,6 +38,7 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
                 | "/ojs/v1/jobs/batch"
                 | "/ojs/v1/jobs/{id}/activate"
                 | "/ojs/v1/jobs/results"
+                | "/ojs/v1/jobs/{id}/signals/{name}"
         ) | (
             &Method::GET | &Method::DELETE | &Method::PATCH,
             "/ojs/v1/jobs/{id}"
@@ -56,6 +57,8 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
                     | "/ojs/v1/jobs/{id}/result/stream"
                     | "/ojs/v1/jobs/{id}/history"
                     | "/ojs/v1/jobs/{id}/lineage"
+                    | "/ojs/v1/jobs/{id}/steps"
+                    | "/ojs/v1/jobs/{id}/signals"
             )
     );
     if producer {
@@ -64,6 +67,7 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
     if path.starts_with("/ojs/v1/workers/")
         || (method == Method::PUT && path == "/ojs/v1/jobs/{id}/progress")
         || path == "/ojs/v1/jobs/{id}/checkpoint"
+        || path == "/ojs/v1/jobs/{id}/steps/{name}"
     {
         return Some(Role::Worker);
     }

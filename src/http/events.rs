@@ -503,6 +503,8 @@ impl<'a> HistoryEvent<'a> {
             ("job.cancelled", ..) => "job.cancelled",
             ("job.discarded", ..) => "job.discarded",
             ("job.checkpointed", ..) => "job.checkpoint_saved",
+            ("job.waiting", ..) => "job.waiting",
+            ("job.signalled", ..) => "job.signalled",
             (_, _, Some(_)) => "job.state_changed",
             (other, ..) => other,
         };

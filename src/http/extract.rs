@@ -340,6 +340,41 @@ impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
     }
 }
 
+/// A job id and a step or signal name taken from the path (`/ojs/v1/jobs/{id}/steps/{name}`,
+/// `.../signals/{name}`). A first segment that is not a valid UUIDv7 names no job: 404; a name
+/// that is not 1 to 200 characters without control characters: 400.
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct JobNamePath {
+    /// The job's id.
+    #[param(value_type = crate::job::JobId)]
+    pub id: JobId,
+    /// The step's or signal's name: 1 to 200 characters, no control characters.
+    #[param(min_length = 1, max_length = 200)]
+    pub name: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for JobNamePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path((id, name)) = Path::<(String, String)>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| ApiError::route_not_found(parts.uri.path()))?;
+        let id = id.parse().map_err(|_| ApiError::not_found("job", &id))?;
+        if !crate::job::durable::is_valid_name(&name) {
+            return Err(ApiError::invalid_field(
+                "name",
+                format!(
+                    "The name must be 1-{} characters without control characters",
+                    crate::job::durable::MAX_NAME_CHARS
+                ),
+            ));
+        }
+        Ok(JobNamePath { id, name })
+    }
+}
+
 /// A queue name found at `field` of a request, validated.
 pub fn check_queue_name(field: &str, name: &str) -> Result<(), ApiError> {
     if is_valid_queue(name) {

@@ -1,5 +1,5 @@
 //! Shapes several resources share: the path parameters of a job, a queue and a worker, the
-//! wrapped job body, a job's progress, and the figures the admin overviews show (job counts by state, recent
+//! wrapped job body, a job's progress and recorded steps, and the figures the admin overviews show (job counts by state, recent
 //! throughput). A resource module never imports another; what two of them answer alike is
 //! defined here.
 
@@ -84,6 +84,40 @@ impl<'a> ProgressBody<'a> {
             message: p.message.as_deref(),
             data: p.data.as_ref().map(|d| &*d.0),
             updated_at: p.updated_at.map(timestamp::format),
+        }
+    }
+}
+
+/// A recorded step (durable execution): the answer to its record, a member of a job's steps,
+/// and the `step` of the error that refuses a second record.
+#[derive(Serialize, ToSchema)]
+#[schema(as = JobStep)]
+pub(crate) struct StepView<'a> {
+    #[schema(value_type = crate::job::JobId)]
+    job_id: String,
+    name: &'a str,
+    /// What the step returned (null: nothing).
+    #[schema(value_type = Option<serde_json::Value>)]
+    result: Option<&'a RawValue>,
+    /// The job's attempt that recorded it.
+    attempt: i32,
+    /// The worker that recorded it, when it said (or the job's holder then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::job::id_schema::WorkerId>)]
+    worker_id: Option<&'a str>,
+    #[schema(value_type = openapi::values::Timestamp)]
+    recorded_at: String,
+}
+
+impl<'a> StepView<'a> {
+    pub(crate) fn of(step: &'a crate::job::durable::Step) -> StepView<'a> {
+        StepView {
+            job_id: step.job_id.to_string(),
+            name: &step.name,
+            result: step.result.as_ref().map(|r| &*r.0),
+            attempt: step.attempt,
+            worker_id: step.worker_id.as_deref(),
+            recorded_at: timestamp::format(step.recorded_at),
         }
     }
 }

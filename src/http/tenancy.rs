@@ -93,6 +93,7 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | "/ojs/v1/workers/nack"
         | "/ojs/v1/workers/nack/batch"
         | "/ojs/v1/workers/progress"
+        | "/ojs/v1/workers/wait"
         | "/ojs/v1/jobs/results" => BodyJobs,
 
         "/ojs/v1/jobs/{id}"
@@ -105,6 +106,10 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | "/ojs/v1/jobs/{id}/result/stream"
         | "/ojs/v1/jobs/{id}/history"
         | "/ojs/v1/jobs/{id}/lineage"
+        | "/ojs/v1/jobs/{id}/steps"
+        | "/ojs/v1/jobs/{id}/steps/{name}"
+        | "/ojs/v1/jobs/{id}/signals"
+        | "/ojs/v1/jobs/{id}/signals/{name}"
         | "/ojs/v1/admin/jobs/{id}"
         | "/ojs/v1/admin/jobs/{id}/cancel"
         | "/ojs/v1/admin/jobs/{id}/retry"

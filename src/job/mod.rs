@@ -23,6 +23,7 @@
 //! [OJS job lifecycle]: https://github.com/openjobspec/spec/blob/main/spec/ojs-core.md#6-job-lifecycle-state-machine
 
 pub mod dispatch;
+pub mod durable;
 pub mod envelope;
 pub mod failure;
 pub mod lifecycle;

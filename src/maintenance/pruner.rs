@@ -136,6 +136,7 @@ impl Pruner {
                         Target::Workers(cutoff) => store::worker::prune(conn, cutoff, size).await?,
                         Target::Progress => store::progress::prune(conn, size).await?,
                         Target::Checkpoints => store::checkpoint::prune(conn, size).await?,
+                        Target::Durable => store::step::prune(conn, size).await?,
                         Target::CronRuns(cutoff) => {
                             store::cron::prune_runs(conn, cutoff, size).await?
                         }
@@ -209,6 +210,8 @@ enum Target {
     Progress,
     /// Checkpoints of jobs that no longer exist.
     Checkpoints,
+    /// Steps, waits and signals of jobs that no longer exist.
+    Durable,
     /// Cron run-ledger rows handled before the cutoff.
     CronRuns(DateTime<Utc>),
     /// Workflows that ended completed, failed or cancelled before the cutoff of jobs that end
@@ -366,6 +369,7 @@ impl Service for Pruner {
         targets.push(Target::Workers(since(now, c.stale_workers)));
         targets.push(Target::Progress);
         targets.push(Target::Checkpoints);
+        targets.push(Target::Durable);
         targets.push(Target::CronRuns(since(now, c.cron_runs)));
         targets.push(Target::Workflows {
             completed: since(now, c.completed),

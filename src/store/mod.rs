@@ -36,6 +36,7 @@ pub mod refusal;
 pub mod result;
 pub mod schema;
 pub mod setting;
+pub mod step;
 pub mod tenant;
 pub mod webhook;
 pub mod worker;

@@ -11,6 +11,7 @@ mod concurrency;
 mod cron;
 mod db_connections;
 mod dead_letter;
+mod durable;
 mod embedded;
 mod enqueue_statements;
 mod event_batches;

@@ -137,6 +137,34 @@ impl From<Error> for ApiError {
                 format!("Job '{id}' has no checkpoint."),
             )
             .with_details(json!({"resource_type": "checkpoint", "resource_id": id.to_string()})),
+            Error::StepRecorded(step) => ApiError::new(
+                StatusCode::CONFLICT,
+                "step_already_recorded",
+                format!(
+                    "Step '{}' of job '{}' was recorded by attempt {}; its first record stands (in details.step).",
+                    step.name, step.job_id, step.attempt
+                ),
+            )
+            .with_details(json!({
+                "job_id": step.job_id.to_string(),
+                "step": crate::http::shapes::StepView::of(&step),
+            })),
+            Error::StaleAttempt {
+                job_id,
+                attempt,
+                current,
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!(
+                    "Job '{job_id}' is at attempt {current}; attempt {attempt} is no longer its current one."
+                ),
+            )
+            .with_details(json!({
+                "job_id": job_id.to_string(),
+                "attempt": attempt,
+                "current_attempt": current,
+            })),
             Error::NotInDeadLetter(id) => ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",

@@ -263,6 +263,9 @@ impl ApiError {
             "RESULT_PRUNED" => {
                 "Results live for the job's result_ttl, at most as long as the job is kept; set a longer result_ttl when enqueueing."
             }
+            "step_already_recorded" => {
+                "Use the first record's result (details.step.result) and go on to the next step."
+            }
             "conflict" => "Read the job's current state (GET /ojs/v1/jobs/{id}) before retrying.",
             "duplicate" => {
                 "The job already exists; use the existing job (details.existing_job_id)."

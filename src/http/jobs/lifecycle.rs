@@ -76,7 +76,7 @@ async fn info(
     JobIdPath(id): JobIdPath,
     caller: Caller,
 ) -> Result<Response, ApiError> {
-    let job = state.broker().info(id).await?;
+    let job = state.broker().show(id).await?;
     caller.check_queue(&job.queue)?;
     Ok(wrapped_and_bare(job.wire()))
 }

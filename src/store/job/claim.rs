@@ -291,15 +291,21 @@ macro_rules! claim_statement {
              where m.rate_key is not null
              group by m.rate_key
         )
-        -- The latest checkpoint of each job (migration V31), looked up only when some job has
-        -- one: the exists is evaluated once per statement, so jobs that never checkpoint pay
-        -- one probe of an empty table per claim, not one per job.
+        -- What each job kept of its earlier attempts (durable execution): its latest
+        -- checkpoint (migration V31), its recorded steps, its latest wait and the signals
+        -- delivered to it (V33). Each is looked up only when its table has a row at all: the
+        -- exists is evaluated once per statement, so jobs that use none of it pay one probe of
+        -- an empty table per claim, not one per job.
         select m.j as "job!: Job", m.share as "share!",
                case when (select exists (select 1 from ojs_job_checkpoint)) then
                    (select jsonb_build_object('state', c.state, 'sequence', c.sequence)
                       from ojs_job_checkpoint c
                      where c.job_id = m.id)
-               end as "checkpoint?: RawJson"
+               end as "checkpoint?: RawJson",
+               case when (select exists (select 1 from ojs_job_step))
+                      or (select exists (select 1 from ojs_job_wait)) then
+                   nullif(ojs_job_resume(m.id, false), '{}')
+               end as "resume?: RawJson"
           from moved m
         "#,
             $queue,
@@ -320,27 +326,31 @@ macro_rules! claim_statement {
             .map(|r| {
                 (
                     usize::try_from(r.share - 1).unwrap_or(usize::MAX),
-                    with_checkpoint(r.job, r.checkpoint),
+                    resumed(r.job, r.checkpoint.as_ref(), r.resume.as_ref()),
                 )
             })
             .collect::<Vec<(usize, Job)>>())
     }};
 }
 
-/// A claimed job with its latest checkpoint (`{"state", "sequence"}`), if it has one, among the
-/// attributes FETCH writes for it (`extra`, which [`crate::job::wire`] writes after the job's
-/// own): the attempt resumes from it (OJS durable execution). Only this copy changes; a client
-/// attribute named `checkpoint` stays as stored.
-fn with_checkpoint(mut job: Job, checkpoint: Option<RawJson>) -> Job {
-    let Some(checkpoint) = checkpoint else {
+/// A claimed job with what it kept of its earlier attempts among the attributes FETCH writes
+/// for it (`extra`, which [`crate::job::wire`] writes after the job's own): its latest
+/// `checkpoint` (`{"state", "sequence"}`, OJS durable execution), and its recorded `steps`,
+/// latest `wait` and delivered `signals` (`ojs_job_resume`, migration V33). The attempt resumes
+/// from them. Only this copy changes; client attributes of those names stay as stored.
+pub(crate) fn resumed(mut job: Job, checkpoint: Option<&RawJson>, resume: Option<&RawJson>) -> Job {
+    if checkpoint.is_none() && resume.is_none() {
         return job;
-    };
+    }
     let mut extra: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(job.extra.0.get()).unwrap_or_default();
-    let Ok(checkpoint) = serde_json::from_str(checkpoint.0.get()) else {
-        return job;
-    };
-    extra.insert("checkpoint".to_owned(), checkpoint);
+    let parse = |raw: &RawJson| serde_json::from_str::<serde_json::Value>(raw.0.get()).ok();
+    if let Some(checkpoint) = checkpoint.and_then(parse) {
+        extra.insert("checkpoint".to_owned(), checkpoint);
+    }
+    if let Some(serde_json::Value::Object(resume)) = resume.and_then(parse) {
+        extra.extend(resume);
+    }
     if let Ok(raw) = serde_json::value::to_raw_value(&extra) {
         job.extra = Json(raw);
     }

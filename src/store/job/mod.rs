@@ -68,6 +68,26 @@ pub async fn get(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx
     .await
 }
 
+/// Job `id` as INFO shows it: with its recorded steps, latest wait and delivered signals
+/// among its attributes (`ojs_job_resume`, migration V33; read only when some job has any).
+pub async fn get_shown(db: impl PgExecutor<'_>, id: JobId) -> Result<Option<Job>, sqlx::Error> {
+    let row = sqlx::query!(
+        r#"
+        select row(j.*)::ojs_job as "job!: Job",
+               case when (select exists (select 1 from ojs_job_step))
+                      or (select exists (select 1 from ojs_job_wait)) then
+                   nullif(ojs_job_resume(j.id, j.state = 'scheduled'), '{}')
+               end as "resume?: crate::job::RawJson"
+          from ojs_job_all j
+         where j.id = $1
+        "#,
+        id as JobId
+    )
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|r| claim::resumed(r.job, None, r.resume.as_ref())))
+}
+
 /// The jobs of `ids` that exist, in no particular order.
 pub async fn get_many(db: impl PgExecutor<'_>, ids: &[Uuid]) -> Result<Vec<Job>, sqlx::Error> {
     sqlx::query_scalar!(
