@@ -183,13 +183,13 @@ declare
     message text;
     details jsonb;
 begin
-    if name is null or length(name) not between 1 and 200 then
+    if name is null or length(name) not between 1 and 200 or name ~ '[\x01-\x1f\x7f-\x9f]' then
         status := 400; code := 'invalid_request';
-        message := 'A signal''s name is 1 to 200 characters.';
+        message := 'A signal''s name is 1 to 200 characters without control characters.';
         details := jsonb_build_object('field', 'name');
-    elsif key is not null and length(key) not between 1 and 200 then
+    elsif key is not null and (length(key) not between 1 and 200 or key ~ '[\x01-\x1f\x7f-\x9f]') then
         status := 400; code := 'invalid_request';
-        message := 'A signal''s key is 1 to 200 characters.';
+        message := 'A signal''s key is 1 to 200 characters without control characters.';
         details := jsonb_build_object('field', 'key');
     else
         select * into r from ojs_signal_send(job_id, name, payload, key);

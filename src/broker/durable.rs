@@ -200,7 +200,7 @@ impl Broker {
             "waiting" | "signalled" => Ok(Waited {
                 job_state: state,
                 signal_id: row.signal_id,
-                attempt: row.attempt.unwrap_or_default(),
+                attempt: row.attempt.unwrap_or_default() + 1,
             }),
             "state" => Err(Error::InvalidTransition {
                 job_id: id,

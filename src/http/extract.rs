@@ -350,7 +350,7 @@ pub struct JobNamePath {
     #[param(value_type = crate::job::JobId)]
     pub id: JobId,
     /// The step's or signal's name: 1 to 200 characters, no control characters.
-    #[param(min_length = 1, max_length = 200)]
+    #[param(value_type = crate::job::id_schema::DurableName)]
     pub name: String,
 }
 

@@ -99,6 +99,12 @@ struct Capabilities {
     durable_execution: bool,
     /// Results read, awaited (`?wait=true`) and streamed; `result_ttl` (OJS results).
     results: bool,
+    /// A job's attempts, transitions and lineage from the event log (OJS execution history).
+    execution_history: bool,
+    /// Steps recorded once and handed to later attempts (ojsd's steps-and-signals).
+    steps: bool,
+    /// Waits for a signal or a time, and the signals that end them (ojsd's steps-and-signals).
+    signals: bool,
 }
 
 /// The extensions served: OJS's own (`official`) and ojsd's (`experimental`).
@@ -327,6 +333,9 @@ async fn manifest(State(state): State<AppState>) -> Ojs<Manifest> {
             long_poll_fetch: true,
             durable_execution: true,
             results: true,
+            execution_history: true,
+            steps: true,
+            signals: true,
         },
         extensions: EXTENSIONS
             .official
@@ -394,20 +403,38 @@ const EXTENSIONS: ExtensionDetails = ExtensionDetails {
         official!("webhooks"),
         official!("durable-execution"),
         official!("results"),
+        official!("execution-history"),
     ],
     // ojsd's own extensions (not part of OJS).
-    experimental: &[Extension {
-        name: "batch-ack",
-        uri: "urn:ojsd:ext:batch-ack",
-        version: "0.1.0",
-        description: Some(
-            "ACK or NACK many jobs in one request and one commit; every item is answered as a single ACK/NACK would be.",
-        ),
-        endpoints: &[
-            "POST /ojs/v1/workers/ack/batch",
-            "POST /ojs/v1/workers/nack/batch",
-        ],
-    }],
+    experimental: &[
+        Extension {
+            name: "batch-ack",
+            uri: "urn:ojsd:ext:batch-ack",
+            version: "0.1.0",
+            description: Some(
+                "ACK or NACK many jobs in one request and one commit; every item is answered as a single ACK/NACK would be.",
+            ),
+            endpoints: &[
+                "POST /ojs/v1/workers/ack/batch",
+                "POST /ojs/v1/workers/nack/batch",
+            ],
+        },
+        Extension {
+            name: "steps-and-signals",
+            uri: "urn:ojsd:ext:steps-and-signals",
+            version: "0.1.0",
+            description: Some(
+                "Steps recorded once by the worker holding the current attempt and handed to every later attempt by FETCH; attempts that end with a wait for a signal or a time instead of ACK or NACK; signals, over HTTP or from SQL (ojs_signal), that end a wait once or are kept for the next one.",
+            ),
+            endpoints: &[
+                "POST /ojs/v1/jobs/{id}/steps/{name}",
+                "GET /ojs/v1/jobs/{id}/steps",
+                "POST /ojs/v1/workers/wait",
+                "POST /ojs/v1/jobs/{id}/signals/{name}",
+                "GET /ojs/v1/jobs/{id}/signals",
+            ],
+        },
+    ],
 };
 
 /// Probes the database; returns the round-trip time or the failure.

@@ -5,8 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::{JobId, RawJson};
 
-/// Longest step or signal name (and signal key), in characters (the database checks it too).
-pub const MAX_NAME_CHARS: usize = 200;
+pub use super::id_schema::DURABLE_NAME_MAX as MAX_NAME_CHARS;
 
 /// Whether `name` can name a step or a signal: 1 to [`MAX_NAME_CHARS`] characters, no control
 /// characters.

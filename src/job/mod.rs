@@ -449,6 +449,9 @@ pub mod id_schema {
     /// A worker id: no control characters, 1 to [`WORKER_ID_MAX`] characters.
     pub const WORKER_ID_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
     pub const WORKER_ID_MAX: usize = 255;
+    /// Longest step or signal name (and signal key), in characters (the database checks it
+    /// too).
+    pub const DURABLE_NAME_MAX: usize = 200;
 
     fn string(pattern: &str, max: Option<usize>, description: &str) -> RefOr<Schema> {
         ObjectBuilder::new()
@@ -497,6 +500,22 @@ pub mod id_schema {
     }
 
     impl utoipa::ToSchema for WorkerId {}
+
+    /// A step's or a signal's name (and a signal's key), as the API documents it: the worker id
+    /// rule, at most [`DURABLE_NAME_MAX`] characters.
+    pub struct DurableName;
+
+    impl utoipa::PartialSchema for DurableName {
+        fn schema() -> RefOr<Schema> {
+            string(
+                WORKER_ID_PATTERN,
+                Some(DURABLE_NAME_MAX),
+                "1 to 200 characters, none of them a control character.",
+            )
+        }
+    }
+
+    impl utoipa::ToSchema for DurableName {}
 }
 
 #[cfg(test)]

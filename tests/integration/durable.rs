@@ -220,7 +220,8 @@ async fn a_job_waits_for_a_signal_and_resumes_with_its_payload() {
     .json;
     assert_eq!(waited["state"], "scheduled");
     assert_eq!(waited["outcome"], "waiting");
-    assert_eq!(waited["attempt"], 0);
+    assert_eq!(waited["attempt"], 1, "the next run is attempt 1 again");
+    assert_eq!(app.job(&id).await["attempt"], 0, "no attempt is running");
 
     // Off the claim path: nothing to fetch, and the worker's late ACK no longer matches.
     assert!(fetch(&app, "approvals", "w-2").await.is_empty());
@@ -435,6 +436,24 @@ async fn signals_from_sql_join_the_callers_transaction() {
         bad.as_database_error().unwrap().code().as_deref(),
         Some("OJ400")
     );
+    for name in ["a\nb", "x\u{85}"] {
+        let bad = sqlx::query("select ojs_signal($1::uuid, $2)")
+            .bind(&id)
+            .bind(name)
+            .execute(app.pool())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            bad.as_database_error().unwrap().code().as_deref(),
+            Some("OJ400")
+        );
+    }
+    let fine: String = sqlx::query_scalar("select ojs_signal($1::uuid, 'é-ok/1', null, 'k')")
+        .bind(&id)
+        .fetch_one(app.pool())
+        .await
+        .unwrap();
+    assert_eq!(fine, "kept");
     app.ack(json!({"job_id": id, "worker_id": "w"}))
         .await
         .expect(200);

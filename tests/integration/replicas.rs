@@ -764,3 +764,75 @@ async fn rate_limit_keys_hold_across_two_replicas_under_32_fetchers() {
         );
     }
 }
+
+/// A step recorded through a replica that then dies (SIGKILL) before the job's ACK: the job's
+/// reservation runs out, the other replica hands it to its next attempt with the step, which
+/// the worker skips; a record of the step from the dead attempt's worker is refused.
+#[tokio::test]
+async fn a_step_recorded_before_a_replica_died_is_skipped_by_the_retry() {
+    let db = TestDb::new().await;
+    let url = db.url();
+    let mut a = Replica::start(&url, "step-a", &[("OJS_SKIP_MIGRATIONS", "true")]);
+    let b = Replica::start(&url, "step-b", &[("OJS_SKIP_MIGRATIONS", "true")]);
+    let (api_a, api_b) = (api(&a), api(&b));
+    let id = api_a
+        .push_id(json!({"type": "order.saga", "args": [1], "queue": "saga",
+                        "retry": {"max_attempts": 3, "initial_interval": "PT0.1S", "jitter": false}}))
+        .await;
+    let held = api_a
+        .fetch(json!({"queues": ["saga"], "worker_id": "w-1", "visibility_timeout_ms": 1000}))
+        .await;
+    assert_eq!(held.len(), 1);
+    // The step runs (a payment, say) and is recorded; the replica dies before the ACK.
+    api_a
+        .post(
+            &format!("/ojs/v1/jobs/{id}/steps/charge"),
+            json!({"attempt": 1, "worker_id": "w-1", "result": {"charge_id": "ch_42"}}),
+        )
+        .await
+        .expect(201);
+    a.kill();
+
+    // Reclaimed by the surviving replica (its reaper and promoter), the job comes back.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let jobs = api_b
+            .fetch(json!({"queues": ["saga"], "worker_id": "w-2"}))
+            .await;
+        if let Some(job) = jobs.into_iter().next() {
+            break job;
+        }
+        assert!(Instant::now() < deadline, "the job never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(job["id"], id.as_str());
+    assert_eq!(job["attempt"], 2);
+    // The worker skips the step: its result is here.
+    assert_eq!(job["steps"]["charge"]["result"]["charge_id"], "ch_42");
+    assert_eq!(job["steps"]["charge"]["attempt"], 1);
+    // The dead attempt's worker, if it still ran somewhere, cannot record for it any more.
+    api_b
+        .post(
+            &format!("/ojs/v1/jobs/{id}/steps/ship"),
+            json!({"attempt": 1, "worker_id": "w-1"}),
+        )
+        .await
+        .expect_error(409, "conflict");
+    api_b
+        .post(
+            &format!("/ojs/v1/jobs/{id}/steps/ship"),
+            json!({"attempt": 2, "worker_id": "w-2", "result": "trk"}),
+        )
+        .await
+        .expect(201);
+    api_b
+        .ack(json!({"job_id": id, "worker_id": "w-2"}))
+        .await
+        .expect(200);
+    let charges: i64 =
+        sqlx::query_scalar("select count(*) from ojs_job_step where name = 'charge'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(charges, 1);
+}

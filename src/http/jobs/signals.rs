@@ -44,7 +44,7 @@ struct SendRequest {
     /// Handed to the job with FETCH: any JSON value, at most 1 MiB (absent: null).
     payload: Option<serde_json::Value>,
     /// Sends the signal once: a second signal to the job with this key is not stored again.
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(value_type = Option<crate::job::id_schema::DurableName>)]
     key: Option<String>,
 }
 

@@ -38,7 +38,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 struct Request {
     job_id: JobId,
     /// The signal that ends the wait (`POST /ojs/v1/jobs/{id}/signals/{signal}`).
-    #[schema(min_length = 1, max_length = 200)]
+    #[schema(value_type = Option<crate::job::id_schema::DurableName>)]
     signal: Option<String>,
     /// When the wait ends without the signal: RFC 3339, or `+<ISO 8601 duration>` from now.
     #[schema(value_type = Option<Timestamp>)]
