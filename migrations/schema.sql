@@ -280,7 +280,6 @@ END) STORED,
     CONSTRAINT ojs_job_expires_at_input_has_value CHECK (((expires_at_input IS NULL) OR (expires_at IS NOT NULL))),
     CONSTRAINT ojs_job_retryable_has_next_retry_at CHECK (((state <> 'retryable'::public.ojs_job_state) OR (next_retry_at IS NOT NULL))),
     CONSTRAINT ojs_job_scheduled_at_input_has_value CHECK (((scheduled_at_input IS NULL) OR (scheduled_at IS NOT NULL))),
-    CONSTRAINT ojs_job_scheduled_has_scheduled_at CHECK (((state <> 'scheduled'::public.ojs_job_state) OR (scheduled_at IS NOT NULL))),
     CONSTRAINT ojs_job_unique_key_has_policy CHECK (((unique_key IS NULL) = (unique_policy IS NULL)))
 )
 WITH (fillfactor='50');
@@ -2670,6 +2669,220 @@ $$;
 COMMENT ON FUNCTION public.ojs_job_rate_hold() IS 'Trigger function: holds a keyed job that becomes available; notifies ojs_rate_key when a keyed job becomes available again or leaves flight.';
 
 --
+-- Name: ojs_job_signal; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job_signal (
+    id bigint NOT NULL,
+    job_id uuid NOT NULL,
+    name text NOT NULL,
+    payload jsonb,
+    key text,
+    sent_at timestamp with time zone DEFAULT now() NOT NULL,
+    delivered_at timestamp with time zone,
+    CONSTRAINT ojs_job_signal_key_length CHECK (((length(key) >= 1) AND (length(key) <= 200))),
+    CONSTRAINT ojs_job_signal_name_length CHECK (((length(name) >= 1) AND (length(name) <= 200)))
+);
+
+--
+-- Name: TABLE ojs_job_signal; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job_signal IS 'Signals sent to jobs (POST /ojs/v1/jobs/{id}/signals/{name}, or ojs_signal() from SQL): delivered to a job waiting for them, else kept until its next wait for that name. Kept until the job is pruned.';
+
+--
+-- Name: COLUMN ojs_job_signal.id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_signal.id IS 'Order of arrival: a wait takes the oldest undelivered signal of its name.';
+
+--
+-- Name: COLUMN ojs_job_signal.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_signal.job_id IS 'The job (ojs_job.id; no foreign key).';
+
+--
+-- Name: COLUMN ojs_job_signal.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_signal.name IS 'The signal''s name (1 to 200 characters).';
+
+--
+-- Name: COLUMN ojs_job_signal.payload; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_signal.payload IS 'What the sender attached: any JSON value (null: nothing), handed to the job with FETCH.';
+
+--
+-- Name: COLUMN ojs_job_signal.key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_signal.key IS 'The sender''s key for the signal: a second signal to the job with the same key is not stored again.';
+
+--
+-- Name: COLUMN ojs_job_signal.sent_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_signal.sent_at IS 'When the signal arrived.';
+
+--
+-- Name: COLUMN ojs_job_signal.delivered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_signal.delivered_at IS 'When the signal ended a wait of the job (null: kept for its next wait).';
+
+--
+-- Name: ojs_job_step; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job_step (
+    job_id uuid NOT NULL,
+    name text NOT NULL,
+    result jsonb,
+    attempt integer NOT NULL,
+    worker_id text,
+    size_bytes integer NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_job_step_attempt_positive CHECK ((attempt > 0)),
+    CONSTRAINT ojs_job_step_name_length CHECK (((length(name) >= 1) AND (length(name) <= 200))),
+    CONSTRAINT ojs_job_step_size_not_negative CHECK ((size_bytes >= 0))
+);
+
+--
+-- Name: TABLE ojs_job_step; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job_step IS 'The recorded steps of each job (POST /ojs/v1/jobs/{id}/steps/{name}): one result per job and step name, recorded once by the worker holding the job''s current attempt and handed to every later attempt by FETCH, which skips the step. Kept until the job is pruned.';
+
+--
+-- Name: COLUMN ojs_job_step.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_step.job_id IS 'The job (ojs_job.id; no foreign key, see the table comment).';
+
+--
+-- Name: COLUMN ojs_job_step.name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_step.name IS 'The step''s name, as the worker chose it (1 to 200 characters).';
+
+--
+-- Name: COLUMN ojs_job_step.result; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_step.result IS 'What the step returned: any JSON value (null: none).';
+
+--
+-- Name: COLUMN ojs_job_step.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_step.attempt IS 'The job''s attempt that recorded it.';
+
+--
+-- Name: COLUMN ojs_job_step.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_step.worker_id IS 'The worker that recorded it, when it said.';
+
+--
+-- Name: COLUMN ojs_job_step.size_bytes; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_step.size_bytes IS 'The size of the result as the client sent it, in bytes.';
+
+--
+-- Name: COLUMN ojs_job_step.recorded_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_step.recorded_at IS 'When the step was recorded.';
+
+--
+-- Name: ojs_job_wait; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_job_wait (
+    job_id uuid NOT NULL,
+    signal text,
+    until timestamp with time zone,
+    attempt integer NOT NULL,
+    worker_id text,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    signal_id bigint,
+    ended_at timestamp with time zone,
+    CONSTRAINT ojs_job_wait_for_something CHECK (((signal IS NOT NULL) OR (until IS NOT NULL))),
+    CONSTRAINT ojs_job_wait_signal_length CHECK (((length(signal) >= 1) AND (length(signal) <= 200)))
+);
+
+--
+-- Name: TABLE ojs_job_wait; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_job_wait IS 'Each job''s latest wait (POST /ojs/v1/workers/wait): the signal it waits for and its time limit, and, once a signal ended it, which. A job waiting is scheduled (scheduled_at: the limit, or null). Kept until the job is pruned.';
+
+--
+-- Name: COLUMN ojs_job_wait.job_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_wait.job_id IS 'The job (ojs_job.id; no foreign key).';
+
+--
+-- Name: COLUMN ojs_job_wait.signal; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_wait.signal IS 'The signal name that ends the wait (null: only the time).';
+
+--
+-- Name: COLUMN ojs_job_wait.until; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_wait.until IS 'When the wait ends without a signal (null: only a signal ends it).';
+
+--
+-- Name: COLUMN ojs_job_wait.attempt; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_wait.attempt IS 'The attempt that waited (given back: the job''s next attempt has this number again).';
+
+--
+-- Name: COLUMN ojs_job_wait.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_wait.worker_id IS 'The worker that asked for the wait.';
+
+--
+-- Name: COLUMN ojs_job_wait.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_wait.started_at IS 'When the wait began.';
+
+--
+-- Name: COLUMN ojs_job_wait.signal_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_wait.signal_id IS 'The signal that ended the wait (ojs_job_signal.id); null while waiting or when the time ended it.';
+
+--
+-- Name: COLUMN ojs_job_wait.ended_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_wait.ended_at IS 'When a signal ended the wait (a wait that ran out of time ends when the promoter makes the job available).';
+
+--
+-- Name: ojs_job_resume(uuid, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_resume(p_job_id uuid, p_waiting boolean) RETURNS jsonb
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN (COALESCE((SELECT jsonb_build_object('steps', jsonb_object_agg(s.name, jsonb_build_object('result', s.result, 'attempt', s.attempt, 'recorded_at', public.ojs_timestamp_text(s.recorded_at)))) AS jsonb_build_object FROM public.ojs_job_step s WHERE (s.job_id = ojs_job_resume.p_job_id) HAVING (count(*) > 0)), '{}'::jsonb) || COALESCE((SELECT jsonb_build_object('wait', jsonb_strip_nulls(jsonb_build_object('signal', w.signal, 'until', public.ojs_timestamp_text(w.until), 'started_at', public.ojs_timestamp_text(w.started_at), 'ended_by', CASE WHEN (w.signal_id IS NOT NULL) THEN 'signal'::text WHEN (NOT ojs_job_resume.p_waiting) THEN 'time'::text ELSE NULL::text END)), 'signals', (SELECT COALESCE(jsonb_object_agg(g.name, jsonb_build_object('payload', g.payload, 'id', g.id, 'sent_at', public.ojs_timestamp_text(g.sent_at)) ORDER BY g.id), '{}'::jsonb) AS "coalesce" FROM public.ojs_job_signal g WHERE ((g.job_id = ojs_job_resume.p_job_id) AND (g.delivered_at IS NOT NULL)))) AS jsonb_build_object FROM public.ojs_job_wait w WHERE (w.job_id = ojs_job_resume.p_job_id)), '{}'::jsonb));
+
+--
+-- Name: FUNCTION ojs_job_resume(p_job_id uuid, p_waiting boolean); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_resume(p_job_id uuid, p_waiting boolean) IS 'What job p_job_id kept of its earlier attempts: {"steps", "wait", "signals"} (each only when it has one), as FETCH hands it to the next attempt (p_waiting false) and INFO shows it (p_waiting: whether the job still waits).';
+
+--
 -- Name: ojs_job_size(json, json); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2735,6 +2948,97 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ojs_job_tenant_room() IS 'Trigger function: notifies ojs_tenant when a job in flight of a tenant that holds jobs back is deleted.';
+
+--
+-- Name: ojs_job_wait_for(uuid, integer, text, text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_job_wait_for(p_job_id uuid, p_attempt integer, p_worker_id text, p_signal text, p_until timestamp with time zone, OUT outcome text, OUT job_state public.ojs_job_state, OUT holder text, OUT attempt integer, OUT signal_id bigint) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+declare
+    j ojs_job;
+    waited_at timestamptz := now();
+begin
+    select * into j from ojs_job where id = p_job_id for update;
+    if not found then
+        select d.state into job_state from ojs_job_done d where d.id = p_job_id;
+        outcome := case when found then 'state' else 'not_found' end;
+        return;
+    end if;
+    job_state := j.state;
+    holder := j.worker_id;
+    attempt := j.attempt;
+    if j.state <> 'active' then
+        outcome := 'state';
+        return;
+    end if;
+    if p_attempt is not null and p_attempt <> j.attempt then
+        outcome := 'attempt';
+        return;
+    end if;
+    if p_worker_id is not null and j.worker_id is not null and j.worker_id <> p_worker_id then
+        outcome := 'owner';
+        return;
+    end if;
+    -- A signal of that name kept for this wait ends it at once.
+    if p_signal is not null then
+        select s.id into signal_id from ojs_job_signal s
+         where s.job_id = p_job_id and s.name = p_signal and s.delivered_at is null
+         order by s.id limit 1
+           for update;
+        if found then
+            update ojs_job_signal set delivered_at = waited_at where id = signal_id;
+        end if;
+    end if;
+    insert into ojs_job_wait (job_id, signal, until, attempt, worker_id, started_at, signal_id, ended_at)
+    values (p_job_id, p_signal, p_until, j.attempt, coalesce(p_worker_id, j.worker_id), waited_at,
+            signal_id, case when signal_id is not null then waited_at end)
+    on conflict on constraint ojs_job_wait_pkey do update
+       set signal = excluded.signal, until = excluded.until, attempt = excluded.attempt,
+           worker_id = excluded.worker_id, started_at = excluded.started_at,
+           signal_id = excluded.signal_id, ended_at = excluded.ended_at;
+    -- Counted off its lease, as an ACK or a NACK does.
+    if j.lease_id is not null then
+        delete from ojs_lease l where l.id = j.lease_id and l.open <= 1;
+        update ojs_lease l set open = l.open - 1 where l.id = j.lease_id and l.open > 1;
+    end if;
+    update ojs_job
+       set state = case when signal_id is not null then 'available'::ojs_job_state
+                        else 'scheduled'::ojs_job_state end,
+           scheduled_at = case when signal_id is null then p_until end,
+           enqueued_at = case when signal_id is not null then waited_at else ojs_job.enqueued_at end,
+           attempt = ojs_job.attempt - 1,
+           visible_until = null,
+           timeout_at = null
+     where id = p_job_id
+    returning * into j;
+    insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, worker_id, data)
+    values ('job.waiting', p_job_id::text, p_job_id, j.queue, j.type, 'active', 'scheduled',
+            coalesce(p_worker_id, holder),
+            jsonb_strip_nulls(jsonb_build_object(
+                'signal', p_signal, 'until', ojs_timestamp_text(p_until),
+                'attempt', j.attempt + 1, 'worker_id', coalesce(p_worker_id, holder))));
+    if signal_id is not null then
+        insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+        values ('job.signalled', p_job_id::text, p_job_id, j.queue, j.type, 'scheduled', 'available',
+                ojs_job_transition_data('scheduled', j)
+                    || jsonb_build_object('signal', p_signal, 'signal_id', signal_id));
+        perform pg_notify('ojs_job_available', format('%s - - - 1', j.queue));
+        outcome := 'signalled';
+    else
+        outcome := 'waiting';
+    end if;
+    job_state := j.state;
+    attempt := j.attempt;
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_job_wait_for(p_job_id uuid, p_attempt integer, p_worker_id text, p_signal text, p_until timestamp with time zone, OUT outcome text, OUT job_state public.ojs_job_state, OUT holder text, OUT attempt integer, OUT signal_id bigint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_job_wait_for(p_job_id uuid, p_attempt integer, p_worker_id text, p_signal text, p_until timestamp with time zone, OUT outcome text, OUT job_state public.ojs_job_state, OUT holder text, OUT attempt integer, OUT signal_id bigint) IS 'Ends an active job''s attempt with a wait for a signal or a time (what POST /ojs/v1/workers/wait runs): outcome waiting, signalled (a kept signal ended it at once), or not_found, state, owner, attempt (nothing done). The attempt is given back.';
 
 --
 -- Name: ojs_job_wire(public.ojs_job); Type: FUNCTION; Schema: public; Owner: -
@@ -3812,6 +4116,126 @@ $$;
 --
 
 COMMENT ON FUNCTION public.ojs_retry_read(raw json, path text, OUT stored text, OUT max_attempts integer, OUT violations jsonb) IS 'A retry object read with defaults: the stored effective policy ({} for the default) and max_attempts, or the violations.';
+
+--
+-- Name: ojs_signal(uuid, text, jsonb, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_signal(job_id uuid, name text, payload jsonb DEFAULT NULL::jsonb, key text DEFAULT NULL::text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+declare
+    r record;
+    status integer;
+    code text;
+    message text;
+    details jsonb;
+begin
+    if name is null or length(name) not between 1 and 200 or name ~ '[\x01-\x1f\x7f-\x9f]' then
+        status := 400; code := 'invalid_request';
+        message := 'A signal''s name is 1 to 200 characters without control characters.';
+        details := jsonb_build_object('field', 'name');
+    elsif key is not null and (length(key) not between 1 and 200 or key ~ '[\x01-\x1f\x7f-\x9f]') then
+        status := 400; code := 'invalid_request';
+        message := 'A signal''s key is 1 to 200 characters without control characters.';
+        details := jsonb_build_object('field', 'key');
+    else
+        select * into r from ojs_signal_send(job_id, name, payload, key);
+        if r.outcome = 'not_found' then
+            status := 404; code := 'not_found';
+            message := format('Job ''%s'' not found.', job_id);
+            details := jsonb_build_object('resource_type', 'job', 'resource_id', job_id);
+        elsif r.outcome = 'finished' then
+            status := 409; code := 'conflict';
+            message := format('Job ''%s'' is %s: it takes no signal.', job_id, r.job_state);
+            details := jsonb_build_object('job_id', job_id, 'current_state', r.job_state);
+        else
+            return r.outcome;
+        end if;
+    end if;
+    raise exception using
+        errcode = 'OJ' || status::text,
+        message = message,
+        detail = ojs_json_compact(json_build_object('error', json_build_object(
+            'code', code, 'message', message, 'retryable', false, 'details', details))::text),
+        hint = 'DETAIL holds the OJS error body POST /ojs/v1/jobs/{id}/signals/{name} would answer.';
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_signal(job_id uuid, name text, payload jsonb, key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_signal(job_id uuid, name text, payload jsonb, key text) IS 'Sends signal name (with payload, and key to send it once) to a job in the caller''s transaction: delivered when the job waits for it, else kept for its next wait. Raises OJ400/OJ404/OJ409 with the OJS error body in DETAIL.';
+
+--
+-- Name: ojs_signal_send(uuid, text, jsonb, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.ojs_signal_send(p_job_id uuid, p_name text, p_payload jsonb, p_key text, OUT outcome text, OUT job_state public.ojs_job_state, OUT signal_id bigint, OUT sent_at timestamp with time zone, OUT delivered_at timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+declare
+    j ojs_job;
+begin
+    select * into j from ojs_job where id = p_job_id for update;
+    if not found then
+        select d.state into job_state from ojs_job_done d where d.id = p_job_id;
+        outcome := case when found then 'finished' else 'not_found' end;
+        return;
+    end if;
+    job_state := j.state;
+    if j.state in ('completed', 'cancelled', 'discarded') then
+        outcome := 'finished';
+        return;
+    end if;
+    if p_key is not null then
+        select s.id, s.sent_at, s.delivered_at into signal_id, sent_at, delivered_at
+          from ojs_job_signal s
+         where s.job_id = p_job_id and s.key = p_key;
+        if found then
+            outcome := 'duplicate';
+            return;
+        end if;
+    end if;
+    -- Read after the row lock: a wait that committed before it is seen.
+    perform 1 from ojs_job_wait w
+     where w.job_id = p_job_id and w.signal = p_name and w.ended_at is null
+       and j.state = 'scheduled';
+    if not found then
+        insert into ojs_job_signal (job_id, name, payload, key)
+        values (p_job_id, p_name, p_payload, p_key)
+        returning id, ojs_job_signal.sent_at into signal_id, sent_at;
+        insert into ojs_event (type, subject, job_id, queue, job_type, data)
+        values ('job.signal_received', p_job_id::text, p_job_id, j.queue, j.type,
+                jsonb_build_object('signal', p_name, 'signal_id', signal_id, 'delivered', false));
+        outcome := 'kept';
+        return;
+    end if;
+    insert into ojs_job_signal (job_id, name, payload, key, delivered_at)
+    values (p_job_id, p_name, p_payload, p_key, now())
+    returning id, ojs_job_signal.sent_at, ojs_job_signal.delivered_at
+         into signal_id, sent_at, delivered_at;
+    update ojs_job_wait set signal_id = ojs_signal_send.signal_id, ended_at = now()
+     where job_id = p_job_id;
+    update ojs_job set state = 'available', scheduled_at = null, enqueued_at = now()
+     where id = p_job_id
+    returning * into j;
+    insert into ojs_event (type, subject, job_id, queue, job_type, from_state, to_state, data)
+    values ('job.signalled', p_job_id::text, p_job_id, j.queue, j.type, 'scheduled', 'available',
+            ojs_job_transition_data('scheduled', j)
+                || jsonb_build_object('signal', p_name, 'signal_id', signal_id));
+    perform pg_notify('ojs_job_available', format('%s - - - 1', j.queue));
+    job_state := 'available';
+    outcome := 'delivered';
+end;
+$$;
+
+--
+-- Name: FUNCTION ojs_signal_send(p_job_id uuid, p_name text, p_payload jsonb, p_key text, OUT outcome text, OUT job_state public.ojs_job_state, OUT signal_id bigint, OUT sent_at timestamp with time zone, OUT delivered_at timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.ojs_signal_send(p_job_id uuid, p_name text, p_payload jsonb, p_key text, OUT outcome text, OUT job_state public.ojs_job_state, OUT signal_id bigint, OUT sent_at timestamp with time zone, OUT delivered_at timestamp with time zone) IS 'Sends a signal to a job (what POST /ojs/v1/jobs/{id}/signals/{name} runs): outcome delivered (the job waited for it: now available), kept (for its next wait), duplicate (a signal with this key was sent: its id and times), finished or not_found (nothing done).';
 
 --
 -- Name: ojs_tenant_admit(text[], integer[]); Type: FUNCTION; Schema: public; Owner: -
@@ -6835,6 +7259,19 @@ ALTER TABLE public.ojs_job ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: ojs_job_signal_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.ojs_job_signal ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.ojs_job_signal_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: ojs_job_stuck; Type: VIEW; Schema: public; Owner: -
 --
 
@@ -8394,6 +8831,34 @@ ALTER TABLE ONLY public.ojs_job_schema
     ADD CONSTRAINT ojs_job_schema_pkey PRIMARY KEY (job_type, major, minor, patch);
 
 --
+-- Name: ojs_job_signal ojs_job_signal_key_once; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job_signal
+    ADD CONSTRAINT ojs_job_signal_key_once UNIQUE (job_id, key);
+
+--
+-- Name: ojs_job_signal ojs_job_signal_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job_signal
+    ADD CONSTRAINT ojs_job_signal_pkey PRIMARY KEY (id);
+
+--
+-- Name: ojs_job_step ojs_job_step_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job_step
+    ADD CONSTRAINT ojs_job_step_pkey PRIMARY KEY (job_id, name);
+
+--
+-- Name: ojs_job_wait ojs_job_wait_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_job_wait
+    ADD CONSTRAINT ojs_job_wait_pkey PRIMARY KEY (job_id);
+
+--
 -- Name: ojs_leader ojs_leader_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -8669,6 +9134,12 @@ CREATE INDEX ojs_job_retry_due_idx ON public.ojs_job USING btree (next_retry_at)
 --
 
 CREATE INDEX ojs_job_scheduled_due_idx ON public.ojs_job USING btree (scheduled_at) WHERE (phase = 'scheduled'::public.ojs_job_phase);
+
+--
+-- Name: ojs_job_signal_job_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX ojs_job_signal_job_idx ON public.ojs_job_signal USING btree (job_id, name, id);
 
 --
 -- Name: ojs_job_tenant_flight_idx; Type: INDEX; Schema: public; Owner: -
