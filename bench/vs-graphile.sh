@@ -9,7 +9,8 @@
 # commit before a change and after it), each against the same round's graphile-worker, in
 # reversed order every other round (so neither build always runs first), and prints each
 # build's ratios to the first one's. ONLY=w2-batched keeps the ojsd workloads whose arguments
-# name it; GRAPHILE=0 leaves graphile-worker out (a before/after comparison only).
+# name it; GRAPHILE=0 leaves graphile-worker out (a before/after comparison only);
+# SETUP_SQL_<name> is SQL run on each fresh database of build <name> before its workload.
 #
 # Each round, on fresh databases:
 #   ojsd             w1-bulk (100k in batches of 1,000), w2-batched (4 x FETCH 500, batch ACK),
@@ -61,6 +62,10 @@ for round in $(seq 1 "$rounds"); do
             curl -sf "http://127.0.0.1:$port/ojs/manifest" >/dev/null && break
             sleep 0.1
         done
+        # SETUP_SQL_<name> (the build's name, `-` as `_`) runs on its database first, e.g. rows
+        # that make the server take another path.
+        setup="SETUP_SQL_${side//-/_}"
+        [ -n "${!setup:-}" ] && psql "$pg/$db" -qAtc "${!setup}" >/dev/null
         # shellcheck disable=SC2086
         "$bench" --url "http://127.0.0.1:$port" --database-url "$pg/$db" --ojsd-pid "$pid" $spec \
             | grep '^{' | sed "s/^{/{\"round\":$round,\"side\":\"$side\",/" >> "$out"

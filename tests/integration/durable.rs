@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::app::InProcessReplica;
 use crate::support::{Client, Resp, TestApp};
 
 fn step_path(id: &str, name: &str) -> String {
@@ -36,6 +37,24 @@ async fn fetch(api: &Client, queue: &str, worker: &str) -> Vec<Value> {
         .as_array()
         .cloned()
         .unwrap_or_default()
+}
+
+/// A server and a second replica on its database (a client of each), and a job of `queue`
+/// held by worker `w`.
+async fn two_replicas_and_an_active_job(
+    queue: &str,
+) -> (TestApp, InProcessReplica, [Client; 2], String) {
+    let app = TestApp::spawn().await;
+    let replica = app.spawn_replica(|_| {}).await;
+    let apis = [
+        Client::new(app.base.clone()),
+        Client::new(replica.base.clone()),
+    ];
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": queue}))
+        .await;
+    app.fetch_one(queue, "w").await;
+    (app, replica, apis, id)
 }
 
 /// Makes a retryable job available now (instead of waiting out its backoff).
@@ -165,20 +184,10 @@ async fn a_step_is_recorded_once_and_the_retry_skips_it() {
 /// is answered with it.
 #[tokio::test]
 async fn racing_records_of_a_step_keep_exactly_one() {
-    let app = TestApp::spawn().await;
-    let replica = app.spawn_replica(|_| {}).await;
-    let other = Client::new(replica.base.clone());
-    let id = app
-        .push_id(json!({"type": "a.b", "args": [], "queue": "race"}))
-        .await;
-    app.fetch_one("race", "w").await;
+    let (app, _replica, apis, id) = two_replicas_and_an_active_job("race").await;
     let tasks: Vec<_> = (0..20)
         .map(|i| {
-            let api = if i % 2 == 0 {
-                Client::new(app.base.clone())
-            } else {
-                other.clone()
-            };
+            let api = apis[i % 2].clone();
             let path = step_path(&id, "pay");
             tokio::spawn(async move { api.post(&path, json!({"attempt": 1, "result": i})).await })
         })
@@ -307,23 +316,13 @@ async fn a_job_waits_for_a_signal_and_resumes_with_its_payload() {
 /// once; the other signals are kept (or, with the same key, stored once).
 #[tokio::test]
 async fn a_signal_sent_twice_wakes_the_job_once() {
-    let app = TestApp::spawn().await;
-    let replica = app.spawn_replica(|_| {}).await;
-    let other = Client::new(replica.base.clone());
-    let id = app
-        .push_id(json!({"type": "a.b", "args": [], "queue": "once"}))
-        .await;
-    app.fetch_one("once", "w").await;
+    let (app, _replica, apis, id) = two_replicas_and_an_active_job("once").await;
     wait(&app, json!({"job_id": id, "signal": "go"}))
         .await
         .expect(200);
     let tasks: Vec<_> = (0..16)
         .map(|i| {
-            let api = if i % 2 == 0 {
-                Client::new(app.base.clone())
-            } else {
-                other.clone()
-            };
+            let api = apis[i % 2].clone();
             let path = signal_path(&id, "go");
             // Half of them are one signal sent again (the same key), as a retrying webhook does.
             let body = if i < 8 {
