@@ -336,6 +336,7 @@ mod tests {
             phase: crate::job::JobPhase::of(state),
             in_flight: None,
             result_awaited: None,
+            durable: None,
         }
     }
 

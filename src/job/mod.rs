@@ -306,6 +306,9 @@ pub struct Job {
     pub in_flight: Option<bool>,
     /// `Some(true)` once a client waits for the job's result (its end is then announced).
     pub result_awaited: Option<bool>,
+    /// `Some(true)` once the job saved a checkpoint, recorded a step or waited (migration V33):
+    /// its claim hands what it kept.
+    pub durable: Option<bool>,
 }
 
 impl Job {
@@ -380,6 +383,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "phase",
     "in_flight",
     "result_awaited",
+    "durable",
 ];
 
 /// Conventional priority names of the priority extension, accepted as input aliases.

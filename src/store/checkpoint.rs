@@ -45,6 +45,12 @@ pub async fn save(
                         worker_id = excluded.worker_id, created_at = excluded.created_at
                  returning sequence, created_at, size_bytes
              ),
+             -- The job's next claims hand its checkpoint (a HOT update, once per job).
+             flagged as (
+                 update ojs_job f set durable = true
+                   from saved s
+                  where f.id = $1 and f.durable is not true
+             ),
              event as (
                  insert into ojs_event (type, subject, job_id, queue, job_type, worker_id, data)
                  select 'job.checkpointed', j.id::text, j.id, j.queue, j.type, $2,

@@ -50,6 +50,12 @@ pub async fn record(
             on conflict on constraint ojs_job_step_pkey do nothing
             returning name, result, attempt, worker_id, recorded_at
         ),
+        -- The job's next claims hand its steps (a HOT update, once per job).
+        flagged as (
+            update ojs_job j set durable = true
+              from recorded r
+             where j.id = $1 and j.durable is not true
+        ),
         event as (
             insert into ojs_event (type, subject, job_id, queue, job_type, worker_id, data)
             select 'job.step_recorded', h.id::text, h.id, h.queue, h.type, r.worker_id,

@@ -118,6 +118,21 @@ async fn a_step_is_recorded_once_and_the_retry_skips_it() {
     retry_now(&app, &id).await;
     let second = app.fetch_one("steps", "w-2").await;
     assert_eq!(second["attempt"], 2);
+    // The claim looked the steps up for this job only (it is flagged); a plain job claimed
+    // beside it gets none.
+    let plain = app
+        .push_id(json!({"type": "order.saga", "args": [8], "queue": "steps-plain"}))
+        .await;
+    let plain_job = app.fetch_one("steps-plain", "w-2").await;
+    assert_eq!(plain_job["id"], plain.as_str());
+    assert!(plain_job.get("steps").is_none(), "{plain_job}");
+    let flags: Vec<Option<bool>> =
+        sqlx::query_scalar("select durable from ojs_job where id = any($1::uuid[]) order by id")
+            .bind(vec![id.clone(), plain.clone()])
+            .fetch_all(app.pool())
+            .await
+            .unwrap();
+    assert_eq!(flags, [Some(true), None]);
     assert_eq!(second["steps"]["charge-card"]["result"]["cents"], 4200);
     assert_eq!(second["steps"]["charge-card"]["attempt"], 1);
     assert_eq!(second["steps"]["reserve"]["result"], Value::Null);

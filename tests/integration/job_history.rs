@@ -268,7 +268,7 @@ async fn a_populated_database_of_the_previous_release_migrates_with_every_job_in
         // in_flight; V32's result_awaited).
         sqlx::query_as(
             "select id, to_jsonb(j) - 'rate_key' - 'rate_held' - 'lease_id' - 'phase' - 'in_flight'
-                      - 'result_awaited'
+                      - 'result_awaited' - 'durable'
                from ojs_job_all j order by id",
         )
             .fetch_all(&mut conn)

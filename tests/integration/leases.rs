@@ -278,7 +278,7 @@ async fn a_populated_database_of_the_previous_release_gets_leases_for_its_active
         "{report:?}"
     );
     let after: Vec<(uuid::Uuid, Value)> = sqlx::query_as(
-        "select id, to_jsonb(j) - 'lease_id' - 'phase' - 'in_flight' - 'result_awaited'
+        "select id, to_jsonb(j) - 'lease_id' - 'phase' - 'in_flight' - 'result_awaited' - 'durable'
            from ojs_job j order by id",
     )
     .fetch_all(&mut conn)

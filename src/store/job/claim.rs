@@ -248,7 +248,7 @@ macro_rules! claim_statement {
             -- Plain columns beside the row for the event below: reading fields out of a row
             -- value walks its columns each time (the row is then only sent to the client).
             returning j, x.share_nos[c.k] as share, c.slot, j.id, j.seq, j.queue, j.type,
-                      j.attempt, j.worker_id, j.rate_key, j.pool, j.lease_id,
+                      j.attempt, j.worker_id, j.rate_key, j.pool, j.lease_id, j.durable,
                       least(j.visible_until, j.timeout_at, j.total_deadline_at) as due_at,
                       coalesce(nullif(j.meta ->> 'trace_id', ''), nullif(split_part(j.meta ->> 'traceparent', '-', 2), '')) as trace_id
         ),
@@ -293,17 +293,15 @@ macro_rules! claim_statement {
         )
         -- What each job kept of its earlier attempts (durable execution): its latest
         -- checkpoint (migration V31), its recorded steps, its latest wait and the signals
-        -- delivered to it (V33). Each is looked up only when its table has a row at all: the
-        -- exists is evaluated once per statement, so jobs that use none of it pay one probe of
-        -- an empty table per claim, not one per job.
+        -- delivered to it (V33). Looked up only for the jobs flagged `durable` (V33), so jobs
+        -- that use none of it pay nothing for it, whatever other jobs keep.
         select m.j as "job!: Job", m.share as "share!",
-               case when (select exists (select 1 from ojs_job_checkpoint)) then
+               case when m.durable then
                    (select jsonb_build_object('state', c.state, 'sequence', c.sequence)
                       from ojs_job_checkpoint c
                      where c.job_id = m.id)
                end as "checkpoint?: RawJson",
-               case when (select exists (select 1 from ojs_job_step))
-                      or (select exists (select 1 from ojs_job_wait)) then
+               case when m.durable then
                    nullif(ojs_job_resume(m.id, false), '{}')
                end as "resume?: RawJson"
           from moved m

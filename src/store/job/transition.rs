@@ -235,7 +235,7 @@ macro_rules! complete_jobs {
                    capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held, null::int8,
                    'taken'::ojs_job_phase,
                    case when rate_key is not null or tenant <> '' then false end,
-                   result_awaited)::ojs_job as "job!: Job"
+                   result_awaited, durable)::ojs_job as "job!: Job"
           from finished
         "#
         )
