@@ -268,6 +268,7 @@ CASE
     ELSE NULL::boolean
 END) STORED,
     result_awaited boolean,
+    durable boolean,
     CONSTRAINT ojs_job_active_has_reservation CHECK (((state <> 'active'::public.ojs_job_state) OR ((attempt >= 1) AND (started_at IS NOT NULL) AND (visible_until IS NOT NULL) AND (reservation_ms IS NOT NULL)))),
     CONSTRAINT ojs_job_active_has_timeout CHECK (((state <> 'active'::public.ojs_job_state) OR (timeout_at IS NOT NULL))),
     CONSTRAINT ojs_job_attempt_non_negative CHECK ((attempt >= 0)),
@@ -631,6 +632,12 @@ COMMENT ON COLUMN public.ojs_job.in_flight IS 'Generated from state, for a job w
 --
 
 COMMENT ON COLUMN public.ojs_job.result_awaited IS 'True once a client waits for the job''s result: its end is then announced on the ojs_job_ended channel (migration V32).';
+
+--
+-- Name: COLUMN ojs_job.durable; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job.durable IS 'True once the job saved a checkpoint, recorded a step or waited: the claim then hands its next attempt what it kept (migration V33). Null for other jobs.';
 
 --
 -- Name: ojs_dead_letter_matches(public.ojs_job, text, text, text, text, timestamp with time zone, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
@@ -3009,6 +3016,7 @@ begin
            scheduled_at = case when signal_id is null then p_until end,
            enqueued_at = case when signal_id is not null then waited_at else ojs_job.enqueued_at end,
            attempt = ojs_job.attempt - 1,
+           durable = true,
            visible_until = null,
            timeout_at = null
      where id = p_job_id
@@ -6245,7 +6253,8 @@ CREATE VIEW public.ojs_job_all AS
     ojs_job.lease_id,
     ojs_job.phase,
     ojs_job.in_flight,
-    ojs_job.result_awaited
+    ojs_job.result_awaited,
+    ojs_job.durable
    FROM public.ojs_job
 UNION ALL
  SELECT d.id,
@@ -6307,7 +6316,8 @@ UNION ALL
             WHEN ((d.rate_key IS NOT NULL) OR (d.tenant <> ''::text)) THEN false
             ELSE NULL::boolean
         END AS in_flight,
-    d.result_awaited
+    d.result_awaited,
+    NULL::boolean AS durable
    FROM public.ojs_job_done d;
 
 --
@@ -6657,6 +6667,12 @@ COMMENT ON COLUMN public.ojs_job_all.in_flight IS 'As ojs_job.in_flight.';
 --
 
 COMMENT ON COLUMN public.ojs_job_all.result_awaited IS 'As ojs_job.result_awaited.';
+
+--
+-- Name: COLUMN ojs_job_all.durable; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_job_all.durable IS 'As ojs_job.durable (null for the jobs of ojs_job_done).';
 
 --
 -- Name: ojs_job_checkpoint; Type: TABLE; Schema: public; Owner: -
