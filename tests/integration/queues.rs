@@ -151,6 +151,13 @@ async fn queues_are_listed_by_name_with_counts_filters_and_pages() {
         .collect();
     assert_eq!(names, ["a", "b", "c"]);
     assert_eq!(all["queues"][0]["counts"]["available"], 2);
+    // The OJS Kubernetes operator's shape: ready-to-run and running jobs at the top.
+    assert_eq!(all["queues"][0]["pending"], 2);
+    assert_eq!(all["queues"][0]["active"], 0);
+    app.fetch_one("a", "w").await;
+    let after = app.get("/ojs/v1/queues").await.expect(200).json;
+    assert_eq!(after["queues"][0]["pending"], 1);
+    assert_eq!(after["queues"][0]["active"], 1);
     assert_eq!(all["pagination"]["total"], 3);
     let paused = app
         .get("/ojs/v1/queues?state=paused")

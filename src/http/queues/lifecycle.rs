@@ -99,13 +99,19 @@ impl QueueCreateRequest {
     }
 }
 
-/// A listed queue: the queue object with its current counts.
+/// A listed queue: the queue object with its current counts, and the two figures the OJS
+/// Kubernetes operator scales workers on at the top (it reads `pending` and `active` there).
 #[derive(Serialize, ToSchema)]
 #[schema(as = ListedQueue)]
 struct Listed<'a> {
     #[serde(flatten)]
     queue: QueueBody<'a>,
     counts: Counts,
+    /// Jobs ready to run now (`counts.available`), as the OJS Kubernetes operator reads a
+    /// queue's depth. Not the `pending` state, which `counts.pending` counts.
+    pending: i64,
+    /// Jobs running now (`counts.active`).
+    active: i64,
 }
 
 /// A page of queues.
@@ -146,6 +152,8 @@ async fn list(
             .map(|q| Listed {
                 queue: QueueBody::of(&q.queue, &configs),
                 counts: Counts::of(&q.counts),
+                pending: q.counts.available,
+                active: q.counts.active,
             })
             .collect(),
         pagination: page.describe(total),
