@@ -50,14 +50,15 @@ impl Broker {
         let mut tx = self.db.begin().await?;
         store::serial_reads(&mut tx).await?;
         let available = store::queue::available_by_priority(&mut *tx, None, None).await?;
-        let (depth, bounds) = store::queue::depth_gauges(&mut tx).await?;
+        let depth = store::queue::depth_gauges(&mut tx).await?;
         let workflows = store::workflow::counts(&mut *tx).await?;
         let rate_keys = store::rate_limit::gauges(&mut *tx).await?;
         let tenants = store::tenant::gauges(&mut *tx).await?;
         tx.commit().await?;
         telemetry::tenants(&tenants);
         telemetry::available_by_priority(&available);
-        telemetry::queue_depth(&depth, &bounds);
+        telemetry::queue_depth(&depth.depth, &depth.bounds);
+        telemetry::queue_latency(&depth.oldest_available);
         telemetry::workflows(&workflows);
         telemetry::rate_keys(rate_keys);
         Ok(())

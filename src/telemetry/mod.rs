@@ -530,6 +530,27 @@ pub fn queue_depth(rows: &[(String, String, i64)], bounds: &[(String, i64)]) {
     }
 }
 
+/// Sets `ojs_queue_oldest_available_age_seconds{queue}` from `(queue, seconds)` rows: how long
+/// each queue's oldest available job has waited (a queue that has none drops to 0). Unlike the
+/// number of jobs waiting, which reads near 0 when workers keep up and when they are all
+/// stuck alike, this is the figure to scale workers on.
+pub fn queue_latency(rows: &[(String, f64)]) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().expect("gauge series lock");
+    let set = |queue: &str, secs: f64| {
+        gauge!("ojs_queue_oldest_available_age_seconds", "queue" => queue.to_owned()).set(secs);
+    };
+    for queue in seen.iter() {
+        if !rows.iter().any(|(q, _)| q == queue) {
+            set(queue, 0.0);
+        }
+    }
+    for (queue, secs) in rows {
+        set(queue, *secs);
+    }
+    *seen = rows.iter().map(|(q, _)| q.clone()).collect();
+}
+
 /// Queues that came into existence (`ojs_queue_created_total`).
 pub fn queues_created(n: i64) {
     if n > 0 {

@@ -171,6 +171,32 @@ async fn metrics_are_prometheus_text() {
     assert!(resp.text.contains("ojs_http_requests_total"));
 }
 
+/// Each queue's latency, the age of its oldest available job, is a gauge workers can be scaled
+/// on; a queue that drained reads 0.
+#[tokio::test]
+async fn the_age_of_each_queues_oldest_available_job_is_a_gauge() {
+    let app = TestApp::spawn().await;
+    let id = app.push_id(job("a.b", "lagging")).await;
+    app.sql(&format!(
+        "update ojs_job set enqueued_at = now() - interval '90 seconds' where id = '{id}'"
+    ))
+    .await;
+    let gauge = |text: &str| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with(r#"ojs_queue_oldest_available_age_seconds{queue="lagging"}"#))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let first = app.get("/metrics").await.expect(200).text;
+    let age = gauge(&first).unwrap_or_else(|| panic!("no gauge in:\n{first}"));
+    assert!((90.0..200.0).contains(&age), "{age}");
+
+    app.fetch_one("lagging", "w").await;
+    // Gauges are read at most every 5 s.
+    tokio::time::sleep(std::time::Duration::from_millis(5_100)).await;
+    let drained = app.get("/metrics").await.expect(200).text;
+    assert_eq!(gauge(&drained), Some(0.0), "{drained}");
+}
+
 #[tokio::test]
 async fn reset_exists_only_with_test_hooks() {
     let app = TestApp::spawn().await;

@@ -128,24 +128,39 @@ pub async fn record_starts(
     Ok(())
 }
 
-/// Unfinished jobs by queue and state, and each bounded queue's bound: the `ojs_queue_depth`,
-/// `ojs_queue_max_size` and `ojs_queue_utilization` gauges.
-pub async fn depth_gauges(
-    db: &mut sqlx::PgConnection,
-) -> Result<(Vec<(String, String, i64)>, Vec<(String, i64)>), sqlx::Error> {
-    let depth = sqlx::query!(
+/// The figures of the queue gauges: unfinished jobs by queue and state (`ojs_queue_depth`),
+/// how long each queue's oldest available job has waited, in seconds
+/// (`ojs_queue_oldest_available_age_seconds`: the queue's latency, what to scale workers on),
+/// and each bounded queue's bound (`ojs_queue_max_size`, `ojs_queue_utilization`).
+#[derive(Debug, Clone, Default)]
+pub struct DepthGauges {
+    pub depth: Vec<(String, String, i64)>,
+    pub oldest_available: Vec<(String, f64)>,
+    pub bounds: Vec<(String, i64)>,
+}
+
+/// Reads [`DepthGauges`]: one scan of the unfinished jobs, and the bounds.
+pub async fn depth_gauges(db: &mut sqlx::PgConnection) -> Result<DepthGauges, sqlx::Error> {
+    let rows = sqlx::query!(
         r#"
-        select queue as "queue!", state::text as "state!", count(*) as "jobs!"
+        select queue as "queue!", state::text as "state!", count(*) as "jobs!",
+               greatest(extract(epoch from now() - min(enqueued_at)), 0)::float8 as "oldest_secs"
           from ojs_job
          where state in ('scheduled', 'available', 'pending', 'retryable', 'active')
          group by queue, state
         "#,
     )
     .fetch_all(&mut *db)
-    .await?
-    .into_iter()
-    .map(|r| (r.queue, r.state, r.jobs))
-    .collect();
+    .await?;
+    let oldest_available = rows
+        .iter()
+        .filter(|r| r.state == "available")
+        .filter_map(|r| Some((r.queue.clone(), r.oldest_secs?)))
+        .collect();
+    let depth = rows
+        .into_iter()
+        .map(|r| (r.queue, r.state, r.jobs))
+        .collect();
     let bounds = sqlx::query!(
         r#"
         select queue, max_jobs as "max_jobs!" from ojs_queue_capacity
@@ -157,5 +172,9 @@ pub async fn depth_gauges(
     .into_iter()
     .map(|r| (r.queue, r.max_jobs))
     .collect();
-    Ok((depth, bounds))
+    Ok(DepthGauges {
+        depth,
+        oldest_available,
+        bounds,
+    })
 }
