@@ -153,7 +153,8 @@ impl Broker {
             if !flagged {
                 // Its own statement, before the read: an end committed after the read then
                 // finds the flag and is announced.
-                store::result::mark_awaited(&self.db, id.0).await?;
+                // A job found unfinished here and gone at the read was removed while awaited.
+                seen = store::result::mark_awaited(&self.db, id.0).await?;
                 flagged = true;
             }
             let outcome = match self.read_result(id).await? {

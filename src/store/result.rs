@@ -31,20 +31,27 @@ pub struct ResultRow {
 
 /// Marks job `id` as awaited, unless it has ended or is marked already (a second waiter writes
 /// nothing). Run before reading the job (in its own statement, so that the read sees the flag
-/// committed): an end committed after that read finds the flag and is announced.
-pub async fn mark_awaited(db: impl PgExecutor<'_>, id: Uuid) -> Result<(), sqlx::Error> {
-    sqlx::query!(
+/// committed): an end committed after that read finds the flag and is announced. Returns
+/// whether the job existed unfinished.
+pub async fn mark_awaited(db: impl PgExecutor<'_>, id: Uuid) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
         r#"
-        update ojs_job
-           set result_awaited = true
-         where id = $1 and result_awaited is not true
-           and state not in ('completed', 'cancelled', 'discarded')
+        with job as (
+            select id, result_awaited from ojs_job
+             where id = $1 and state not in ('completed', 'cancelled', 'discarded')
+        ),
+        flagged as (
+            update ojs_job j
+               set result_awaited = true
+              from job
+             where j.id = job.id and job.result_awaited is not true
+        )
+        select exists (select 1 from job) as "unfinished!"
         "#,
         id,
     )
-    .execute(db)
-    .await?;
-    Ok(())
+    .fetch_one(db)
+    .await
 }
 
 /// The outcome of each of `ids` that exists (in no particular order).
