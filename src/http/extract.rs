@@ -267,6 +267,15 @@ impl<'a> Fields<'a> {
         })
     }
 
+    /// An optional attempt number (a positive 32-bit integer): the attempt a worker holds.
+    pub fn attempt(&self, key: &str) -> Result<Option<i32>, ApiError> {
+        match self.integer(key)? {
+            Some(n) if n >= 1 => i32::try_from(n).map(Some).map_err(|_| bad_attempt(key)),
+            Some(_) => Err(bad_attempt(key)),
+            None => Ok(None),
+        }
+    }
+
     /// An optional worker id (1–255 characters, no control characters).
     pub fn worker_id(&self, key: &str) -> Result<Option<String>, ApiError> {
         match self.string(key)? {
@@ -277,6 +286,13 @@ impl<'a> Fields<'a> {
             other => Ok(other),
         }
     }
+}
+
+fn bad_attempt(key: &str) -> ApiError {
+    ApiError::invalid_field(
+        &format!("$.{key}"),
+        format!("'{key}' must be a positive integer: the attempt the worker holds"),
+    )
 }
 
 /// A worker id taken from the path. A segment that is not a valid worker id (1-255 characters,

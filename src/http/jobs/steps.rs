@@ -84,21 +84,12 @@ async fn record(
 ) -> Result<Response, ApiError> {
     caller.check_job(&state, path.id).await?;
     let fields = body.object()?;
-    let attempt = match fields.integer("attempt")? {
-        Some(n) if (1..=i64::from(i32::MAX)).contains(&n) => n as i32,
-        Some(_) => {
-            return Err(ApiError::invalid_field(
-                "$.attempt",
-                "'attempt' must be a positive integer: the attempt the worker holds",
-            ));
-        }
-        None => {
-            return Err(ApiError::invalid_field(
-                "$.attempt",
-                "'attempt' is required: the attempt the worker holds",
-            ));
-        }
-    };
+    let attempt = fields.attempt("attempt")?.ok_or_else(|| {
+        ApiError::invalid_field(
+            "$.attempt",
+            "'attempt' is required: the attempt the worker holds",
+        )
+    })?;
     let worker_id = fields.worker_id("worker_id")?;
     let result = fields.raw("result");
     if let Some(size) = result.map(|r| r.get().len())

@@ -120,16 +120,7 @@ async fn wait(
         ));
     }
     let worker_id = fields.worker_id("worker_id")?;
-    let attempt = match fields.integer("attempt")? {
-        Some(n) if (1..=i64::from(i32::MAX)).contains(&n) => Some(n as i32),
-        Some(_) => {
-            return Err(ApiError::invalid_field(
-                "$.attempt",
-                "'attempt' must be a positive integer: the attempt the worker holds",
-            ));
-        }
-        None => None,
-    };
+    let attempt = fields.attempt("attempt")?;
     caller.check_job(&state, job_id).await?;
     let waited = state
         .broker()
