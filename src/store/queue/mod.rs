@@ -18,7 +18,8 @@ mod deletion;
 mod row;
 
 pub use capacity::{
-    capacity, depth_gauges, dispatch_usage, drop_oldest, rate_key, rate_usage, record_starts,
+    DepthGauges, capacity, depth_gauges, dispatch_usage, drop_oldest, rate_key, rate_usage,
+    record_starts,
 };
 pub use config::{
     Bounds, all_layers, bump_generation, config_generation, config_layers, default_layer,
