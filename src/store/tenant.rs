@@ -322,9 +322,16 @@ impl From<ConfigRow> for TenantConfig {
 
 /// Every configured tenant, by id.
 pub async fn configured(db: impl PgExecutor<'_>) -> Result<Vec<TenantConfig>, sqlx::Error> {
-    let rows = sqlx::query_as!(ConfigRow, "select * from ojs_tenant order by id")
-        .fetch_all(db)
-        .await?;
+    let rows = sqlx::query_as!(
+        ConfigRow,
+        r#"
+        select id, max_concurrency, max_enqueue_rate, enqueue_period_ms, max_queue_depth, reason,
+               created_at, updated_at
+          from ojs_tenant order by id
+        "#
+    )
+    .fetch_all(db)
+    .await?;
     Ok(rows.into_iter().map(TenantConfig::from).collect())
 }
 
@@ -333,9 +340,17 @@ pub async fn config(
     db: impl PgExecutor<'_>,
     tenant: &str,
 ) -> Result<Option<TenantConfig>, sqlx::Error> {
-    let row = sqlx::query_as!(ConfigRow, "select * from ojs_tenant where id = $1", tenant)
-        .fetch_optional(db)
-        .await?;
+    let row = sqlx::query_as!(
+        ConfigRow,
+        r#"
+        select id, max_concurrency, max_enqueue_rate, enqueue_period_ms, max_queue_depth, reason,
+               created_at, updated_at
+          from ojs_tenant where id = $1
+        "#,
+        tenant
+    )
+    .fetch_optional(db)
+    .await?;
     Ok(row.map(TenantConfig::from))
 }
 
@@ -346,7 +361,11 @@ pub async fn config_locked(
 ) -> Result<Option<TenantConfig>, sqlx::Error> {
     let row = sqlx::query_as!(
         ConfigRow,
-        "select * from ojs_tenant where id = $1 for update",
+        r#"
+        select id, max_concurrency, max_enqueue_rate, enqueue_period_ms, max_queue_depth, reason,
+               created_at, updated_at
+          from ojs_tenant where id = $1 for update
+        "#,
         tenant
     )
     .fetch_optional(db)

@@ -66,7 +66,9 @@ pub async fn create(
                                  paused_reason, paused_at)
         values ($1, $2, $3, $4, $5, $6, $7, $8,
                 case when not $6 then 'created paused' end, case when not $6 then now() end)
-        returning *
+        returning id, url, events, secret, metadata, active, paused_reason, paused_at, cursor_xid, cursor_seq,
+               attempt, next_attempt_at, failure_count, delivered, last_delivery_at,
+               last_delivery_status, last_error, gap_at, gap_events, created_at, updated_at
         "#,
         w.id,
         w.url,
@@ -89,7 +91,12 @@ pub async fn list(
 ) -> Result<(Vec<WebhookRow>, i64), sqlx::Error> {
     let rows = sqlx::query_as!(
         WebhookRow,
-        "select * from ojs_webhook order by created_at, id limit $1 offset $2",
+        r#"
+        select id, url, events, secret, metadata, active, paused_reason, paused_at, cursor_xid, cursor_seq,
+               attempt, next_attempt_at, failure_count, delivered, last_delivery_at,
+               last_delivery_status, last_error, gap_at, gap_events, created_at, updated_at
+          from ojs_webhook order by created_at, id limit $1 offset $2
+        "#,
         limit,
         offset,
     )
@@ -102,7 +109,16 @@ pub async fn list(
 }
 
 pub async fn get(db: impl PgExecutor<'_>, id: Uuid) -> Result<Option<WebhookRow>, sqlx::Error> {
-    sqlx::query_as!(WebhookRow, "select * from ojs_webhook where id = $1", id)
+    sqlx::query_as!(
+        WebhookRow,
+        r#"
+        select id, url, events, secret, metadata, active, paused_reason, paused_at, cursor_xid, cursor_seq,
+               attempt, next_attempt_at, failure_count, delivered, last_delivery_at,
+               last_delivery_status, last_error, gap_at, gap_events, created_at, updated_at
+          from ojs_webhook where id = $1
+        "#,
+        id
+    )
         .fetch_optional(db)
         .await
 }
@@ -146,7 +162,10 @@ pub async fn update(
                next_attempt_at = case when $6 and not w.active then now() else w.next_attempt_at end,
                updated_at = now()
          where w.id = $1
-        returning w.*
+        returning w.id, w.url, w.events, w.secret, w.metadata, w.active, w.paused_reason,
+                  w.paused_at, w.cursor_xid, w.cursor_seq, w.attempt, w.next_attempt_at,
+                  w.failure_count, w.delivered, w.last_delivery_at, w.last_delivery_status,
+                  w.last_error, w.gap_at, w.gap_events, w.created_at, w.updated_at
         "#,
         id,
         c.url,
@@ -204,7 +223,10 @@ pub async fn due(db: impl PgExecutor<'_>, limit: i64) -> Result<Vec<WebhookRow>,
     sqlx::query_as!(
         WebhookRow,
         r#"
-        select * from ojs_webhook
+        select id, url, events, secret, metadata, active, paused_reason, paused_at, cursor_xid, cursor_seq,
+               attempt, next_attempt_at, failure_count, delivered, last_delivery_at,
+               last_delivery_status, last_error, gap_at, gap_events, created_at, updated_at
+          from ojs_webhook
          where active and next_attempt_at <= now()
          order by next_attempt_at
          limit $1

@@ -6,7 +6,7 @@ use sqlx::PgExecutor;
 use uuid::Uuid;
 
 use crate::job::lifecycle::FailTarget;
-use crate::job::{Job, JobId, JobState};
+use crate::job::{Job, JobId, JobPhase, JobState, RawJson};
 
 /// One ACK for [`complete_many`].
 #[derive(Debug, Clone, Copy)]
@@ -216,28 +216,39 @@ macro_rules! complete_statement {
 
 /// [`complete_statement!`] answering each job as the ACK left it (kept in `ojs_job_done` or
 /// not): the values `moved` inserts.
+///
+/// Column by column, by name, not as a row cast to `ojs_job`: a cast names every column of the
+/// table, so it fails the moment a later release's migration adds one, while this release still
+/// serves beside it (a rolling upgrade; `tests/integration/upgrade.rs`).
 macro_rules! complete_jobs {
     ($finished:ident, $db:expr, $acks:expr, $delete_on_ack:expr) => {
         complete_statement!($finished:
-            query_scalar,
+            query_as,
             $db,
             $acks,
             $delete_on_ack,
             r#"        -- Each job as the ACK left it (kept in ojs_job_done or not): the values `moved` inserts.
-        select row(id, seq, type, queue, args, meta, priority, 'completed', attempt,
-                   max_attempts, retry, timeout_ms, visibility_timeout_ms, scheduled_at,
-                   scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
-                   total_timeout_secs, tags, schema_uri, unique_policy, unique_key, extra,
-                   created_at, enqueued_at, activated_at, started_at, null, reservation_ms,
-                   worker_id, next_retry_at, retry_delay_ms, now(), cancelled_at, discarded_at,
-                   dead_lettered_at, stored_result::json, null, errors, null, claim_deadline_at,
-                   total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
-                   capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held, null::int8,
-                   'taken'::ojs_job_phase,
-                   case when rate_key is not null or tenant <> '' then false end,
-                   result_awaited, durable)::ojs_job as "job!: Job"
+        select id as "id!: JobId", seq as "seq!", type as "type!", queue as "queue!",
+               args as "args!: RawJson", meta as "meta!: RawJson", priority as "priority!",
+               'completed'::ojs_job_state as "state!: JobState", attempt as "attempt!",
+               max_attempts as "max_attempts!", retry as "retry!: RawJson",
+               timeout_ms as "timeout_ms!", visibility_timeout_ms, scheduled_at,
+               scheduled_at_input, expires_at, expires_at_input, enqueue_ttl_secs,
+               total_timeout_secs, tags, schema_uri, unique_policy as "unique_policy: RawJson",
+               unique_key, extra as "extra!: RawJson", created_at as "created_at!",
+               enqueued_at, activated_at, started_at, null::timestamptz as visible_until,
+               reservation_ms, worker_id, next_retry_at, retry_delay_ms,
+               now() as "completed_at?", cancelled_at, discarded_at, dead_lettered_at,
+               stored_result::json as "result: RawJson", null::json as "error: RawJson",
+               errors as "errors!: RawJson", null::timestamptz as timeout_at, claim_deadline_at,
+               total_deadline_at, re_enqueued_at, priority_aging_ms, original_queue,
+               capacity_tracked, pool, tenant_fair, tenant, fair_key, rate_key, rate_held,
+               null::int8 as lease_id, 'taken'::ojs_job_phase as "phase!: JobPhase",
+               case when rate_key is not null or tenant <> '' then false end as in_flight,
+               result_awaited, durable
           from finished
-        "#
+        "#,
+            Job
         )
     };
 }
