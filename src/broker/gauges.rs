@@ -9,6 +9,8 @@ use crate::telemetry;
 
 /// Database-backed gauges are read at most this often, however often `/metrics` is scraped.
 const GAUGE_REFRESH: Duration = Duration::from_secs(5);
+/// The window [`Broker::scaling`] counts enqueues and completions over.
+pub const SCALING_WINDOW: Duration = Duration::from_secs(60);
 
 impl Broker {
     /// Reads the gauges that come from the database (available jobs by queue and priority,
@@ -54,7 +56,9 @@ impl Broker {
         let workflows = store::workflow::counts(&mut *tx).await?;
         let rate_keys = store::rate_limit::gauges(&mut *tx).await?;
         let tenants = store::tenant::gauges(&mut *tx).await?;
+        let workers = store::queue::workers(&mut tx, None).await?;
         tx.commit().await?;
+        telemetry::queue_workers(&workers);
         telemetry::tenants(&tenants);
         telemetry::available_by_priority(&available);
         telemetry::queue_depth(&depth.depth, &depth.bounds);
@@ -62,6 +66,29 @@ impl Broker {
         telemetry::workflows(&workflows);
         telemetry::rate_keys(rate_keys);
         Ok(())
+    }
+
+    /// What to scale workers on, per queue, for the whole cluster (see
+    /// [`store::queue::scaling`]): every queue with jobs, throughput or workers, or `queue`
+    /// alone (zeros for a queue that exists but has none; `QueueNotFound` for one that does
+    /// not). Throughput is counted over the last [`SCALING_WINDOW`].
+    pub async fn scaling(&self, queue: Option<&str>) -> Result<Vec<store::queue::ScalingRow>> {
+        let mut tx = self.db.begin().await?;
+        store::serial_reads(&mut tx).await?;
+        let rows = store::queue::scaling(&mut tx, queue, SCALING_WINDOW.as_secs_f64()).await?;
+        tx.commit().await?;
+        match queue {
+            Some(name) if rows.is_empty() => {
+                if !self.queue_known(name).await? {
+                    return Err(Error::QueueNotFound(name.to_owned()));
+                }
+                Ok(vec![store::queue::ScalingRow {
+                    queue: name.to_owned(),
+                    ..Default::default()
+                }])
+            }
+            _ => Ok(rows),
+        }
     }
 
     /// Available jobs of `queue` per stored priority, most urgent first, only the priorities

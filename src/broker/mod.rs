@@ -48,6 +48,7 @@ pub mod webhooks;
 mod workers;
 mod workflows;
 
+pub use crate::store::queue::ScalingRow;
 pub use crate::store::schema::SchemaRow;
 pub use crate::store::tenant::{JobOwner, LimitUsage, Owned, TenantConfig, TenantRow};
 pub use crate::store::webhook::{WebhookChange, WebhookRow};
@@ -61,6 +62,7 @@ pub use durable::{SignalOutcome, Signalled, WaitRequest, Waited};
 pub use enqueue::{Pressure, PushContext, PushOutcome, PushResult, Pushed};
 pub use fetch::FetchRequest;
 pub use front::{Broker, Cancelled};
+pub use gauges::SCALING_WINDOW;
 pub use progress::{Progress, ProgressReport};
 pub use queues::{DeleteStrategy, Deleted, Queue, QueueStats};
 pub use results::{JobResult, MAX_BULK_RESULTS, Outcome as ResultOutcome, Retrieval};

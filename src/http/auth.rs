@@ -68,6 +68,8 @@ pub fn needed(method: &Method, path: &str, protect_metrics: bool) -> Option<Role
         || (method == Method::PUT && path == "/ojs/v1/jobs/{id}/progress")
         || path == "/ojs/v1/jobs/{id}/checkpoint"
         || path == "/ojs/v1/jobs/{id}/steps/{name}"
+        // What the worker fleet scales on: its own key (or an admin's) reads it.
+        || (method == Method::GET && matches!(path, "/ojs/v1/scaling" | "/ojs/v1/scaling/{name}"))
     {
         return Some(Role::Worker);
     }

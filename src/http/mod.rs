@@ -60,6 +60,8 @@ pub(crate) mod jobs;
 mod queues;
 // Rate limits: rate-limited queues and the rate-limit keys of jobs.
 mod rate_limits;
+// What to scale workers on, per queue (KEDA's metrics-api scaler reads it).
+mod scaling;
 // Probes, manifest, metrics.
 mod system;
 // The worker protocol: registration, FETCH, ACK/NACK, heartbeats.
@@ -90,6 +92,7 @@ pub fn api(settings: &HttpSettings) -> OpenApiRouter<AppState> {
         .merge(workflows::router())
         .merge(events::router())
         .merge(queues::router())
+        .merge(scaling::router())
         .merge(rate_limits::router())
         .merge(webhooks::router())
         .merge(admin::router(settings.test_hooks))

@@ -185,6 +185,8 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | "/ojs/v1/admin/pools/{name}"
         | "/ojs/v1/admin/scheduling/stats"
         | "/ojs/v1/admin/stats/history"
+        | "/ojs/v1/scaling"
+        | "/ojs/v1/scaling/{name}"
         | "/ojs/v1/admin/system/maintenance"
         | "/ojs/v1/admin/schemas/{type}/{version}"
         | "/ojs/v1/schemas"

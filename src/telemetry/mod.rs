@@ -551,6 +551,37 @@ pub fn queue_latency(rows: &[(String, f64)]) {
     *seen = rows.iter().map(|(q, _)| q.clone()).collect();
 }
 
+/// Sets `ojs_queue_workers{queue}` (running registered workers naming the queue) and
+/// `ojs_queue_worker_utilization{queue}` (the jobs they hold over their declared concurrency,
+/// for queues whose workers declared one) from `(queue, workers, capacity, busy)` rows; a queue
+/// no longer listed drops to 0.
+pub fn queue_workers(rows: &[(String, i64, Option<i64>, i64)]) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().expect("gauge series lock");
+    let set = |queue: &str, workers: i64, utilization: f64| {
+        gauge!("ojs_queue_workers", "queue" => queue.to_owned()).set(workers as f64);
+        gauge!("ojs_queue_worker_utilization", "queue" => queue.to_owned()).set(utilization);
+    };
+    for queue in seen.iter() {
+        if !rows.iter().any(|(q, ..)| q == queue) {
+            set(queue, 0, 0.0);
+        }
+    }
+    for (queue, workers, capacity, busy) in rows {
+        set(
+            queue,
+            *workers,
+            utilization(*busy, *capacity).unwrap_or(0.0),
+        );
+    }
+    *seen = rows.iter().map(|(q, ..)| q.clone()).collect();
+}
+
+/// Jobs held over declared capacity (`None` when no capacity was declared).
+pub fn utilization(busy: i64, capacity: Option<i64>) -> Option<f64> {
+    capacity.filter(|c| *c > 0).map(|c| busy as f64 / c as f64)
+}
+
 /// Queues that came into existence (`ojs_queue_created_total`).
 pub fn queues_created(n: i64) {
     if n > 0 {

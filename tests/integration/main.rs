@@ -37,6 +37,7 @@ mod queues;
 mod rate_limits;
 mod replicas;
 mod results;
+mod scaling;
 mod schema;
 mod schema_registry;
 mod sql_enqueue;

@@ -141,26 +141,13 @@ pub struct DepthGauges {
 
 /// Reads [`DepthGauges`]: one scan of the unfinished jobs, and the bounds.
 pub async fn depth_gauges(db: &mut sqlx::PgConnection) -> Result<DepthGauges, sqlx::Error> {
-    let rows = sqlx::query!(
-        r#"
-        select queue as "queue!", state::text as "state!", count(*) as "jobs!",
-               greatest(extract(epoch from now() - min(enqueued_at)), 0)::float8 as "oldest_secs"
-          from ojs_job
-         where state in ('scheduled', 'available', 'pending', 'retryable', 'active')
-         group by queue, state
-        "#,
-    )
-    .fetch_all(&mut *db)
-    .await?;
+    let rows = super::depths(&mut *db, None).await?;
     let oldest_available = rows
         .iter()
-        .filter(|r| r.state == "available")
-        .filter_map(|r| Some((r.queue.clone(), r.oldest_secs?)))
+        .filter(|r| r.1 == "available")
+        .filter_map(|r| Some((r.0.clone(), r.3?)))
         .collect();
-    let depth = rows
-        .into_iter()
-        .map(|r| (r.queue, r.state, r.jobs))
-        .collect();
+    let depth = rows.into_iter().map(|r| (r.0, r.1, r.2)).collect();
     let bounds = sqlx::query!(
         r#"
         select queue, max_jobs as "max_jobs!" from ojs_queue_capacity

@@ -7,6 +7,7 @@
 //! | `deletion.rs` | DELETE of a queue: discard or move its waiting jobs, drain, remove |
 //! | `config.rs` | configuration layers, the generation counter, the bounds the database enforces |
 //! | `capacity.rs` | capacity counters, `drop_oldest`, dispatch limits (concurrency, rate windows), depth gauges |
+//! | `scaling.rs` | what to scale workers on: [`scaling`] (depths, latency, throughput, workers), [`depths`], [`workers`] |
 //!
 //! A queue gets its row on its first enqueue (inside the enqueue statement, see
 //! [`crate::store::job::insert_many`]), when it is paused or resumed, or when it is created
@@ -16,6 +17,7 @@ mod capacity;
 mod config;
 mod deletion;
 mod row;
+mod scaling;
 
 pub use capacity::{
     DepthGauges, capacity, depth_gauges, dispatch_usage, drop_oldest, rate_key, rate_usage,
@@ -33,3 +35,4 @@ pub use row::{
     QueueCounts, QueueRow, QueueState, available_by_priority, counts, delete_all, ensure, get,
     list, queue_known, set_paused,
 };
+pub use scaling::{ScalingRow, depths, scaling, workers};
