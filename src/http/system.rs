@@ -279,6 +279,7 @@ async fn middleware() -> Ojs<Middleware> {
 async fn metrics(State(state): State<AppState>) -> Response {
     state.broker().refresh_gauges().await;
     crate::telemetry::maintenance_mode(state.broker().hold().is_on());
+    crate::telemetry::database_up(!state.health().is_down());
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"))],
         crate::telemetry::metrics().render(),

@@ -361,6 +361,12 @@ pub fn leader_changed(leader: bool) {
     gauge!("ojs_leader").set(if leader { 1.0 } else { 0.0 });
 }
 
+/// Whether this replica reaches its database (`ojs_database_up`: 1, or 0 while it answers 503
+/// because the database is believed down).
+pub fn database_up(up: bool) {
+    gauge!("ojs_database_up").set(if up { 1.0 } else { 0.0 });
+}
+
 /// Reports whether maintenance mode is in force (`ojs_maintenance_mode`, 0 or 1).
 pub fn maintenance_mode(on: bool) {
     gauge!("ojs_maintenance_mode").set(if on { 1.0 } else { 0.0 });
@@ -470,12 +476,14 @@ pub fn maintenance_pass(
 ) {
     histogram!("ojs_maintenance_pass_duration_seconds", "service" => service)
         .record(elapsed.as_secs_f64());
-    match processed {
-        Some(rows) => {
-            counter!("ojs_maintenance_processed_total", "service" => service).increment(rows)
-        }
-        None => counter!("ojs_maintenance_errors_total", "service" => service).increment(1),
-    }
+    // Both series exist from a service's first pass, so that a rate over them (an alert on
+    // errors) has a series to read before the first error.
+    let (rows, errors) = match processed {
+        Some(rows) => (rows, 0),
+        None => (0, 1),
+    };
+    counter!("ojs_maintenance_processed_total", "service" => service).increment(rows);
+    counter!("ojs_maintenance_errors_total", "service" => service).increment(errors);
 }
 
 /// A bounded queue's depth against its bound (`ojs_queue_max_size`, `ojs_queue_utilization`,
