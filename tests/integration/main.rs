@@ -11,6 +11,7 @@ mod concurrency;
 mod cron;
 mod db_connections;
 mod dead_letter;
+mod deploy;
 mod durable;
 mod embedded;
 mod enqueue_statements;
