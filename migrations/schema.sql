@@ -7528,6 +7528,48 @@ CREATE SEQUENCE public.ojs_lease_id_seq
 ALTER SEQUENCE public.ojs_lease_id_seq OWNED BY public.ojs_lease.id;
 
 --
+-- Name: ojs_listener; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.ojs_listener (
+    instance_id text NOT NULL,
+    backend_pid integer NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT ojs_listener_instance_id_length CHECK (((length(instance_id) >= 1) AND (length(instance_id) <= 255)))
+);
+
+--
+-- Name: TABLE ojs_listener; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.ojs_listener IS 'The replicas whose notification listener is connected (LISTEN in place), one row per replica: registered by the listener when it starts listening, renewed with each of its pings (every 2 s), deleted when the replica stops. An enqueue sends a NOTIFY only while another replica''s row was renewed in the last 10 s. Read instead of pg_stat_activity, which a connection pooler or a managed Postgres may hide (migration V34).';
+
+--
+-- Name: COLUMN ojs_listener.instance_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_listener.instance_id IS 'The replica (OJS_INSTANCE_ID; unique per replica).';
+
+--
+-- Name: COLUMN ojs_listener.backend_pid; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_listener.backend_pid IS 'The backend pid of its listening connection.';
+
+--
+-- Name: COLUMN ojs_listener.started_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_listener.started_at IS 'When this listening connection registered.';
+
+--
+-- Name: COLUMN ojs_listener.seen_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.ojs_listener.seen_at IS 'When it last answered a ping: a row older than 10 s is a listener that is gone.';
+
+--
 -- Name: ojs_pool; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -8894,6 +8936,13 @@ ALTER TABLE ONLY public.ojs_lease_jobs
 
 ALTER TABLE ONLY public.ojs_lease
     ADD CONSTRAINT ojs_lease_pkey PRIMARY KEY (id);
+
+--
+-- Name: ojs_listener ojs_listener_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.ojs_listener
+    ADD CONSTRAINT ojs_listener_pkey PRIMARY KEY (instance_id);
 
 --
 -- Name: ojs_pool ojs_pool_pkey; Type: CONSTRAINT; Schema: public; Owner: -

@@ -64,7 +64,8 @@ pub const RATE_KEY_CHANNEL: &str = "ojs_rate_key";
 /// tenant id. Released by the same releaser (`ojs_tenant_release`).
 pub const TENANT_CHANNEL: &str = "ojs_tenant";
 
-/// `application_name` of every replica's listening connection.
+/// `application_name` of every replica's listening connection (for operators: replicas find
+/// each other's listeners in `ojs_listener`).
 pub const LISTENER_APPLICATION_NAME: &str = "ojsd-listener";
 
 /// The LIKE pattern of the values that start with `prefix`, whose backslashes, `%` and `_`
@@ -113,25 +114,69 @@ pub async fn serial_reads(db: &mut sqlx::PgConnection) -> Result<(), sqlx::Error
     Ok(())
 }
 
-/// Whether a listening connection of another replica (any but backend `own_pid`) is open on
-/// this database.
+/// How long a listener's registration counts without being renewed (its pings renew it every
+/// 2 s): a replica that died stops counting after this.
+pub const LISTENER_FRESH_SECS: i32 = 10;
+
+/// Whether another replica than `own` (an instance id) has a listening connection: one whose
+/// registration in `ojs_listener` was renewed within [`LISTENER_FRESH_SECS`].
 pub async fn other_listeners(
     db: impl sqlx::PgExecutor<'_>,
-    own_pid: i32,
+    own: &str,
 ) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar!(
         r#"
-        select exists (select 1
-                         from pg_stat_activity
-                        where datname = current_database()
-                          and application_name = $1
-                          and pid <> $2) as "any!"
+        select exists (select 1 from ojs_listener
+                        where instance_id <> $1
+                          and seen_at > now() - make_interval(secs => $2)) as "any!"
         "#,
-        LISTENER_APPLICATION_NAME,
-        own_pid,
+        own,
+        f64::from(LISTENER_FRESH_SECS),
     )
     .fetch_one(db)
     .await
+}
+
+/// Registers (or renews) `instance`'s listening connection, backend `pid`, in `ojs_listener`;
+/// with `prune`, also removes registrations not renewed for an hour.
+pub async fn listening(
+    db: impl sqlx::PgExecutor<'_>,
+    instance: &str,
+    pid: i32,
+    prune: bool,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        r#"
+        with pruned as (
+            delete from ojs_listener
+             where $3 and instance_id <> $1 and seen_at < now() - interval '1 hour'
+        )
+        insert into ojs_listener as l (instance_id, backend_pid)
+        values ($1, $2)
+        on conflict (instance_id) do update
+           set backend_pid = excluded.backend_pid,
+               started_at = case when l.backend_pid = excluded.backend_pid then l.started_at
+                                 else now() end,
+               seen_at = now()
+        "#,
+        instance,
+        pid,
+        prune,
+    )
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Removes `instance`'s registration (its listener stopped).
+pub async fn stopped_listening(
+    db: impl sqlx::PgExecutor<'_>,
+    instance: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!("delete from ojs_listener where instance_id = $1", instance)
+        .execute(db)
+        .await?;
+    Ok(())
 }
 
 /// Notifies [`JOB_AVAILABLE_CHANNEL`] once with each of `payloads`: `"<queue> <sender>"`, so the

@@ -165,7 +165,7 @@ impl Notifier {
         let mut backoff = Duration::from_millis(100);
         loop {
             let result = tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => break,
                 r = self.listen_once(&db, &health, &shutdown) => r,
             };
             // A listener that was up starts its retries from the shortest wait again.
@@ -173,7 +173,7 @@ impl Notifier {
                 backoff = Duration::from_millis(100);
             }
             match result {
-                Ok(()) => return,
+                Ok(()) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, "notification listener failed; retrying");
                     health.report(&e);
@@ -182,13 +182,23 @@ impl Notifier {
                     // host, after a failover) ends the wait at once.
                     let down = health.is_down();
                     tokio::select! {
-                        () = shutdown.cancelled() => return,
+                        () = shutdown.cancelled() => break,
                         () = tokio::time::sleep(backoff) => {}
                         () = health.came_back(), if down => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
+        }
+        // Other replicas stop notifying this one now rather than once its registration is 10 s
+        // old. (The pool closes only after the background tasks end.)
+        self.listener_pid.store(0, Ordering::Relaxed);
+        if !health.is_down() {
+            let _ = tokio::time::timeout(
+                LISTENER_PING_TIMEOUT,
+                store::stopped_listening(&db, &self.instance),
+            )
+            .await;
         }
     }
 
@@ -199,14 +209,13 @@ impl Notifier {
         shutdown: &CancellationToken,
     ) -> Result<(), sqlx::Error> {
         let mut listener = PgListener::connect_with(db).await?;
-        // Named, so that announcers can tell whether any other replica listens.
+        // Named, for operators looking at pg_stat_activity.
         let pid: i32 = sqlx::query_scalar(
             "select pg_backend_pid() from set_config('application_name', $1, false)",
         )
         .bind(store::LISTENER_APPLICATION_NAME)
         .fetch_one(&mut listener)
         .await?;
-        self.listener_pid.store(pid, Ordering::Relaxed);
         listener
             .listen_all([
                 store::JOB_AVAILABLE_CHANNEL,
@@ -217,6 +226,9 @@ impl Notifier {
                 store::result::JOB_ENDED_CHANNEL,
             ])
             .await?;
+        // Registered once listening, so that announcers of other replicas start notifying it.
+        store::listening(&mut listener, &self.instance, pid, true).await?;
+        self.listener_pid.store(pid, Ordering::Relaxed);
         tracing::debug!("listening for notifications");
         // Anything enqueued while we were not listening would otherwise wait for a poll.
         self.wake(Wakeup::All);
@@ -229,10 +241,11 @@ impl Notifier {
                 _ = ping.tick() => {
                     // An idle connection to a server that froze never errors (its kernel
                     // answers keepalives), nor, for tens of seconds, one to a server that
-                    // vanished without a reset: ask it something.
+                    // vanished without a reset: ask it something. The ping renews this
+                    // replica's registration as a listener.
                     let answered = tokio::time::timeout(
                         LISTENER_PING_TIMEOUT,
-                        sqlx::query("select 1").execute(&mut listener),
+                        store::listening(&mut listener, &self.instance, pid, false),
                     )
                     .await;
                     match answered {
@@ -373,10 +386,11 @@ type Pending = HashMap<Arc<str>, (DispatchPlace, usize)>;
 /// timer, and this process's were already woken.
 ///
 /// A NOTIFY is a commit that takes the notification queue's lock, so nothing is sent while no
-/// other replica listens on the database: each replica names its listening connection
-/// ([`store::LISTENER_APPLICATION_NAME`]), and the announcer looks for another one in
-/// `pg_stat_activity` at most every [`PEER_CHECK_INTERVAL`]. A replica that starts listening
-/// is therefore told about new jobs within that interval (its waiters poll meanwhile).
+/// other replica listens on the database: each replica registers its listening connection in
+/// `ojs_listener` ([`store::listening`], renewed by every ping; not `pg_stat_activity`, which a
+/// connection pooler or a managed Postgres may hide), and the announcer looks for another one
+/// there at most every [`PEER_CHECK_INTERVAL`]. A replica that starts listening is therefore
+/// told about new jobs within that interval (its waiters poll meanwhile).
 #[derive(Debug, Clone, Default)]
 pub struct Announcer {
     notifier: Notifier,
@@ -485,7 +499,9 @@ impl PeerCheck {
         if own == 0 {
             return true;
         }
-        let answer = store::other_listeners(db, own).await.unwrap_or(true);
+        let answer = store::other_listeners(db, &notifier.instance)
+            .await
+            .unwrap_or(true);
         self.checked = Some((Instant::now(), answer));
         answer
     }

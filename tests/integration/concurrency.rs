@@ -246,7 +246,19 @@ async fn a_push_to_one_replica_wakes_a_long_poll_on_another() {
         .unwrap();
     assert_eq!(fetched["jobs"][0]["id"], id.as_str());
 
+    // Each replica's listener is registered in ojs_listener (not found in pg_stat_activity,
+    // which a pooler hides); a replica that stops takes its registration with it.
+    let registered = || async {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from ojs_listener where seen_at > now() - interval '10 seconds'",
+        )
+        .fetch_one(a.pool())
+        .await
+        .unwrap()
+    };
+    assert_eq!(registered().await, 2);
     b.stop().await;
+    assert_eq!(registered().await, 1, "the stopped replica's listener left");
 }
 
 /// A FETCH issued after a retry is due gets it even while another transaction (the promoter)

@@ -235,12 +235,12 @@ impl TestApp {
         let _ = conn.close().await;
     }
 
-    /// Waits (up to 2 s) until `n` servers listen for notifications on this database.
+    /// Waits (up to 2 s) until `n` servers listen for notifications on this database (their
+    /// listeners registered in `ojs_listener`, where announcers look for them).
     pub async fn wait_for_listeners(&self, n: i64) {
         for _ in 0..100 {
             let listening: i64 = sqlx::query_scalar(
-                "select count(*) from pg_stat_activity
-                  where datname = current_database() and application_name = 'ojsd-listener'",
+                "select count(*) from ojs_listener where seen_at > now() - interval '10 seconds'",
             )
             .fetch_one(self.pool())
             .await
