@@ -14,6 +14,10 @@ enqueue is completed (or the drain deadline passes), and the report says what wa
   statuses          every answer by status (0: no answer at all); a 5xx other than 503 is a bug
   longest_write_gap_s  the longest time without a 201
 
+With --replicas-file instead of --replicas, the replicas are the lines of that file, read
+again whenever it changes: a drill that adds and removes replicas (the upgrade drill) edits it
+as a load balancer would change its targets.
+
 Standard library only.
 """
 
@@ -57,10 +61,42 @@ class Tally:
             self.statuses[f"{kind} {status}"] += 1
 
 
+class Replicas:
+    """The replicas to send to: a fixed list, or the lines of a file read again when it changes."""
+
+    def __init__(self, fixed=None, path=None):
+        self.fixed, self.path = fixed, path
+        self.lock = threading.Lock()
+        self.seen = None
+        self.current = fixed or []
+
+    def now(self):
+        if self.path is None:
+            return self.fixed
+        with self.lock:
+            try:
+                stamp = os.stat(self.path).st_mtime_ns
+                if stamp != self.seen:
+                    with open(self.path) as f:
+                        lines = [line.strip() for line in f if line.strip()]
+                    if lines:
+                        self.current, self.seen = lines, stamp
+            except OSError:
+                pass
+            return list(self.current)
+
+    def __getitem__(self, i):
+        now = self.now()
+        return now[i % len(now)]
+
+    def __len__(self):
+        return len(self.now())
+
+
 def producer(n, replicas, stop_file, tally):
     seq = 0
     while not os.path.exists(stop_file):
-        base = replicas[(n + seq) % len(replicas)]
+        base = replicas[n + seq]
         status, body = call(base, "POST", "/ojs/v1/jobs",
                             {"type": "drill.job", "queue": "drill", "args": [n, seq]})
         tally.status("enqueue", status)
@@ -73,9 +109,10 @@ def producer(n, replicas, stop_file, tally):
 
 
 def worker(n, replicas, done, tally):
-    base = replicas[n % len(replicas)]
     name = f"drill-worker-{n}"
     while not done.is_set():
+        # The replica is chosen again each round: one that left the list gets no new request.
+        base = replicas[n]
         status, body = call(base, "POST", "/ojs/v1/workers/fetch",
                             {"queues": ["drill"], "worker_id": name, "count": 4,
                              "wait_ms": 1000, "visibility_timeout_ms": 5000})
@@ -98,7 +135,7 @@ def states(replicas, ids):
     found = collections.Counter()
     per_id = {}
     for i, job_id in enumerate(ids):
-        status, body = call(replicas[i % len(replicas)], "GET", f"/ojs/v1/jobs/{job_id}")
+        status, body = call(replicas[i], "GET", f"/ojs/v1/jobs/{job_id}")
         state = body["job"]["state"] if status == 200 and "job" in body else f"http {status}"
         per_id[job_id] = state
         found[state] += 1
@@ -107,13 +144,17 @@ def states(replicas, ids):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--replicas", required=True, help="comma-separated base URLs")
+    parser.add_argument("--replicas", help="comma-separated base URLs")
+    parser.add_argument("--replicas-file", help="a file of base URLs, one per line, read again when it changes")
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--stop-file", required=True)
     parser.add_argument("--drain-seconds", type=int, default=120)
     args = parser.parse_args()
-    replicas = args.replicas.split(",")
+    if bool(args.replicas) == bool(args.replicas_file):
+        parser.error("give --replicas or --replicas-file")
+    replicas = (Replicas(fixed=args.replicas.split(",")) if args.replicas
+                else Replicas(path=args.replicas_file))
     tally = Tally()
     done = threading.Event()
     producers = [threading.Thread(target=producer, args=(n, replicas, args.stop_file, tally))
