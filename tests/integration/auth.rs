@@ -10,37 +10,6 @@ use serde_json::{Value, json};
 
 use crate::support::{Resp, TestApp, job};
 
-/// Creates a key through the admin API (with `admin`, or openly while there is none).
-async fn create_key(app: &TestApp, admin: Option<&str>, body: Value) -> String {
-    let resp = as_key(app, admin, Method::POST, "/ojs/v1/admin/keys", Some(body))
-        .await
-        .expect(201);
-    let key = resp.json["key"].as_str().unwrap().to_owned();
-    assert!(key.starts_with("ojs_"), "{}", resp.text);
-    key
-}
-
-async fn as_key(
-    app: &TestApp,
-    key: Option<&str>,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> Resp {
-    let authorization = key.map(|k| format!("Bearer {k}"));
-    let mut headers = vec![("content-type", "application/json")];
-    if let Some(value) = &authorization {
-        headers.push(("authorization", value));
-    }
-    app.send(
-        method,
-        path,
-        body.map(|b| b.to_string().into_bytes()),
-        &headers,
-    )
-    .await
-}
-
 /// A concrete path for a documented template.
 fn concrete(template: &str) -> String {
     template
@@ -56,9 +25,15 @@ async fn the_role_matrix_holds_for_every_documented_route() {
     let app = TestApp::spawn().await;
     // Without any key, a loopback server answers everyone.
     app.get("/ojs/v1/queues").await.expect(200);
-    let admin = create_key(&app, None, json!({"role": "admin", "name": "ops"})).await;
-    let producer = create_key(&app, Some(&admin), json!({"role": "producer"})).await;
-    let worker = create_key(&app, Some(&admin), json!({"role": "worker"})).await;
+    let admin = app
+        .create_key(None, json!({"role": "admin", "name": "ops"}))
+        .await;
+    let producer = app
+        .create_key(Some(&admin), json!({"role": "producer"}))
+        .await;
+    let worker = app
+        .create_key(Some(&admin), json!({"role": "worker"}))
+        .await;
 
     let doc = app.get("/ojs/openapi.json").await.expect(200).json;
     let mut checked = 0;
@@ -79,7 +54,7 @@ async fn the_role_matrix_holds_for_every_documented_route() {
             let needed = ojsd::http::auth::needed(&method, template, false);
             let status = |resp: &Resp| resp.status;
             for key in [None, Some("ojs_not-a-key")] {
-                let resp = as_key(&app, key, method.clone(), &path, body.clone()).await;
+                let resp = app.as_key(key, method.clone(), &path, body.clone()).await;
                 if needed.is_some() {
                     resp.expect_error(401, "unauthenticated");
                 } else {
@@ -94,7 +69,9 @@ async fn the_role_matrix_holds_for_every_documented_route() {
                 (ojsd::auth::Role::Producer, &producer),
                 (ojsd::auth::Role::Worker, &worker),
             ] {
-                let resp = as_key(&app, Some(key), method.clone(), &path, body.clone()).await;
+                let resp = app
+                    .as_key(Some(key), method.clone(), &path, body.clone())
+                    .await;
                 if needed.is_none_or(|n| role.covers(n)) {
                     assert!(
                         !matches!(resp.status, 401 | 403),
@@ -150,21 +127,14 @@ async fn the_role_matrix_holds_for_every_documented_route() {
 #[tokio::test]
 async fn queue_limited_keys_stay_in_their_queues() {
     let app = TestApp::spawn().await;
-    let admin = create_key(&app, None, json!({"role": "admin"})).await;
-    let producer = create_key(
-        &app,
-        Some(&admin),
-        json!({"role": "producer", "queues": ["a"]}),
-    )
-    .await;
-    let worker = create_key(
-        &app,
-        Some(&admin),
-        json!({"role": "worker", "queues": ["a"]}),
-    )
-    .await;
-    as_key(
-        &app,
+    let admin = app.create_key(None, json!({"role": "admin"})).await;
+    let producer = app
+        .create_key(Some(&admin), json!({"role": "producer", "queues": ["a"]}))
+        .await;
+    let worker = app
+        .create_key(Some(&admin), json!({"role": "worker", "queues": ["a"]}))
+        .await;
+    app.as_key(
         Some(&admin),
         Method::POST,
         "/ojs/v1/admin/keys",
@@ -176,8 +146,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
     let push = |key: String, queue: &'static str| {
         let app = &app;
         async move {
-            as_key(
-                app,
+            app.as_key(
                 Some(&key),
                 Method::POST,
                 "/ojs/v1/jobs",
@@ -197,8 +166,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
         .as_str()
         .unwrap()
         .to_owned();
-    as_key(
-        &app,
+    app.as_key(
         Some(&producer),
         Method::POST,
         "/ojs/v1/jobs/batch",
@@ -211,8 +179,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
         2,
         "the refused batch enqueued nothing"
     );
-    as_key(
-        &app,
+    app.as_key(
         Some(&producer),
         Method::GET,
         &format!("/ojs/v1/jobs/{in_b}"),
@@ -220,8 +187,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
     )
     .await
     .expect_error(403, "forbidden");
-    as_key(
-        &app,
+    app.as_key(
         Some(&producer),
         Method::DELETE,
         &format!("/ojs/v1/jobs/{in_b}"),
@@ -229,8 +195,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
     )
     .await
     .expect_error(403, "forbidden");
-    as_key(
-        &app,
+    app.as_key(
         Some(&producer),
         Method::GET,
         &format!("/ojs/v1/jobs/{in_a}"),
@@ -240,8 +205,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
     .expect(200);
 
     let fetch = |queues: Value| {
-        as_key(
-            &app,
+        app.as_key(
             Some(&worker),
             Method::POST,
             "/ojs/v1/workers/fetch",
@@ -252,8 +216,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
     fetch(json!(["a", "b"]))
         .await
         .expect_error(403, "forbidden");
-    as_key(
-        &app,
+    app.as_key(
         Some(&worker),
         Method::POST,
         "/ojs/v1/workers/fetch",
@@ -264,8 +227,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
     let fetched = fetch(json!(["a"])).await.expect(200);
     assert_eq!(fetched.json["jobs"][0]["id"], in_a);
     // The job of queue b, fetched by an unlimited worker, is out of this key's reach.
-    as_key(
-        &app,
+    app.as_key(
         Some(&admin),
         Method::POST,
         "/ojs/v1/workers/fetch",
@@ -273,8 +235,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
     )
     .await
     .expect(200);
-    as_key(
-        &app,
+    app.as_key(
         Some(&worker),
         Method::POST,
         "/ojs/v1/workers/ack",
@@ -282,8 +243,7 @@ async fn queue_limited_keys_stay_in_their_queues() {
     )
     .await
     .expect_error(403, "forbidden");
-    as_key(
-        &app,
+    app.as_key(
         Some(&worker),
         Method::POST,
         "/ojs/v1/workers/nack/batch",
@@ -291,18 +251,17 @@ async fn queue_limited_keys_stay_in_their_queues() {
     )
     .await
     .expect_error(403, "forbidden");
-    let in_b_now = as_key(
-        &app,
-        Some(&admin),
-        Method::GET,
-        &format!("/ojs/v1/jobs/{in_b}"),
-        None,
-    )
-    .await
-    .expect(200);
+    let in_b_now = app
+        .as_key(
+            Some(&admin),
+            Method::GET,
+            &format!("/ojs/v1/jobs/{in_b}"),
+            None,
+        )
+        .await
+        .expect(200);
     assert_eq!(in_b_now.json["job"]["state"], "active", "untouched");
-    as_key(
-        &app,
+    app.as_key(
         Some(&worker),
         Method::POST,
         "/ojs/v1/workers/ack",
@@ -316,13 +275,10 @@ async fn queue_limited_keys_stay_in_their_queues() {
 async fn revoked_keys_stop_at_once_here_and_within_a_second_on_other_replicas() {
     let app = TestApp::spawn().await;
     let other = app.spawn_replica(|_| {}).await;
-    let admin = create_key(&app, None, json!({"role": "admin"})).await;
-    let producer = create_key(
-        &app,
-        Some(&admin),
-        json!({"role": "producer", "name": "svc"}),
-    )
-    .await;
+    let admin = app.create_key(None, json!({"role": "admin"})).await;
+    let producer = app
+        .create_key(Some(&admin), json!({"role": "producer", "name": "svc"}))
+        .await;
     // Only a hash is stored.
     let stored: Vec<String> = sqlx::query_scalar("select row_to_json(k)::text from ojs_api_key k")
         .fetch_all(app.pool())
@@ -358,7 +314,8 @@ async fn revoked_keys_stop_at_once_here_and_within_a_second_on_other_replicas() 
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let list = as_key(&app, Some(&admin), Method::GET, "/ojs/v1/admin/keys", None)
+    let list = app
+        .as_key(Some(&admin), Method::GET, "/ojs/v1/admin/keys", None)
         .await
         .expect(200);
     let listed = list.json["keys"]
@@ -371,8 +328,7 @@ async fn revoked_keys_stop_at_once_here_and_within_a_second_on_other_replicas() 
     assert!(producer.starts_with(listed["prefix"].as_str().unwrap()));
     assert!(!list.text.contains(&producer), "lists never show a key");
     let id = listed["id"].as_str().unwrap();
-    as_key(
-        &app,
+    app.as_key(
         Some(&admin),
         Method::DELETE,
         &format!("/ojs/v1/admin/keys/{id}"),
@@ -380,8 +336,7 @@ async fn revoked_keys_stop_at_once_here_and_within_a_second_on_other_replicas() 
     )
     .await
     .expect(200);
-    as_key(
-        &app,
+    app.as_key(
         Some(&producer),
         Method::POST,
         "/ojs/v1/jobs",
@@ -397,8 +352,7 @@ async fn revoked_keys_stop_at_once_here_and_within_a_second_on_other_replicas() 
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    as_key(
-        &app,
+    app.as_key(
         Some(&admin),
         Method::DELETE,
         "/ojs/v1/admin/keys/not-an-id",
@@ -432,7 +386,7 @@ async fn a_server_beyond_loopback_needs_a_key_or_an_explicit_opt_out() {
     Application::build(&config(ojsd::auth::AuthMode::Disabled))
         .await
         .expect("explicitly disabled");
-    create_key(&app, None, json!({"role": "admin"})).await;
+    app.create_key(None, json!({"role": "admin"})).await;
     Application::build(&config(ojsd::auth::AuthMode::Keys))
         .await
         .expect("with a key");
@@ -466,22 +420,21 @@ async fn the_cli_creates_lists_and_revokes_keys() {
     let id = created.split_whitespace().next().unwrap().to_owned();
     let started = Instant::now();
     loop {
-        let resp = as_key(
-            &app,
-            Some(&key),
-            Method::POST,
-            "/ojs/v1/workers/fetch",
-            Some(json!({"queues": ["a"]})),
-        )
-        .await;
+        let resp = app
+            .as_key(
+                Some(&key),
+                Method::POST,
+                "/ojs/v1/workers/fetch",
+                Some(json!({"queues": ["a"]})),
+            )
+            .await;
         if resp.status == 200 {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(3), "{}", resp.text);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    as_key(
-        &app,
+    app.as_key(
         Some(&key),
         Method::POST,
         "/ojs/v1/jobs",
@@ -496,15 +449,15 @@ async fn the_cli_creates_lists_and_revokes_keys() {
     );
     ojsd(&["keys", "revoke", &id]);
     let started = Instant::now();
-    while as_key(
-        &app,
-        Some(&key),
-        Method::POST,
-        "/ojs/v1/workers/fetch",
-        Some(json!({"queues": ["a"]})),
-    )
-    .await
-    .status
+    while app
+        .as_key(
+            Some(&key),
+            Method::POST,
+            "/ojs/v1/workers/fetch",
+            Some(json!({"queues": ["a"]})),
+        )
+        .await
+        .status
         != 401
     {
         assert!(started.elapsed() < Duration::from_secs(3));

@@ -254,45 +254,13 @@ async fn the_scaled_object_reads_a_number_with_the_key_it_names() {
         app.push(job("mail.send", queue)).await;
     }
     let admin = app
-        .post(
-            "/ojs/v1/admin/keys",
-            json!({"role": "admin", "name": "ops"}),
-        )
-        .await
-        .expect(201)
-        .json["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let bearer = format!("Bearer {admin}");
+        .create_key(None, json!({"role": "admin", "name": "ops"}))
+        .await;
     let key = app
-        .send(
-            Method::POST,
-            "/ojs/v1/admin/keys",
-            Some(
-                json!({"role": "worker", "queues": [queue]})
-                    .to_string()
-                    .into_bytes(),
-            ),
-            &[
-                ("content-type", "application/json"),
-                ("authorization", bearer.as_str()),
-            ],
-        )
-        .await
-        .expect(201)
-        .json["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let bearer = format!("Bearer {key}");
+        .create_key(Some(&admin), json!({"role": "worker", "queues": [queue]}))
+        .await;
     let answer = app
-        .send(
-            Method::GET,
-            path,
-            None,
-            &[("authorization", bearer.as_str())],
-        )
+        .as_key(Some(&key), Method::GET, path, None)
         .await
         .expect(200)
         .json;

@@ -6,21 +6,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::support::{Resp, TestApp, job};
-
-async fn as_key(app: &TestApp, key: &str, method: Method, path: &str, body: Option<Value>) -> Resp {
-    let authorization = format!("Bearer {key}");
-    app.send(
-        method,
-        path,
-        body.map(|b| b.to_string().into_bytes()),
-        &[
-            ("content-type", "application/json"),
-            ("authorization", authorization.as_str()),
-        ],
-    )
-    .await
-}
+use crate::support::{TestApp, job};
 
 /// Three jobs enqueued and one scheduled on `queue`; a worker declaring a concurrency of 4
 /// holds one and has completed another.
@@ -133,32 +119,14 @@ async fn a_worker_key_reads_its_queues_and_tenants_are_refused() {
     busy_queue(&app, "a").await;
     app.push(job("scale.me", "b")).await;
     let admin = app
-        .post(
-            "/ojs/v1/admin/keys",
-            json!({"role": "admin", "name": "ops"}),
-        )
-        .await
-        .expect(201)
-        .json["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let key = |body: Value| {
-        let (app, admin) = (&app, admin.clone());
-        async move {
-            as_key(app, &admin, Method::POST, "/ojs/v1/admin/keys", Some(body))
-                .await
-                .expect(201)
-                .json["key"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        }
-    };
+        .create_key(None, json!({"role": "admin", "name": "ops"}))
+        .await;
+    let key = |body: Value| app.create_key(Some(&admin), body);
     let worker_a = key(json!({"role": "worker", "queues": ["a"]})).await;
     let producer = key(json!({"role": "producer"})).await;
 
-    let all = as_key(&app, &worker_a, Method::GET, "/ojs/v1/scaling", None)
+    let all = app
+        .as_key(Some(&worker_a), Method::GET, "/ojs/v1/scaling", None)
         .await
         .expect(200)
         .json;
@@ -167,13 +135,13 @@ async fn a_worker_key_reads_its_queues_and_tenants_are_refused() {
         all["queues"].get("b").is_none(),
         "a key of queue a sees only a: {all}"
     );
-    as_key(&app, &worker_a, Method::GET, "/ojs/v1/scaling/a", None)
+    app.as_key(Some(&worker_a), Method::GET, "/ojs/v1/scaling/a", None)
         .await
         .expect(200);
-    as_key(&app, &worker_a, Method::GET, "/ojs/v1/scaling/b", None)
+    app.as_key(Some(&worker_a), Method::GET, "/ojs/v1/scaling/b", None)
         .await
         .expect_error(403, "forbidden");
-    as_key(&app, &producer, Method::GET, "/ojs/v1/scaling", None)
+    app.as_key(Some(&producer), Method::GET, "/ojs/v1/scaling", None)
         .await
         .expect_error(403, "forbidden");
     app.send(Method::GET, "/ojs/v1/scaling", None, &[])

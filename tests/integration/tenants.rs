@@ -292,21 +292,14 @@ async fn a_tenants_long_poll_wakes_for_its_job_and_leaves_others_jobs_alone() {
 #[tokio::test]
 async fn a_key_bound_to_a_tenant_acts_as_that_tenant() {
     let app = TestApp::spawn().await;
-    let admin = create_key(&app, None, json!({"role": "admin"})).await;
-    let bound = create_key(
-        &app,
-        Some(&admin),
-        json!({"role": "producer", "tenant": "acme"}),
-    )
-    .await;
+    let admin = app.create_key(None, json!({"role": "admin"})).await;
+    let bound = app
+        .create_key(Some(&admin), json!({"role": "producer", "tenant": "acme"}))
+        .await;
     // An admin key may be bound too (it administers that tenant alone); a bad tenant is
     // refused.
-    create_key(
-        &app,
-        Some(&admin),
-        json!({"role": "admin", "tenant": "acme"}),
-    )
-    .await;
+    app.create_key(Some(&admin), json!({"role": "admin", "tenant": "acme"}))
+        .await;
     as_tenant(
         &app,
         None,
@@ -396,23 +389,6 @@ async fn a_key_bound_to_a_tenant_acts_as_that_tenant() {
     )
     .await
     .expect_error(404, "not_found");
-}
-
-async fn create_key(app: &TestApp, admin: Option<&str>, body: Value) -> String {
-    as_tenant(
-        app,
-        None,
-        admin,
-        Method::POST,
-        "/ojs/v1/admin/keys",
-        Some(body),
-    )
-    .await
-    .expect(201)
-    .json["key"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 #[tokio::test]

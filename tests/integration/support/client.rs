@@ -138,6 +138,40 @@ impl Client {
         })
     }
 
+    /// A request with an optional `Authorization: Bearer <key>` and JSON body.
+    pub async fn as_key(
+        &self,
+        key: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Resp {
+        let authorization = key.map(|k| format!("Bearer {k}"));
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(value) = &authorization {
+            headers.push(("authorization", value));
+        }
+        self.send(
+            method,
+            path,
+            body.map(|b| b.to_string().into_bytes()),
+            &headers,
+        )
+        .await
+    }
+
+    /// Creates an API key through the admin API (with the `admin` key, or openly while there
+    /// is none) and returns it.
+    pub async fn create_key(&self, admin: Option<&str>, body: Value) -> String {
+        let resp = self
+            .as_key(admin, Method::POST, "/ojs/v1/admin/keys", Some(body))
+            .await
+            .expect(201);
+        let key = resp.json["key"].as_str().unwrap().to_owned();
+        assert!(key.starts_with("ojs_"), "{}", resp.text);
+        key
+    }
+
     /// A POST of JSON to a server that may be away (see [`Client::try_send`]).
     pub async fn try_post(&self, path: &str, body: Value) -> Result<Resp, reqwest::Error> {
         self.try_send(
