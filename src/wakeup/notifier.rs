@@ -202,6 +202,28 @@ impl Notifier {
         }
     }
 
+    /// Registers (or renews) this replica's listener in `ojs_listener`. Only a failure of the
+    /// connection is an error: the listener goes on without a registration that the database
+    /// refused (other replicas then do not notify this one, whose waiters poll), and a
+    /// notifier without an instance id (in tests) does not register.
+    async fn register(
+        &self,
+        listener: &mut PgListener,
+        pid: i32,
+        prune: bool,
+    ) -> Result<(), sqlx::Error> {
+        if self.instance.is_empty() {
+            return sqlx::query("select 1").execute(listener).await.map(|_| ());
+        }
+        match store::listening(listener, &self.instance, pid, prune).await {
+            Err(e) if !crate::db::is_connection_error(&e) => {
+                tracing::warn!(error = %e, "cannot register the notification listener");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
     async fn listen_once(
         &self,
         db: &PgPool,
@@ -227,7 +249,7 @@ impl Notifier {
             ])
             .await?;
         // Registered once listening, so that announcers of other replicas start notifying it.
-        store::listening(&mut listener, &self.instance, pid, true).await?;
+        self.register(&mut listener, pid, true).await?;
         self.listener_pid.store(pid, Ordering::Relaxed);
         tracing::debug!("listening for notifications");
         // Anything enqueued while we were not listening would otherwise wait for a poll.
@@ -245,7 +267,7 @@ impl Notifier {
                     // replica's registration as a listener.
                     let answered = tokio::time::timeout(
                         LISTENER_PING_TIMEOUT,
-                        store::listening(&mut listener, &self.instance, pid, false),
+                        self.register(&mut listener, pid, false),
                     )
                     .await;
                     match answered {
