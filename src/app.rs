@@ -12,8 +12,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::db::Db;
 use anyhow::Context;
-use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinSet};
@@ -34,8 +34,13 @@ use crate::wakeup::{Announcer, Notifier};
 /// A built server, bound to its port, not yet serving.
 pub struct Application {
     listener: TcpListener,
-    db: PgPool,
+    db: Db,
     target: Arc<DbTarget>,
+    /// Where the notification listener connects (a session of its own); `None` behind a
+    /// transaction-mode pooler without `OJS_LISTEN_DATABASE_URL`: the server polls instead.
+    listen_pool: Option<sqlx::PgPool>,
+    /// How often a server without a listener looks for what a notification would have said.
+    poll_interval: Duration,
     state: AppState,
     notifier: Notifier,
     announcer: Announcer,
@@ -49,8 +54,16 @@ pub struct Application {
 
 /// Creates the database if needed and applies pending migrations (under an advisory lock, so
 /// replicas starting together are safe).
+/// Through a transaction-mode pooler they go over `OJS_LISTEN_DATABASE_URL` (their lock needs
+/// a session of its own).
 pub async fn migrate(config: &Config) -> anyhow::Result<ojsd_migrate::Report> {
-    let options = find_database(&config.database.target()?).await?;
+    let Some(target) = config.database.session_target()? else {
+        anyhow::bail!(
+            "cannot migrate through a transaction-mode pooler: set OJS_LISTEN_DATABASE_URL, or run \
+             `ojsd migrate` with a direct DATABASE_URL"
+        );
+    };
+    let options = find_database(&target).await?;
     if ojsd_migrate::ensure_database(&options)
         .await
         .context("cannot reach PostgreSQL to create the database")?
@@ -160,10 +173,13 @@ impl Application {
         let listener = TcpListener::bind(config.server.listen_addr)
             .await
             .with_context(|| format!("cannot listen on {}", config.server.listen_addr))?;
+        let listen_pool = listen_pool(config, &db).await?;
         Ok(Application {
             listener,
             db,
             target,
+            listen_pool,
+            poll_interval: config.dispatch.fetch_poll_interval,
             state,
             notifier,
             announcer,
@@ -266,10 +282,16 @@ impl Application {
             self.notifier.subscribe(),
             shutdown.clone(),
         );
-        background.spawn(
-            "notification listener",
-            (self.notifier.clone()).listen(db.clone(), self.health.clone(), shutdown.clone()),
-        );
+        match self.listen_pool.clone() {
+            Some(pool) => background.spawn(
+                "notification listener",
+                (self.notifier.clone()).listen(pool, self.health.clone(), shutdown.clone()),
+            ),
+            None => background.spawn(
+                "notification poller",
+                (self.notifier.clone()).poll(self.poll_interval, shutdown.clone()),
+            ),
+        }
         background.spawn(
             "announcer",
             self.announcer.clone().run(db.clone(), shutdown.clone()),
@@ -364,7 +386,7 @@ async fn finish_in_flight(
 async fn stop_background(
     shutdown: &CancellationToken,
     mut background: Background,
-    db: &PgPool,
+    db: &Db,
     state: &AppState,
 ) {
     shutdown.cancel();
@@ -390,38 +412,74 @@ async fn connect(
     config: &Config,
     instance_id: &str,
     health: &DbHealth,
-) -> anyhow::Result<(PgPool, Arc<DbTarget>)> {
+) -> anyhow::Result<(Db, Arc<DbTarget>)> {
     let database = &config.database;
+    let settings = [
+        (
+            "ojs.source",
+            format!("ojs://{}/api/{instance_id}", config.server.service_name),
+        ),
+        ("jit", "off".to_owned()),
+        ("plan_cache_mode", "force_generic_plan".to_owned()),
+        (
+            "statement_timeout",
+            format!("{}s", database.statement_timeout.as_secs()),
+        ),
+        (
+            "idle_in_transaction_session_timeout",
+            format!("{}s", database.idle_in_transaction_timeout.as_secs()),
+        ),
+    ];
+    // Directly, the settings are the session's (startup parameters). A transaction-mode
+    // pooler keeps no session (and PgBouncer refuses those parameters): each transaction sets
+    // them for itself, and no statement is kept prepared on a connection.
+    let pooled = database.pooled();
     let target = database.target()?.map(|options| {
-        options.options([
-            (
-                "ojs.source",
-                format!("ojs://{}/api/{instance_id}", config.server.service_name),
-            ),
-            ("jit", "off".to_owned()),
-            ("plan_cache_mode", "force_generic_plan".to_owned()),
-            (
-                "statement_timeout",
-                format!("{}s", database.statement_timeout.as_secs()),
-            ),
-            (
-                "idle_in_transaction_session_timeout",
-                format!("{}s", database.idle_in_transaction_timeout.as_secs()),
-            ),
-        ])
+        if pooled {
+            options.statement_cache_capacity(0)
+        } else {
+            options.options(settings.clone())
+        }
     });
     find_database(&target).await?;
     let target = Arc::new(target);
-    let db = db::connect_pool(&target, &database.pool(), health)
+    let pool = db::connect_pool(&target, &database.pool(), health)
         .await
         .context("cannot connect to PostgreSQL")?;
+    let db = if pooled {
+        let settings: Vec<(&str, String)> = settings.into_iter().collect();
+        Db::pooled(pool, &settings)
+    } else {
+        Db::direct(pool)
+    };
     Ok((db, target))
+}
+
+/// Where the notification listener connects: the server's own pool when it reaches Postgres
+/// directly; a pool of its own on `OJS_LISTEN_DATABASE_URL` when that is set (a session behind
+/// a transaction-mode pooler, or any direct route to the primary); none behind a
+/// transaction-mode pooler without it (LISTEN needs a session: the server polls).
+async fn listen_pool(config: &Config, db: &Db) -> anyhow::Result<Option<sqlx::PgPool>> {
+    let database = &config.database;
+    if database.listen_url.is_none() {
+        return Ok((!database.pooled()).then(|| db.pool().clone()));
+    }
+    let Some(target) = database.session_target()? else {
+        return Ok(None);
+    };
+    let options = find_database(&target).await?;
+    Ok(Some(
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .min_connections(0)
+            .connect_lazy_with(options),
+    ))
 }
 
 /// What the database needs before this replica serves: the next days' partitions of
 /// `ojs_job_done` (ACKs find one even before a leader's pruner runs), and this process's
 /// enqueue settings for `ojs_enqueue()` (SQL).
-async fn prepare_database(config: &Config, db: &PgPool) -> anyhow::Result<()> {
+async fn prepare_database(config: &Config, db: &Db) -> anyhow::Result<()> {
     crate::store::job::ensure_done_partitions(
         db,
         chrono::Utc::now(),
@@ -443,7 +501,7 @@ async fn prepare_database(config: &Config, db: &PgPool) -> anyhow::Result<()> {
 }
 
 /// Maintenance mode as stored: a replica restarted during it starts held.
-async fn stored_hold(notifier: &Notifier, db: &PgPool) -> anyhow::Result<SystemHold> {
+async fn stored_hold(notifier: &Notifier, db: &Db) -> anyhow::Result<SystemHold> {
     let hold = SystemHold::new(notifier.waiters().clone());
     hold.learned(
         crate::store::hold::read(db)
@@ -532,7 +590,7 @@ pub fn broker_settings(config: &Config) -> Settings {
 
 /// The API keys and the rule for them. Beyond loopback, `OJS_AUTH=keys` needs at least one
 /// active key to start: a server reachable from the network must not answer anyone.
-async fn auth_gate(config: &Config, db: &sqlx::PgPool) -> anyhow::Result<crate::auth::Gate> {
+async fn auth_gate(config: &Config, db: &crate::db::Db) -> anyhow::Result<crate::auth::Gate> {
     use crate::auth::{AuthMode, Gate, KeyRing};
     let ring = KeyRing::default();
     ring.reload(db).await.context("cannot read the API keys")?;

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::db::Db;
 use base64::Engine;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -201,7 +201,7 @@ impl KeyRing {
     }
 
     /// Replaces the ring with the active keys of the database.
-    pub async fn reload(&self, db: &PgPool) -> Result<(), sqlx::Error> {
+    pub async fn reload(&self, db: &Db) -> Result<(), sqlx::Error> {
         let rows = store::api_key::for_ring(db).await?;
         let configured = !rows.is_empty();
         let keys = rows
@@ -227,7 +227,7 @@ impl KeyRing {
 
     /// Reloads every [`RELOAD_INTERVAL`] until `shutdown`. A failed reload keeps the keys it
     /// had (the database being away is no reason to let anyone in or to lock everyone out).
-    pub async fn run(self, db: PgPool, shutdown: CancellationToken) {
+    pub async fn run(self, db: Db, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(RELOAD_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

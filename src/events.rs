@@ -17,8 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::db::Db;
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use sqlx::PgPool;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -88,7 +88,7 @@ impl EventKey {
 }
 
 /// The delivery position of the event `key` names, if the log still has it.
-pub async fn locate(db: &PgPool, key: EventKey) -> Result<Option<Position>, sqlx::Error> {
+pub async fn locate(db: &Db, key: EventKey) -> Result<Option<Position>, sqlx::Error> {
     Ok(store::event::locate(db, key.seq)
         .await?
         .filter(|(_, time)| time.timestamp_millis() == key.unix_ms)
@@ -149,13 +149,13 @@ pub struct EventTail {
     /// first listener sets it to the head when it subscribes, so that every event deliverable
     /// after its subscription is broadcast to it.
     cursor: Arc<tokio::sync::Mutex<Option<Option<Position>>>>,
-    db: PgPool,
+    db: Db,
     health: DbHealth,
     poll_interval: Duration,
 }
 
 impl EventTail {
-    pub fn new(db: PgPool, health: DbHealth, poll_interval: Duration) -> EventTail {
+    pub fn new(db: Db, health: DbHealth, poll_interval: Duration) -> EventTail {
         // Capacity bounds how far a slow stream may lag; a lagging stream re-reads the database.
         let (tx, _) = broadcast::channel(4_096);
         EventTail {

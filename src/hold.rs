@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::db::Db;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -143,7 +143,7 @@ impl SystemHold {
 
     /// Reads the hold every [`RELOAD_INTERVAL`] until `shutdown`, and clears it once past its
     /// end (writing its event; of several replicas at once, one does).
-    pub async fn run(self, db: PgPool, shutdown: CancellationToken) {
+    pub async fn run(self, db: Db, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(RELOAD_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -50,8 +50,8 @@
 
 use std::time::Duration;
 
+use crate::db::Db;
 use rand::Rng;
-use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -95,7 +95,7 @@ impl Role {
 
 /// Runs the election for one replica.
 pub struct Elector {
-    db: PgPool,
+    db: Db,
     instance_id: String,
     config: LeaderConfig,
     notifier: Notifier,
@@ -110,7 +110,7 @@ pub fn jittered(d: Duration) -> Duration {
 
 impl Elector {
     pub fn new(
-        db: PgPool,
+        db: Db,
         instance_id: String,
         config: LeaderConfig,
         notifier: Notifier,

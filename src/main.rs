@@ -172,9 +172,17 @@ async fn keys(config: &Config, command: Keys) -> anyhow::Result<()> {
     use ojsd::store::api_key;
     config.validate()?;
     app::migrate(config).await?;
-    let db = sqlx::PgPool::connect_with(app::find_database(&config.database.target()?).await?)
-        .await
-        .context("cannot connect to PostgreSQL")?;
+    // A session of its own (OJS_LISTEN_DATABASE_URL behind a transaction-mode pooler).
+    let Some(target) = config.database.session_target()? else {
+        anyhow::bail!(
+            "behind a transaction-mode pooler, key commands need OJS_LISTEN_DATABASE_URL (a direct connection)"
+        );
+    };
+    let db = ojsd::db::Db::direct(
+        sqlx::PgPool::connect_with(app::find_database(&target).await?)
+            .await
+            .context("cannot connect to PostgreSQL")?,
+    );
     let show = |row: &api_key::KeyRow| {
         format!(
             "{}  {:<8}  {:<14}  {}  {}{}{}",

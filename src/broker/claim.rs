@@ -127,7 +127,13 @@ impl Fetcher {
                     None => Err(sqlx::Error::PoolClosed),
                 };
             }
-            let mut conn = self.db.acquire().await?;
+            if self.db.is_pooled() {
+                let mut tx = self.db.begin().await?;
+                let claimed = claim_rows(&mut tx, params, fair).await?;
+                tx.commit().await?;
+                return Ok(claimed);
+            }
+            let mut conn = self.db.pool().acquire().await?;
             return claim_rows(&mut conn, params, fair).await;
         }
         let mut tx = self.db.begin().await?;

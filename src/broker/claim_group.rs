@@ -70,8 +70,7 @@ pub(super) async fn flush_claims(
                     from,
                 )
                 .await;
-                conn.answered(&claimed);
-                claimed
+                conn.settle(claimed).await
             }
             Err(e) => Err(e),
         };
@@ -107,7 +106,7 @@ pub(super) async fn flush_claims(
                         DispatchPlace::START,
                     )
                     .await;
-                    conn.answered(&alone);
+                    let alone = conn.settle(alone).await;
                     out[i] = alone.map(|jobs| jobs.into_iter().map(|(_, job)| job).collect());
                 }
             }

@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sqlx::PgPool;
+use crate::db::Db;
 use uuid::Uuid;
 
 use super::configs::Configs;
@@ -59,7 +59,7 @@ struct AckItem {
 /// The completion side of the broker.
 #[derive(Debug)]
 pub(super) struct Completer {
-    db: PgPool,
+    db: Db,
     /// Where ACK and NACK statements run.
     hot: HotConnections,
     /// ACK requests, written together.
@@ -78,7 +78,7 @@ struct CompletedRetention {
 
 impl CompletedRetention {
     /// The queues whose completed jobs are deleted on ACK.
-    async fn delete_on_ack(&self, db: &PgPool) -> std::result::Result<DeleteOnAck, sqlx::Error> {
+    async fn delete_on_ack(&self, db: &Db) -> std::result::Result<DeleteOnAck, sqlx::Error> {
         Ok(self
             .configs
             .current(db)
@@ -90,7 +90,7 @@ impl CompletedRetention {
 impl Completer {
     /// Starts the group-commit flushers of ACKs (within a Tokio runtime).
     pub(super) fn new(
-        db: PgPool,
+        db: Db,
         hot: HotConnections,
         configs: Arc<Configs>,
         keep_completed: bool,
@@ -271,7 +271,7 @@ impl Completer {
         } else {
             let mut conn = self.hot.acquire().await?;
             let failed = store::job::fail_many(&mut *conn, &failures, None).await;
-            conn.answered(&failed);
+            let failed = conn.settle(failed).await;
             failed?.into_iter().map(|j| (j.id.0, j)).collect()
         };
         // A worker's `rate_limit_until`: the job's key starts nothing before then.
@@ -450,7 +450,7 @@ async fn complete_group<A: AckAnswer>(
         .collect();
     let mut conn = hot.acquire().await?;
     let done = A::complete(&mut conn, &distinct, delete_on_ack).await;
-    conn.answered(&done);
+    let done = conn.settle(done).await;
     let mut done: HashMap<Uuid, A> = done?.into_iter().map(|j| (j.id(), j)).collect();
     Ok(acks
         .iter()
@@ -462,7 +462,7 @@ async fn complete_group<A: AckAnswer>(
 /// Writes a group of ACK requests (see [`complete_group`]). When the statement fails, each ACK
 /// is written alone, so each request gets the outcome it would have had by itself.
 async fn flush_acks(
-    db: PgPool,
+    db: Db,
     hot: HotConnections,
     retention: CompletedRetention,
     acks: Vec<AckItem>,

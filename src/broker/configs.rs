@@ -11,8 +11,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::db::Db;
 use serde_json::Value;
-use sqlx::PgPool;
 use tokio::time::Instant;
 
 use crate::job::schema::{SchemaSet, ValidationMode};
@@ -223,7 +223,7 @@ impl Configs {
 
     /// The current configurations: cached, or reloaded when the generation moved on (checked at
     /// most every [`REFRESH_INTERVAL`]).
-    pub async fn current(&self, db: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+    pub async fn current(&self, db: &Db) -> Result<Arc<Snapshot>, sqlx::Error> {
         let (snapshot, checked) = self.state.lock().expect("configs lock").clone();
         let now = Instant::now();
         if checked.is_some_and(|at| now.duration_since(at) < REFRESH_INTERVAL) {
@@ -238,7 +238,7 @@ impl Configs {
     }
 
     /// The current configurations, the generation checked now whatever the interval.
-    pub async fn verified(&self, db: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+    pub async fn verified(&self, db: &Db) -> Result<Arc<Snapshot>, sqlx::Error> {
         let snapshot = self.state.lock().expect("configs lock").0.clone();
         if store::queue::config_generation(db).await? == snapshot.generation {
             self.state.lock().expect("configs lock").1 = Some(Instant::now());
@@ -248,7 +248,7 @@ impl Configs {
     }
 
     /// Loads the configurations now.
-    pub async fn reload(&self, db: &PgPool) -> Result<Arc<Snapshot>, sqlx::Error> {
+    pub async fn reload(&self, db: &Db) -> Result<Arc<Snapshot>, sqlx::Error> {
         let now = Instant::now();
         let (generation, layers) = store::queue::config_layers(db).await?;
         // Read after the generation: if a change lands in between, the next check sees a newer

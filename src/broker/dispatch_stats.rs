@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::db::Db;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use sqlx::PgPool;
 use tokio::time::Instant;
 
 use crate::job::Job;
@@ -66,7 +66,7 @@ impl DispatchStats {
 
     /// Adds the counts not yet written to the database. On failure they are kept for the
     /// next flush.
-    pub async fn flush(&self, db: &PgPool) -> Result<(), sqlx::Error> {
+    pub async fn flush(&self, db: &Db) -> Result<(), sqlx::Error> {
         let taken: Vec<_> = std::mem::take(&mut *self.pending.lock().expect("dispatch-stats lock"))
             .into_iter()
             .collect();
@@ -97,7 +97,7 @@ impl DispatchStats {
 
     /// Available jobs of each of `queues` (counted up to [`DEPTH_CAP`]), read at most every
     /// [`DEPTH_TTL`] per queue list.
-    pub async fn depths(&self, db: &PgPool, queues: &[String]) -> Result<Vec<i64>, sqlx::Error> {
+    pub async fn depths(&self, db: &Db, queues: &[String]) -> Result<Vec<i64>, sqlx::Error> {
         let now = Instant::now();
         if let Some((at, depths)) = self.depths.lock().expect("dispatch-stats lock").get(queues)
             && now.duration_since(*at) < DEPTH_TTL

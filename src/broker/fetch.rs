@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::db::Db;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -128,7 +128,7 @@ enum Woke {
 /// away), it gives them back: they become available again.
 struct ParkedFetch<'a> {
     waiters: &'a Waiters,
-    db: &'a PgPool,
+    db: &'a Db,
     parking: Option<Parking>,
 }
 
@@ -184,7 +184,7 @@ impl Drop for ParkedFetch<'_> {
 /// The FETCH side of the broker.
 #[derive(Debug)]
 pub(super) struct Fetcher {
-    pub(super) db: PgPool,
+    pub(super) db: Db,
     pub(super) configs: Arc<Configs>,
     pub(super) settings: Settings,
     /// Wakes long polls; keeps the claim floors.
@@ -204,7 +204,7 @@ pub(super) struct Fetcher {
 
 impl Fetcher {
     pub(super) fn new(
-        db: PgPool,
+        db: Db,
         hot: HotConnections,
         configs: Arc<Configs>,
         settings: Settings,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::db::Db;
 use tokio_util::sync::CancellationToken;
 
 use super::complete::{Completer, NackRequest, Nacked};
@@ -31,7 +31,7 @@ use crate::wakeup::Announcer;
 /// of the hot paths. Cheap to clone (every part is shared).
 #[derive(Debug, Clone)]
 pub struct Broker {
-    pub(super) db: PgPool,
+    pub(super) db: Db,
     pub(super) settings: Settings,
     /// Wakes long polls here at once and tells other replicas (after commit).
     pub(super) announcer: Announcer,
@@ -65,7 +65,7 @@ impl Broker {
     /// A broker on `db`. Starts the group-commit flushers, so it must be called within a Tokio
     /// runtime; `announcer`'s task must run for other replicas to hear of new jobs.
     pub fn new(
-        db: PgPool,
+        db: Db,
         hot: HotConnections,
         settings: Settings,
         announcer: Announcer,

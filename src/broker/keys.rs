@@ -37,7 +37,7 @@ impl Broker {
 }
 
 /// Creates a key on `db` (also used by `ojsd keys create`, without a broker).
-pub async fn create_key(db: &sqlx::PgPool, request: &KeyRequest) -> Result<CreatedKey> {
+pub async fn create_key(db: &crate::db::Db, request: &KeyRequest) -> Result<CreatedKey> {
     let new = auth::generate();
     let row = store::api_key::create(
         db,

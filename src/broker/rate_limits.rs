@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::db::Db;
 use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_util::sync::CancellationToken;
@@ -78,7 +78,7 @@ impl Broker {
 /// process's listener hears that a key or tenant may have room (`wakeups`, from
 /// [`Notifier::subscribe`](crate::wakeup::Notifier::subscribe)), and when keys come due.
 pub async fn run_releaser(
-    db: PgPool,
+    db: Db,
     mut wakeups: broadcast::Receiver<Wakeup>,
     shutdown: CancellationToken,
 ) {
@@ -131,7 +131,7 @@ impl Heard {
 }
 
 async fn release_loop(
-    db: &PgPool,
+    db: &Db,
     wakeups: &mut broadcast::Receiver<Wakeup>,
     shutdown: &CancellationToken,
 ) -> Result<(), sqlx::Error> {

@@ -17,9 +17,9 @@
 
 use std::time::Duration;
 
+use crate::db::Db;
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use sqlx::PgPool;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
@@ -193,7 +193,7 @@ impl Broker {
 
 /// The leader's deliverer: see the module documentation.
 pub struct WebhookDeliverer {
-    db: PgPool,
+    db: Db,
     sender: Sender,
     concurrency: usize,
 }
@@ -258,7 +258,7 @@ impl Service for WebhookDeliverer {
 /// Delivers what is due to one subscription: returns the events sent and whether it stopped
 /// with more waiting.
 async fn deliver(
-    db: &PgPool,
+    db: &Db,
     sender: &Sender,
     subscription: WebhookRow,
 ) -> Result<(u64, bool), sqlx::Error> {

@@ -81,6 +81,32 @@ pub struct Database {
     )]
     pub idle_in_transaction_timeout: Duration,
 
+    /// How `DATABASE_URL` reaches Postgres: `none` (directly, or through a pooler in session
+    /// mode) or `transaction` (through a connection pooler in transaction mode, such as
+    /// PgBouncer's `pool_mode = transaction`: every statement then runs in a transaction of its
+    /// own, no statement is kept prepared, and nothing relies on the session).
+    #[arg(
+        long = "database-pooler",
+        id = "database_pooler",
+        env = "OJS_DATABASE_POOLER",
+        value_enum,
+        default_value_t = Pooler::None,
+    )]
+    pub pooler: Pooler,
+
+    /// A connection to Postgres that is a session of its own (not through a transaction-mode
+    /// pooler), for what needs one: the notification listener (LISTEN) and migrations (their
+    /// lock). Without it, a server behind a transaction-mode pooler polls instead of being
+    /// notified (every `OJS_FETCH_POLL_INTERVAL_MS`) and does not migrate (run `ojsd migrate`
+    /// with a direct `DATABASE_URL`, then start with `OJS_SKIP_MIGRATIONS=true`).
+    #[arg(
+        long = "listen-database-url",
+        id = "listen_database_url",
+        env = "OJS_LISTEN_DATABASE_URL",
+        hide_env_values = true
+    )]
+    pub listen_url: Option<String>,
+
     /// Do not apply pending migrations at start (apply them with `ojsd migrate` instead).
     #[arg(
         long,
@@ -102,8 +128,20 @@ impl Default for Database {
                 DEFAULT_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECS,
             ),
             skip_migrations: false,
+            pooler: Pooler::None,
+            listen_url: None,
         }
     }
+}
+
+/// How ojsd's connections reach Postgres (`OJS_DATABASE_POOLER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Pooler {
+    /// Directly (or through a pooler in session mode): sessions are ojsd's own.
+    #[default]
+    None,
+    /// Through a connection pooler in transaction mode: a session lasts one transaction.
+    Transaction,
 }
 
 impl Database {
@@ -119,7 +157,33 @@ impl Database {
             );
         }
         self.target()?;
+        if let Some(url) = &self.listen_url {
+            target_of(url, "OJS_LISTEN_DATABASE_URL")?;
+        }
+        if self.pooler == Pooler::Transaction && self.listen_url.is_none() && !self.skip_migrations
+        {
+            bail!(
+                "OJS_DATABASE_POOLER=transaction: migrations need a session of their own. Set \
+                 OJS_LISTEN_DATABASE_URL to a direct connection, or run `ojsd migrate` with a \
+                 direct DATABASE_URL and start with OJS_SKIP_MIGRATIONS=true"
+            );
+        }
         Ok(())
+    }
+
+    /// Whether statements go through a transaction-mode pooler.
+    pub fn pooled(&self) -> bool {
+        self.pooler == Pooler::Transaction
+    }
+
+    /// Where sessions of their own go (migrations, the listener): `OJS_LISTEN_DATABASE_URL`
+    /// when set, else `DATABASE_URL` (`None` behind a transaction-mode pooler without one).
+    pub fn session_target(&self) -> anyhow::Result<Option<DbTarget>> {
+        match &self.listen_url {
+            Some(url) => Ok(Some(target_of(url, "OJS_LISTEN_DATABASE_URL")?)),
+            None if self.pooled() => Ok(None),
+            None => Ok(Some(self.target()?)),
+        }
     }
 
     /// The pool's size and the acquire timeout.
@@ -138,25 +202,31 @@ impl Database {
     /// nothing and cost a tenth of the throughput of one-ACK-per-job draining (Postgres and
     /// ojsd each encrypt and decrypt every statement and answer).
     pub fn target(&self) -> anyhow::Result<DbTarget> {
-        let split = split_url(&self.url).map_err(|why| anyhow::anyhow!("DATABASE_URL: {why}"))?;
-        let mode_given = std::env::var_os("PGSSLMODE").is_some() || url_names_ssl_mode(&self.url);
-        let hosts = split
-            .urls
-            .iter()
-            .map(|url| {
-                let options = PgConnectOptions::from_str(url)
-                    .context("DATABASE_URL is not a valid PostgreSQL URL")?
-                    .application_name("ojsd");
-                let local = options.get_socket().is_some() || on_this_host(options.get_host());
-                Ok(if !mode_given && local {
-                    options.ssl_mode(PgSslMode::Disable)
-                } else {
-                    options
-                })
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        Ok(DbTarget::new(hosts, split.attrs))
+        target_of(&self.url, "DATABASE_URL")
     }
+}
+
+/// The hosts of the connection URL `url` (named `setting` in errors), with their options (see
+/// [`Database::target`]).
+fn target_of(url: &str, setting: &str) -> anyhow::Result<DbTarget> {
+    let split = split_url(url).map_err(|why| anyhow::anyhow!("{setting}: {why}"))?;
+    let mode_given = std::env::var_os("PGSSLMODE").is_some() || url_names_ssl_mode(url);
+    let hosts = split
+        .urls
+        .iter()
+        .map(|url| {
+            let options = PgConnectOptions::from_str(url)
+                .with_context(|| format!("{setting} is not a valid PostgreSQL URL"))?
+                .application_name("ojsd");
+            let local = options.get_socket().is_some() || on_this_host(options.get_host());
+            Ok(if !mode_given && local {
+                options.ssl_mode(PgSslMode::Disable)
+            } else {
+                options
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(DbTarget::new(hosts, split.attrs))
 }
 
 /// Whether a PostgreSQL URL's query names an SSL mode (`sslmode`, or sqlx's `ssl-mode`).
@@ -235,5 +305,33 @@ mod tests {
             "postgres://h/db?application_name=sslmode"
         ));
         assert!(!url_names_ssl_mode("postgres://h/db?sslrootcert=x"));
+    }
+
+    #[test]
+    fn a_transaction_pooler_needs_a_session_for_migrations() {
+        let pooled = Database {
+            pooler: Pooler::Transaction,
+            ..Database::default()
+        };
+        let refused = pooled.validate().unwrap_err().to_string();
+        assert!(refused.contains("OJS_LISTEN_DATABASE_URL"), "{refused}");
+        let skipping = Database {
+            skip_migrations: true,
+            ..pooled.clone()
+        };
+        skipping.validate().unwrap();
+        assert!(skipping.session_target().unwrap().is_none());
+        let with_session = Database {
+            listen_url: Some("postgres://postgres@127.0.0.1:5432/ojs".into()),
+            ..pooled
+        };
+        with_session.validate().unwrap();
+        assert!(with_session.session_target().unwrap().is_some());
+        let bad = Database {
+            listen_url: Some("postgres://127.0.0.1:notaport/ojs".into()),
+            ..with_session
+        };
+        let refused = bad.validate().unwrap_err().to_string();
+        assert!(refused.contains("OJS_LISTEN_DATABASE_URL"), "{refused}");
     }
 }

@@ -29,7 +29,7 @@ mod values;
 mod webhooks;
 
 pub use auth::Auth;
-pub use database::{DEFAULT_DATABASE_URL, Database};
+pub use database::{DEFAULT_DATABASE_URL, Database, Pooler};
 pub use dispatch::{Dispatch, MAX_FETCH_COUNT, MAX_FETCH_WAIT};
 pub use jobs::Jobs;
 pub use maintenance::Maintenance;

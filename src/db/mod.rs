@@ -48,9 +48,11 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(unix)]
 pub mod embedded;
+mod executor;
 pub mod sockets;
 pub mod target;
 
+pub use executor::Db;
 pub use target::DbTarget;
 
 /// How often a down database is probed.
@@ -176,7 +178,9 @@ impl DbHealth {
             return Err("no database pool".to_owned());
         };
         let started = Instant::now();
-        match tokio::time::timeout(timeout, sqlx::query("select 1").execute(pool)).await {
+        // A bare string: one simple-protocol message, which a transaction-mode pooler serves
+        // as a whole.
+        match tokio::time::timeout(timeout, sqlx::Executor::execute(pool, "select 1")).await {
             Ok(Ok(_)) => Ok(started.elapsed()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
@@ -252,11 +256,15 @@ pub async fn connect_pool(
             let health = connected.clone();
             let endpoints = endpoints.clone();
             Box::pin(async move {
-                let (read_only, client_port): (bool, Option<i32>) = sqlx::query_as(
+                // One simple-protocol message: no prepared statement is left on the
+                // connection, and a transaction-mode pooler serves it as a whole.
+                let row = sqlx::Executor::fetch_one(
+                    &mut *conn,
                     "select current_setting('transaction_read_only') = 'on', inet_client_port()",
                 )
-                .fetch_one(&mut *conn)
                 .await?;
+                let read_only: bool = sqlx::Row::try_get(&row, 0)?;
+                let client_port: Option<i32> = sqlx::Row::try_get(&row, 1)?;
                 if let Some(port) = client_port.and_then(|p| u16::try_from(p).ok()) {
                     sockets::adopt(&endpoints, port, &health.inner.sockets);
                 }
@@ -312,7 +320,7 @@ pub struct HotConnections {
 
 #[derive(Debug)]
 struct HotInner {
-    pool: PgPool,
+    db: Db,
     health: DbHealth,
     /// Kept connections, the most recently used last, with when each was taken from the pool.
     idle: Mutex<Vec<(PoolConnection<Postgres>, Instant)>>,
@@ -323,16 +331,16 @@ struct HotInner {
 impl HotConnections {
     /// Keeps connections of `pool`, watched by `health`. Must be called within a Tokio
     /// runtime: a task gives the kept connections back when the pool closes.
-    pub fn new(pool: PgPool, health: DbHealth) -> HotConnections {
-        let cap = HOT_CONNECTIONS.min(pool.options().get_max_connections() as usize / 4);
+    pub fn new(db: Db, health: DbHealth) -> HotConnections {
+        let cap = HOT_CONNECTIONS.min(db.pool().options().get_max_connections() as usize / 4);
         let inner = Arc::new(HotInner {
-            pool,
+            db,
             health,
             idle: Mutex::new(Vec::with_capacity(cap)),
             cap,
         });
         let weak = Arc::downgrade(&inner);
-        let closed = inner.pool.close_event();
+        let closed = inner.db.pool().close_event();
         tokio::spawn(async move {
             closed.await;
             if let Some(inner) = weak.upgrade() {
@@ -342,8 +350,16 @@ impl HotConnections {
         HotConnections { inner }
     }
 
-    /// A connection: the most recently used kept one, else one from the pool.
+    /// A connection: the most recently used kept one, else one from the pool. Through a
+    /// transaction-mode pooler, a transaction is open on it ([`Db::begin_on`]), which
+    /// [`HotConnection::settle`] ends.
     pub async fn acquire(&self) -> Result<HotConnection, sqlx::Error> {
+        let mut hot = self.take().await?;
+        self.inner.db.begin_on(&mut hot).await?;
+        Ok(hot)
+    }
+
+    async fn take(&self) -> Result<HotConnection, sqlx::Error> {
         loop {
             let popped = self.inner.idle.lock().expect("hot connections lock").pop();
             let Some((conn, taken)) = popped else { break };
@@ -359,7 +375,7 @@ impl HotConnections {
             // Dropped: back to the pool, which tests it.
             drop(conn);
         }
-        let conn = self.inner.pool.acquire().await?;
+        let conn = self.inner.db.pool().acquire().await?;
         Ok(HotConnection {
             conn: Some(conn),
             taken: Instant::now(),
@@ -382,9 +398,9 @@ impl HotInner {
     }
 }
 
-/// A connection from [`HotConnections`]; it derefs to the connection. Call
-/// [`HotConnection::answered`] with the statement's outcome: only then is it kept for the next
-/// statement.
+/// A connection from [`HotConnections`]; it derefs to the connection. Pass the statement's
+/// outcome through [`HotConnection::settle`]: only then is it final (committed, behind a
+/// transaction-mode pooler) and the connection kept for the next statement.
 #[derive(Debug)]
 pub struct HotConnection {
     conn: Option<PoolConnection<Postgres>>,
@@ -394,13 +410,24 @@ pub struct HotConnection {
 }
 
 impl HotConnection {
-    /// Records the outcome of the statement just run: unless the connection itself failed,
-    /// it is kept for the next statement when this is dropped.
-    pub fn answered<T>(&mut self, outcome: &Result<T, sqlx::Error>) {
+    /// Takes the outcome of the statement just run and returns it once it is final: through a
+    /// transaction-mode pooler, the statement's transaction is committed first (a failed
+    /// commit is the outcome then) or, after a failure, rolled back. Unless the connection
+    /// itself failed, it is kept for the next statement when this is dropped.
+    pub async fn settle<T>(&mut self, outcome: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
+        let db = self.home.db.clone();
+        let outcome = match outcome {
+            Ok(value) => db.end_on(self, true).await.map(|()| value),
+            Err(e) => {
+                let _ = db.end_on(self, false).await;
+                Err(e)
+            }
+        };
         self.answered = outcome
             .as_ref()
             .err()
             .is_none_or(|e| !is_connection_error(e));
+        outcome
     }
 }
 
@@ -420,11 +447,18 @@ impl std::ops::DerefMut for HotConnection {
 
 impl Drop for HotConnection {
     fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        let pool = &self.home.pool;
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        let pool = self.home.db.pool();
         // A pool with every connection out may have others waiting: this one goes to them.
         let exhausted = pool.num_idle() == 0 && pool.size() >= pool.options().get_max_connections();
         if !self.answered || pool.is_closed() || exhausted {
+            // Through a pooler, a statement abandoned before `settle` left its transaction
+            // open: the connection is closed rather than handed to the next user in it.
+            if !self.answered && self.home.db.is_pooled() {
+                conn.close_on_drop();
+            }
             return;
         }
         let mut idle = self.home.idle.lock().expect("hot connections lock");

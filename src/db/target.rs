@@ -122,9 +122,10 @@ pub fn describe(options: &PgConnectOptions) -> String {
 
 /// Whether the server `conn` reached takes writes (`transaction_read_only` off).
 pub async fn takes_writes(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    let read_only: String = sqlx::query_scalar("show transaction_read_only")
-        .fetch_one(conn)
-        .await?;
+    // A bare string: one simple-protocol message (no prepared statement), which a
+    // transaction-mode pooler serves as a whole.
+    let row = sqlx::Executor::fetch_one(conn, "show transaction_read_only").await?;
+    let read_only: String = sqlx::Row::try_get(&row, 0)?;
     Ok(read_only != "on")
 }
 

@@ -6,8 +6,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::db::Db;
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::hold::SystemHold;
 use crate::leadership::jittered;
@@ -55,7 +56,7 @@ pub trait Service: Send + Sync + 'static {
 /// causes).
 #[derive(Debug, Clone)]
 pub struct Context {
-    pub db: PgPool,
+    pub db: Db,
     /// `ojs://<service>` (the OJS service name, not the maintenance service).
     pub service_uri: String,
     pub instance_id: String,
@@ -66,7 +67,7 @@ pub struct Context {
 
 impl Context {
     /// A context whose services never see maintenance mode on (see [`Context::with_hold`]).
-    pub fn new(db: PgPool, service_name: &str, instance_id: &str) -> Context {
+    pub fn new(db: Db, service_name: &str, instance_id: &str) -> Context {
         Context {
             db,
             service_uri: format!("ojs://{service_name}"),

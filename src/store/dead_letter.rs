@@ -36,7 +36,7 @@ impl DeadLetterFilter {
 /// Dead-lettered jobs matching `filter`, most recently dead-lettered first, `limit` of them from
 /// `offset` on; and how many match (see [`counting`](super::counting)).
 pub async fn list(
-    db: &sqlx::PgPool,
+    db: impl crate::store::Pool<'_>,
     filter: &DeadLetterFilter,
     limit: i64,
     offset: i64,

@@ -301,7 +301,7 @@ pub async fn head(db: impl PgExecutor<'_>) -> Result<Option<Position>, sqlx::Err
 /// and run in transactions far shorter than the margin. `None` for a job that is gone
 /// (pruned): it is looked for in every batch row.
 async fn batch_rows_since(
-    db: &sqlx::PgPool,
+    db: impl crate::store::Pool<'_>,
     job_id: Uuid,
 ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
     Ok(sqlx::query_scalar!(
@@ -315,7 +315,10 @@ async fn batch_rows_since(
 
 /// How many committed events job `job_id` has (each row, batch or not, holds at most one of a
 /// job's events).
-pub async fn count_for_job(db: &sqlx::PgPool, job_id: Uuid) -> Result<i64, sqlx::Error> {
+pub async fn count_for_job(
+    db: impl crate::store::Pool<'_>,
+    job_id: Uuid,
+) -> Result<i64, sqlx::Error> {
     let since = batch_rows_since(db, job_id).await?;
     sqlx::query_scalar!(
         r#"
@@ -335,7 +338,7 @@ pub async fn count_for_job(db: &sqlx::PgPool, job_id: Uuid) -> Result<i64, sqlx:
 /// Up to `limit` deliverable events after `after` (from the oldest retained one when `None`)
 /// that match `filter`, in delivery order.
 pub async fn list(
-    db: &sqlx::PgPool,
+    db: impl crate::store::Pool<'_>,
     filter: &EventFilter,
     after: Option<Position>,
     limit: i64,
@@ -347,7 +350,7 @@ pub async fn list(
 /// deliverable or not yet (a history is read at once, not followed: an event written by a
 /// transaction that committed while an older one still runs is shown too).
 pub async fn job_history(
-    db: &sqlx::PgPool,
+    db: impl crate::store::Pool<'_>,
     job_id: Uuid,
     after: Option<Position>,
     limit: i64,
@@ -362,7 +365,7 @@ pub async fn job_history(
 /// [`list`], and with `deliverable` false also the committed events not yet deliverable (only
 /// for one job's events).
 async fn read(
-    db: &sqlx::PgPool,
+    db: impl crate::store::Pool<'_>,
     filter: &EventFilter,
     after: Option<Position>,
     limit: i64,
@@ -503,7 +506,7 @@ async fn read(
 /// the `limit` events after the newest `offset`, and how many match in all. For the admin
 /// UI's event list; it counts every retained match, so it is not for hot paths.
 pub async fn page_newest_first(
-    db: &sqlx::PgPool,
+    db: impl crate::store::Pool<'_>,
     filter: &EventFilter,
     offset: i64,
     limit: i64,

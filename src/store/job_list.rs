@@ -13,7 +13,7 @@
 //! The total is counted as [`counting`](super::counting) says: exactly up to 10,000 matches.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgExecutor, PgPool, Postgres, QueryBuilder};
+use sqlx::{PgConnection, PgExecutor, Postgres, QueryBuilder};
 use uuid::Uuid;
 
 use crate::job::{JobId, JobState};
@@ -187,7 +187,7 @@ impl JobFilter {
 /// Jobs matching `filter`, ordered by `sort` (arrival order breaks ties, in the same direction),
 /// `limit` of them from `offset` on; and how many match in all.
 pub async fn list_jobs(
-    db: &PgPool,
+    db: impl crate::store::Pool<'_>,
     filter: &JobFilter,
     sort: JobSort,
     ascending: bool,

@@ -80,12 +80,25 @@ pub fn like_prefix(prefix: &str) -> String {
     )
 }
 
+/// What the functions below that run several statements or open a transaction take: the
+/// server's pool (`db::Db`, which runs each statement in a transaction of its own behind a
+/// transaction-mode pooler) or a plain sqlx pool (tests, tools).
+pub trait Pool<'a>:
+    sqlx::Acquire<'a, Database = sqlx::Postgres> + sqlx::PgExecutor<'a> + Copy + Send
+{
+}
+
+impl<'a, T> Pool<'a> for T where
+    T: sqlx::Acquire<'a, Database = sqlx::Postgres> + sqlx::PgExecutor<'a> + Copy + Send
+{
+}
+
 /// A transaction whose statements are planned for their values (`plan_cache_mode =
 /// force_custom_plan`), for the few statements, such as listings with optional filters,
 /// whose right plan depends on them (see "Write for the generic plan" above).
-pub async fn planned_for_their_values(
-    db: &sqlx::PgPool,
-) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+pub async fn planned_for_their_values<'a>(
+    db: impl Pool<'a>,
+) -> Result<sqlx::Transaction<'a, sqlx::Postgres>, sqlx::Error> {
     let mut tx = db.begin().await?;
     sqlx::query("set local plan_cache_mode = force_custom_plan")
         .execute(&mut *tx)

@@ -230,7 +230,7 @@ pub struct SubjectOwners {
 
 /// Looks up the tenants of `subjects`: one read per kind that has any.
 pub async fn subject_owners(
-    db: &sqlx::PgPool,
+    db: impl crate::store::Pool<'_>,
     subjects: &EventSubjects,
 ) -> Result<SubjectOwners, sqlx::Error> {
     let mut owners = SubjectOwners::default();

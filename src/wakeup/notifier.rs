@@ -24,7 +24,7 @@ use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
-use crate::db::DbHealth;
+use crate::db::{Db, DbHealth};
 use crate::job::dispatch::DispatchPlace;
 use crate::store;
 use crate::wakeup::ClaimFloors;
@@ -158,6 +158,24 @@ impl Notifier {
             Wakeup::LeaderResigned | Wakeup::RateKey(_) | Wakeup::Tenant(_) => {}
         }
         let _ = self.tx.send(wakeup);
+    }
+
+    /// Without a listener (behind a transaction-mode pooler with no session of its own): every
+    /// `interval` until `shutdown`, wakes everything a notification would have woken — long
+    /// polls, result waits, the releaser's sweep — as after a lost notification.
+    pub async fn poll(self, interval: Duration, shutdown: CancellationToken) {
+        tracing::info!(
+            interval_ms = interval.as_millis() as u64,
+            "no notification listener (a transaction-mode pooler and no OJS_LISTEN_DATABASE_URL): polling"
+        );
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => self.wake(Wakeup::All),
+            }
+        }
     }
 
     /// Listens for notifications until `shutdown`, reconnecting with backoff on failure.
@@ -464,7 +482,7 @@ impl Announcer {
     }
 
     /// Sends the coalesced notifications until `shutdown` (then once more for what is left).
-    pub async fn run(self, db: PgPool, shutdown: CancellationToken) {
+    pub async fn run(self, db: Db, shutdown: CancellationToken) {
         let mut peers = PeerCheck::default();
         loop {
             let stopping = tokio::select! {
@@ -511,7 +529,7 @@ struct PeerCheck {
 impl PeerCheck {
     /// Whether another replica may be listening. Unknown (this process is not listening, or
     /// the check fails) counts as yes: a needless NOTIFY costs little, a missing one a poll.
-    async fn any(&mut self, db: &PgPool, notifier: &Notifier) -> bool {
+    async fn any(&mut self, db: &Db, notifier: &Notifier) -> bool {
         if let Some((at, answer)) = self.checked
             && at.elapsed() < PEER_CHECK_INTERVAL
         {

@@ -137,7 +137,7 @@ impl Taken {
 /// hold came into force while it claimed) available again, in their old place and with their
 /// attempt not counted. One that cannot be given back (the database is down) is released when
 /// its reservation runs out, as if its worker had died.
-pub async fn give_back(db: &sqlx::PgPool, jobs: &[Job]) {
+pub async fn give_back(db: &crate::db::Db, jobs: &[Job]) {
     match crate::store::job::give_back(db, jobs).await {
         Ok(n) => tracing::debug!(jobs = n, "gave back jobs a FETCH could not answer with"),
         Err(e) => tracing::warn!(

@@ -14,8 +14,7 @@ async fn backend(conn: &mut HotConnection) -> Result<i32, sqlx::Error> {
     let pid = sqlx::query_scalar::<_, i32>("select pg_backend_pid()")
         .fetch_one(&mut **conn)
         .await;
-    conn.answered(&pid);
-    pid
+    conn.settle(pid).await
 }
 
 /// The backend of the next connection `hot` hands out, asked with one statement; the
@@ -122,7 +121,7 @@ async fn pool(db: &TestDb, health: &DbHealth) -> PgPool {
 async fn the_most_recently_used_connection_is_reused() {
     let db = TestDb::new().await;
     let health = DbHealth::default();
-    let hot = HotConnections::new(pool(&db, &health).await, health);
+    let hot = HotConnections::new(pool(&db, &health).await.into(), health);
     let (first_pid, second_pid) = two_at_once(&hot).await;
     assert_ne!(first_pid, second_pid);
     assert_eq!(hot.kept(), 2);
@@ -136,7 +135,7 @@ async fn the_most_recently_used_connection_is_reused() {
 async fn a_connection_is_kept_only_after_its_statement_was_answered() {
     let db = TestDb::new().await;
     let health = DbHealth::default();
-    let hot = HotConnections::new(pool(&db, &health).await, health);
+    let hot = HotConnections::new(pool(&db, &health).await.into(), health);
 
     // Never asked anything: given back to the pool.
     drop(hot.acquire().await.unwrap());
@@ -157,7 +156,7 @@ async fn a_connection_is_kept_only_after_its_statement_was_answered() {
     let mut conn = hot.acquire().await.unwrap();
     let failed = sqlx::query("select 1/0").execute(&mut *conn).await;
     assert!(failed.is_err());
-    conn.answered(&failed);
+    let _ = conn.settle(failed).await;
     let pid = {
         let pid = backend(&mut conn).await.unwrap();
         drop(conn);
@@ -180,7 +179,7 @@ async fn a_connection_is_kept_only_after_its_statement_was_answered() {
 async fn connections_kept_from_before_an_outage_are_not_reused() {
     let db = TestDb::new().await;
     let health = DbHealth::default();
-    let hot = HotConnections::new(pool(&db, &health).await, health.clone());
+    let hot = HotConnections::new(pool(&db, &health).await.into(), health.clone());
     let before = next_backend(&hot).await.unwrap();
     assert_eq!(hot.kept(), 1);
     health.report_lost();
@@ -193,7 +192,7 @@ async fn closing_the_pool_gives_the_kept_connections_back() {
     let db = TestDb::new().await;
     let health = DbHealth::default();
     let pool = pool(&db, &health).await;
-    let hot = HotConnections::new(pool.clone(), health);
+    let hot = HotConnections::new(pool.clone().into(), health);
     two_at_once(&hot).await;
     assert_eq!(hot.kept(), 2);
     tokio::time::timeout(Duration::from_secs(5), pool.close())
@@ -209,7 +208,7 @@ async fn a_pool_with_every_connection_out_gets_the_hot_one_back() {
     let health = DbHealth::default();
     // A pool of 4 keeps at most one connection aside.
     let pool = pool_of(&db, &health, 4).await;
-    let hot = HotConnections::new(pool.clone(), health);
+    let hot = HotConnections::new(pool.clone().into(), health);
     two_at_once(&hot).await;
     assert_eq!(hot.kept(), 1);
 

@@ -85,7 +85,13 @@ fn candidate(db: &TestDb, id: &str, config: LeaderConfig) -> Candidate {
             .clone()
             .listen(db.pool.clone(), health.clone(), stop.clone()),
     );
-    let elector = Elector::new(db.pool.clone(), id.to_owned(), config, notifier, health);
+    let elector = Elector::new(
+        db.pool.clone().into(),
+        id.to_owned(),
+        config,
+        notifier,
+        health,
+    );
     let role = elector.subscribe();
     let task = tokio::spawn(elector.run(stop.clone()));
     Candidate { role, stop, task }

@@ -9,6 +9,7 @@ use crate::broker::configs::{Configs, Snapshot};
 use crate::broker::group::GROUP_FLUSHERS;
 use crate::broker::group::GroupCommit;
 use crate::broker::settings::Settings;
+use crate::db::Db;
 use crate::db::HotConnections;
 use crate::error::{Error, Result};
 use crate::hold::SystemHold;
@@ -19,7 +20,6 @@ use crate::store;
 use crate::store::refusal::{Refusal, refusal};
 use crate::telemetry;
 use crate::wakeup::Announcer;
-use sqlx::PgPool;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,7 +38,7 @@ const BLOCK_POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// The PUSH side of the broker.
 #[derive(Debug)]
 pub(in crate::broker) struct Enqueuer {
-    pub(in crate::broker) db: PgPool,
+    pub(in crate::broker) db: Db,
     pub(super) configs: Arc<Configs>,
     pub(super) limits: Limits,
     pub(in crate::broker) strict_queues: bool,
@@ -54,7 +54,7 @@ pub(in crate::broker) struct Enqueuer {
 impl Enqueuer {
     /// Starts the group-commit flushers of single-job PUSHes (within a Tokio runtime).
     pub(in crate::broker) fn new(
-        db: PgPool,
+        db: Db,
         hot: HotConnections,
         configs: Arc<Configs>,
         settings: &Settings,

@@ -4,6 +4,7 @@
 
 use super::prepare::admit_tenants;
 use crate::broker::configs::Configs;
+use crate::db::Db;
 use crate::db::HotConnections;
 use crate::error::{Error, Result};
 use crate::hold::SystemHold;
@@ -13,7 +14,6 @@ use crate::store;
 use crate::store::job::{HandTo, Handoffs};
 use crate::telemetry;
 use crate::wakeup::waiters::{Taken, Waiters};
-use sqlx::PgPool;
 use std::sync::Arc;
 
 /// [`insert_jobs`] in `tx`, then the admission of the jobs' tenants ([`admit_tenants`]).
@@ -51,7 +51,7 @@ pub(super) async fn insert_handing(
 /// Writes groups of single-job PUSH requests, handing new jobs to FETCHes parked on their
 /// queues where it can.
 pub(super) struct PushWriter {
-    pub(super) db: PgPool,
+    pub(super) db: Db,
     /// Where the group's statement runs.
     pub(super) hot: HotConnections,
     pub(super) strict_queues: bool,
@@ -93,8 +93,7 @@ impl PushWriter {
         let written = match self.hot.acquire().await {
             Ok(mut conn) => {
                 let written = insert_handing(&mut *conn, &jobs, self.strict_queues, handoffs).await;
-                conn.answered(&written);
-                written
+                conn.settle(written).await
             }
             Err(e) => Err(e),
         };

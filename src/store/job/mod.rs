@@ -123,7 +123,7 @@ pub async fn table_pages(db: impl PgExecutor<'_>) -> Result<i64, sqlx::Error> {
 /// queues and states, and the full sample cost 190-330 ms of Postgres CPU at 100,000 waiting
 /// jobs (450-800 ms under load) against 25 ms. Autovacuum's own analyses keep the configured
 /// target.
-pub async fn analyze(db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+pub async fn analyze(db: impl crate::store::Pool<'_>) -> Result<(), sqlx::Error> {
     let mut tx = db.begin().await?;
     sqlx::query_scalar!("select set_config('default_statistics_target', '10', true)")
         .fetch_one(&mut *tx)

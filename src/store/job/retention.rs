@@ -193,7 +193,7 @@ pub struct DroppedPartition {
 /// lock (so ACKs never queue behind a drop that waits for a long reader), and one that cannot
 /// get it is left for the next pass.
 pub async fn drop_done_partitions(
-    db: &sqlx::PgPool,
+    db: impl crate::store::Pool<'_>,
     before: DateTime<Utc>,
     limit: i64,
 ) -> Result<Vec<DroppedPartition>, sqlx::Error> {

@@ -300,7 +300,7 @@ pub fn count(statuses: &[u16], status: u16) -> usize {
 impl TestApp {
     /// What the maintenance services need, on this test's database.
     pub fn maintenance(&self) -> ojsd::maintenance::Context {
-        ojsd::maintenance::Context::new(self.pool().clone(), "ojs-server", "test-instance")
+        ojsd::maintenance::Context::new(self.pool().clone().into(), "ojs-server", "test-instance")
     }
 
     /// Runs the reaper once as if `offset` had passed: every claim whose reservation (or
@@ -330,8 +330,8 @@ impl TestApp {
         let config = Config::default();
         let health = ojsd::db::DbHealth::default();
         let broker = ojsd::broker::Broker::new(
-            self.pool().clone(),
-            ojsd::db::HotConnections::new(self.pool().clone(), health),
+            self.pool().clone().into(),
+            ojsd::db::HotConnections::new(self.pool().clone().into(), health),
             ojsd::app::broker_settings(&config),
             ojsd::wakeup::Announcer::new(ojsd::wakeup::Notifier::new("test-cron")),
             hold.clone(),
@@ -362,8 +362,8 @@ impl TestApp {
         configure(&mut config);
         let health = ojsd::db::DbHealth::default();
         let broker = ojsd::broker::Broker::new(
-            self.pool().clone(),
-            ojsd::db::HotConnections::new(self.pool().clone(), health),
+            self.pool().clone().into(),
+            ojsd::db::HotConnections::new(self.pool().clone().into(), health),
             ojsd::app::broker_settings(&config),
             ojsd::wakeup::Announcer::new(ojsd::wakeup::Notifier::new("test-webhooks")),
             ojsd::hold::SystemHold::default(),
