@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, count, job, spawn_fetch, statuses};
+use crate::support::pooler::PgBouncer;
+use crate::support::{TestApp, TestDb, count, job, spawn_fetch, statuses};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
@@ -71,6 +72,164 @@ async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
             .await
             .unwrap();
     assert_eq!(active, 2000);
+}
+
+/// Two replicas reaching Postgres through PgBouncer in transaction mode, eight workers
+/// fetching from one and ACKing through the other: each of 1,000 jobs is claimed once and
+/// completed once (every statement in a transaction of its own; no prepared statement left
+/// behind for another client to collide with).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_through_pgbouncer_claim_and_complete_each_job_once() {
+    let Some(pooler) = PgBouncer::start() else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let (through, direct) = (pooler.url(&db.name), db.url());
+    let pooled = |c: &mut ojsd::config::Config| {
+        c.database.url = through.clone();
+        c.database.pooler = ojsd::config::Pooler::Transaction;
+        c.database.listen_url = Some(direct.clone());
+        c.database.max_connections = 8;
+    };
+    let a = TestApp::spawn_on(db, pooled).await;
+    let b = a.spawn_replica(pooled).await;
+    let mut pushed = HashSet::new();
+    for chunk in 0..4 {
+        let jobs: Vec<Value> = (0..250)
+            .map(|i| json!({"type": "load.item", "args": [chunk * 250 + i], "queue": "pooled"}))
+            .collect();
+        let resp = a
+            .post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
+            .await
+            .expect(201);
+        for j in resp.json["jobs"].as_array().unwrap() {
+            pushed.insert(j["id"].as_str().unwrap().to_owned());
+        }
+    }
+    let mut workers = Vec::new();
+    for worker in 0..8 {
+        let (client, bases) = (a.client.clone(), [a.base.clone(), b.base.clone()]);
+        workers.push(tokio::spawn(async move {
+            let mut claimed = Vec::new();
+            for round in 0usize.. {
+                let (fetch_at, ack_at) = (&bases[(worker + round) % 2], &bases[(worker + round + 1) % 2]);
+                let count = 1 + (worker * 7 + round * 3) % 20;
+                let body: Value = client
+                    .post(format!("{fetch_at}/ojs/v1/workers/fetch"))
+                    .json(&json!({"queues": ["pooled"], "count": count, "worker_id": format!("w{worker}")}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let jobs = body["jobs"].as_array().unwrap();
+                if jobs.is_empty() {
+                    break;
+                }
+                for j in jobs {
+                    let id = j["id"].as_str().unwrap().to_owned();
+                    let ack = client
+                        .post(format!("{ack_at}/ojs/v1/workers/ack"))
+                        .json(&json!({"job_id": id, "worker_id": format!("w{worker}")}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(ack.status(), 200, "ACK of {id} through the pooler");
+                    claimed.push(id);
+                }
+            }
+            claimed
+        }));
+    }
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(worker.await.unwrap());
+    }
+    let unique: HashSet<String> = all.iter().cloned().collect();
+    assert_eq!(all.len(), 1000, "every job handed out once, none twice");
+    assert_eq!(unique, pushed);
+    let completed: Vec<(String, i64)> = sqlx::query_as(
+        "select state::text, count(*) from ojs_job_all where queue = 'pooled' group by state",
+    )
+    .fetch_all(a.pool())
+    .await
+    .unwrap();
+    assert_eq!(completed, [("completed".to_owned(), 1000)]);
+    b.stop().await;
+}
+
+/// Behind a transaction-mode pooler without a session of its own (no
+/// `OJS_LISTEN_DATABASE_URL`), a server has no listener: it polls every
+/// `OJS_FETCH_POLL_INTERVAL_MS`. A long poll on one replica still gets a job pushed through the
+/// other, and a client waiting for a result still gets it, within about that interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_a_listener_a_pooled_server_polls_for_jobs_and_results() {
+    let Some(pooler) = PgBouncer::start() else {
+        return;
+    };
+    let db = TestDb::new().await;
+    let through = pooler.url(&db.name);
+    let poll = Duration::from_millis(300);
+    let pooled = |c: &mut ojsd::config::Config| {
+        c.database.url = through.clone();
+        c.database.pooler = ojsd::config::Pooler::Transaction;
+        c.dispatch.fetch_poll_interval = poll;
+    };
+    let a = TestApp::spawn_on(db, pooled).await;
+    let b = a.spawn_replica(pooled).await;
+    let listeners: i64 = sqlx::query_scalar("select count(*) from ojs_listener")
+        .fetch_one(a.pool())
+        .await
+        .unwrap();
+    assert_eq!(listeners, 0, "no replica listens");
+
+    let waiting = spawn_fetch(
+        &a.client,
+        &b.base,
+        &json!({"queues": ["polled"], "count": 1, "wait_ms": 10000, "worker_id": "w"}),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pushed_at = std::time::Instant::now();
+    let id = a.push_id(job("poll.me", "polled")).await;
+    let fetched = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the long poll on the other replica found the job")
+        .unwrap();
+    assert_eq!(fetched["jobs"][0]["id"], id.as_str());
+    let found_after = pushed_at.elapsed();
+
+    let result = {
+        let (client, url) = (
+            a.client.clone(),
+            format!("{}/ojs/v1/jobs/{id}/result?wait=true&timeout=10", a.base),
+        );
+        tokio::spawn(async move { client.get(url).send().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let acked_at = std::time::Instant::now();
+    let ack = a
+        .client
+        .post(format!("{}/ojs/v1/workers/ack", b.base))
+        .json(&json!({"job_id": id, "worker_id": "w", "result": {"ok": true}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ack.status(), 200);
+    let answer = tokio::time::timeout(Duration::from_secs(5), result)
+        .await
+        .expect("the result wait was answered")
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let answered_after = acked_at.elapsed();
+    // Within a poll interval or two (and the machine's load), not the 10 s of the wait.
+    for (what, took) in [("job", found_after), ("result", answered_after)] {
+        assert!(
+            took < Duration::from_secs(3),
+            "the {what} came after {took:?}"
+        );
+    }
+    b.stop().await;
 }
 
 /// `worker` claims the job of `queue` for a second, and the reaper takes it back once that

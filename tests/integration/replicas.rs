@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
+use crate::support::pooler::PgBouncer;
 use crate::support::processes::{PrivateCluster, Replica};
 use crate::support::{Client, TestDb};
 
@@ -128,7 +129,17 @@ async fn three_replicas_keep_one_leader_through_a_sigkill() {
 
 #[tokio::test]
 async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
-    kill_a_replica_under_load(false).await;
+    kill_a_replica_under_load(false, None).await;
+}
+
+/// The same, both replicas reaching Postgres through PgBouncer in transaction mode
+/// (`OJS_DATABASE_POOLER=transaction`; LISTEN over a direct `OJS_LISTEN_DATABASE_URL`).
+#[tokio::test]
+async fn no_job_is_lost_when_a_replica_is_killed_under_load_through_pgbouncer() {
+    let Some(pooler) = PgBouncer::start() else {
+        return;
+    };
+    kill_a_replica_under_load(false, Some(&pooler)).await;
 }
 
 /// The same drain, the jobs being the members of one batch workflow: its callbacks fire once,
@@ -136,16 +147,27 @@ async fn no_job_is_lost_when_a_replica_is_killed_under_load() {
 /// one of them died midway.
 #[tokio::test]
 async fn a_batch_fires_its_callbacks_once_when_a_replica_is_killed_under_load() {
-    kill_a_replica_under_load(true).await;
+    kill_a_replica_under_load(true, None).await;
 }
 
-async fn kill_a_replica_under_load(as_batch: bool) {
+async fn kill_a_replica_under_load(as_batch: bool, pooler: Option<&PgBouncer>) {
     const JOBS: usize = 300;
     const WORKERS: usize = 8;
     let db = TestDb::new().await;
-    let url = db.url();
-    let mut a = Replica::start(&url, "ra", &[("OJS_SKIP_MIGRATIONS", "true")]);
-    let b = Replica::start(&url, "rb", &[("OJS_SKIP_MIGRATIONS", "true")]);
+    let direct = db.url();
+    let mut env = vec![("OJS_SKIP_MIGRATIONS", "true")];
+    let url = match pooler {
+        Some(pooler) => {
+            env.extend([
+                ("OJS_DATABASE_POOLER", "transaction"),
+                ("OJS_LISTEN_DATABASE_URL", direct.as_str()),
+            ]);
+            pooler.url(&db.name)
+        }
+        None => direct.clone(),
+    };
+    let mut a = Replica::start(&url, "ra", &env);
+    let b = Replica::start(&url, "rb", &env);
     let jobs: Vec<Value> = (0..JOBS)
         .map(|i| json!({"type": "a.b", "args": [i], "queue": "load"}))
         .collect();

@@ -6,6 +6,7 @@
 //!   document ([`contract`]) and has helpers for the worker protocol;
 //! - [`factory`]: jobs in each state, put there through the API's own transitions;
 //! - [`processes`]: real `ojsd` processes and a private PostgreSQL cluster;
+//! - [`pooler`]: a PgBouncer in transaction mode in front of the tests' server;
 //! - the small checks several test files share (below).
 //!
 //! Set `TEST_LOG=1` to see the servers' logs.
@@ -15,6 +16,7 @@ pub mod client;
 pub mod contract;
 pub mod db;
 pub mod factory;
+pub mod pooler;
 pub mod processes;
 
 use std::collections::HashMap;
