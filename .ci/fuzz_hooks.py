@@ -8,6 +8,7 @@ but requests writes: no promotion, reaping, expiry, pruning or leader lease rene
 Left out of the fingerprint:
 - `ojs_dispatch_second`: per-second dispatch counts, written by a background flusher about a
   second after a successful FETCH, so they may land during any later request;
+- `ojs_listener`: each replica's listener registration, renewed by its ping every 2 s;
 - `refinery_schema_history`: the migrations, written at start only.
 
 Generated identifiers almost never name anything, so most requests would only meet "not found".
@@ -35,7 +36,7 @@ import psycopg
 import requests
 import schemathesis
 
-ASYNC_BOOKKEEPING = {"ojs_dispatch_second", "refinery_schema_history"}
+ASYNC_BOOKKEEPING = {"ojs_dispatch_second", "ojs_listener", "refinery_schema_history"}
 # Columns a refused request may set: a result wait that answers 408 has flagged its job as
 # awaited (so that its end is announced), as documented.
 WAIT_BOOKKEEPING = {"ojs_job": "result_awaited", "ojs_job_done": "result_awaited"}
