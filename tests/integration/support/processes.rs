@@ -147,10 +147,20 @@ pub fn cluster_dir() -> PathBuf {
     ))
 }
 
-/// A free TCP port on loopback.
+/// A free TCP port on loopback, never one this process handed out before: a test that stops
+/// its private cluster leaves the port free, and another test's cluster taking it would be
+/// found by the first test's server as its database coming back.
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap();
+    loop {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// The settings every test cluster runs with.
