@@ -1327,6 +1327,7 @@ declare
     q jsonb;
     allowed jsonb;
     queue_retry jsonb;
+    queue_ttl jsonb;
     merged json;
     r record;
 begin
@@ -1361,6 +1362,12 @@ begin
     if j.visibility_timeout_ms is null then
         j.visibility_timeout_ms := (coalesce(q -> 'visibility_timeout', d -> 'visibility_timeout'))::bigint * 1000;
     end if;
+    -- A job that names no result_ttl (not even null) gets its queue's, last among its attributes.
+    queue_ttl := coalesce(q -> 'result_ttl', d -> 'result_ttl');
+    if queue_ttl is not null and not (j.extra::jsonb ? 'result_ttl') then
+        j.extra := case when j.extra = '{}' then '{' else left(j.extra, -1) || ',' end
+                   || '"result_ttl":' || (queue_ttl::bigint)::text || '}';
+    end if;
     queue_retry := coalesce(d -> 'default_retry', '{}') || coalesce(q -> 'default_retry', '{}');
     if jsonb_typeof(queue_retry) = 'object' and queue_retry <> '{}' then
         select coalesce(json_object_agg(y.key, y.value order by y.pos), '{}') into merged
@@ -1387,7 +1394,7 @@ $_$;
 -- Name: FUNCTION ojs_enqueue_configure(j public.ojs_new_job, idx integer, s public.ojs_setting, d jsonb, producer text); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.ojs_enqueue_configure(j public.ojs_new_job, idx integer, s public.ojs_setting, d jsonb, producer text) IS 'A read job with its queue''s configuration applied as PUSH applies it: allowed_job_types, producers (the setting ojs.producer), default_timeout, visibility_timeout, default_retry layered under the job''s retry; raises PUSH''s refusal.';
+COMMENT ON FUNCTION public.ojs_enqueue_configure(j public.ojs_new_job, idx integer, s public.ojs_setting, d jsonb, producer text) IS 'A read job with its queue''s configuration applied as PUSH applies it: allowed_job_types, producers (the setting ojs.producer), default_timeout, visibility_timeout, result_ttl (V35), default_retry layered under the job''s retry; raises PUSH''s refusal.';
 
 --
 -- Name: ojs_enqueue_read(json, integer, public.ojs_setting); Type: FUNCTION; Schema: public; Owner: -
@@ -1837,6 +1844,14 @@ begin
     if j.total_timeout_secs::bigint * 1000 < j.timeout_ms then
         violations := violations || jsonb_build_object('path', '$.total_timeout',
             'message', 'total_timeout must be >= the execution timeout');
+    end if;
+    -- result_ttl (the results extension): a top-level attribute kept as sent (the ACK and the
+    -- result reads read it there); null is absent.
+    v := top -> 'result_ttl';
+    if json_typeof(v) <> 'null'
+       and not coalesce(ojs_json_integer(v) between -1 and 2147483647, false) then
+        violations := violations || jsonb_build_object('path', '$.result_ttl',
+            'message', 'result_ttl must be an integer number of seconds: 0 (not stored), -1 (as long as the job is kept) or more');
     end if;
 
     if range_violation is not null then

@@ -102,6 +102,10 @@ pub struct QueueConfig {
     /// The effective default retry policy (system defaults under `default_retry`).
     pub retry_policy: RetryPolicy,
     pub retention: Retention,
+    /// Seconds a job's result is served after it ended, for jobs that name no `result_ttl`
+    /// of their own (the results extension: 0 keeps none, -1 as long as the job is kept);
+    /// `None`: the job's retention decides.
+    pub result_ttl: Option<i64>,
     pub dead_letter_queue: Option<String>,
     pub dead_letter_max_size: Option<i64>,
     pub dead_letter_ttl_ms: u64,
@@ -123,6 +127,7 @@ impl Default for QueueConfig {
             default_retry: Map::new(),
             retry_policy: RetryPolicy::default(),
             retention: SYSTEM_RETENTION,
+            result_ttl: None,
             dead_letter_queue: None,
             dead_letter_max_size: None,
             dead_letter_ttl_ms: SYSTEM_DEAD_LETTER_TTL_MS,
@@ -190,6 +195,7 @@ impl QueueConfig {
                 cancelled_ms: ms("cancelled", SYSTEM_RETENTION.cancelled_ms),
             };
         }
+        config.result_ttl = int("result_ttl");
         config.dead_letter_queue = merged
             .get("dead_letter_queue")
             .and_then(Value::as_str)
@@ -263,6 +269,7 @@ impl QueueConfig {
                 discarded: duration::format_iso(self.retention.discarded_ms),
                 cancelled: duration::format_iso(self.retention.cancelled_ms),
             },
+            result_ttl: self.result_ttl,
             dead_letter_queue: self.dead_letter_queue.as_deref(),
             dead_letter_max_size: self.dead_letter_max_size,
             dead_letter_ttl: duration::format_iso(self.dead_letter_ttl_ms),
@@ -307,6 +314,10 @@ pub struct WireConfig<'a> {
     #[schema(value_type = Object)]
     pub default_retry: Value,
     pub retention: WireRetention,
+    /// Seconds a result is served after its job ended, for jobs that name no `result_ttl`
+    /// (0: not stored, -1: as long as the job is kept); `null`: the retention decides.
+    #[schema(required = true)]
+    pub result_ttl: Option<i64>,
     #[schema(required = true)]
     pub dead_letter_queue: Option<&'a str>,
     #[schema(required = true)]
@@ -562,6 +573,13 @@ fn canonical(
             .map(|t| json!(t))
             .ok_or_else(|| invalid(path, "warning_threshold must be a number from 0 to 1")),
         "rate_limit" => rate_limit(value, path),
+        "result_ttl" => match json::whole(value) {
+            Some(n) if (-1..=i64::from(i32::MAX)).contains(&n) => Ok(json!(n)),
+            _ => Err(invalid(
+                path,
+                "result_ttl must be an integer number of seconds: 0 (not stored), -1 (as long as the job is kept) or more, or null",
+            )),
+        },
         "default_retry" => default_retry(value, path),
         "retention" => retention(value, path),
         "dead_letter_ttl" => text_duration(value, path),
@@ -872,6 +890,10 @@ mod tests {
             (json!({"allowed_job_types": []}), "$.allowed_job_types"),
             (json!({"producers": [1]}), "$.producers"),
             (json!({"colour": "blue"}), "$.colour"),
+            (json!({"result_ttl": -2}), "$.result_ttl"),
+            (json!({"result_ttl": 1.5}), "$.result_ttl"),
+            (json!({"result_ttl": "60"}), "$.result_ttl"),
+            (json!({"result_ttl": 2_147_483_648_i64}), "$.result_ttl"),
         ];
         for (body, path) in cases {
             match put(&mut Map::new(), &body) {
@@ -890,6 +912,25 @@ mod tests {
             put(&mut Map::new(), &json!([1])),
             Err(ConfigError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn a_queues_result_ttl_overrides_the_default_layers_and_null_inherits_it() {
+        let mut default_layer = Map::new();
+        put(&mut default_layer, &json!({"result_ttl": 3600})).unwrap();
+        let mut own = Map::new();
+        put(&mut own, &json!({"result_ttl": 0})).unwrap();
+        let default_layer = Value::Object(default_layer);
+        let resolved = QueueConfig::resolve(&default_layer, &Value::Object(own.clone())).unwrap();
+        assert_eq!(resolved.result_ttl, Some(0));
+        assert_eq!(resolved.wire().result_ttl, Some(0));
+        put(&mut own, &json!({"result_ttl": null})).unwrap();
+        let resolved = QueueConfig::resolve(&default_layer, &Value::Object(own)).unwrap();
+        assert_eq!(resolved.result_ttl, Some(3600));
+        assert_eq!(QueueConfig::default().result_ttl, None);
+        let mut layer = Map::new();
+        put(&mut layer, &json!({"result_ttl": 6e1})).unwrap();
+        assert_eq!(layer["result_ttl"], json!(60));
     }
 
     #[test]

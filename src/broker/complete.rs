@@ -142,6 +142,9 @@ impl Completer {
         };
         if let Some(job) = completed {
             telemetry::job_completed(&job.queue, &job.r#type, job.started_at, job.completed_at);
+            if let Some(result) = result {
+                telemetry::result_size(&job.queue, &job.r#type, result.len());
+            }
             return Ok(job);
         }
         Err(self.not_held(id, "acknowledge", worker_id).await)
@@ -165,6 +168,9 @@ impl Completer {
             complete_group::<Job>(&self.hot, std::slice::from_ref(&ack), &delete_on_ack).await?;
         if let Some(job) = done.into_iter().next().flatten() {
             telemetry::attempt_finished(&job);
+            if let Some(result) = result {
+                telemetry::result_size(&job.queue, &job.r#type, result.len());
+            }
             return Ok(job);
         }
         Err(self.not_held(id, "acknowledge", worker_id).await)
@@ -216,7 +222,7 @@ impl Completer {
                 Err(e) => return Err(e.into()),
             };
         let mut out = Vec::with_capacity(acks.len());
-        for ((id, _), job) in acks.iter().zip(completed) {
+        for ((id, result), job) in acks.iter().zip(completed) {
             out.push(match job {
                 Ok(Some(job)) => {
                     telemetry::job_completed(
@@ -225,6 +231,9 @@ impl Completer {
                         job.started_at,
                         job.completed_at,
                     );
+                    if let Some(result) = result {
+                        telemetry::result_size(&job.queue, &job.r#type, result.len());
+                    }
                     Ok(job)
                 }
                 Ok(None) => Err(self.not_held(*id, "acknowledge", worker_id).await),

@@ -61,6 +61,11 @@ const REQUEST_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
 ];
 
+/// Result sizes in bytes, up to the 1 MiB limit.
+const RESULT_SIZE_BUCKETS: &[f64] = &[
+    64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+];
+
 static METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// The process-wide Prometheus recorder, installed on first use.
@@ -95,6 +100,12 @@ pub fn metrics() -> &'static PrometheusHandle {
                     REQUEST_BUCKETS,
                 )
             })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("ojs_result_size_bytes".into()),
+                    RESULT_SIZE_BUCKETS,
+                )
+            })
             .expect("bucket lists are non-empty");
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
@@ -103,6 +114,7 @@ pub fn metrics() -> &'static PrometheusHandle {
         // Published from the start, so that a reader can tell "none yet" from "not measured".
         counter!("ojs_fetch_claim_statements_total").increment(0);
         counter!("ojs_fetch_handoffs_total").increment(0);
+        counter!("ojs_result_rejected_total").increment(0);
         handle
     })
 }
@@ -252,29 +264,24 @@ fn completion_handles(queue: &str, job_type: &str) -> (metrics::Counter, metrics
     )
 }
 
-/// A counter and a histogram per label set, made once and kept by one label (a route, a queue)
+/// Metric handles per label set (a counter and a histogram unless `H` says otherwise), made once and kept by one label (a route, a queue)
 /// and then the rest of theirs (`K`): finding them again costs a lookup, not building, hashing
 /// and dropping their label sets. Each list is short (the methods and statuses a route answers,
 /// the job types of a queue).
-struct HandleCache<K>(OnceLock<Mutex<HandleLists<K>>>);
+struct HandleCache<K, H = Handles>(OnceLock<Mutex<HandleLists<K, H>>>);
 
-type HandleLists<K> = HashMap<String, Vec<(K, Handles)>>;
+type HandleLists<K, H> = HashMap<String, Vec<(K, H)>>;
 
 type Handles = (metrics::Counter, metrics::Histogram);
 
-impl<K> HandleCache<K> {
-    const fn new() -> HandleCache<K> {
+impl<K, H: Clone> HandleCache<K, H> {
+    const fn new() -> HandleCache<K, H> {
         HandleCache(OnceLock::new())
     }
 
     /// The handles of `first` and the rest of the labels that `rest` accepts, made by `make`
     /// (returning that rest too) the first time.
-    fn get(
-        &self,
-        first: &str,
-        rest: impl Fn(&K) -> bool,
-        make: impl FnOnce() -> (K, Handles),
-    ) -> Handles {
+    fn get(&self, first: &str, rest: impl Fn(&K) -> bool, make: impl FnOnce() -> (K, H)) -> H {
         metrics();
         let mut lists = self
             .0
@@ -292,6 +299,33 @@ impl<K> HandleCache<K> {
         list.push((key, handles.clone()));
         handles
     }
+}
+
+/// The size of the result an ACK sent (`ojs_result_size_bytes`, by queue and job type; the
+/// results extension's `ojs.result.size_bytes`). ACKs without a result record nothing.
+pub fn result_size(queue: &str, job_type: &str, bytes: usize) {
+    RESULT_SIZE_HANDLES
+        .get(
+            queue,
+            |t| t == job_type,
+            || {
+                let handle = histogram!(
+                    "ojs_result_size_bytes",
+                    "queue" => queue.to_owned(),
+                    "type" => job_type.to_owned()
+                );
+                (job_type.to_owned(), handle)
+            },
+        )
+        .record(bytes as f64);
+}
+
+static RESULT_SIZE_HANDLES: HandleCache<String, metrics::Histogram> = HandleCache::new();
+
+/// An ACK refused because its result was over the size limit (`ojs_result_rejected_total`;
+/// the results extension's `ojs.result.rejected.count`): the job stays active.
+pub fn result_rejected() {
+    counter!("ojs_result_rejected_total").increment(1);
 }
 
 /// Counts jobs discarded because they expired before they ran: `(queue, type, count)`.

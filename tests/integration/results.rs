@@ -110,6 +110,53 @@ async fn a_result_is_read_once_the_job_ended_with_its_metadata() {
         .expect_error(404, "not_found");
 }
 
+/// The value of the metric line starting with `prefix` (0 when absent).
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn result_sizes_and_refused_results_are_measured() {
+    let app = TestApp::spawn().await;
+    let before = app.get("/metrics").await.expect(200).text;
+    let rejected = metric(&before, "ojs_result_rejected_total ");
+    for (i, result) in [json!("x".repeat(100)), json!({"k": "y".repeat(5000)})]
+        .into_iter()
+        .enumerate()
+    {
+        app.push_id(json!({"type": "r.sized", "args": [i], "queue": "res-metrics"}))
+            .await;
+        let job = app.fetch_one("res-metrics", "w").await;
+        if i == 0 {
+            app.ack(json!({"job_id": job["id"], "result": "z".repeat(1024 * 1024 + 1)}))
+                .await
+                .expect_error(413, "envelope_too_large");
+        }
+        app.ack(json!({"job_id": job["id"], "result": result}))
+            .await
+            .expect(200);
+    }
+    // An ACK without a result records no size.
+    app.push_id(json!({"type": "r.sized", "args": [], "queue": "res-metrics"}))
+        .await;
+    let job = app.fetch_one("res-metrics", "w").await;
+    app.ack(json!({"job_id": job["id"]})).await.expect(200);
+
+    let after = app.get("/metrics").await.expect(200).text;
+    let series = r#"{queue="res-metrics",type="r.sized""#;
+    let count = format!("ojs_result_size_bytes_count{series}}}");
+    assert_eq!(metric(&after, &count), 2.0, "{after}");
+    let sum = metric(&after, &format!("ojs_result_size_bytes_sum{series}}}"));
+    assert_eq!(sum, (102 + 5008) as f64);
+    let small = format!("ojs_result_size_bytes_bucket{series},le=\"256\"}}");
+    assert_eq!(metric(&after, &small), 1.0, "{after}");
+    assert!(metric(&after, "ojs_result_rejected_total ") >= rejected + 1.0);
+}
+
 #[tokio::test]
 async fn a_discarded_job_answers_its_error_and_a_cancelled_one_no_result() {
     let app = TestApp::spawn().await;
@@ -333,6 +380,66 @@ async fn result_ttl_zero_keeps_no_result_and_a_short_one_expires() {
     assert!(expired.json["error"]["details"]["expired_at"].is_string());
     // The job itself is still there.
     assert_eq!(app.job(&short).await["state"], "completed");
+}
+
+#[tokio::test]
+async fn a_queues_result_ttl_applies_to_jobs_that_name_none() {
+    let app = TestApp::spawn().await;
+    app.put(
+        "/ojs/v1/queues/_default/config",
+        json!({"result_ttl": 3600}),
+    )
+    .await
+    .expect(200);
+    app.put("/ojs/v1/queues/ephemeral/config", json!({"result_ttl": 0}))
+        .await
+        .expect(200);
+    let config = app.get("/ojs/v1/queues/ephemeral/config").await.expect(200);
+    assert_eq!(config.json["config"]["result_ttl"], 0, "{}", config.json);
+    let bad = app
+        .put("/ojs/v1/queues/ephemeral/config", json!({"result_ttl": -2}))
+        .await
+        .expect_error(400, "invalid_request");
+    assert_eq!(bad.json["error"]["details"]["field"], "$.result_ttl");
+
+    let dropped = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "ephemeral"}))
+        .await;
+    let own = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "ephemeral", "result_ttl": -1}))
+        .await;
+    let inherited = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "other"}))
+        .await;
+    assert_eq!(app.job(&dropped).await["result_ttl"], 0, "the queue's");
+    assert_eq!(app.job(&own).await["result_ttl"], -1, "the job's own");
+    assert_eq!(app.job(&inherited).await["result_ttl"], 3600, "_default's");
+    for queue in ["ephemeral", "ephemeral", "other"] {
+        let job = app.fetch_one(queue, "w").await;
+        app.ack(json!({"job_id": job["id"], "result": {"n": 1}}))
+            .await
+            .expect(200);
+    }
+    app.get(&result_path(&dropped))
+        .await
+        .expect_error(410, "RESULT_PRUNED");
+    let kept = app.get(&result_path(&own)).await.expect(200).json;
+    assert_eq!(kept["result"], json!({"n": 1}));
+    assert!(kept.get("result_expires_at").is_none_or(Value::is_null));
+    let timed = app.get(&result_path(&inherited)).await.expect(200).json;
+    assert!(timed["result_expires_at"].is_string(), "{timed}");
+
+    // Resetting the queue's value inherits _default's again, for jobs enqueued from then on.
+    app.put(
+        "/ojs/v1/queues/ephemeral/config",
+        json!({"result_ttl": null}),
+    )
+    .await
+    .expect(200);
+    let later = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "ephemeral"}))
+        .await;
+    assert_eq!(app.job(&later).await["result_ttl"], 3600);
 }
 
 #[tokio::test]

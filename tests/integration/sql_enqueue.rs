@@ -265,6 +265,22 @@ fn corpus() -> Vec<String> {
             vec![json!(3600), json!(0), json!(10), json!("1h")],
         ),
         (
+            "result_ttl",
+            vec![
+                json!(60),
+                json!(0),
+                json!(-1),
+                json!(-2),
+                json!(2.0),
+                json!(1.5),
+                json!("60"),
+                json!(true),
+                json!(null),
+                json!(2_147_483_647i64),
+                json!(2_147_483_648i64),
+            ],
+        ),
+        (
             "retry",
             vec![
                 json!({"max_attempts": 5}),
@@ -406,6 +422,8 @@ fn corpus() -> Vec<String> {
         r#"{"type":"a.b","args":[],"retry":{"max_attempts":-1,"jitter":1}}"#,
         r#"{"type":"Email.Send","args":{},"options":{"queue":"Default"},"id":"nope"}"#,
         r#"{"type":"a.b","args":[],"meta":[1],"priority":-1,"tags":1}"#,
+        r#"{"type":"a.b","args":[],"result_ttl":-5,"total_timeout":1,"timeout":60}"#,
+        r#"{"type":"a.b","args":[],"result_ttl":"x","tags":1}"#,
     ];
     out.extend(fixed.iter().map(|s| s.to_string()));
     // meta past 64 KiB: 413 before field validation.
@@ -834,7 +852,7 @@ async fn the_queue_configuration_applies_as_it_does_to_push() {
     app.put(
         "/ojs/v1/queues/billing/config",
         json!({"allowed_job_types": ["invoice.*"], "producers": ["billing-*"],
-               "default_timeout": 90, "visibility_timeout": 45,
+               "default_timeout": 90, "visibility_timeout": 45, "result_ttl": 120,
                "default_retry": {"max_attempts": 7, "jitter": false}}),
     )
     .await
@@ -885,10 +903,41 @@ async fn the_queue_configuration_applies_as_it_does_to_push() {
     assert_eq!(sql["job"]["visibility_timeout_ms"], 45_000);
     assert_eq!(sql["job"]["retry"]["max_attempts"], 2);
     assert_eq!(sql["job"]["retry"]["jitter"], false);
+    assert_eq!(sql["job"]["result_ttl"], 120);
     assert_eq!(
         comparable(&sql["job"], ""),
         comparable(&http.json["job"], "")
     );
+
+    // A job's own result_ttl (even null) wins over its queue's.
+    for own in [json!(0), json!(null)] {
+        let mut job = invoice.clone();
+        job["result_ttl"] = own.clone();
+        let mut tx = app.pool().begin().await.unwrap();
+        sqlx::query("select set_config('ojs.producer', 'billing-api', true)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let sql = call(&mut tx, "ojs_enqueue", &job.to_string()).await.ok();
+        tx.rollback().await.unwrap();
+        let http = app
+            .send(
+                reqwest::Method::POST,
+                "/ojs/v1/jobs",
+                Some(job.to_string().into_bytes()),
+                &[
+                    ("content-type", "application/json"),
+                    ("ojs-producer", "billing-api"),
+                ],
+            )
+            .await
+            .expect(201);
+        assert_eq!(sql["job"]["result_ttl"], own);
+        assert_eq!(
+            comparable(&sql["job"], ""),
+            comparable(&http.json["job"], "")
+        );
+    }
 }
 
 #[tokio::test]

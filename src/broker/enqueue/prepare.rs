@@ -96,7 +96,8 @@ pub(in crate::broker) async fn admit_tenants(
 
 /// Applies each job's queue configuration: its access rules (`allowed_job_types`,
 /// `producers`) and, where the job sets none of its own, the queue's `default_timeout`,
-/// `visibility_timeout` and `default_retry` fields (the job's retry fields win one by one).
+/// `visibility_timeout`, `result_ttl` and `default_retry` fields (the job's retry fields win
+/// one by one).
 pub(super) fn prepare(
     jobs: &[NewJob],
     configs: &Snapshot,
@@ -141,6 +142,9 @@ pub(super) fn prepare(
             if job.visibility_timeout_ms.is_none() {
                 job.visibility_timeout_ms = config.visibility_timeout.map(|s| s * 1_000);
             }
+            if let Some(ttl) = config.result_ttl {
+                default_result_ttl(&mut job.extra, ttl);
+            }
             if let Some(merged) = crate::queue_config::layered_retry(
                 &config.default_retry,
                 job.retry_input.as_deref(),
@@ -154,6 +158,22 @@ pub(super) fn prepare(
             Ok(job)
         })
         .collect()
+}
+
+/// Adds a queue's `result_ttl` to a job's attributes (`extra`, a compact JSON object) unless
+/// the job named its own (even as `null`): the ACK and the result reads find it there, as if the job had sent
+/// it, and INFO shows it.
+fn default_result_ttl(extra: &mut String, ttl: i64) {
+    if extra.contains("\"result_ttl\"")
+        && crate::wire::json::Object::parse(extra).is_ok_and(|o| o.contains("result_ttl"))
+    {
+        return;
+    }
+    extra.pop(); // the closing brace
+    if extra.len() > 1 {
+        extra.push(',');
+    }
+    extra.push_str(&format!("\"result_ttl\":{ttl}}}"));
 }
 
 /// The schema warnings of `jobs`, each prefixed with `jobs[i]: ` in a batch.
@@ -199,5 +219,32 @@ pub(super) fn check_schema(
             index,
             rejection: Rejection::SchemaMismatch { schema, violations },
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_result_ttl;
+
+    #[test]
+    fn a_queues_result_ttl_joins_the_attributes_unless_the_job_named_one() {
+        let cases = [
+            ("{}", r#"{"result_ttl":60}"#),
+            (r#"{"x":1}"#, r#"{"x":1,"result_ttl":60}"#),
+            (r#"{"result_ttl":0}"#, r#"{"result_ttl":0}"#),
+            (
+                r#"{"x":"result_ttl"}"#,
+                r#"{"x":"result_ttl","result_ttl":60}"#,
+            ),
+            (
+                r#"{"x":{"result_ttl":1}}"#,
+                r#"{"x":{"result_ttl":1},"result_ttl":60}"#,
+            ),
+        ];
+        for (extra, expected) in cases {
+            let mut extra = extra.to_owned();
+            default_result_ttl(&mut extra, 60);
+            assert_eq!(extra, expected);
+        }
     }
 }

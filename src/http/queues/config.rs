@@ -147,6 +147,10 @@ pub(super) struct QueueConfigUpdate {
     default_retry: Option<serde_json::Value>,
     /// How long terminal jobs are kept.
     retention: Option<QueueRetentionUpdate>,
+    /// Seconds a result is served after its job ended, for jobs that name no `result_ttl` of
+    /// their own (0: not stored, -1: as long as the job is kept); applied at enqueue.
+    #[schema(minimum = -1, maximum = 2147483647)]
+    result_ttl: Option<i64>,
     /// The queue that receives the queue's dead letters (not the queue itself).
     #[schema(value_type = Option<QueueName>)]
     dead_letter_queue: Option<String>,

@@ -236,6 +236,7 @@ fn ack_result<'a>(fields: &Fields<'a>, path: &str) -> Result<Option<&'a str>, Ap
     if let Some(result) = result
         && result.len() > MAX_RESULT_BYTES
     {
+        crate::telemetry::result_rejected();
         return Err(ApiError::too_large(
             Some(path),
             Some(result.len()),
