@@ -6,7 +6,8 @@
 -- find it on the job as before. ojs_enqueue_configure applies it for the SQL door, the broker's
 -- `prepare` for PUSH. ojs_envelope_read now refuses a result_ttl that is not an integer from -1
 -- to 2^31-1 with PUSH's violation (it kept any value as sent; the reads treated one that was not
--- an integer as absent). Both functions are replaced with the same signatures.
+-- an integer as absent), and keeps a valid one as an integer (`60.0` as `60`, as PUSH does: the
+-- ACK statements test the text '0'). Both functions are replaced with the same signatures.
 --
 -- Upgrade: replaces two functions. Replicas of earlier releases neither show nor apply a
 -- queue's result_ttl (their PUSH ignores it; this release's SQL door applies it to every job).
@@ -349,8 +350,11 @@ begin
 
     -- Unknown attributes are kept, in order; system-managed ones are ignored.
     -- The job shows its rate limit as the server reads it, key resolved, last.
+    -- A result_ttl is kept as the integer it is (60.0 as 60): the ACK and the reads compare its text.
     select ojs_json_object_text(
-               coalesce(array_agg(m.value order by m.pos), '{}')
+               coalesce(array_agg(case when m.key = 'result_ttl' and ojs_json_integer(m.value) is not null
+                                       then to_json(ojs_json_integer(m.value)) else m.value end
+                                  order by m.pos), '{}')
                || case when rate_canonical is not null then array[rate_canonical::json] else '{}' end,
                coalesce(array_agg(m.key order by m.pos), '{}')
                || case when rate_canonical is not null then array['rate_limit'] else '{}' end)

@@ -1909,8 +1909,11 @@ begin
 
     -- Unknown attributes are kept, in order; system-managed ones are ignored.
     -- The job shows its rate limit as the server reads it, key resolved, last.
+    -- A result_ttl is kept as the integer it is (60.0 as 60): the ACK and the reads compare its text.
     select ojs_json_object_text(
-               coalesce(array_agg(m.value order by m.pos), '{}')
+               coalesce(array_agg(case when m.key = 'result_ttl' and ojs_json_integer(m.value) is not null
+                                       then to_json(ojs_json_integer(m.value)) else m.value end
+                                  order by m.pos), '{}')
                || case when rate_canonical is not null then array[rate_canonical::json] else '{}' end,
                coalesce(array_agg(m.key order by m.pos), '{}')
                || case when rate_canonical is not null then array['rate_limit'] else '{}' end)

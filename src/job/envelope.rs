@@ -354,9 +354,19 @@ pub fn parse_for(
         .rate_limit
         .as_ref()
         .map(|p| json::raw(p.to_json(&p.key_for(&queue)).to_string()));
+    // A result_ttl is kept as the integer it is (`60.0` as `60`): the ACK statements and the
+    // result reads compare its text.
+    let result_ttl = obj
+        .get("result_ttl")
+        .and_then(json::as_integer)
+        .map(|n| json::raw(n.to_string()));
     let extra = json::object_text(
         obj.iter()
             .filter(|(key, _)| !INPUT_ATTRIBUTES.contains(key) && !SYSTEM_ATTRIBUTES.contains(key))
+            .map(|(key, raw)| match (key, &result_ttl) {
+                ("result_ttl", Some(canonical)) => (key, &**canonical),
+                _ => (key, raw),
+            })
             .chain(rate_limit_json.as_deref().map(|raw| ("rate_limit", raw))),
     );
     Ok(NewJob {
@@ -582,7 +592,8 @@ fn lifetime(src: &Sources<'_>, timeout_ms: i64, r: &mut Reader<'_>) -> (Option<i
 
 /// Checks `result_ttl` (the results extension): seconds the result is served after the job
 /// ends, 0 for a result that is not stored, -1 for as long as the job is kept. It stays a
-/// top-level attribute of the job, as sent: the ACK and the result reads read it there.
+/// top-level attribute of the job (written as an integer): the ACK and the result reads read
+/// it there.
 fn result_ttl(obj: &Object<'_>, r: &mut Reader<'_>) {
     if let Some(raw) = obj.get("result_ttl") {
         let valid = json::as_integer(raw).is_some_and(|n| (-1..=i64::from(i32::MAX)).contains(&n));
@@ -1041,6 +1052,22 @@ mod tests {
         assert_eq!(verbatim.meta, r#"{"z":1.50,"a":[]}"#);
         let null_meta = parse_text(r#"{"type":"t","args":[],"meta":null}"#).unwrap();
         assert_eq!(null_meta.meta, "{}");
+    }
+
+    #[test]
+    fn a_result_ttl_is_kept_as_an_integer() {
+        for (sent, kept) in [
+            ("0.0", r#"{"x":1,"result_ttl":0}"#),
+            ("6e1", r#"{"x":1,"result_ttl":60}"#),
+            ("-1", r#"{"x":1,"result_ttl":-1}"#),
+            ("null", r#"{"x":1,"result_ttl":null}"#),
+        ] {
+            let job = parse_text(&format!(
+                r#"{{"type":"t","args":[],"x":1,"result_ttl":{sent}}}"#
+            ))
+            .unwrap();
+            assert_eq!(job.extra, kept, "{sent}");
+        }
     }
 
     #[test]

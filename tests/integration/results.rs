@@ -345,7 +345,12 @@ async fn result_ttl_zero_keeps_no_result_and_a_short_one_expires() {
     let long = app
         .push_id(json!({"type": "r.t", "args": [], "queue": "ttl", "result_ttl": 3600}))
         .await;
-    for _ in 0..3 {
+    // 0.0 is 0: kept as the integer, so the ACK keeps no result either.
+    let ephemeral_float = app
+        .push_id(json!({"type": "r.t", "args": [], "queue": "ttl", "result_ttl": 0.0}))
+        .await;
+    assert_eq!(app.job(&ephemeral_float).await["result_ttl"], json!(0));
+    for _ in 0..4 {
         let job = app.fetch_one("ttl", "w").await;
         app.ack(json!({"job_id": job["id"], "result": {"secret": 1}}))
             .await
@@ -364,6 +369,9 @@ async fn result_ttl_zero_keeps_no_result_and_a_short_one_expires() {
             .is_none_or(Value::is_null)
     );
     assert_eq!(app.job(&ephemeral).await["result_ttl"], 0, "kept as sent");
+    app.get(&result_path(&ephemeral_float))
+        .await
+        .expect_error(410, "RESULT_PRUNED");
 
     let kept = app.get(&result_path(&long)).await.expect(200).json;
     let stored =
