@@ -846,6 +846,22 @@ async fn a_rate_limited_job_from_sql_is_released_by_its_key_once_committed() {
     assert_eq!(next[0]["id"], second["job"]["id"]);
 }
 
+/// The job PUSH answers for `job` sent by `producer` (`OJS-Producer`).
+async fn push_as(app: &TestApp, producer: &str, job: &Value) -> Value {
+    app.send(
+        reqwest::Method::POST,
+        "/ojs/v1/jobs",
+        Some(job.to_string().into_bytes()),
+        &[
+            ("content-type", "application/json"),
+            ("ojs-producer", producer),
+        ],
+    )
+    .await
+    .expect(201)
+    .json
+}
+
 #[tokio::test]
 async fn the_queue_configuration_applies_as_it_does_to_push() {
     let app = TestApp::spawn().await;
@@ -887,27 +903,13 @@ async fn the_queue_configuration_applies_as_it_does_to_push() {
     tx.rollback().await.unwrap();
 
     // Defaults: the same job as PUSH makes.
-    let http = app
-        .send(
-            reqwest::Method::POST,
-            "/ojs/v1/jobs",
-            Some(invoice.to_string().into_bytes()),
-            &[
-                ("content-type", "application/json"),
-                ("ojs-producer", "billing-api"),
-            ],
-        )
-        .await
-        .expect(201);
+    let http = push_as(&app, "billing-api", &invoice).await;
     assert_eq!(sql["job"]["timeout_ms"], 90_000);
     assert_eq!(sql["job"]["visibility_timeout_ms"], 45_000);
     assert_eq!(sql["job"]["retry"]["max_attempts"], 2);
     assert_eq!(sql["job"]["retry"]["jitter"], false);
     assert_eq!(sql["job"]["result_ttl"], 120);
-    assert_eq!(
-        comparable(&sql["job"], ""),
-        comparable(&http.json["job"], "")
-    );
+    assert_eq!(comparable(&sql["job"], ""), comparable(&http["job"], ""));
 
     // A job's own result_ttl (even null) wins over its queue's.
     for own in [json!(0), json!(null)] {
@@ -920,23 +922,9 @@ async fn the_queue_configuration_applies_as_it_does_to_push() {
             .unwrap();
         let sql = call(&mut tx, "ojs_enqueue", &job.to_string()).await.ok();
         tx.rollback().await.unwrap();
-        let http = app
-            .send(
-                reqwest::Method::POST,
-                "/ojs/v1/jobs",
-                Some(job.to_string().into_bytes()),
-                &[
-                    ("content-type", "application/json"),
-                    ("ojs-producer", "billing-api"),
-                ],
-            )
-            .await
-            .expect(201);
+        let http = push_as(&app, "billing-api", &job).await;
         assert_eq!(sql["job"]["result_ttl"], own);
-        assert_eq!(
-            comparable(&sql["job"], ""),
-            comparable(&http.json["job"], "")
-        );
+        assert_eq!(comparable(&sql["job"], ""), comparable(&http["job"], ""));
     }
 }
 
