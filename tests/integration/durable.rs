@@ -482,6 +482,198 @@ async fn signals_from_sql_join_the_callers_transaction() {
     );
 }
 
+/// The SQLSTATE and the OJS error body (DETAIL) of a refused SQL call.
+fn sql_refusal(e: sqlx::Error) -> (String, Value) {
+    let db = e.as_database_error().expect("a database error");
+    let detail = db
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .and_then(|pg| pg.detail())
+        .expect("a DETAIL");
+    (
+        db.code().expect("a SQLSTATE").into_owned(),
+        serde_json::from_str(detail).expect("DETAIL is the OJS error body"),
+    )
+}
+
+/// What an OJS error body says, without the members only the HTTP door adds (request id,
+/// documentation link, hint, type).
+fn said(body: &Value) -> Value {
+    let e = &body["error"];
+    json!({"code": e["code"], "message": e["message"], "retryable": e["retryable"],
+           "details": e["details"]})
+}
+
+/// `ojs_record_step(...)` as text (its JSON), or its refusal.
+async fn record_from_sql(
+    db: impl sqlx::PgExecutor<'_>,
+    id: &str,
+    attempt: i32,
+    name: &str,
+    result: Option<&str>,
+    worker: Option<&str>,
+) -> Result<Value, (String, Value)> {
+    sqlx::query_scalar::<_, String>("select ojs_record_step($1::uuid, $2, $3, $4::jsonb, $5)::text")
+        .bind(id)
+        .bind(attempt)
+        .bind(name)
+        .bind(result)
+        .bind(worker)
+        .fetch_one(db)
+        .await
+        .map(|text| serde_json::from_str(&text).unwrap())
+        .map_err(sql_refusal)
+}
+
+#[tokio::test]
+async fn a_step_recorded_from_sql_commits_with_the_callers_transaction_and_is_refused_as_over_http()
+{
+    let app = TestApp::spawn().await;
+    let id = app
+        .push_id(json!({"type": "a.b", "args": [], "queue": "sqlstep"}))
+        .await;
+    app.fetch_one("sqlstep", "w").await;
+    let steps = |app: &TestApp, id: &str| {
+        let path = format!("/ojs/v1/jobs/{id}/steps");
+        let api = app.api.clone();
+        async move { api.get(&path).await.expect(200).json["steps"].clone() }
+    };
+
+    // Rolled back with the caller's transaction: nothing recorded, no event.
+    let mut tx = app.pool().begin().await.unwrap();
+    let step = record_from_sql(
+        &mut *tx,
+        &id,
+        1,
+        "charge",
+        Some(r#"{"charge_id": "ch_1"}"#),
+        Some("w"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(step["result"], json!({"charge_id": "ch_1"}));
+    assert_eq!(step["attempt"], 1);
+    assert_eq!(step["worker_id"], "w");
+    tx.rollback().await.unwrap();
+    assert_eq!(steps(&app, &id).await, json!([]));
+
+    // Committed: the same step as the HTTP route records, handed to the next attempt.
+    let mut tx = app.pool().begin().await.unwrap();
+    let step = record_from_sql(
+        &mut *tx,
+        &id,
+        1,
+        "charge",
+        Some(r#"{"charge_id": "ch_2"}"#),
+        None,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let listed = steps(&app, &id).await;
+    assert_eq!(
+        listed[0], step,
+        "the route lists what the function answered"
+    );
+    assert_eq!(
+        step["worker_id"], "w",
+        "the holder, when the call names none"
+    );
+    let history = app
+        .get(&format!("/ojs/v1/jobs/{id}/history"))
+        .await
+        .expect(200)
+        .json;
+    assert!(
+        history["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "job.step_recorded"),
+        "{history}"
+    );
+
+    // A second record, from SQL or HTTP, is refused with the first: the same body both ways.
+    let (sqlstate, sql_body) = record_from_sql(app.pool(), &id, 1, "charge", Some("1"), Some("w"))
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate, "OJ409");
+    let http = record(
+        &app,
+        &id,
+        "charge",
+        json!({"attempt": 1, "worker_id": "w", "result": 1}),
+    )
+    .await
+    .expect_error(409, "step_already_recorded");
+    assert_eq!(said(&sql_body), said(&http.json));
+    assert_eq!(
+        sql_body["error"]["details"]["step"]["result"]["charge_id"],
+        "ch_2"
+    );
+
+    // Another worker, and a stale attempt: refused as over HTTP.
+    for (attempt, worker, http_body) in [
+        (
+            1,
+            "other",
+            json!({"attempt": 1, "worker_id": "other", "result": null}),
+        ),
+        (
+            3,
+            "w",
+            json!({"attempt": 3, "worker_id": "w", "result": null}),
+        ),
+    ] {
+        let (sqlstate, sql_body) =
+            record_from_sql(app.pool(), &id, attempt, "ship", None, Some(worker))
+                .await
+                .unwrap_err();
+        assert_eq!(sqlstate, "OJ409");
+        let http = record(&app, &id, "ship", http_body).await.expect(409);
+        assert_eq!(
+            said(&sql_body),
+            said(&http.json),
+            "attempt {attempt}, worker {worker}"
+        );
+    }
+    // A bad name, a bad attempt, an unknown job.
+    let (sqlstate, body) = record_from_sql(app.pool(), &id, 1, "a\nb", None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (
+            sqlstate.as_str(),
+            body["error"]["details"]["field"].as_str()
+        ),
+        ("OJ400", Some("name"))
+    );
+    let (sqlstate, _) = record_from_sql(app.pool(), &id, 0, "ship", None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate, "OJ400");
+    let unknown = "01a22755-c990-7268-94f2-3e9b007407a3";
+    let (sqlstate, sql_body) = record_from_sql(app.pool(), unknown, 1, "ship", None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate, "OJ404");
+    let http = record(&app, unknown, "ship", json!({"attempt": 1}))
+        .await
+        .expect(404);
+    assert_eq!(said(&sql_body), said(&http.json));
+    // A finished job takes no step.
+    app.ack(json!({"job_id": id, "worker_id": "w"}))
+        .await
+        .expect(200);
+    let (sqlstate, sql_body) = record_from_sql(app.pool(), &id, 1, "ship", None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate, "OJ409");
+    let http = record(&app, &id, "ship", json!({"attempt": 1}))
+        .await
+        .expect(409);
+    assert_eq!(said(&sql_body), said(&http.json));
+}
+
 #[tokio::test]
 async fn bad_input_to_the_durable_routes_gets_the_ojs_error_body() {
     let app = TestApp::spawn().await;
