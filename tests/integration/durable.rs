@@ -483,7 +483,7 @@ async fn signals_from_sql_join_the_callers_transaction() {
 }
 
 /// The SQLSTATE and the OJS error body (DETAIL) of a refused SQL call.
-fn sql_refusal(e: sqlx::Error) -> (String, Value) {
+fn sql_refusal(e: &sqlx::Error) -> (String, Value) {
     let db = e.as_database_error().expect("a database error");
     let detail = db
         .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
@@ -521,7 +521,7 @@ async fn record_from_sql(
         .fetch_one(db)
         .await
         .map(|text| serde_json::from_str(&text).unwrap())
-        .map_err(sql_refusal)
+        .map_err(|e| sql_refusal(&e))
 }
 
 #[tokio::test]
