@@ -442,6 +442,15 @@ async fn size_limits_are_413_envelope_too_large() {
     app.post("/ojs/v1/jobs", json!({"type": "a.b", "args": [huge]}))
         .await
         .expect_error(413, "envelope_too_large");
+    // A PUSH with an embedded workflow is held to the same limit.
+    let resp = app
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "a.b", "args": [big], "workflow": {"chain": [{"type": "c.d", "args": []}]}}),
+        )
+        .await
+        .expect_error(413, "envelope_too_large");
+    assert_eq!(resp.json["error"]["details"]["field"], "envelope");
     assert_eq!(app.job_count().await, 0);
     // Just under the limit is fine.
     let fits = "z".repeat(1024 * 1024 - 100);

@@ -82,6 +82,13 @@ fn parse_envelope(
     index: Option<usize>,
     tenant: &Tenant,
 ) -> Result<NewJob, Error> {
+    within_envelope_limit(state, size, index)?;
+    envelope::parse_for(obj, &state.broker().settings().limits, tenant.id())
+        .map_err(|rejection| Error::Rejected { index, rejection })
+}
+
+/// Refuses an envelope of `size` bytes over the server's limit (`index`: its place in a batch).
+fn within_envelope_limit(state: &AppState, size: usize, index: Option<usize>) -> Result<(), Error> {
     let max = state.settings().max_envelope_bytes;
     if size > max {
         return Err(Error::Rejected {
@@ -93,8 +100,7 @@ fn parse_envelope(
             },
         });
     }
-    envelope::parse_for(obj, &state.broker().settings().limits, tenant.id())
-        .map_err(|rejection| Error::Rejected { index, rejection })
+    Ok(())
 }
 
 /// `POST /ojs/v1/jobs`: 201 with the new job, or 200 with the existing one (unique policy).
@@ -197,18 +203,7 @@ async fn push_chain(
     obj: &Object<'_>,
     size: usize,
 ) -> Result<Response, ApiError> {
-    let max = state.settings().max_envelope_bytes;
-    if size > max {
-        return Err(Error::Rejected {
-            index: None,
-            rejection: envelope::Rejection::TooLarge {
-                field: "envelope",
-                size,
-                max,
-            },
-        }
-        .into());
-    }
+    within_envelope_limit(state, size, None)?;
     let definition = workflow::embedded_chain(obj, &state.broker().settings().limits, tenant.id())
         .map_err(Error::from)?
         .ok_or_else(|| ApiError::internal("no embedded workflow"))?;
