@@ -9,7 +9,9 @@ use crate::support::{TestApp, job, sse_data};
 /// Polls `GET /ojs/v1/events?{query}` until `n` events are visible (events of transactions still
 /// running anywhere on the server are held back until those finish).
 async fn poll(app: &TestApp, query: &str, n: usize) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // Generous: the log serves an event once no older transaction of the cluster can still
+    // commit one before it, and beside a loaded test run that can take seconds.
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let resp = app
             .get(&format!("/ojs/v1/events?{query}"))
