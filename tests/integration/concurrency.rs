@@ -6,17 +6,18 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::pooler::PgBouncer;
-use crate::support::{TestApp, TestDb, count, job, spawn_fetch, statuses};
+use crate::support::{Client, TestApp, TestDb, count, job, spawn_fetch, statuses};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
-    let app = TestApp::spawn_with(|c| c.database.max_connections = 16).await;
+/// Pushes `n` `load.item` jobs numbered 0.. to `queue`, in batches of 500; their ids.
+async fn push_numbered(api: &Client, queue: &str, n: usize) -> HashSet<String> {
     let mut pushed = HashSet::new();
-    for chunk in 0..4 {
-        let jobs: Vec<Value> = (0..500)
-            .map(|i| json!({"type": "load.item", "args": [chunk * 500 + i], "queue": "contended"}))
+    let numbers: Vec<usize> = (0..n).collect();
+    for chunk in numbers.chunks(500) {
+        let jobs: Vec<Value> = chunk
+            .iter()
+            .map(|i| json!({"type": "load.item", "args": [i], "queue": queue}))
             .collect();
-        let resp = app
+        let resp = api
             .post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
             .await
             .expect(201);
@@ -24,6 +25,13 @@ async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
             pushed.insert(j["id"].as_str().unwrap().to_owned());
         }
     }
+    pushed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_concurrent_fetchers_claim_each_of_2000_jobs_exactly_once() {
+    let app = TestApp::spawn_with(|c| c.database.max_connections = 16).await;
+    let pushed = push_numbered(&app.api, "contended", 4 * 500).await;
     assert_eq!(pushed.len(), 2000);
 
     let mut fetchers = Vec::new();
@@ -93,19 +101,7 @@ async fn two_replicas_through_pgbouncer_claim_and_complete_each_job_once() {
     };
     let a = TestApp::spawn_on(db, pooled).await;
     let b = a.spawn_replica(pooled).await;
-    let mut pushed = HashSet::new();
-    for chunk in 0..4 {
-        let jobs: Vec<Value> = (0..250)
-            .map(|i| json!({"type": "load.item", "args": [chunk * 250 + i], "queue": "pooled"}))
-            .collect();
-        let resp = a
-            .post("/ojs/v1/jobs/batch", json!({"jobs": jobs}))
-            .await
-            .expect(201);
-        for j in resp.json["jobs"].as_array().unwrap() {
-            pushed.insert(j["id"].as_str().unwrap().to_owned());
-        }
-    }
+    let pushed = push_numbered(&a.api, "pooled", 4 * 250).await;
     let mut workers = Vec::new();
     for worker in 0..8 {
         let (client, bases) = (a.client.clone(), [a.base.clone(), b.base.clone()]);

@@ -58,6 +58,19 @@ async fn two_replicas_and_an_active_job(
 }
 
 /// Makes a retryable job available now (instead of waiting out its backoff).
+/// Asserts that job `id`'s history has an event `matches` accepts.
+async fn assert_history_has(app: &TestApp, id: &str, matches: impl Fn(&Value) -> bool) {
+    let history = app
+        .get(&format!("/ojs/v1/jobs/{id}/history"))
+        .await
+        .expect(200)
+        .json;
+    assert!(
+        history["events"].as_array().unwrap().iter().any(matches),
+        "{history}"
+    );
+}
+
 async fn retry_now(app: &TestApp, id: &str) {
     app.sql(&format!(
         "update ojs_job set state = 'available', next_retry_at = null where id = '{id}'"
@@ -312,19 +325,10 @@ async fn a_job_waits_for_a_signal_and_resumes_with_its_payload() {
             .count(),
         2
     );
-    let history = app
-        .get(&format!("/ojs/v1/jobs/{id}/history"))
-        .await
-        .expect(200)
-        .json;
-    assert!(
-        history["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["event_type"] == "job.waiting" && e["actor"]["id"] == "w-1"),
-        "{history}"
-    );
+    assert_history_has(&app, &id, |e| {
+        e["event_type"] == "job.waiting" && e["actor"]["id"] == "w-1"
+    })
+    .await;
 }
 
 /// A signal sent many times at once, through two replicas, to a waiting job: the job wakes
@@ -578,19 +582,7 @@ async fn a_step_recorded_from_sql_commits_with_the_callers_transaction_and_is_re
         step["worker_id"], "w",
         "the holder, when the call names none"
     );
-    let history = app
-        .get(&format!("/ojs/v1/jobs/{id}/history"))
-        .await
-        .expect(200)
-        .json;
-    assert!(
-        history["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["type"] == "job.step_recorded"),
-        "{history}"
-    );
+    assert_history_has(&app, &id, |e| e["type"] == "job.step_recorded").await;
 
     // A second record, from SQL or HTTP, is refused with the first: the same body both ways.
     let (sqlstate, sql_body) = record_from_sql(app.pool(), &id, 1, "charge", Some("1"), Some("w"))
